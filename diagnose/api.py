@@ -1,0 +1,241 @@
+"""diagnose(target, config) -> Report: runs the passes and writes the report.
+
+Pass 1 runs the target uninstrumented (its output goes to the terminal, its
+wall time is the reference); each layer with a recorder then gets a pass of
+its own. Whatever happens to a pass, the report is written with what was
+measured; the exit code says how the target fared.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from diagnose import __version__, findings, machine, target as target_mod
+from diagnose.errors import ExitCode, OutputError, TargetError
+from diagnose.launch import PassOutcome, run_pass
+from diagnose.layers import LAYERS
+from diagnose.render import markdown
+from diagnose.report import io as report_io
+from diagnose.report.model import IterationStats, LayerStatus, Report, TargetInfo
+from diagnose.runner import NO_FUNCTION
+from diagnose.target import Target
+
+# Files diagnose writes into an output directory; never replaced without --force.
+ARTIFACT_NAMES = (
+    "report.json", "report.md", "report.html", "trace.json", "callgraph.png", "callgraph.dot",
+    "profile.pstats", "threads.png", "roofline.png",
+)
+
+
+@dataclass
+class Config:
+    output_dir: str | None = None
+    force: bool = False
+    timeout_s: float | None = None
+    layers: list[str] = field(default_factory=lambda: list(LAYERS))
+    trace_max_events: int = 100_000
+    profile_iters: int = 20
+    reports_root: str = "reports"
+
+
+class Progress(Protocol):
+    def pass_started(self, index: int, total: int, name: str, description: str, captured: bool) -> None: ...
+
+    def tick(self, elapsed_s: float) -> None: ...
+
+    def pass_finished(self, name: str, outcome: PassOutcome) -> None: ...
+
+
+class NullProgress:
+    def pass_started(self, *args: Any) -> None:
+        pass
+
+    def tick(self, elapsed_s: float) -> None:
+        pass
+
+    def pass_finished(self, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class Result:
+    report: Report
+    output_dir: str
+    exit_code: ExitCode
+
+
+def default_output_dir(target: Target, root: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    base = os.path.join(root, f"{target.stem}-{stamp}")
+    path, n = base, 2
+    while os.path.exists(path):
+        path, n = f"{base}-{n}", n + 1
+    return path
+
+
+def prepare_output_dir(path: str, force: bool) -> None:
+    """Create (or accept) the output directory without endangering user files."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise OutputError(f"output directory {path} exists and is not a directory; nothing was written")
+    if os.path.isdir(path) and not force:
+        clashes = [n for n in ARTIFACT_NAMES if os.path.lexists(os.path.join(path, n))]
+        if clashes:
+            raise OutputError(
+                f"{path} already holds {', '.join(clashes)} from an earlier report; "
+                "choose another -o, or add --force to replace those files"
+            )
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".diagnose-write-test-"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"cannot write to {path}: {exc.strerror or exc}") from None
+
+
+def _stats(samples: list[float]) -> IterationStats | None:
+    if not samples:
+        return None
+    qs = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return IterationStats(n=len(samples), median_s=statistics.median(samples), q1_s=qs[0], q3_s=qs[2],
+                          min_s=min(samples), max_s=max(samples))
+
+
+def _spec(target: Target, config: Config, name: str, layer: str | None) -> dict[str, Any]:
+    return {
+        "pass": name, "layer": layer, "script": target.path, "display_script": target.script,
+        "argv": list(target.argv), "mode": target.mode, "function": target.function,
+        "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
+        "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters},
+    }
+
+
+def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
+    res = outcome.result or {}
+    run = report.run
+    run.exit_code = res.get("exit_code") if outcome.result else outcome.returncode
+    run.error = outcome.error
+    run.traceback = res.get("traceback") or []
+    run.wall_s = res.get("wall_s")
+    run.iterations = _stats(res.get("iteration_s") or [])
+    run.timed_out = outcome.status == "timeout"
+    run.interrupted = outcome.status == "interrupted"
+    torch_info = res.get("torch") or {}
+    m = report.machine
+    m.torch_version = torch_info.get("version")
+    m.parallel_backend = torch_info.get("parallel_backend")
+    m.intra_op_threads = torch_info.get("intra_op_threads")
+    m.inter_op_threads = torch_info.get("inter_op_threads")
+    m.default_intra_op_threads = torch_info.get("default_intra_op_threads")
+
+
+def _apply_instrumented(report: Report, outcome: PassOutcome) -> None:
+    res = outcome.result or {}
+    if report.run.instrumented_wall_s is None and res.get("wall_s") is not None:
+        report.run.instrumented_wall_s = res["wall_s"]
+        times = res.get("iteration_s") or []
+        recorded = (res.get("raw") or {}).get("recorded_iters")
+        if recorded:  # with a profiler schedule only the last iterations are instrumented
+            times = times[-recorded:]
+        report.run.instrumented_iterations = _stats(times)
+
+
+def exit_code_for(report: Report) -> ExitCode:
+    if report.run.interrupted:
+        return ExitCode.INTERRUPTED
+    if report.run.error or report.run.exit_code or report.run.timed_out:
+        return ExitCode.TARGET_FAILED
+    return ExitCode.OK
+
+
+def write_report(report: Report, output_dir: str) -> None:
+    report.artifacts["report_json"] = "report.json"
+    report.artifacts["report_md"] = "report.md"
+    report_io.save(report, os.path.join(output_dir, "report.json"))
+    with open(os.path.join(output_dir, "report.md"), "w", encoding="utf-8") as fh:
+        fh.write(markdown.render(report))
+
+
+def diagnose(target: Target, config: Config, progress: Progress | None = None) -> Result:
+    progress = progress or NullProgress()
+    target_mod.validate(target)
+    output_dir = config.output_dir or default_output_dir(target, config.reports_root)
+    created = not os.path.exists(output_dir)
+    prepare_output_dir(output_dir, config.force)
+
+    report = Report(
+        target=TargetInfo(script=target.script, argv=list(target.argv), mode=target.mode, function=target.function,
+                          warmup=target.warmup if target.function else None,
+                          iters=target.iters if target.function else None),
+        machine=machine.describe(),
+    )
+    report.run.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    report.run.diagnose_version = __version__
+    layers = [LAYERS[name] for name in config.layers]
+    passes: list[tuple[str, Any]] = [("baseline", None)]
+    for layer in layers:
+        reason = layer.available()
+        if reason:
+            report.layers[layer.name] = LayerStatus("skipped", reason)
+        else:
+            passes.append((layer.name, layer))
+
+    workroot = tempfile.mkdtemp(prefix="diagnose-")
+    try:
+        try:
+            _run_passes(target, config, report, passes, workroot, output_dir, created, progress)
+        except KeyboardInterrupt:  # between passes: keep what was measured
+            report.run.interrupted = True
+        report.findings = findings.derive(report)
+        write_report(report, output_dir)
+    finally:
+        shutil.rmtree(workroot, ignore_errors=True)
+    return Result(report=report, output_dir=output_dir, exit_code=exit_code_for(report))
+
+
+def _run_passes(target, config, report, passes, workroot, output_dir, created, progress) -> None:
+    for index, (name, layer) in enumerate(passes, 1):
+        if report.run.interrupted:
+            report.layers[name] = LayerStatus("skipped", "diagnose was interrupted before this pass")
+            continue
+        description = layer.description if layer else "the target uninstrumented (reference wall time)"
+        captured = layer is not None
+        progress.pass_started(index, len(passes), name, description, captured)
+        workdir = os.path.join(workroot, name)
+        outcome = run_pass(_spec(target, config, name, layer.name if layer else None), workdir,
+                           passthrough=not captured, timeout_s=config.timeout_s, on_tick=progress.tick)
+        progress.pass_finished(name, outcome)
+        if layer is None:
+            if (outcome.result or {}).get("exit_code") == NO_FUNCTION:
+                _discard(output_dir, created)
+                raise TargetError(outcome.result["error"])
+            _apply_baseline(report, outcome)
+            continue
+        if outcome.status == "interrupted":
+            report.run.interrupted = True
+        _apply_instrumented(report, outcome)
+        status = layer.analyse(outcome, report, workdir)
+        status.elapsed_s = round(outcome.elapsed_s, 3)
+        report.layers[layer.name] = status
+        _move_artifacts(report, workdir, output_dir)
+
+
+def _move_artifacts(report: Report, workdir: str, output_dir: str) -> None:
+    for key, fname in list(report.artifacts.items()):
+        src = os.path.join(workdir, fname)
+        if os.path.exists(src):
+            shutil.move(src, os.path.join(output_dir, fname))
+
+
+def _discard(output_dir: str, created: bool) -> None:
+    """Remove the output directory only if this run created it and left it empty."""
+    if created:
+        try:
+            os.rmdir(output_dir)
+        except OSError:
+            pass

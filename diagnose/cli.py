@@ -1,0 +1,132 @@
+"""Command line: options -> Target + Config -> api.diagnose. No logic lives here.
+
+    diagnose [OPTIONS] model.py [SCRIPT_ARGS...] [-- MORE_SCRIPT_ARGS...]
+    diagnose [OPTIONS] model.py:step --warmup 3 --iters 20
+    diagnose --load report.json [--format terminal|md|json]
+
+Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
+3 the target failed, exited non-zero or timed out (report written);
+130 interrupted (partial report written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from diagnose import __version__
+from diagnose.errors import DiagnoseError, ExitCode, UsageError
+
+EPILOG = """\
+examples:
+  diagnose train.py                       run train.py as python would, write reports/train-<time>/
+  diagnose train.py --epochs 1            arguments after the script go to the script...
+  diagnose -o out train.py -- -o x        ...and everything after -- too, even options diagnose knows
+  diagnose model.py:step --iters 50       import model.py, call step() 3 warm-up + 50 measured times
+  diagnose --load out/report.json         re-render a report without running anything
+
+exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
+(report still written), 130 interrupted (partial report written), 1 a bug in diagnose.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other usage error
+        if message.startswith("unrecognized arguments"):
+            message += "; options meant for the script go after --, e.g. diagnose train.py -- --lr 0.1"
+        raise UsageError(f"{message} (see diagnose --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from diagnose.layers import LAYERS
+
+    p = _Parser(
+        prog="diagnose",
+        description="CPU performance diagnosis for PyTorch: which operators at which shapes take the time, "
+                    "which line of your code calls them, and what to try.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("target", nargs="?", help="script.py, or script.py:function to call in a loop")
+    p.add_argument("script_args", nargs="*", help="arguments for the script (also everything after --)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="where to write the report (default: reports/<script>-<YYYYmmdd-HHMMSS>/)")
+    p.add_argument("--force", action="store_true",
+                   help="replace report files an earlier run left in DIR (other files are never touched)")
+    p.add_argument("--warmup", type=int, default=3, metavar="N", help="function mode: unmeasured calls first (3)")
+    p.add_argument("--iters", type=int, default=20, metavar="N", help="function mode: measured calls (20)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="stop a pass after this long; what it measured so far is kept")
+    p.add_argument("--layers", metavar="NAMES", default=",".join(LAYERS),
+                   help=f"comma-separated layers to run (default and choices: {','.join(LAYERS)})")
+    p.add_argument("--profile-iters", type=int, default=20, metavar="N",
+                   help="function mode: record at most the last N iterations in the operator pass (20)")
+    p.add_argument("--trace-max-events", type=int, default=100_000, metavar="N",
+                   help="cap on events written to trace.json (100000)")
+    p.add_argument("--load", metavar="REPORT_JSON", help="re-render an existing report.json; runs nothing")
+    p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal",
+                   help="with --load: what to print (terminal)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--version", action="version", version=f"diagnose {__version__}")
+    return p
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def _load(args) -> int:
+    from diagnose.render import markdown, terminal
+    from diagnose.report import io as report_io
+
+    report = report_io.load(args.load)
+    if args.format == "json":
+        sys.stdout.write(report_io.dumps(report) + "\n")
+    elif args.format == "md":
+        sys.stdout.write(markdown.render(report))
+    else:
+        sys.stdout.write(terminal.render(report))
+    return ExitCode.OK
+
+
+def _run(args, extra: list[str]) -> int:
+    from diagnose import api
+    from diagnose.layers import LAYERS
+    from diagnose.render import terminal
+    from diagnose.render.progress import TerminalProgress
+    from diagnose.target import Target, parse_target_spec
+
+    if not args.target:
+        raise UsageError("give a script to diagnose, e.g. diagnose train.py (see diagnose --help)")
+    layers = [name.strip() for name in args.layers.split(",") if name.strip()]
+    unknown = [name for name in layers if name not in LAYERS]
+    if unknown:
+        raise UsageError(f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
+    script, function = parse_target_spec(args.target)
+    target = Target(script=script, argv=[*args.script_args, *extra], function=function,
+                    warmup=args.warmup, iters=args.iters)
+    config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
+                        profile_iters=args.profile_iters, trace_max_events=args.trace_max_events)
+    progress = api.NullProgress() if args.quiet else TerminalProgress()
+    result = api.diagnose(target, config, progress)
+    sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
+    return result.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    own, extra = _split(argv)
+    try:
+        args = build_parser().parse_args(own)
+        if args.load:
+            return _load(args)
+        return _run(args, extra)
+    except DiagnoseError as exc:
+        print(f"diagnose: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("diagnose: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED

@@ -1,0 +1,160 @@
+"""Runs one pass of the target in a child process and reports what happened.
+
+The child runs in its own session so that a timeout or Ctrl-C can be
+delivered once, to the whole process tree it started: first SIGINT (the
+target sees KeyboardInterrupt, the runner writes what it measured), then
+SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+GRACE_S = 20.0  # time the child gets to write its results after SIGINT
+
+
+@dataclass
+class PassOutcome:
+    name: str
+    status: str  # ok | target_failed | crashed | timeout | interrupted
+    result: dict[str, Any] | None
+    returncode: int | None
+    elapsed_s: float
+    output_tail: list[str] = field(default_factory=list)
+    timeout_s: float | None = None
+
+    @property
+    def raw(self) -> dict[str, Any] | None:
+        return (self.result or {}).get("raw")
+
+    @property
+    def error(self) -> str | None:
+        if self.status == "timeout":  # the child saw our SIGINT as KeyboardInterrupt
+            return f"timed out after {self.timeout_s:g} s (--timeout)"
+        if self.result and self.result.get("error"):
+            return self.result["error"]
+        if self.status == "crashed":
+            return _describe_returncode(self.returncode)
+        return None
+
+    def failure_reason(self, what: str) -> str:
+        if self.result and self.result.get("raw_error"):
+            return f"{what} could not collect its data: {self.result['raw_error']}"
+        if self.status == "crashed":
+            return f"{what} died before writing its results: {_describe_returncode(self.returncode)}"
+        return f"{what} produced no data ({self.status})"
+
+
+def _describe_returncode(rc: int | None) -> str:
+    if rc is None:
+        return "the process did not end"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"the process was killed by {name}"
+    return f"the process exited with code {rc} without writing its results"
+
+
+def _tail(path: str, lines: int = 20) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            return fh.read().decode("utf-8", "replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_pass(
+    spec: dict[str, Any],
+    workdir: str,
+    *,
+    passthrough: bool,
+    timeout_s: float | None,
+    on_tick: Callable[[float], None] | None = None,
+) -> PassOutcome:
+    """Run one pass; never raises for anything the target does.
+
+    A KeyboardInterrupt in this process is forwarded to the child, which
+    writes what it measured; the outcome then has status "interrupted".
+    """
+    os.makedirs(workdir, exist_ok=True)
+    spec = {**spec, "workdir": workdir}
+    spec_path = os.path.join(workdir, "spec.json")
+    with open(spec_path, "w") as fh:
+        json.dump(spec, fh)
+    log_path = os.path.join(workdir, "output.log")
+    out = None if passthrough else open(log_path, "wb")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diagnose.runner", spec_path],
+        stdin=None if passthrough else subprocess.DEVNULL,
+        stdout=out, stderr=subprocess.STDOUT if out else None,
+        start_new_session=True,
+    )
+    status = None
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - t0
+                if on_tick:
+                    on_tick(elapsed)
+                if timeout_s is not None and elapsed > timeout_s:
+                    status = "timeout"
+                    _stop(proc)
+                    break
+    except KeyboardInterrupt:
+        status = "interrupted"
+        _stop(proc)
+    finally:
+        if out:
+            out.close()
+    elapsed = time.monotonic() - t0
+    result = None
+    result_path = os.path.join(workdir, "result.json")
+    if os.path.exists(result_path):
+        with open(result_path) as fh:
+            result = json.load(fh)
+    if status is None:
+        if result is None:
+            status = "crashed"
+        elif result.get("error_kind") == "interrupted":
+            status = "interrupted"
+        elif result.get("exit_code"):
+            status = "target_failed"
+        else:
+            status = "ok"
+    return PassOutcome(
+        name=spec["pass"], status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
+        output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s,
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    _signal_group(proc, signal.SIGINT)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or a second Ctrl-C
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+    # stragglers the target left behind (workers that ignored SIGINT)
+    _signal_group(proc, signal.SIGKILL)

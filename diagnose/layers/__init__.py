@@ -1,0 +1,20 @@
+"""The layer registry: adding a layer is one module and one entry here.
+
+The CLI's choices and the order of passes come from this mapping.
+"""
+
+from __future__ import annotations
+
+from diagnose.layers.base import Layer
+from diagnose.layers.operators import OperatorsLayer
+
+LAYERS: dict[str, Layer] = {
+    layer.name: layer
+    for layer in (
+        OperatorsLayer(),
+    )
+}
+
+
+def get(name: str) -> Layer:
+    return LAYERS[name]

@@ -1,0 +1,45 @@
+"""What a layer is.
+
+A layer measures one aspect of the target. It has up to three parts:
+- `recorder(spec)`: child side, wraps the workload in its own pass
+  (returns None when the layer needs no pass of its own);
+- `analyse(outcome, report, workdir)`: parent side, turns the pass's raw data
+  into report fields and returns the layer's status;
+- `available()`: None when it can run here, else the reason it is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from diagnose.launch import PassOutcome
+    from diagnose.report.model import LayerStatus, Report
+
+
+class Recorder(Protocol):
+    """Child side of a layer: started after warm-up, stepped per iteration."""
+
+    def start(self) -> None: ...
+
+    def step(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def collect(self, workdir: str) -> dict[str, Any]:
+        """Raw JSON-able data for `analyse`; may write artifacts into workdir."""
+        ...
+
+
+class Layer:
+    name: str = ""
+    description: str = ""  # what its pass does, for progress lines
+
+    def available(self) -> str | None:
+        return None
+
+    def recorder(self, spec: dict[str, Any]) -> Recorder | None:
+        return None
+
+    def analyse(self, outcome: "PassOutcome", report: "Report", workdir: str) -> "LayerStatus":
+        raise NotImplementedError

@@ -1,0 +1,114 @@
+"""Facts about this machine that bound what a workload can use.
+
+Usable CPUs = min(affinity, cgroup quota), never `os.cpu_count()`: containers
+with a quota still show every host core (FIELD_NOTES: threads).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+
+from diagnose.report.model import Machine
+
+THREADING_ENV = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES", "OMP_SCHEDULE",
+    "GOMP_SPINCOUNT", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET",
+    "MKL_DYNAMIC", "LD_PRELOAD", "TORCH_NUM_INTEROP_THREADS",
+)
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cgroup_cpu_limit(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup") -> float | None:
+    """CPUs allowed by the cgroup CPU quota, or None when there is no quota."""
+    paths = _own_cgroup_paths(proc_self_cgroup)
+    # v2: <root>/<path>/cpu.max = "max 100000" or "200000 100000"
+    for rel in paths.get("", []) + [""]:
+        limit = _read_cpu_max(os.path.join(root, rel.lstrip("/"), "cpu.max"))
+        if limit is not None:
+            return limit
+    # v1: <root>/cpu,cpuacct/<path>/cpu.cfs_quota_us and cpu.cfs_period_us
+    for ctrl in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        for rel in paths.get(ctrl, []) + [""]:
+            base = os.path.join(root, ctrl, rel.lstrip("/"))
+            quota = _read_int(os.path.join(base, "cpu.cfs_quota_us"))
+            period = _read_int(os.path.join(base, "cpu.cfs_period_us"))
+            if quota and period and quota > 0:
+                return quota / period
+    return None
+
+
+def _own_cgroup_paths(proc_self_cgroup: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    try:
+        with open(proc_self_cgroup) as fh:
+            for line in fh:
+                parts = line.strip().split(":", 2)
+                if len(parts) == 3:
+                    for ctrl in parts[1].split(",") if parts[1] else [""]:
+                        out.setdefault(ctrl, []).append(parts[2])
+                    if parts[1]:
+                        out.setdefault(parts[1], []).append(parts[2])
+    except OSError:
+        pass
+    return out
+
+
+def _read_cpu_max(path: str) -> float | None:
+    try:
+        with open(path) as fh:
+            quota, _, period = fh.read().strip().partition(" ")
+    except OSError:
+        return None
+    if quota == "max" or not period:
+        return None
+    try:
+        return int(quota) / int(period)
+    except ValueError:
+        return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpus() -> tuple[int, int, float | None]:
+    """(usable, affinity, cgroup limit): usable = min of the two, at least 1."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    usable = affinity if limit is None else max(1, min(affinity, math.ceil(limit)))
+    return usable, affinity, limit
+
+
+def describe(env: dict[str, str] | None = None) -> Machine:
+    env = os.environ if env is None else env
+    usable, affinity, limit = usable_cpus()
+    return Machine(
+        cpu_model=cpu_model(),
+        logical_cpus=os.cpu_count() or 1,
+        usable_cpus=usable,
+        affinity_cpus=affinity,
+        cgroup_cpu_limit=limit,
+        threading_env={k: env[k] for k in THREADING_ENV if k in env},
+        python_version=platform.python_version(),
+        platform=platform.platform(),
+    )

@@ -1,0 +1,71 @@
+"""Formatting shared by the text renderers."""
+
+from __future__ import annotations
+
+from diagnose.report.model import IterationStats, Report
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    if seconds >= 100:
+        return f"{seconds:.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def us(value: float) -> str:
+    return duration(value / 1e6)
+
+
+def shapes(input_shapes: list, limit: int = 48) -> str:
+    text = ", ".join(str(s).replace(" ", "") for s in input_shapes if s != []) or "-"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def size(nbytes: float) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(nbytes) >= factor:
+            return f"{nbytes / factor:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def spread(stats: IterationStats | None) -> str:
+    if stats is None:
+        return ""
+    noise = stats.iqr_over_median * 100
+    warn = " (noisy)" if noise >= 10 else ""
+    return f"median {duration(stats.median_s)}/iter, IQR ±{noise:.1f}%{warn}, n={stats.n}"
+
+
+def timing_lines(report: Report) -> list[str]:
+    """Wall times with their noise and the instrumentation overhead, in plain words."""
+    run = report.run
+    lines = []
+    if run.iterations:
+        lines.append(f"uninstrumented: {spread(run.iterations)}")
+    elif run.wall_s is not None:
+        lines.append(f"uninstrumented: {duration(run.wall_s)} (one run: noise not measured; "
+                     "use script.py:function for repeated iterations)")
+    if run.instrumented_iterations:
+        lines.append(f"operator pass:  {spread(run.instrumented_iterations)}")
+    elif run.instrumented_wall_s is not None:
+        lines.append(f"operator pass:  {duration(run.instrumented_wall_s)}")
+    ratio = run.overhead_ratio
+    if ratio:
+        lines.append(f"instrumentation overhead: {ratio:.2f}x (operator times below come from the instrumented pass)")
+    return lines
+
+
+def outcome_line(report: Report) -> str:
+    run = report.run
+    if run.interrupted:
+        return "interrupted: the report holds what was measured before Ctrl-C"
+    if run.timed_out:
+        return f"the target {run.error}"
+    if run.error:
+        return f"the target failed (exit code {run.exit_code}): {run.error}"
+    return f"the target finished (exit code {run.exit_code})"

@@ -1,0 +1,111 @@
+"""report.md: the report for a pull request or an issue.
+
+Short by design: verdict first, then the top operators, then the run's
+details; tables are trimmed and say so.
+"""
+
+from __future__ import annotations
+
+from diagnose.render import fmt
+from diagnose.report.model import Report
+
+TOP_OPERATORS = 15
+TOP_FINDINGS = 10
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: object) -> str:
+    return f"`{_cell(text)}`" if text not in (None, "") else "-"
+
+
+def render(report: Report) -> str:
+    t = report.target
+    m = report.machine
+    label = f"{t.script}:{t.function}" if t.function else t.script
+    out = [f"# diagnose: `{label}`", ""]
+    out.append(f"**{fmt.outcome_line(report)}**")
+    if report.run.traceback:
+        out += ["", "```", *report.run.traceback, report.run.error or "", "```"]
+    out += [""] + [f"- {line}" for line in fmt.timing_lines(report)]
+    argv = " ".join(t.argv)
+    out.append(f"- mode: {t.mode}" + (f", warmup {t.warmup}, iters {t.iters}" if t.function else "")
+               + (f", arguments: `{argv}`" if argv else ""))
+    out.append("")
+
+    out += ["## Findings", ""]
+    if report.findings:
+        for i, f in enumerate(report.findings[:TOP_FINDINGS], 1):
+            where = f" at `{f.location}`" if f.location else ""
+            out.append(f"{i}. **[{f.severity}] {f.kind}**{where}: {_cell(f.title)}")
+            out.append(f"   - try: {f.suggestion}")
+            ev = ", ".join(f"{k}={_evidence(v)}" for k, v in f.evidence.items() if v not in (None, [], {}))
+            out.append(f"   - evidence: {ev}")
+        if len(report.findings) > TOP_FINDINGS:
+            out.append(f"\n_{len(report.findings) - TOP_FINDINGS} more findings in report.json._")
+    else:
+        out.append("No findings: nothing crossed a threshold.")
+    out.append("")
+
+    out += ["## Operators", ""]
+    layer = report.layers.get("operators")
+    if layer and layer.status != "ok":
+        out.append(f"_{layer.status}: {layer.reason}_")
+        out.append("")
+    if report.operators:
+        summary = report.operator_summary
+        out.append(f"One row per (operator, input shapes), by self CPU time in the instrumented pass; "
+                   f"total {fmt.us(summary.get('total_self_cpu_us', 0))}, "
+                   f"{(summary.get('attributed_share') or 0) * 100:.0f}% of it attributed to a line of your code.")
+        out.append("")
+        out.append("| operator | input shapes | dtypes | calls | self | share | GFLOP/s | source |")
+        out.append("|---|---|---|---:|---:|---:|---:|---|")
+        for r in report.operators[:TOP_OPERATORS]:
+            out.append("| " + " | ".join([
+                _code(r.name), _code(fmt.shapes(r.input_shapes, 60)), _cell(",".join(d for d in r.dtypes if d) or "-"),
+                str(r.calls), fmt.us(r.self_cpu_us), f"{r.self_pct:.1f}%",
+                f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", _code(r.source),
+            ]) + " |")
+        if len(report.operators) > TOP_OPERATORS:
+            out.append(f"\n_{len(report.operators) - TOP_OPERATORS} more rows in report.json._")
+        mem = summary.get("memory") or {}
+        if mem.get("allocations"):
+            out.append("")
+            out.append(f"Memory: {mem['allocations']} allocations, {fmt.size(mem['allocated_bytes'])} allocated "
+                       "during the operator pass.")
+        out.append("")
+    if layer and layer.notes:
+        out += [f"- {n}" for n in layer.notes] + [""]
+
+    out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
+    for name, s in report.layers.items():
+        out.append(f"| {name} | {s.status} | {fmt.duration(s.elapsed_s)} | {_cell(s.reason or '')} |")
+    out.append("")
+
+    out += ["## Machine", ""]
+    out.append(f"- CPU: {m.cpu_model}; {m.logical_cpus} logical CPUs, {m.usable_cpus} usable"
+               + (f" (cgroup limit {m.cgroup_cpu_limit:g})" if m.cgroup_cpu_limit else ""))
+    if m.torch_version:
+        threads = f"{m.intra_op_threads} intra-op / {m.inter_op_threads} inter-op threads"
+        if m.default_intra_op_threads is not None and m.default_intra_op_threads != m.intra_op_threads:
+            threads += f" (default {m.default_intra_op_threads}; the target changed it)"
+        out.append(f"- torch {m.torch_version}, {m.parallel_backend or 'unknown'} backend, {threads}")
+    env = ", ".join(f"`{k}={v}`" for k, v in m.threading_env.items()) or "none set"
+    out.append(f"- threading environment: {env}")
+    out.append(f"- Python {m.python_version} on {m.platform}")
+    out.append("")
+    if report.artifacts:
+        out += ["## Files", ""] + [f"- `{v}`" for v in report.artifacts.values()] + [""]
+    out.append(f"_diagnose {report.run.diagnose_version}, schema {report.schema_version}, {report.run.started_at}_")
+    return "\n".join(out) + "\n"
+
+
+def _evidence(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, dict)):
+        text = str(value)
+        return text if len(text) <= 120 else text[:119] + "…"
+    return str(value)

@@ -1,0 +1,43 @@
+"""Progress lines on stderr while passes run.
+
+Passes whose output is captured get a live elapsed-time ticker when stderr is
+a terminal; the uninstrumented pass prints the target's own output, so it
+gets only a start and an end line.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from diagnose.launch import PassOutcome
+from diagnose.render import fmt
+
+
+class TerminalProgress:
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.live = False
+        self.label = ""
+        self.tty = self.stream.isatty()
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def pass_started(self, index: int, total: int, name: str, description: str, captured: bool) -> None:
+        self.label = f"[{index}/{total}] {name}"
+        self.live = captured and self.tty
+        self._write(f"{self.label}: {description}\n" if not self.live else f"{self.label}: {description} ...")
+
+    def tick(self, elapsed_s: float) -> None:
+        if self.live:
+            self._write(f"\r\x1b[K{self.label}: running {elapsed_s:.0f} s")
+
+    def pass_finished(self, name: str, outcome: PassOutcome) -> None:
+        prefix = "\r\x1b[K" if self.live else ""
+        status = {"ok": "done", "target_failed": "target failed", "crashed": "crashed",
+                  "timeout": "timed out", "interrupted": "interrupted"}.get(outcome.status, outcome.status)
+        self._write(f"{prefix}{self.label}: {status} in {fmt.duration(outcome.elapsed_s)}\n")
+        if outcome.status != "ok" and outcome.output_tail:
+            self._write("".join(f"    | {line}\n" for line in outcome.output_tail[-5:]))

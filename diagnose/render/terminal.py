@@ -1,0 +1,61 @@
+"""The short summary printed after a run (and by `diagnose --load`)."""
+
+from __future__ import annotations
+
+import os
+
+from diagnose.render import fmt
+from diagnose.report.model import Report
+
+TOP_OPERATORS = 8
+TOP_FINDINGS = 5
+
+
+def render(report: Report, output_dir: str | None = None) -> str:
+    t = report.target
+    out = [f"diagnose {t.script}{':' + t.function if t.function else ''}  ({t.mode} mode)",
+           fmt.outcome_line(report)]
+    if report.run.traceback:
+        out.append(f"  at {report.run.traceback[-1]}")
+    out += [f"  {line}" for line in fmt.timing_lines(report)]
+    ops = report.operators[:TOP_OPERATORS]
+    if ops:
+        out.append("")
+        out.append("Top operators by self CPU time")
+        rows = [("operator", "input shapes", "calls", "self", "share", "GFLOP/s", "source")]
+        for r in ops:
+            rows.append((r.name, fmt.shapes(r.input_shapes, 40), str(r.calls), fmt.us(r.self_cpu_us),
+                         f"{r.self_pct:.1f}%", f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", r.source or "-"))
+        out += _table(rows)
+    op_layer = report.layers.get("operators")
+    if op_layer and op_layer.status != "ok":
+        out.append("")
+        out.append(f"Operators: {op_layer.status}: {op_layer.reason}")
+    out.append("")
+    if report.findings:
+        out.append("Findings")
+        for f in report.findings[:TOP_FINDINGS]:
+            out.append(f"  [{f.severity}] {f.kind}: {f.title}")
+            out.append(f"      try: {f.suggestion}")
+        if len(report.findings) > TOP_FINDINGS:
+            out.append(f"  ... {len(report.findings) - TOP_FINDINGS} more in the report")
+    else:
+        out.append("Findings: none")
+    statuses = ", ".join(f"{name} {s.status}" + (f" ({s.reason})" if s.reason and s.status != "ok" else "")
+                         for name, s in report.layers.items())
+    if statuses:
+        out.append(f"Layers: {statuses}")
+    if output_dir:
+        files = ", ".join(sorted(report.artifacts.values()))
+        out.append(f"Report: {os.path.join(output_dir, 'report.md')}  ({files})")
+    return "\n".join(out) + "\n"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {2, 3, 4, 5}
+    lines = []
+    for r in rows:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines

@@ -1,0 +1,93 @@
+"""report.json: writing, reading, and migrating older schema versions.
+
+`to_dict` turns the dataclasses into plain JSON data; `from_dict` rebuilds
+them from type hints, so the model stays the one place the fields are named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from typing import Any
+
+from diagnose.errors import UsageError
+from diagnose.report.model import SCHEMA_VERSION, Report
+
+# version -> function turning that version's dict into the next version's
+MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {}
+
+
+def to_dict(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def dumps(report: Report) -> str:
+    data = to_dict(report)
+    # schema_version first, as readers look for it
+    data = {"schema_version": data.pop("schema_version"), **data}
+    return json.dumps(data, indent=1, allow_nan=False, default=str)
+
+
+def save(report: Report, path: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(dumps(report))
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def load(path: str) -> Report:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"no such report: {path}") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path} is not a readable report.json: {exc}") from None
+    return from_json_data(data, source=path)
+
+
+def from_json_data(data: Any, source: str = "report") -> Report:
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise UsageError(f"{source} has no schema_version: not a diagnose report")
+    version = str(data["schema_version"])
+    while version != SCHEMA_VERSION:
+        migrate = MIGRATIONS.get(version)
+        if migrate is None:
+            raise UsageError(
+                f"{source} has schema_version {version!r}; this diagnose reads {SCHEMA_VERSION!r} "
+                "(upgrade diagnose to read newer reports)"
+            )
+        data = migrate(data)
+        version = str(data["schema_version"])
+    return _build(Report, data)
+
+
+def _build(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(args[0], value) if len(args) == 1 else value
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp) if f.init}
+        # unknown keys are tolerated: newer minor additions must not break old readers
+        return tp(**{k: _build(hints[k], v) for k, v in value.items() if k in known})
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_build(item, v) for v in value]
+    if origin is dict:
+        _, val = typing.get_args(tp) or (Any, Any)
+        return {k: _build(val, v) for k, v in value.items()}
+    return value

@@ -1,0 +1,147 @@
+"""The report model: data only, no behaviour beyond derived views.
+
+Field names and meanings of the top level, `operators` rows and `findings`
+rows follow REPORT_CONTRACT.md; units live in the names (`_us`, `_s`).
+
+Schema history (bump SCHEMA_VERSION on any rename or removal, and add a
+migration to io.MIGRATIONS):
+  "1" - first version: target, machine, run, layers, operators,
+        python_hotspots, threads, microbenchmarks, findings, artifacts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = "1"
+
+SEVERITIES = ("high", "medium", "low")
+LAYER_STATUSES = ("ok", "skipped", "failed")
+
+
+@dataclass
+class TargetInfo:
+    script: str
+    argv: list[str] = field(default_factory=list)
+    mode: str = "script"  # "script" or "function"
+    function: str | None = None
+    warmup: int | None = None
+    iters: int | None = None
+
+
+@dataclass
+class Machine:
+    cpu_model: str = ""
+    logical_cpus: int = 0
+    usable_cpus: int = 0
+    affinity_cpus: int = 0
+    cgroup_cpu_limit: float | None = None
+    torch_version: str | None = None
+    parallel_backend: str | None = None
+    intra_op_threads: int | None = None  # as the target left it (after its own set_num_threads)
+    inter_op_threads: int | None = None
+    default_intra_op_threads: int | None = None  # before the target ran
+    threading_env: dict[str, str] = field(default_factory=dict)
+    python_version: str = ""
+    platform: str = ""
+
+
+@dataclass
+class IterationStats:
+    """Per-iteration wall times of a function-mode pass."""
+
+    n: int
+    median_s: float
+    q1_s: float
+    q3_s: float
+    min_s: float
+    max_s: float
+
+    @property
+    def iqr_over_median(self) -> float:
+        return (self.q3_s - self.q1_s) / self.median_s if self.median_s > 0 else 0.0
+
+
+@dataclass
+class Run:
+    exit_code: int | None = None
+    error: str | None = None
+    traceback: list[str] = field(default_factory=list)
+    wall_s: float | None = None  # uninstrumented pass (measured iterations only, in function mode)
+    instrumented_wall_s: float | None = None  # operator pass, same span
+    iterations: IterationStats | None = None  # uninstrumented, function mode
+    instrumented_iterations: IterationStats | None = None
+    interrupted: bool = False
+    timed_out: bool = False
+    started_at: str = ""
+    diagnose_version: str = ""
+
+    @property
+    def overhead_ratio(self) -> float | None:
+        """Instrumented / uninstrumented wall time of the same work."""
+        a, b = self.instrumented_wall_s, self.wall_s
+        if self.iterations and self.instrumented_iterations:
+            a, b = self.instrumented_iterations.median_s, self.iterations.median_s
+        return a / b if a and b else None
+
+
+@dataclass
+class LayerStatus:
+    status: str  # ok, skipped, failed
+    reason: str | None = None
+    elapsed_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SourceShare:
+    location: str | None
+    calls: int
+    self_cpu_us: float
+
+
+@dataclass
+class OperatorRow:
+    name: str
+    input_shapes: list[list[Any]]
+    dtypes: list[str]
+    calls: int
+    self_cpu_us: float
+    total_cpu_us: float
+    self_pct: float
+    source: str | None
+    sources: list[SourceShare] = field(default_factory=list)
+    flops: int | None = None
+    gflops_per_s: float | None = None
+    cpu_memory_bytes: int = 0  # net bytes the op itself left allocated, over all calls
+    # self CPU time by the operator that called this one ("" = called from Python)
+    called_by: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str
+    title: str
+    op: str | None
+    location: str | None
+    evidence: dict[str, Any]
+    suggestion: str
+    layer: str = ""
+
+
+@dataclass
+class Report:
+    target: TargetInfo
+    machine: Machine = field(default_factory=Machine)
+    run: Run = field(default_factory=Run)
+    layers: dict[str, LayerStatus] = field(default_factory=dict)
+    operators: list[OperatorRow] = field(default_factory=list)
+    operator_summary: dict[str, Any] = field(default_factory=dict)
+    python_hotspots: list[dict[str, Any]] = field(default_factory=list)
+    threads: dict[str, Any] = field(default_factory=dict)
+    microbenchmarks: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    schema_version: str = SCHEMA_VERSION

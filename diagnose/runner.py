@@ -1,0 +1,194 @@
+"""The child process that runs one pass: `python -m diagnose.runner SPEC.json`.
+
+It runs the target as `python script.py ARGS` would (or imports it and calls
+`function` warmup+iters times), optionally under one layer's recorder, and
+always writes `result.json` into the spec's workdir, even when the target
+raises, calls sys.exit or os._exit, or is interrupted. The parent never runs
+user code; this process exists so that whatever the target does cannot take
+the report down with it.
+
+result.json: pass, layer, exit_code, error, error_kind, traceback, wall_s,
+iteration_s, torch, raw (the layer's data), raw_error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+# exit status of the runner itself when the function named in the spec is missing
+NO_FUNCTION = 97
+
+
+def _torch_info(torch) -> dict[str, Any]:
+    info: dict[str, Any] = {"version": torch.__version__}
+    try:
+        for line in torch.__config__.parallel_info().splitlines():
+            if line.startswith("ATen parallel backend:"):
+                info["parallel_backend"] = line.split(":", 1)[1].strip()
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    info["intra_op_threads"] = torch.get_num_threads()
+    info["inter_op_threads"] = torch.get_num_interop_threads()
+    return info
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    return 1  # sys.exit("message") exits 1, like python
+
+
+def _traceback_summary(tb, runner_file: str) -> list[str]:
+    frames = [f for f in traceback.extract_tb(tb) if os.path.realpath(f.filename) != runner_file
+              and "/runpy.py" not in f.filename and not f.filename.startswith("<frozen")]
+    return [f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-12:]]
+
+
+class Run:
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.result: dict[str, Any] = {
+            "pass": spec["pass"], "layer": spec.get("layer"), "exit_code": 0, "error": None,
+            "error_kind": None, "traceback": [], "wall_s": None, "iteration_s": [],
+            "torch": None, "raw": None, "raw_error": None,
+        }
+        self.recorder = None
+        self.finished = False
+        self.t0: float | None = None
+
+    def record_exit(self, code: int, kind: str, message: str | None) -> None:
+        self.result["exit_code"] = code
+        self.result["error_kind"] = kind
+        self.result["error"] = message
+
+    def execute(self) -> None:
+        spec = self.spec
+        # Imported before the clock starts, in every pass alike: profiler start
+        # imports torch._dynamo (~1.4 s), which the uninstrumented pass would
+        # otherwise pay inside its clock (an optimizer's first use imports it).
+        import torch
+        import torch._dynamo  # noqa: F401
+        import torch.profiler  # noqa: F401
+
+        self.result["torch"] = {"default_intra_op_threads": torch.get_num_threads()}
+        if spec.get("layer"):
+            from diagnose.layers import get
+
+            self.recorder = get(spec["layer"]).recorder(spec)
+        script = spec["script"]
+        sys.argv = [spec.get("display_script", script), *spec.get("argv", [])]
+        sys.path[0] = os.path.dirname(script)
+        if spec["mode"] == "script":
+            self._start()
+            runpy.run_path(script, run_name="__main__")
+            self._stop_clock()
+        else:
+            namespace = runpy.run_path(script, run_name="__diagnose_target__")
+            func = namespace.get(spec["function"])
+            if not callable(func):
+                self.record_exit(NO_FUNCTION, "no_function",
+                                 f"{spec.get('display_script', script)} has no function '{spec['function']}'")
+                return
+            for _ in range(spec.get("warmup", 0)):
+                func()
+            self._start()
+            times = self.result["iteration_s"]
+            for _ in range(spec["iters"]):
+                t = time.perf_counter()
+                func()
+                times.append(time.perf_counter() - t)
+                if self.recorder is not None:
+                    self.recorder.step()
+            self._stop_clock()
+
+    def _start(self) -> None:
+        if self.recorder is not None:
+            self.recorder.start()
+        self.t0 = time.perf_counter()
+
+    def _stop_clock(self) -> None:
+        if self.t0 is not None and self.result["wall_s"] is None:
+            self.result["wall_s"] = time.perf_counter() - self.t0
+
+    def finish(self) -> None:
+        """Stop recording and write result.json; safe to call twice."""
+        if self.finished:
+            return
+        self.finished = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the results
+        self._stop_clock()
+        if self.recorder is not None:
+            try:
+                self.recorder.stop()
+                self.result["raw"] = self.recorder.collect(self.spec["workdir"])
+            except Exception as exc:  # noqa: BLE001 - reported as the layer's failure
+                self.result["raw_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            import torch
+
+            self.result["torch"] = {**(self.result["torch"] or {}), **_torch_info(torch)}
+        except Exception:  # noqa: BLE001
+            pass
+        path = os.path.join(self.spec["workdir"], "result.json")
+        with open(path + ".tmp", "w") as fh:
+            json.dump(self.result, fh, default=str)
+        os.replace(path + ".tmp", path)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as fh:
+        spec = json.load(fh)
+    os.chdir(spec.get("cwd") or os.getcwd())
+    run = Run(spec)
+    runner_file = os.path.realpath(__file__)
+    real_os_exit = os._exit
+
+    def os_exit_hook(code):  # the target called os._exit: keep what was measured
+        run.record_exit(code, "os_exit", f"the target called os._exit({code})")
+        try:
+            run.finish()
+        finally:
+            real_os_exit(code)
+
+    os._exit = os_exit_hook
+    # SIGTERM (e.g. from the parent's timeout) becomes an interruption we can report
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    code = 0
+    try:
+        run.execute()
+        code = run.result["exit_code"]
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+        if code:
+            run.record_exit(code, "exit", f"the target called sys.exit({exc.code!r})")
+    except KeyboardInterrupt:
+        code = 130
+        run.record_exit(code, "interrupted", "interrupted (KeyboardInterrupt)")
+    except BaseException as exc:  # noqa: BLE001 - everything the target raises is reported
+        code = 1
+        where = _traceback_summary(exc.__traceback__, runner_file)
+        message = f"{type(exc).__name__}: {exc}".strip()
+        run.record_exit(code, "exception", message)
+        run.result["traceback"] = where
+        # what `python script.py` would have printed, without diagnose's frames
+        print("Traceback (most recent call last):", *(f"  {w}" for w in where), message,
+              sep="\n", file=sys.stderr)
+    finally:
+        os._exit = real_os_exit
+        run.finish()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,70 @@
+"""Shared helpers: run the real `diagnose` CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+DIAGNOSE = [sys.executable, "-m", "diagnose"]
+
+
+@dataclass
+class CliRun:
+    code: int
+    stdout: str
+    stderr: str
+    outdir: Path | None
+
+    @property
+    def report(self) -> dict:
+        return json.loads((self.outdir / "report.json").read_text())
+
+
+def run_cli(*args: str, cwd: Path | None = None, outdir: Path | None = None, timeout: float = 240) -> CliRun:
+    cmd = [*DIAGNOSE, "-q"]
+    if outdir is not None:
+        cmd += ["-o", str(outdir)]
+    cmd += list(args)
+    proc = subprocess.run(cmd, cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout)
+    return CliRun(proc.returncode, proc.stdout, proc.stderr, outdir)
+
+
+def line_of(path: Path, needle: str) -> int:
+    """1-based line number of the first line containing needle."""
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return i
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+@pytest.fixture
+def script(tmp_path):
+    """Write a script into tmp_path and return its path."""
+
+    def make(source: str, name: str = "target.py") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return make
+
+
+def assert_one_line_error(run: CliRun, code: int, needle: str) -> None:
+    assert run.code == code, (run.code, run.stdout, run.stderr)
+    assert "Traceback" not in run.stderr, run.stderr
+    lines = [l for l in run.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("diagnose: error: "), lines[0]
+    assert needle in lines[0], lines[0]
+
+
+os.environ.setdefault("PYTHONWARNINGS", "ignore")

@@ -1,0 +1,188 @@
+"""Bad input through the real CLI: one-line errors, meaningful exit codes,
+reports written for whatever ran, nothing of the user's overwritten."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import DIAGNOSE, REPO, assert_one_line_error, run_cli
+
+
+def test_missing_script(tmp_path):
+    run = run_cli(str(tmp_path / "nope.py"), outdir=tmp_path / "r")
+    assert_one_line_error(run, 2, "no such file")
+    assert not (tmp_path / "r").exists()
+
+
+def test_directory(tmp_path):
+    assert_one_line_error(run_cli(str(tmp_path), outdir=tmp_path / "r"), 2, "is a directory")
+
+
+def test_syntax_error(script, tmp_path):
+    target = script("import torch\nx = (1,\ny = 2\n")
+    assert_one_line_error(run_cli(str(target), outdir=tmp_path / "r"), 2, "SyntaxError")
+
+
+def test_unknown_function(script, tmp_path):
+    target = script("def step():\n    pass\n\ndef other():\n    pass\n")
+    run = run_cli(f"{target}:nosuchfunc", outdir=tmp_path / "r")
+    assert_one_line_error(run, 2, "no top-level function 'nosuchfunc'")
+    assert "step" in run.stderr and "other" in run.stderr
+
+
+def test_unknown_option_hints_at_double_dash(script, tmp_path):
+    target = script("print('hi')\n")
+    run = run_cli(str(target), "--lr", "3", outdir=tmp_path / "r")
+    assert_one_line_error(run, 2, "go after --")
+
+
+def test_script_args_pass_through(script, tmp_path):
+    target = script("""\
+        import sys, json, torch
+        torch.ones(2) + 1
+        open(sys.argv[0] + '.argv', 'w').write(json.dumps(sys.argv))
+        """)
+    run = run_cli(str(target), "data.csv", "--", "-o", "x", "--lr", "3", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    import json
+    argv = json.loads((tmp_path / "target.py.argv").read_text())
+    assert argv == [str(target), "data.csv", "-o", "x", "--lr", "3"]
+    assert run.report["target"]["argv"] == ["data.csv", "-o", "x", "--lr", "3"]
+
+
+def test_script_that_raises_writes_report(script, tmp_path):
+    target = script("""\
+        import torch
+        x = torch.randn(64, 64)
+        for _ in range(3):
+            x = x @ x.T / 64
+        raise ValueError("boom")
+        """)
+    run = run_cli(str(target), outdir=tmp_path / "r")
+    assert run.code == 3, run.stderr
+    r = run.report
+    assert r["run"]["error"] == "ValueError: boom" and r["run"]["exit_code"] == 1
+    assert any("target.py:5" in t for t in r["run"]["traceback"])
+    # what ran before the error was still profiled
+    assert any(o["name"] == "aten::mm" and o["source"].endswith("target.py:4") for o in r["operators"])
+    assert "ValueError: boom" in run.stdout and "ValueError: boom" in run.stderr  # summary + the script's traceback
+
+
+def test_sys_exit_code_is_reported(script, tmp_path):
+    target = script("import sys, torch\ntorch.ones(3).sum()\nsys.exit(3)\n")
+    run = run_cli(str(target), outdir=tmp_path / "r")
+    assert run.code == 3
+    r = run.report
+    assert r["run"]["exit_code"] == 3 and "sys.exit(3)" in r["run"]["error"]
+
+
+def test_sys_exit_zero_is_success(script, tmp_path):
+    target = script("import sys, torch\ntorch.ones(3).sum()\nsys.exit(0)\n")
+    run = run_cli(str(target), outdir=tmp_path / "r")
+    assert run.code == 0 and run.report["run"]["error"] is None
+
+
+def test_os_exit_keeps_measurements(script, tmp_path):
+    target = script("import os, torch\nx = torch.randn(128, 128)\ny = x @ x\nos._exit(4)\n")
+    run = run_cli(str(target), outdir=tmp_path / "r")
+    assert run.code == 3
+    r = run.report
+    assert r["run"]["exit_code"] == 4 and "os._exit(4)" in r["run"]["error"]
+    assert any(o["name"] == "aten::mm" and o["source"].endswith("target.py:3") for o in r["operators"])
+
+
+def test_no_torch_operators_said_plainly(script, tmp_path):
+    target = script("total = sum(i * i for i in range(1000))\nprint(total)\n")
+    run = run_cli(str(target), outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    r = run.report
+    assert r["operators"] == []
+    assert r["layers"]["operators"] == {**r["layers"]["operators"], "status": "skipped",
+                                        "reason": "the target ran no torch operators"}
+    assert "ran no torch operators" in run.stdout
+    assert "ran no torch operators" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_timeout_keeps_what_was_measured(script, tmp_path):
+    target = script("""\
+        import torch
+        x = torch.randn(64, 64)
+        while True:
+            x = torch.tanh(x @ x)
+        """)
+    run = run_cli(str(target), "--timeout", "3", outdir=tmp_path / "r")
+    assert run.code == 3
+    r = run.report
+    assert r["run"]["timed_out"] and "timed out after 3 s" in r["run"]["error"]
+    assert any(o["name"] == "aten::tanh" for o in r["operators"])
+
+
+def test_ctrl_c_writes_partial_report(script, tmp_path):
+    marker = tmp_path / "started"
+    target = script(f"""\
+        import torch, pathlib
+        x = torch.randn(64, 64)
+        pathlib.Path({str(marker)!r}).write_text("1")
+        while True:
+            x = torch.tanh(x @ x)
+        """)
+    out = tmp_path / "r"
+    proc = subprocess.Popen([*DIAGNOSE, "-q", "-o", str(out), str(target)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr
+    import json
+    r = json.loads((out / "report.json").read_text())
+    assert r["run"]["interrupted"] is True
+    assert r["layers"]["operators"]["status"] == "skipped"
+    assert "interrupted" in r["layers"]["operators"]["reason"]
+    assert "interrupted" in stdout
+
+
+def test_output_is_an_existing_file(script, tmp_path):
+    target = script("import torch\n")
+    existing = tmp_path / "precious.txt"
+    existing.write_text("mine")
+    run = run_cli(str(target), outdir=existing)
+    assert_one_line_error(run, 2, "is not a directory")
+    assert existing.read_text() == "mine"
+
+
+def test_output_unwritable(script, tmp_path):
+    target = script("import torch\n")
+    run = run_cli(str(target), outdir="/proc/diagnose-cannot-write-here")
+    assert_one_line_error(run, 2, "cannot write to /proc/diagnose-cannot-write-here")
+
+
+def test_output_with_earlier_report_needs_force(script, tmp_path):
+    target = script("import torch\ntorch.ones(4).sum()\n")
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.json").write_text("earlier")
+    (out / "notes.txt").write_text("user file")
+    run = run_cli(str(target), outdir=out)
+    assert_one_line_error(run, 2, "--force")
+    assert (out / "report.json").read_text() == "earlier"
+    forced = run_cli(str(target), "--force", outdir=out)
+    assert forced.code == 0, forced.stderr
+    assert forced.report["schema_version"] == "1"
+    assert (out / "notes.txt").read_text() == "user file"
+
+
+def test_default_output_dir_is_under_reports(script, tmp_path):
+    target = script("import torch\ntorch.ones(4).sum()\n")
+    run = run_cli(str(target), cwd=tmp_path)
+    assert run.code == 0, run.stderr
+    dirs = list((tmp_path / "reports").iterdir())
+    assert len(dirs) == 1 and dirs[0].name.startswith("target-")
+    assert (dirs[0] / "report.json").is_file()

@@ -1,0 +1,70 @@
+"""Finding rules on small reports: thresholds, severities, evidence."""
+
+from __future__ import annotations
+
+from diagnose import findings
+from diagnose.report.model import OperatorRow, Report, Run, SourceShare, TargetInfo
+
+
+def row(name, pct, source="m.py:3", called_by=None, mem=0):
+    us = pct * 100.0
+    return OperatorRow(name=name, input_shapes=[[64, 64]], dtypes=["float"], calls=10, self_cpu_us=us,
+                       total_cpu_us=us, self_pct=pct, source=source,
+                       sources=[SourceShare(location=source, calls=10, self_cpu_us=us)],
+                       cpu_memory_bytes=mem, called_by=called_by or {"": us})
+
+
+def report(*rows, **summary) -> Report:
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.5))
+    r.operators = sorted(rows, key=lambda x: -x.self_cpu_us)
+    r.operator_summary = summary
+    return r
+
+
+def kinds(rep):
+    return [(f.kind, f.severity, f.op) for f in findings.derive(rep)]
+
+
+def test_healthy_compute_is_low_and_only_once():
+    rep = report(row("aten::addmm", 50), row("aten::mm", 30), row("aten::relu", 5), row("aten::add", 15))
+    assert kinds(rep) == [("hot_operator", "medium", "aten::add"), ("hot_operator", "low", "aten::addmm")]
+
+
+def test_elementwise_hot_operator_is_high_with_evidence():
+    rep = report(row("aten::div", 45, source="m.py:12"), row("aten::addmm", 55))
+    fs = findings.derive(rep)
+    top = fs[0]
+    assert (top.kind, top.severity, top.op, top.location) == ("hot_operator", "high", "aten::div", "m.py:12")
+    assert top.evidence["share_pct"] == 45 and top.evidence["threshold_pct"] == 30
+    assert top.evidence["instrumentation_overhead"] == 1.5
+    assert "Fuse" in top.suggestion or "fuse" in top.suggestion
+
+
+def test_below_threshold_raises_nothing():
+    assert kinds(report(*(row(f"aten::op{i}", 9.0) for i in range(11)))) == []
+
+
+def test_copy_overhead_counts_layout_copies_not_kernel_internal_copies():
+    internal = row("aten::copy_", 25, called_by={"aten::addmm": 2500.0})
+    assert [k for k in kinds(report(row("aten::addmm", 75), internal)) if k[0] == "copy_overhead"] == []
+    layout = row("aten::copy_", 20, source="m.py:7", called_by={"aten::contiguous": 2000.0})
+    fs = [f for f in findings.derive(report(row("aten::addmm", 80), layout)) if f.kind == "copy_overhead"]
+    assert len(fs) == 1 and fs[0].severity == "medium" and fs[0].location == "m.py:7"
+    assert fs[0].evidence["share_pct"] == 20.0
+
+
+def test_memory_churn_thresholds():
+    gib = 1 << 30
+    quiet = report(row("aten::addmm", 100), memory={"allocated_bytes": 100 << 20, "allocations": 10})
+    assert [k for k in kinds(quiet) if k[0] == "memory_churn"] == []
+    churn = report(row("aten::addmm", 60), row("aten::empty", 40, source="m.py:9", mem=3 * gib),
+                   memory={"allocated_bytes": 3 * gib, "allocations": 50_000})
+    fs = [f for f in findings.derive(churn) if f.kind == "memory_churn"]
+    assert len(fs) == 1 and fs[0].severity == "medium"  # 2 GiB/s over the 1.5 s instrumented pass
+    assert fs[0].location == "m.py:9" and fs[0].evidence["allocations"] == 50_000
+
+
+def test_findings_are_ranked_by_severity_then_share():
+    rep = report(row("aten::div", 35), row("aten::mul", 20), row("aten::addmm", 45))
+    assert [(f.severity, f.op) for f in findings.derive(rep)] == [
+        ("high", "aten::div"), ("medium", "aten::mul"), ("low", "aten::addmm")]
