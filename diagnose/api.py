@@ -42,6 +42,8 @@ class Config:
     trace_max_events: int = 100_000
     profile_iters: int = 20
     reports_root: str = "reports"
+    baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
+    callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
 
 
 class Progress(Protocol):
@@ -111,18 +113,18 @@ def _spec(target: Target, config: Config, name: str, layer: str | None) -> dict[
         "pass": name, "layer": layer, "script": target.path, "display_script": target.script,
         "argv": list(target.argv), "mode": target.mode, "function": target.function,
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
-        "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters},
+        "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
+                    "callgraph": config.callgraph},
     }
 
 
-def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
+def _apply_outcome(report: Report, outcome: PassOutcome) -> None:
+    """How the target fared, from the first pass (the baseline unless it was skipped)."""
     res = outcome.result or {}
     run = report.run
     run.exit_code = res.get("exit_code") if outcome.result else outcome.returncode
     run.error = outcome.error
     run.traceback = res.get("traceback") or []
-    run.wall_s = res.get("wall_s")
-    run.iterations = _stats(res.get("iteration_s") or [])
     run.timed_out = outcome.status == "timeout"
     run.interrupted = outcome.status == "interrupted"
     torch_info = res.get("torch") or {}
@@ -134,9 +136,15 @@ def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
     m.default_intra_op_threads = torch_info.get("default_intra_op_threads")
 
 
+def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
+    res = outcome.result or {}
+    report.run.wall_s = res.get("wall_s")
+    report.run.iterations = _stats(res.get("iteration_s") or [])
+
+
 def _apply_instrumented(report: Report, outcome: PassOutcome) -> None:
     res = outcome.result or {}
-    if report.run.instrumented_wall_s is None and res.get("wall_s") is not None:
+    if res.get("wall_s") is not None:
         report.run.instrumented_wall_s = res["wall_s"]
         times = res.get("iteration_s") or []
         recorded = (res.get("raw") or {}).get("recorded_iters")
@@ -177,7 +185,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     report.run.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     report.run.diagnose_version = __version__
     layers = [LAYERS[name] for name in config.layers]
-    passes: list[tuple[str, Any]] = [("baseline", None)]
+    passes: list[tuple[str, Any]] = [("baseline", None)] if config.baseline else []
     for layer in layers:
         reason = layer.available()
         if reason:
@@ -210,15 +218,18 @@ def _run_passes(target, config, report, passes, workroot, output_dir, created, p
         outcome = run_pass(_spec(target, config, name, layer.name if layer else None), workdir,
                            passthrough=not captured, timeout_s=config.timeout_s, on_tick=progress.tick)
         progress.pass_finished(name, outcome)
-        if layer is None:
+        if index == 1:
             if (outcome.result or {}).get("exit_code") == NO_FUNCTION:
                 _discard(output_dir, created)
                 raise TargetError(outcome.result["error"])
+            _apply_outcome(report, outcome)
+        if layer is None:
             _apply_baseline(report, outcome)
             continue
         if outcome.status == "interrupted":
             report.run.interrupted = True
-        _apply_instrumented(report, outcome)
+        if layer.name == "operators":  # the contract's instrumented_wall_s is the operator pass
+            _apply_instrumented(report, outcome)
         status = layer.analyse(outcome, report, workdir)
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status

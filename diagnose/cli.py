@@ -3,6 +3,7 @@
     diagnose [OPTIONS] model.py [SCRIPT_ARGS...] [-- MORE_SCRIPT_ARGS...]
     diagnose [OPTIONS] model.py:step --warmup 3 --iters 20
     diagnose --load report.json [--format terminal|md|json]
+    diagnose callgraph [OPTIONS] model.py [ARGS...]   (only the call-graph pass, quick)
 
 Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 3 the target failed, exited non-zero or timed out (report written);
@@ -24,6 +25,7 @@ examples:
   diagnose -o out train.py -- -o x        ...and everything after -- too, even options diagnose knows
   diagnose model.py:step --iters 50       import model.py, call step() 3 warm-up + 50 measured times
   diagnose --load out/report.json         re-render a report without running anything
+  diagnose callgraph train.py             only the cProfile pass: callgraph.png and Python hotspots
 
 exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
 (report still written), 130 interrupted (partial report written), 1 a bug in diagnose.
@@ -37,11 +39,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see diagnose --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     from diagnose.layers import LAYERS
+    from diagnose.tools import callgraph
 
     p = _Parser(
-        prog="diagnose",
+        prog=prog,
         description="CPU performance diagnosis for PyTorch: which operators at which shapes take the time, "
                     "which line of your code calls them, and what to try.",
         epilog=EPILOG,
@@ -63,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="function mode: record at most the last N iterations in the operator pass (20)")
     p.add_argument("--trace-max-events", type=int, default=100_000, metavar="N",
                    help="cap on events written to trace.json (100000)")
+    p.add_argument("--callgraph-nodes", type=float, default=callgraph.NODE_THRES_PCT, metavar="PCT",
+                   help=f"call graph: hide functions under PCT%% of the time ({callgraph.NODE_THRES_PCT:g})")
+    p.add_argument("--callgraph-edges", type=float, default=callgraph.EDGE_THRES_PCT, metavar="PCT",
+                   help=f"call graph: hide calls under PCT%% of the time ({callgraph.EDGE_THRES_PCT:g})")
+    p.add_argument("--callgraph-focus", choices=("all", "user"), default="all",
+                   help="call graph: all functions, or only those in your script's directory (all)")
     p.add_argument("--load", metavar="REPORT_JSON", help="re-render an existing report.json; runs nothing")
     p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal",
                    help="with --load: what to print (terminal)")
@@ -92,7 +101,7 @@ def _load(args) -> int:
     return ExitCode.OK
 
 
-def _run(args, extra: list[str]) -> int:
+def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     from diagnose import api
     from diagnose.layers import LAYERS
     from diagnose.render import terminal
@@ -109,21 +118,29 @@ def _run(args, extra: list[str]) -> int:
     target = Target(script=script, argv=[*args.script_args, *extra], function=function,
                     warmup=args.warmup, iters=args.iters)
     config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
-                        profile_iters=args.profile_iters, trace_max_events=args.trace_max_events)
+                        profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
+                        callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
+                                   "focus": args.callgraph_focus})
+    if subcommand == "callgraph":
+        config.layers, config.baseline = ["python"], False
     progress = api.NullProgress() if args.quiet else TerminalProgress()
     result = api.diagnose(target, config, progress)
     sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
     return result.exit_code
 
 
+SUBCOMMANDS = ("callgraph",)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    own, extra = _split(argv)
+    subcommand = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    own, extra = _split(argv[1:] if subcommand else argv)
     try:
-        args = build_parser().parse_args(own)
+        args = build_parser("diagnose " + subcommand if subcommand else "diagnose").parse_args(own)
         if args.load:
             return _load(args)
-        return _run(args, extra)
+        return _run(args, extra, subcommand)
     except DiagnoseError as exc:
         print(f"diagnose: error: {exc.message}", file=sys.stderr)
         return exc.exit_code

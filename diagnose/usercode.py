@@ -70,3 +70,61 @@ class UserCode:
                 return f"{self.display(code.co_filename)}:{frame.f_lineno}"
             frame = frame.f_back
         return None
+
+
+class FunctionSpans:
+    """Which function of a source file encloses a line, from the file's AST.
+
+    Joins the operator pass (which knows lines) with the call-graph pass
+    (which knows functions by their first line). Reads files, never runs them.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, list[tuple[int, int, int, str]]] = {}
+
+    def spans(self, path: str) -> list[tuple[int, int, int, str]]:
+        """(first_line, def_line, end_line, qualname) per function; first_line
+        is the first decorator's line, as in code objects and cProfile."""
+        hit = self._cache.get(path)
+        if hit is None:
+            hit = self._cache[path] = _function_spans(path)
+        return hit
+
+    def enclosing(self, path: str, line: int) -> tuple[str, int, int] | None:
+        """(qualname, first_line, end_line) of the innermost function holding `line`."""
+        best = None
+        for first, _def, end, name in self.spans(path):
+            if first <= line <= end and (best is None or first >= best[1]):
+                best = (name, first, end)
+        return best
+
+    def end_line(self, path: str, first_line: int) -> int | None:
+        for first, def_line, end, _name in self.spans(path):
+            if first_line in (first, def_line):
+                return end
+        return None
+
+
+def _function_spans(path: str) -> list[tuple[int, int, int, str]]:
+    import ast
+
+    try:
+        with open(path, "rb") as fh:
+            tree = ast.parse(fh.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    out: list[tuple[int, int, int, str]] = []
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                    out.append((first, child.lineno, child.end_lineno or child.lineno, name))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out

@@ -29,12 +29,16 @@ class CliRun:
         return json.loads((self.outdir / "report.json").read_text())
 
 
-def run_cli(*args: str, cwd: Path | None = None, outdir: Path | None = None, timeout: float = 240) -> CliRun:
-    cmd = [*DIAGNOSE, "-q"]
+def run_cli(*args: str, cwd: Path | None = None, outdir: Path | None = None, timeout: float = 240,
+            env: dict[str, str] | None = None) -> CliRun:
+    """`diagnose -q [-o OUTDIR] ARGS`; a leading subcommand (e.g. callgraph) stays first."""
+    args = list(args)
+    sub = [args.pop(0)] if args and args[0] in ("callgraph", "threads") else []
+    cmd = [*DIAGNOSE, *sub, "-q"]
     if outdir is not None:
         cmd += ["-o", str(outdir)]
-    cmd += list(args)
-    proc = subprocess.run(cmd, cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout)
+    cmd += args
+    proc = subprocess.run(cmd, cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout, env=env)
     return CliRun(proc.returncode, proc.stdout, proc.stderr, outdir)
 
 

@@ -8,13 +8,14 @@ Every finding carries the numbers that crossed its threshold in `evidence`.
 
 from __future__ import annotations
 
-from diagnose.findings import operators
+from diagnose.findings import operators, python
 from diagnose.report.model import Finding, Report
 
 RULES = [
     operators.hot_operator,
     operators.copy_overhead,
     operators.memory_churn,
+    python.python_overhead,
 ]
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from diagnose.layers.base import Layer
 from diagnose.layers.operators import OperatorsLayer
+from diagnose.layers.python import PythonLayer
 
 LAYERS: dict[str, Layer] = {
     layer.name: layer
     for layer in (
         OperatorsLayer(),
+        PythonLayer(),
     )
 }
 

@@ -333,6 +333,19 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
     return rows
 
 
+def _attach_functions(rows: list[OperatorRow]) -> None:
+    """Name the user function around each source line (read from the file's AST)."""
+    from diagnose.usercode import FunctionSpans
+
+    spans = FunctionSpans()
+    for row in rows:
+        for share in row.sources:
+            path, _, line = (share.location or "").rpartition(":")
+            if path and line.isdigit():
+                hit = spans.enclosing(path, int(line))
+                share.function = hit[0] if hit else "<module>"
+
+
 class OperatorsLayer(Layer):
     name = "operators"
     description = "torch.profiler with shapes, FLOPs, memory and source lines"
@@ -349,6 +362,7 @@ class OperatorsLayer(Layer):
         if len(rows) > MAX_ROWS:
             notes.append(f"kept the {MAX_ROWS} rows with most self CPU time of {len(rows)}")
             rows = rows[:MAX_ROWS]
+        _attach_functions(rows)
         report.operators = rows
         total_self_us = sum(r["self_cpu_us"] for r in raw["rows"])
         attributed_us = sum(r["self_cpu_us"] for r in raw["rows"] if r["source"])

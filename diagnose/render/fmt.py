@@ -69,3 +69,29 @@ def outcome_line(report: Report) -> str:
     if run.error:
         return f"the target failed (exit code {run.exit_code}): {run.error}"
     return f"the target finished (exit code {run.exit_code})"
+
+
+def python_split_line(report: Report) -> str | None:
+    """Operators vs Python in the call-graph pass, with that pass's own slowdown."""
+    s = report.python_summary
+    if not s.get("total_s"):
+        return None
+    split = s.get("split_s") or {}
+    total = s["total_s"]
+    parts = ", ".join(f"{label} {100 * split.get(key, 0.0) / total:.0f}%"
+                      for key, label in (("user", "your code"), ("library", "library Python"),
+                                         ("builtin", "other built-ins")))
+    line = f"operators (torch built-ins) {100 * s.get('operator_share', 0):.0f}% vs Python {100 * s.get('python_share', 0):.0f}% ({parts})"
+    ratio = s.get("overhead_ratio")
+    if ratio:
+        line += f"; cProfile pass {duration(s.get('wall_s'))} vs {duration(report.run.wall_s)} uninstrumented ({ratio:.2f}x), which inflates Python most"
+    else:
+        line += "; from the cProfile pass, which inflates Python most"
+    return line
+
+
+def user_functions(report: Report, limit: int):
+    """The user's functions that cost most, by time they spend themselves or in tiny calls."""
+    rows = [r for r in report.python_hotspots if r.kind == "user"]
+    rows.sort(key=lambda r: (-(r.loop_overhead_s or 0.0), -r.cumulative_s))
+    return rows[:limit]

@@ -11,6 +11,7 @@ from diagnose.report.model import Report
 
 TOP_OPERATORS = 15
 TOP_FINDINGS = 10
+TOP_FUNCTIONS = 12
 
 
 def _cell(text: object) -> str:
@@ -79,6 +80,8 @@ def render(report: Report) -> str:
     if layer and layer.notes:
         out += [f"- {n}" for n in layer.notes] + [""]
 
+    out += _python(report)
+
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
     for name, s in report.layers.items():
         out.append(f"| {name} | {s.status} | {fmt.duration(s.elapsed_s)} | {_cell(s.reason or '')} |")
@@ -100,6 +103,37 @@ def render(report: Report) -> str:
         out += ["## Files", ""] + [f"- `{v}`" for v in report.artifacts.values()] + [""]
     out.append(f"_diagnose {report.run.diagnose_version}, schema {report.schema_version}, {report.run.started_at}_")
     return "\n".join(out) + "\n"
+
+
+def _python(report: Report) -> list[str]:
+    layer = report.layers.get("python")
+    split = fmt.python_split_line(report)
+    if layer is None:
+        return []
+    out = ["## Python", ""]
+    if layer.status != "ok":
+        return out + [f"_{layer.status}: {layer.reason}_", ""]
+    if split:
+        out += [split, ""]
+    if "callgraph_png" in report.artifacts:
+        out += [f"![call graph]({report.artifacts['callgraph_png']})", ""]
+    for name, why in layer.missing.items():
+        out += [f"_{name} was not made: {_cell(why)}_", ""]
+    rows = report.python_hotspots[:TOP_FUNCTIONS]
+    if rows:
+        out += ["| function | where | kind | calls | self | cumulative | operators it calls |",
+                "|---|---|---|---:|---:|---:|---|"]
+        for r in rows:
+            ops = ", ".join(f"{o['op']} ({o['location']}, {o['calls']}x)" for o in r.operators[:3])
+            out.append("| " + " | ".join([
+                _code(r.function), _code(r.location), r.kind, str(r.calls), fmt.duration(r.self_s),
+                f"{r.cumulative_pct:.1f}%", _cell(ops or "-"),
+            ]) + " |")
+        if len(report.python_hotspots) > TOP_FUNCTIONS:
+            out.append(f"\n_{len(report.python_hotspots) - TOP_FUNCTIONS} more functions in report.json._")
+        out.append("")
+    out += [f"- {n}" for n in layer.notes if not n.startswith(tuple(layer.missing))]
+    return out + [""]
 
 
 def _evidence(value: object) -> str:

@@ -9,6 +9,7 @@ from diagnose.report.model import Report
 
 TOP_OPERATORS = 8
 TOP_FINDINGS = 5
+TOP_FUNCTIONS = 5
 
 
 def render(report: Report, output_dir: str | None = None) -> str:
@@ -31,6 +32,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
     if op_layer and op_layer.status != "ok":
         out.append("")
         out.append(f"Operators: {op_layer.status}: {op_layer.reason}")
+    out += _python(report)
     out.append("")
     if report.findings:
         out.append("Findings")
@@ -49,6 +51,23 @@ def render(report: Report, output_dir: str | None = None) -> str:
         files = ", ".join(sorted(report.artifacts.values()))
         out.append(f"Report: {os.path.join(output_dir, 'report.md')}  ({files})")
     return "\n".join(out) + "\n"
+
+
+def _python(report: Report) -> list[str]:
+    split = fmt.python_split_line(report)
+    if split is None:
+        return []
+    out = ["", "Python (call-graph pass)", f"  {split}"]
+    rows = [("your function", "where", "cumulative", "self+tiny calls", "tiny calls")]
+    for r in fmt.user_functions(report, TOP_FUNCTIONS):
+        rows.append((r.function, r.location, f"{r.cumulative_pct:.1f}%", fmt.duration(r.loop_overhead_s),
+                     str(r.tiny_calls or 0)))
+    if len(rows) > 1:
+        out += _table(rows)
+    layer = report.layers.get("python")
+    for name, why in (layer.missing.items() if layer else ()):
+        out.append(f"  {name} not made: {why}")
+    return out
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

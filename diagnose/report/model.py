@@ -92,6 +92,7 @@ class LayerStatus:
     reason: str | None = None
     elapsed_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)  # artifact the layer could not make -> why
 
 
 @dataclass
@@ -99,6 +100,27 @@ class SourceShare:
     location: str | None
     calls: int
     self_cpu_us: float
+    function: str | None = None  # the user function holding `location`
+
+
+@dataclass
+class PythonFunction:
+    """One function of the call-graph (cProfile) pass; times are instrumented."""
+
+    function: str
+    location: str  # "file.py:LINE" of its first line; "~" for built-ins
+    kind: str  # user, library, torch (a torch built-in: operator work), builtin
+    calls: int
+    self_s: float
+    cumulative_s: float
+    self_pct: float  # share of the pass's total time
+    cumulative_pct: float
+    end_line: int | None = None  # user functions: last line, to join operator source lines
+    # user functions: time it spends itself or in tiny calls (< TINY_CALL_US each) it makes
+    # directly, the cost of driving torch one small step at a time from Python
+    loop_overhead_s: float | None = None
+    tiny_calls: int | None = None
+    operators: list[dict[str, Any]] = field(default_factory=list)  # from the operator pass
 
 
 @dataclass
@@ -139,7 +161,8 @@ class Report:
     layers: dict[str, LayerStatus] = field(default_factory=dict)
     operators: list[OperatorRow] = field(default_factory=list)
     operator_summary: dict[str, Any] = field(default_factory=dict)
-    python_hotspots: list[dict[str, Any]] = field(default_factory=list)
+    python_hotspots: list[PythonFunction] = field(default_factory=list)
+    python_summary: dict[str, Any] = field(default_factory=dict)
     threads: dict[str, Any] = field(default_factory=dict)
     microbenchmarks: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)

@@ -1,0 +1,213 @@
+"""Python layer: a cProfile pass, its call graph, and where Python time goes.
+
+Child side (`PythonRecorder`) runs the measured part of the workload under
+cProfile and saves `profile.pstats`. Parent side (`PythonLayer.analyse`)
+reads it back with `pstats`, renders `callgraph.dot` with gprof2dot and
+`callgraph.png` with graphviz's `dot` (tools/callgraph.py), and fills
+`python_hotspots` and `python_summary`:
+
+- every function is classed `user` (the user's files, see usercode.py),
+  `library` (other Python: torch's Python layers, stdlib), `torch` (a torch
+  built-in: time spent in it is operator work, including intra-op threads the
+  caller waits for) or `builtin` (any other C function);
+- the run's split into operator work vs Python between operators is the sum
+  of self times per class;
+- per user function, `loop_overhead_s` is its own time plus the time of the
+  tiny calls (< TINY_CALL_US each, on average) it makes directly: the cost of
+  driving torch one small step at a time from Python. Joined with the operator
+  pass, each user function lists the operators called from its lines.
+
+cProfile slows Python code far more than operator code, so these shares
+overstate Python; the summary gives this pass's wall time beside the
+uninstrumented one.
+"""
+
+from __future__ import annotations
+
+import os
+import pstats
+import re
+from collections import defaultdict
+from typing import Any
+
+from diagnose.layers.base import Layer
+from diagnose.report.model import LayerStatus, PythonFunction, Report
+from diagnose.tools import callgraph
+
+PSTATS = "profile.pstats"
+DOT = "callgraph.dot"
+PNG = "callgraph.png"
+TINY_CALL_US = 50.0
+TOP_BY_SELF = 30
+USER_MIN_CUMULATIVE_PCT = 1.0
+MAX_OPERATORS_PER_FUNCTION = 8
+
+
+class PythonRecorder:
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.profiler = None
+
+    def start(self) -> None:
+        import cProfile
+
+        self.profiler = cProfile.Profile()
+        self.profiler.enable()
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self.profiler is not None:
+            self.profiler.disable()
+
+    def collect(self, workdir: str) -> dict[str, Any]:
+        if self.profiler is None:
+            return {"pstats": None}
+        self.profiler.dump_stats(os.path.join(workdir, PSTATS))
+        return {"pstats": PSTATS, "callgraph": self.spec.get("options", {}).get("callgraph", {})}
+
+
+# --------------------------------------------------------------- parent side
+
+_TORCH_BUILTIN = re.compile(r"torch")
+
+
+def classify(func: tuple[str, int, str], usercode) -> str:
+    filename, _line, name = func
+    if filename == "~":
+        return "torch" if _TORCH_BUILTIN.search(name) else "builtin"
+    return "user" if usercode.is_user(filename) else "library"
+
+
+def _label(func: tuple[str, int, str], usercode) -> tuple[str, str]:
+    filename, line, name = func
+    if filename == "~":
+        return name, "~"
+    return name, f"{usercode.display(filename)}:{line}"
+
+
+def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[str, Any]]:
+    """Rows for `python_hotspots` and the time split, from `pstats.Stats(...).stats`."""
+    total_s = sum(v[2] for v in stats.values()) or 1e-12
+    split: dict[str, float] = defaultdict(float)
+    kinds = {}
+    for func, (_cc, _nc, tt, _ct, _callers) in stats.items():
+        kinds[func] = classify(func, usercode)
+        split[kinds[func]] += tt
+    # calls each function makes, per callee: callers are stored on the callee
+    tiny: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
+    for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
+        if kinds[callee] == "user":
+            continue
+        for caller, (_c, nc, _t, ct) in callers.items():
+            if nc and kinds.get(caller) == "user" and ct * 1e6 / nc < TINY_CALL_US:
+                tiny[caller][0] += ct
+                tiny[caller][1] += nc
+    rows = []
+    for func, (_cc, nc, tt, ct, _callers) in stats.items():
+        name, location = _label(func, usercode)
+        row = PythonFunction(
+            function=name, location=location, kind=kinds[func], calls=nc, self_s=round(tt, 6),
+            cumulative_s=round(ct, 6), self_pct=round(100 * tt / total_s, 3),
+            cumulative_pct=round(100 * ct / total_s, 3),
+        )
+        if row.kind == "user":
+            row.end_line = spans.end_line(os.path.realpath(func[0]), func[1])
+            row.loop_overhead_s = round(tt + tiny[func][0], 6)
+            row.tiny_calls = tiny[func][1]
+        rows.append(row)
+    rows.sort(key=lambda r: -r.self_s)
+    keep = rows[:TOP_BY_SELF] + [r for r in rows[TOP_BY_SELF:]
+                                 if r.kind == "user" and r.cumulative_pct >= USER_MIN_CUMULATIVE_PCT]
+    summary = {
+        "total_s": round(total_s, 6),
+        "functions": len(stats),
+        "split_s": {k: round(split.get(k, 0.0), 6) for k in ("torch", "user", "library", "builtin")},
+        "operator_share": round(split.get("torch", 0.0) / total_s, 4),
+        "python_share": round(1 - split.get("torch", 0.0) / total_s, 4),
+    }
+    return keep, summary
+
+
+def join_operators(rows: list[PythonFunction], report: Report) -> None:
+    """List, per user function, the operators called from its lines (operator pass)."""
+    by_file: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
+    for op in report.operators:
+        for share in op.sources:
+            path, _, line = (share.location or "").rpartition(":")
+            if path and line.isdigit():
+                by_file[os.path.realpath(path)].append((int(line), share.location, (op, share)))
+    for row in rows:
+        if row.kind != "user" or row.end_line is None:
+            continue
+        path, _, first = row.location.rpartition(":")
+        first_line = int(first)
+        found = []
+        for line, location, (op, share) in by_file.get(os.path.realpath(path), []):
+            if first_line <= line <= row.end_line:
+                found.append({"op": op.name, "input_shapes": op.input_shapes, "location": location,
+                              "calls": share.calls, "self_cpu_us": share.self_cpu_us})
+        found.sort(key=lambda d: -d["self_cpu_us"])
+        row.operators = found[:MAX_OPERATORS_PER_FUNCTION]
+
+
+def _entry_selector(stats: dict, report: Report, script_path: str) -> str | None:
+    """gprof2dot's name for the workload's entry, to root the graph there."""
+    want = report.target.function or "<module>"
+    real = os.path.realpath(script_path)
+    for filename, line, name in stats:
+        if name == want and filename != "~" and os.path.realpath(filename) == real:
+            stem = os.path.splitext(os.path.basename(filename))[0]
+            return f"{stem}:{line}:{name}"
+    return None
+
+
+class PythonLayer(Layer):
+    name = "python"
+    description = "cProfile call graph (gprof2dot + dot) and Python hotspots"
+
+    def recorder(self, spec: dict[str, Any]) -> PythonRecorder:
+        return PythonRecorder(spec)
+
+    def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        from diagnose.usercode import FunctionSpans, UserCode
+
+        raw = outcome.raw
+        if not raw or not raw.get("pstats"):
+            return LayerStatus("failed", outcome.failure_reason("the call-graph pass"))
+        pstats_path = os.path.join(workdir, raw["pstats"])
+        stats = pstats.Stats(pstats_path).stats
+        script = os.path.abspath(report.target.script)
+        usercode = UserCode(script)
+        rows, summary = hotspots(stats, usercode, FunctionSpans())
+        join_operators(rows, report)
+        wall = (outcome.result or {}).get("wall_s")
+        summary["wall_s"] = wall
+        if wall and report.run.wall_s:
+            summary["overhead_ratio"] = round(wall / report.run.wall_s, 3)
+        report.python_hotspots = rows
+        report.artifacts["pstats"] = PSTATS
+        status = LayerStatus("ok")
+        opts = raw.get("callgraph") or {}
+        options = callgraph.CallgraphOptions(
+            node_thres_pct=opts.get("node_thres_pct", callgraph.NODE_THRES_PCT),
+            edge_thres_pct=opts.get("edge_thres_pct", callgraph.EDGE_THRES_PCT),
+            focus_paths=[os.path.dirname(script)] if opts.get("focus") == "user" else None,
+            root=_entry_selector(stats, report, script),
+        )
+        summary["callgraph"] = {"node_thres_pct": options.node_thres_pct, "edge_thres_pct": options.edge_thres_pct,
+                                "focus": opts.get("focus", "all"), "root": options.root}
+        report.python_summary = summary
+        try:
+            callgraph.pstats_to_dot(pstats_path, os.path.join(workdir, DOT), options)
+            report.artifacts["callgraph_dot"] = DOT
+            callgraph.dot_to_png(os.path.join(workdir, DOT), os.path.join(workdir, PNG))
+            report.artifacts["callgraph_png"] = PNG
+        except callgraph.ToolError as exc:
+            status.missing[PNG] = str(exc)
+            status.notes.append(f"{PNG} was not made: {exc}")
+        if outcome.status != "ok":
+            status.notes.append(f"the target did not finish this pass ({outcome.status}): "
+                                "the call graph covers what ran before")
+        return status

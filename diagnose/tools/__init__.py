@@ -1,0 +1,1 @@
+"""External tools, one module each, called as subprocesses."""

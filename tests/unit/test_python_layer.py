@@ -1,0 +1,102 @@
+"""The Python layer's analysis on a real cProfile run (call counts are exact)."""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import runpy
+from pathlib import Path
+
+import pytest
+
+from diagnose.findings.python import python_overhead
+from diagnose.layers.python import hotspots, join_operators, classify
+from diagnose.report.model import OperatorRow, PythonFunction, Report, SourceShare, TargetInfo
+from diagnose.usercode import FunctionSpans, UserCode
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "python"
+ROWLOOP = DATA / "rowloop.py"
+
+
+@pytest.fixture(scope="module")
+def rowloop_stats(tmp_path_factory):
+    """Profile the planted row loop in this process, then read it back from disk."""
+    ns = runpy.run_path(str(ROWLOOP), run_name="rowloop")
+    prof = cProfile.Profile()
+    prof.enable()
+    ns["main"](rows=300)
+    prof.disable()
+    path = tmp_path_factory.mktemp("pstats") / "profile.pstats"
+    prof.dump_stats(str(path))
+    return pstats.Stats(str(path)).stats  # the round trip through the file format
+
+
+def _line(needle: str) -> int:
+    return next(i for i, l in enumerate(ROWLOOP.read_text().splitlines(), 1) if needle in l)
+
+
+def test_pstats_round_trip_classifies_and_counts(rowloop_stats):
+    usercode = UserCode(str(ROWLOOP))
+    rows, summary = hotspots(rowloop_stats, usercode, FunctionSpans())
+    by_name = {r.function: r for r in rows}
+    loop = by_name["normalise_rows"]
+    assert loop.kind == "user" and loop.calls == 2
+    assert loop.location.endswith(f"rowloop.py:{_line('def normalise_rows')}")
+    assert loop.end_line == _line("return out")
+    # per row: mean() and std() are method calls cProfile sees; 300 rows x 2 calls
+    assert loop.tiny_calls >= 2 * 300 * 2
+    std = next(r for r in rows if "'std'" in r.function)
+    assert std.kind == "torch" and std.calls == 600
+    assert classify(("~", 0, "<built-in method builtins.print>"), usercode) == "builtin"
+    assert classify((pstats.__file__, 1, "f"), usercode) == "library"
+    # the split adds up to the total, and the loop dominates the user functions
+    assert abs(sum(summary["split_s"].values()) - summary["total_s"]) < 1e-3
+    assert summary["operator_share"] + summary["python_share"] == pytest.approx(1.0, abs=1e-3)
+    users = [r for r in rows if r.kind == "user"]
+    assert max(users, key=lambda r: r.loop_overhead_s).function == "normalise_rows"
+
+
+def _report(loop_overhead_s: float, total_s: float = 10.0, operators=None) -> Report:
+    report = Report(target=TargetInfo(script="m.py"))
+    report.python_summary = {"total_s": total_s, "python_share": 0.3, "overhead_ratio": 1.2}
+    report.python_hotspots = [PythonFunction(
+        function="loop", location="m.py:3", kind="user", calls=1, self_s=loop_overhead_s / 2,
+        cumulative_s=total_s, self_pct=5, cumulative_pct=100, end_line=9,
+        loop_overhead_s=loop_overhead_s, tiny_calls=5000)]
+    report.operators = operators or []
+    return report
+
+
+@pytest.mark.parametrize("share,severity", [(0.09, None), (0.10, "low"), (0.25, "medium"), (0.45, "high")])
+def test_python_overhead_thresholds(share, severity):
+    found = python_overhead(_report(loop_overhead_s=10.0 * share))
+    assert [f.severity for f in found] == ([severity] if severity else [])
+    if found:
+        assert found[0].evidence["share_pct"] == pytest.approx(100 * share)
+        assert found[0].evidence["tiny_calls"] == 5000
+
+
+def test_python_overhead_points_at_the_busiest_line_inside_the_function():
+    ops = [
+        OperatorRow(name="aten::mean", input_shapes=[[64]], dtypes=[], calls=900, self_cpu_us=50, total_cpu_us=50,
+                    self_pct=50, source="m.py:6", sources=[SourceShare("m.py:6", 900, 50, "loop")]),
+        OperatorRow(name="aten::mm", input_shapes=[[8, 8]], dtypes=[], calls=1, self_cpu_us=80, total_cpu_us=80,
+                    self_pct=50, source="m.py:12", sources=[SourceShare("m.py:12", 1, 80, "<module>")]),
+    ]
+    report = _report(loop_overhead_s=5.0, operators=ops)
+    join_operators(report.python_hotspots, report)
+    # only the line inside the function's span (3..9) is joined
+    assert [o["location"] for o in report.python_hotspots[0].operators] == ["m.py:6"]
+    finding = python_overhead(report)[0]
+    assert finding.location == "m.py:6" and finding.op == "aten::mean"
+    assert finding.evidence["operator_calls_at_line"] == 900
+
+
+def test_framework_overhead_is_low_when_no_user_function_is_to_blame():
+    report = _report(loop_overhead_s=0.1)
+    report.python_summary["python_share"] = 0.6
+    found = python_overhead(report)
+    assert [(f.severity, f.location) for f in found] == [("low", "m.py:3")]
+    report.python_summary["python_share"] = 0.4
+    assert python_overhead(report) == []
