@@ -44,6 +44,9 @@ class Config:
     reports_root: str = "reports"
     baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
     callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
+    sweep: bool = False  # re-run at several thread (and DataLoader worker) counts, recommend one
+    sweep_repeats: int = 2
+    sweep_threads: list[int] | None = None  # default: 1, 2, 4, ... usable CPUs, and the configured count
 
 
 class Progress(Protocol):
@@ -186,17 +189,24 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     report.run.diagnose_version = __version__
     layers = [LAYERS[name] for name in config.layers]
     passes: list[tuple[str, Any]] = [("baseline", None)] if config.baseline else []
+    observers: list[Any] = []
     for layer in layers:
         reason = layer.available()
+        if not reason and layer.observes and not config.baseline:
+            reason = "it observes the uninstrumented pass, which this command does not run"
         if reason:
             report.layers[layer.name] = LayerStatus("skipped", reason)
+        elif layer.observes:
+            observers.append(layer)
         else:
             passes.append((layer.name, layer))
 
     workroot = tempfile.mkdtemp(prefix="diagnose-")
     try:
         try:
-            _run_passes(target, config, report, passes, workroot, output_dir, created, progress)
+            _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress)
+            if config.sweep and not report.run.interrupted:
+                _sweep(target, config, report, workroot, progress)
         except KeyboardInterrupt:  # between passes: keep what was measured
             report.run.interrupted = True
         report.findings = findings.derive(report)
@@ -206,7 +216,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     return Result(report=report, output_dir=output_dir, exit_code=exit_code_for(report))
 
 
-def _run_passes(target, config, report, passes, workroot, output_dir, created, progress) -> None:
+def _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress) -> None:
     for index, (name, layer) in enumerate(passes, 1):
         if report.run.interrupted:
             report.layers[name] = LayerStatus("skipped", "diagnose was interrupted before this pass")
@@ -215,8 +225,13 @@ def _run_passes(target, config, report, passes, workroot, output_dir, created, p
         captured = layer is not None
         progress.pass_started(index, len(passes), name, description, captured)
         workdir = os.path.join(workroot, name)
-        outcome = run_pass(_spec(target, config, name, layer.name if layer else None), workdir,
-                           passthrough=not captured, timeout_s=config.timeout_s, on_tick=progress.tick)
+        watching = _Watching(observers if layer is None else [], workroot)
+        try:
+            outcome = run_pass(_spec(target, config, name, layer.name if layer else None), workdir,
+                               passthrough=not captured, timeout_s=config.timeout_s, on_tick=progress.tick,
+                               on_start=watching.attach)
+        finally:
+            watching.detach()
         progress.pass_finished(name, outcome)
         if index == 1:
             if (outcome.result or {}).get("exit_code") == NO_FUNCTION:
@@ -225,6 +240,10 @@ def _run_passes(target, config, report, passes, workroot, output_dir, created, p
             _apply_outcome(report, outcome)
         if layer is None:
             _apply_baseline(report, outcome)
+            for observer_layer in observers:
+                status = watching.analyse(observer_layer, outcome, report)
+                report.layers[observer_layer.name] = status
+                _move_artifacts(report, watching.workdir(observer_layer), output_dir)
             continue
         if outcome.status == "interrupted":
             report.run.interrupted = True
@@ -234,6 +253,86 @@ def _run_passes(target, config, report, passes, workroot, output_dir, created, p
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status
         _move_artifacts(report, workdir, output_dir)
+
+
+def _sweep(target: Target, config: Config, report: Report, workroot: str, progress: Progress) -> None:
+    """Measure the uninstrumented workload at several thread settings (layers/threads/sweep.py)."""
+    from diagnose.layers.threads import sweep
+
+    state = {"index": 0, "total": 0}
+
+    def on_point(index: int, total: int, point: dict[str, Any]) -> None:
+        state.update(index=index, total=total)
+        workers = point.get("dataloader_workers")
+        progress.pass_started(index, total, "sweep", f"{point['intra_op_threads']} intra-op threads"
+                              + (f", {workers} DataLoader workers" if workers is not None else ""), True)
+
+    def run_point(threads: int, workers: int | None) -> float | None:
+        name = f"sweep-{state['index']}"
+        spec = _spec(target, config, name, None)
+        spec["options"].update(intra_op_threads=threads, dataloader_workers=workers)
+        outcome = run_pass(spec, os.path.join(workroot, name), passthrough=False, timeout_s=config.timeout_s,
+                           on_tick=progress.tick,
+                           extra_env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+        progress.pass_finished("sweep", outcome)
+        if outcome.status == "interrupted":
+            raise KeyboardInterrupt
+        res = outcome.result or {}
+        if outcome.status != "ok":
+            return None
+        return statistics.median(res["iteration_s"]) if res.get("iteration_s") else res.get("wall_s")
+
+    threads = report.threads or {}
+    workers = threads.get("dataloader_workers")
+    try:
+        report.threads["sweep"] = sweep.run_sweep(
+            run_point, usable_cpus=report.machine.usable_cpus, configured_threads=report.machine.intra_op_threads,
+            configured_workers=workers, has_dataloader=bool(workers), repeats=config.sweep_repeats,
+            threads=config.sweep_threads, on_point=on_point)
+        report.threads["sweep"]["unit"] = "iterations" if target.function else "runs"
+    except KeyboardInterrupt:
+        report.threads["sweep"] = {"status": "interrupted before the sweep finished"}
+        raise
+
+
+class _Watching:
+    """The observer layers on one pass; a layer whose observer fails is reported as failed."""
+
+    def __init__(self, layers: list[Any], workroot: str):
+        self.root = workroot
+        self.observers: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        for layer in layers:
+            os.makedirs(self.workdir(layer), exist_ok=True)
+            try:
+                self.observers[layer.name] = layer.observer(self.workdir(layer))
+            except Exception as exc:  # noqa: BLE001 - the layer fails, the run goes on
+                self.errors[layer.name] = f"could not start: {type(exc).__name__}: {exc}"
+
+    def workdir(self, layer: Any) -> str:
+        return os.path.join(self.root, layer.name)
+
+    def attach(self, pid: int) -> None:
+        self._each("attach", pid)
+
+    def detach(self) -> None:
+        self._each("detach")
+
+    def _each(self, method: str, *args: Any) -> None:
+        for name, observer in list(self.observers.items()):
+            try:
+                getattr(observer, method)(*args)
+            except Exception as exc:  # noqa: BLE001
+                self.errors[name] = f"{method} failed: {type(exc).__name__}: {exc}"
+                if method == "attach":
+                    del self.observers[name]
+
+    def analyse(self, layer: Any, outcome: PassOutcome, report: Report) -> LayerStatus:
+        if layer.name in self.errors:
+            return LayerStatus("failed", f"the {layer.name} observer {self.errors[layer.name]}")
+        status = layer.analyse(outcome, report, self.workdir(layer))
+        status.elapsed_s = round(outcome.elapsed_s, 3)
+        return status
 
 
 def _move_artifacts(report: Report, workdir: str, output_dir: str) -> None:

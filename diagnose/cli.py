@@ -4,6 +4,7 @@
     diagnose [OPTIONS] model.py:step --warmup 3 --iters 20
     diagnose --load report.json [--format terminal|md|json]
     diagnose callgraph [OPTIONS] model.py [ARGS...]   (only the call-graph pass, quick)
+    diagnose threads [--sweep] model.py [ARGS...]      (only the uninstrumented pass and the thread sampler)
 
 Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 3 the target failed, exited non-zero or timed out (report written);
@@ -26,6 +27,7 @@ examples:
   diagnose model.py:step --iters 50       import model.py, call step() 3 warm-up + 50 measured times
   diagnose --load out/report.json         re-render a report without running anything
   diagnose callgraph train.py             only the cProfile pass: callgraph.png and Python hotspots
+  diagnose threads --sweep train.py       thread sampling, then re-runs at 1, 2, ... threads: what to set
 
 exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
 (report still written), 130 interrupted (partial report written), 1 a bug in diagnose.
@@ -72,6 +74,13 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help=f"call graph: hide calls under PCT%% of the time ({callgraph.EDGE_THRES_PCT:g})")
     p.add_argument("--callgraph-focus", choices=("all", "user"), default="all",
                    help="call graph: all functions, or only those in your script's directory (all)")
+    p.add_argument("--sweep", action="store_true",
+                   help="re-run the workload at several intra-op thread counts (and DataLoader worker counts "
+                        "when it has workers) and recommend a setting")
+    p.add_argument("--sweep-threads", metavar="N,N,...",
+                   help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
+    p.add_argument("--sweep-repeats", type=int, default=2, metavar="N",
+                   help="interleaved runs per sweep point (2)")
     p.add_argument("--load", metavar="REPORT_JSON", help="re-render an existing report.json; runs nothing")
     p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal",
                    help="with --load: what to print (terminal)")
@@ -121,15 +130,28 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
                         profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
                         callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
                                    "focus": args.callgraph_focus})
+    config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats
+    if args.sweep_threads:
+        try:
+            config.sweep_threads = sorted({int(v) for v in args.sweep_threads.split(",") if v.strip()})
+        except ValueError:
+            raise UsageError(f"--sweep-threads wants numbers like 1,2,4, not {args.sweep_threads!r}") from None
+        if not config.sweep_threads or min(config.sweep_threads) < 1:
+            raise UsageError("--sweep-threads wants thread counts of at least 1")
+        config.sweep = True
+    if args.sweep_repeats < 1:
+        raise UsageError("--sweep-repeats must be at least 1")
     if subcommand == "callgraph":
         config.layers, config.baseline = ["python"], False
+    elif subcommand == "threads":
+        config.layers = ["threads"]
     progress = api.NullProgress() if args.quiet else TerminalProgress()
     result = api.diagnose(target, config, progress)
     sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
     return result.exit_code
 
 
-SUBCOMMANDS = ("callgraph",)
+SUBCOMMANDS = ("callgraph", "threads")
 
 
 def main(argv: list[str] | None = None) -> int:

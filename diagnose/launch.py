@@ -88,6 +88,8 @@ def run_pass(
     passthrough: bool,
     timeout_s: float | None,
     on_tick: Callable[[float], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> PassOutcome:
     """Run one pass; never raises for anything the target does.
 
@@ -107,7 +109,10 @@ def run_pass(
         stdin=None if passthrough else subprocess.DEVNULL,
         stdout=out, stderr=subprocess.STDOUT if out else None,
         start_new_session=True,
+        env={**os.environ, **extra_env} if extra_env else None,
     )
+    if on_start:
+        on_start(proc.pid)
     status = None
     try:
         while True:

@@ -53,13 +53,57 @@ def _traceback_summary(tb, runner_file: str) -> list[str]:
     return [f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-12:]]
 
 
+def _pin_threads(torch, n: int) -> dict[str, Any]:
+    """Sweep point: run with n intra-op threads whatever the target asks for.
+
+    The target's own torch.set_num_threads calls in this process are recorded
+    and ignored; in forked children (DataLoader workers) they still apply.
+    """
+    torch.set_num_threads(n)
+    real, owner = torch.set_num_threads, os.getpid()
+    ignored: list[int] = []
+
+    def pinned(k: int) -> None:
+        if os.getpid() == owner:
+            ignored.append(k)
+        else:
+            real(k)
+
+    torch.set_num_threads = pinned
+    return {"value": n, "ignored_calls": ignored}
+
+
+def _pin_workers(workers: int) -> dict[str, Any]:
+    """Sweep point: every DataLoader gets `workers` worker processes."""
+    from torch.utils.data import DataLoader
+
+    real_init = DataLoader.__init__
+    seen: list[int] = []
+
+    def init(self, *args, **kwargs):
+        args = list(args)
+        if len(args) > 5:  # num_workers given positionally
+            seen.append(args[5])
+            args[5] = workers
+        else:
+            seen.append(kwargs.get("num_workers", 0))
+            kwargs["num_workers"] = workers
+        if workers == 0:  # options that DataLoader rejects without workers
+            kwargs.pop("prefetch_factor", None)
+            kwargs["persistent_workers"] = False
+        real_init(self, *args, **kwargs)
+
+    DataLoader.__init__ = init
+    return {"value": workers, "target_asked_for": seen}
+
+
 class Run:
     def __init__(self, spec: dict[str, Any]):
         self.spec = spec
         self.result: dict[str, Any] = {
             "pass": spec["pass"], "layer": spec.get("layer"), "exit_code": 0, "error": None,
             "error_kind": None, "traceback": [], "wall_s": None, "iteration_s": [],
-            "torch": None, "raw": None, "raw_error": None,
+            "torch": None, "raw": None, "raw_error": None, "overrides": {},
         }
         self.recorder = None
         self.finished = False
@@ -80,6 +124,11 @@ class Run:
         import torch.profiler  # noqa: F401
 
         self.result["torch"] = {"default_intra_op_threads": torch.get_num_threads()}
+        options = spec.get("options") or {}
+        if options.get("intra_op_threads"):
+            self.result["overrides"]["intra_op_threads"] = _pin_threads(torch, int(options["intra_op_threads"]))
+        if options.get("dataloader_workers") is not None:
+            self.result["overrides"]["dataloader_workers"] = _pin_workers(int(options["dataloader_workers"]))
         if spec.get("layer"):
             from diagnose.layers import get
 

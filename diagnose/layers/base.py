@@ -1,8 +1,10 @@
 """What a layer is.
 
-A layer measures one aspect of the target. It has up to three parts:
+A layer measures one aspect of the target. It has up to four parts:
 - `recorder(spec)`: child side, wraps the workload in its own pass
   (returns None when the layer needs no pass of its own);
+- `observer(workdir)`: parent side, watches the uninstrumented pass from
+  outside the target (returns None when the layer does not observe);
 - `analyse(outcome, report, workdir)`: parent side, turns the pass's raw data
   into report fields and returns the layer's status;
 - `available()`: None when it can run here, else the reason it is skipped.
@@ -31,14 +33,26 @@ class Recorder(Protocol):
         ...
 
 
+class Observer(Protocol):
+    """Watches a pass from outside: attached once the child starts, detached when it ends."""
+
+    def attach(self, pid: int) -> None: ...
+
+    def detach(self) -> None: ...
+
+
 class Layer:
     name: str = ""
     description: str = ""  # what its pass does, for progress lines
+    observes: bool = False  # True: no pass of its own, an observer on the uninstrumented pass
 
     def available(self) -> str | None:
         return None
 
     def recorder(self, spec: dict[str, Any]) -> Recorder | None:
+        return None
+
+    def observer(self, workdir: str) -> Observer | None:
         return None
 
     def analyse(self, outcome: "PassOutcome", report: "Report", workdir: str) -> "LayerStatus":

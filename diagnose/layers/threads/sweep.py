@@ -1,0 +1,127 @@
+"""The thread sweep: measure the workload at several thread settings, recommend one.
+
+A recommendation needs a measurement (FIELD_NOTES): each point is a fresh
+process (OpenMP reads its variables at start-up) running the uninstrumented
+workload with OMP_NUM_THREADS / torch.set_num_threads pinned to the point's
+value, and optionally every DataLoader pinned to a worker count. Points are
+run in interleaved rounds (1,2,8,1,2,8,...) so drift on a shared machine
+hits them alike. Throughput is iterations per second in function mode (the
+median iteration) and runs per second in script mode (the wall time).
+
+The recommendation is the smallest setting whose median throughput is
+within `TOLERANCE` of the best: fewer threads leave CPUs to everything else
+at no measurable cost.
+
+Pure logic: `run_point(threads, workers) -> seconds or None` is injected,
+so the choice of points and the recommendation are tested exactly.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+TOLERANCE = 0.05
+
+
+def thread_values(usable_cpus: int, configured: int | None) -> list[int]:
+    """1, 2, 4, ... up to the usable CPUs, the usable count itself, and the configured value."""
+    values = {usable_cpus}
+    n = 1
+    while n < usable_cpus:
+        values.add(n)
+        n *= 2
+    if configured:
+        values.add(configured)
+    return sorted(values)
+
+
+def worker_values(usable_cpus: int, configured: int | None) -> list[int]:
+    values = set(range(0, usable_cpus + 1))
+    if configured is not None:
+        values.add(configured)
+    return sorted(values)
+
+
+def measure(points: list[dict[str, Any]], run_point: Callable[[int, int | None], float | None],
+            repeats: int, on_point: Callable[[int, int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run every point `repeats` times, interleaved; fill each point's seconds per unit of work."""
+    for p in points:
+        p["runs_s"] = []
+        p["failed_runs"] = 0
+    total = len(points) * repeats
+    done = 0
+    for _ in range(repeats):
+        for p in points:
+            done += 1
+            if on_point:
+                on_point(done, total, p)
+            seconds = run_point(p["intra_op_threads"], p.get("dataloader_workers"))
+            if seconds is None or seconds <= 0:
+                p["failed_runs"] += 1
+            else:
+                p["runs_s"].append(seconds)
+    for p in points:
+        runs = p["runs_s"]
+        p["median_s"] = statistics.median(runs) if runs else None
+        p["throughput_per_s"] = 1.0 / p["median_s"] if runs else None
+        p["spread_pct"] = (round(100 * (max(runs) - min(runs)) / p["median_s"], 1) if len(runs) > 1 else None)
+    return points
+
+
+def recommend(points: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """Smallest `key` setting within TOLERANCE of the best throughput."""
+    ok = [p for p in points if p.get("throughput_per_s")]
+    if not ok:
+        return None
+    best = max(ok, key=lambda p: p["throughput_per_s"])
+    within = [p for p in ok if p["throughput_per_s"] >= (1 - TOLERANCE) * best["throughput_per_s"]]
+    choice = min(within, key=lambda p: p[key])
+    return {key: choice[key], "throughput_per_s": choice["throughput_per_s"],
+            "best": {key: best[key], "throughput_per_s": best["throughput_per_s"]},
+            "tolerance_pct": round(100 * TOLERANCE)}
+
+
+def advice(threads: int, workers: int | None) -> dict[str, str]:
+    """The exact settings to use, as environment and as code."""
+    env = f"OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}"
+    code = f"torch.set_num_threads({threads})"
+    if workers is not None:
+        code += f"; DataLoader(..., num_workers={workers})"
+    return {"env": env, "code": code}
+
+
+def run_sweep(run_point: Callable[[int, int | None], float | None], *, usable_cpus: int,
+              configured_threads: int | None, configured_workers: int | None, has_dataloader: bool,
+              repeats: int = 2, threads: list[int] | None = None,
+              on_point: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Sweep intra-op threads (and DataLoader workers at the chosen thread count)."""
+    points = [{"intra_op_threads": t, "dataloader_workers": None}
+              for t in (threads or thread_values(usable_cpus, configured_threads))]
+    measure(points, run_point, repeats, on_point)
+    result: dict[str, Any] = {"repeats": repeats, "tolerance_pct": round(100 * TOLERANCE), "threads": points,
+                              "configured_threads": configured_threads, "usable_cpus": usable_cpus}
+    pick = recommend(points, "intra_op_threads")
+    chosen_threads = pick["intra_op_threads"] if pick else None
+    chosen_workers = None
+    if has_dataloader and chosen_threads:
+        wpoints = [{"intra_op_threads": chosen_threads, "dataloader_workers": w}
+                   for w in worker_values(usable_cpus, configured_workers)]
+        measure(wpoints, run_point, repeats, on_point)
+        result["workers"] = wpoints
+        result["configured_workers"] = configured_workers
+        wpick = recommend(wpoints, "dataloader_workers")
+        if wpick:
+            chosen_workers = wpick["dataloader_workers"]
+            result["workers_pick"] = wpick
+    if pick:
+        configured = next((p for p in points if p["intra_op_threads"] == configured_threads
+                           and p.get("throughput_per_s")), None)
+        result["recommendation"] = {
+            "intra_op_threads": chosen_threads, "dataloader_workers": chosen_workers,
+            "throughput_per_s": pick["throughput_per_s"], "best": pick["best"],
+            "gain_vs_configured_pct": (round(100 * (pick["throughput_per_s"] / configured["throughput_per_s"] - 1), 1)
+                                       if configured else None),
+            **advice(chosen_threads, chosen_workers),
+        }
+    return result
