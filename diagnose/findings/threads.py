@@ -1,0 +1,248 @@
+"""Rules on the threads layer: oversubscription, undersubscription, external_contention.
+
+They read only `report.threads` (layers/threads/analysis.py), `report.machine`
+and `report.run`, so they re-run on a loaded report.json. Nothing is raised
+for a recording shorter than MIN_DURATION_S or without its measures.
+
+Thresholds (2-CPU measurements, FIELD_NOTES: healthy runs had a run-queue
+wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
+- oversubscription: runqueue_wait_share >= 0.2 and mean_runnable > usable
+  CPUs. `high` at a wait share >= 0.33, else `medium`. The cause comes from
+  the process/pool breakdown, in this order: DataLoader workers doing compute
+  beside a main process ("dataloader_workers"), several compute processes
+  ("several_processes"), else one process whose pools hold more active
+  threads than usable CPUs ("one_process"). The suggestion gives exact
+  values: fair share = max(1, usable // compute processes); beside n
+  workers the main process gets max(1, usable - n). A measured sweep
+  recommendation (threads["sweep"]) is quoted when present.
+- external_contention: others_cpus (machine busy minus the tree and the
+  sampler) >= max(0.5, 0.25 x usable) while the tree's wait share >= 0.1:
+  `high` at >= 0.33, `medium` at >= 0.2, else `low`. Raised whether or not
+  the tree also oversubscribes; when it does not (mean_runnable <= usable)
+  the title says the waiting is not the workload's doing.
+- undersubscription: CPU-bound (busy_share >= 0.8: at least one CPU busy
+  80% of the time), idle usable CPUs = usable - cpu_used >= 0.75, the rest of
+  the machine leaves them idle (usable - machine_busy_cpus >= 0.75, checked
+  when /proc/stat's CPUs are the usable ones), and no
+  queueing (wait share < 0.2). `medium` when the intra-op setting is below
+  the usable CPUs (raise it) and at least half the CPUs sit idle, else
+  `low` (the work itself is serial: Python, small ops).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.report.model import Finding, Report
+
+WAIT_SHARE_MEDIUM = 0.2
+WAIT_SHARE_HIGH = 0.33
+EXTERNAL_WAIT_SHARE_LOW = 0.1
+EXTERNAL_MIN_OTHERS_CPUS = 0.5
+EXTERNAL_MIN_OTHERS_SHARE = 0.25  # of the usable CPUs
+UNDER_MIN_BUSY_SHARE = 0.8
+UNDER_MIN_IDLE_CPUS = 0.75
+UNDER_MEDIUM_IDLE_SHARE = 0.5
+MIN_DURATION_S = 0.5
+PROCESSES_IN_EVIDENCE = 6
+
+
+def _measured(t: dict[str, Any]) -> bool:
+    return bool(t) and t.get("mean_runnable") is not None and t.get("runqueue_wait_share") is not None \
+        and (t.get("duration_s") or 0) >= MIN_DURATION_S and (t.get("usable_cpus") or 0) > 0
+
+
+def _usable(report: Report, t: dict[str, Any]) -> int:
+    return int(t.get("usable_cpus") or report.machine.usable_cpus or 1)
+
+
+def _compute_processes(t: dict[str, Any]) -> list[dict[str, Any]]:
+    """Processes that did compute (the analysis marks them; helpers and idle parents do not count)."""
+    return [p for p in t.get("processes") or [] if p.get("compute")]
+
+
+def _active(p: dict[str, Any]) -> int:
+    return sum((p.get("active_threads") or {}).values())
+
+
+def _process_evidence(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"pid": p.get("pid"), "role": p.get("role"), "name": p.get("name"), "threads": p.get("threads"),
+             "active_threads": p.get("active_threads"), "mean_runnable": p.get("mean_runnable"),
+             "cpu_used": p.get("cpu_used"), "wait_share": p.get("wait_share")}
+            for p in procs[:PROCESSES_IN_EVIDENCE]]
+
+
+def _sweep_note(t: dict[str, Any]) -> str:
+    rec = (t.get("sweep") or {}).get("recommendation") if isinstance(t.get("sweep"), dict) else None
+    if not rec or not rec.get("code"):
+        return " `diagnose threads --sweep` measures the best setting."
+    return f" Measured by the thread sweep: {rec['code']} ({rec.get('env', '')}) is within 5% of the best throughput."
+
+
+def _severity(share: float, medium: float, high: float, low: float | None = None) -> str | None:
+    if share >= high:
+        return "high"
+    if share >= medium:
+        return "medium"
+    if low is not None and share >= low:
+        return "low"
+    return None
+
+
+def oversubscription(report: Report) -> list[Finding]:
+    t = report.threads or {}
+    if not _measured(t):
+        return []
+    usable = _usable(report, t)
+    share = float(t["runqueue_wait_share"])
+    runnable = float(t["mean_runnable"])
+    if share < WAIT_SHARE_MEDIUM or runnable <= usable:
+        return []
+    severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH)
+    compute = _compute_processes(t)
+    workers = [p for p in compute if p.get("role") == "dataloader_worker"]
+    mains = [p for p in compute if p.get("role") != "dataloader_worker"]
+    evidence: dict[str, Any] = {
+        "mean_runnable": runnable, "usable_cpus": usable, "runqueue_wait_share": share,
+        "share_pct": round(100 * share, 1), "threshold_wait_share": WAIT_SHARE_HIGH if severity == "high"
+        else WAIT_SHARE_MEDIUM, "cpu_used": t.get("cpu_used"), "others_cpus": t.get("others_cpus"),
+        "method": t.get("method"), "compute_processes": len(compute),
+        "active_threads": sum(_active(p) for p in compute),
+        "processes": _process_evidence(sorted(compute, key=lambda p: -(p.get("mean_runnable") or 0))),
+        "intra_op_threads": report.machine.intra_op_threads,
+    }
+    if workers and mains:
+        n = len(workers)
+        main_threads = max(1, usable - n)
+        per_worker = max(_active(p) for p in workers)
+        evidence.update(cause="dataloader_workers", dataloader_workers=n, threads_per_worker=per_worker,
+                        main_active_threads=sum(_active(p) for p in mains),
+                        recommended_main_threads=main_threads, recommended_threads_per_worker=1)
+        title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: {n} DataLoader workers "
+                 f"({per_worker} busy threads each) compete with the main process's thread pool; "
+                 f"threads waited {100 * share:.0f}% of their runnable time")
+        suggestion = (f"Give each DataLoader worker one compute thread: in worker_init_fn call "
+                      f"threadpoolctl.threadpool_limits(1) for numpy/BLAS work (and torch.set_num_threads(1), "
+                      f"which DataLoader already does for torch), or export OPENBLAS_NUM_THREADS=1 before numpy "
+                      f"is imported; give the main process torch.set_num_threads({main_threads}) "
+                      f"(usable CPUs {usable} - {n} workers). If the workers still outnumber the idle CPUs, "
+                      f"use fewer workers: they only need to keep up with the training step."
+                      + _sweep_note(t))
+    elif len(compute) >= 2:
+        n = len(compute)
+        fair = max(1, usable // n)
+        per_proc = max(_active(p) for p in compute)
+        evidence.update(cause="several_processes", threads_per_process=per_proc, fair_share_threads=fair,
+                        recommended_threads=fair)
+        title = (f"{n} processes each run a pool of up to {per_proc} busy threads on {usable} usable CPUs "
+                 f"({runnable:.1f} threads wanted a CPU); threads waited {100 * share:.0f}% of their runnable time")
+        suggestion = (f"Split the CPUs between the processes: OMP_NUM_THREADS={fair} in each process's environment "
+                      f"(or torch.set_num_threads({fair}) first thing in each), so {n} processes x {fair} "
+                      f"thread{'s' if fair > 1 else ''} <= {usable} CPUs. torchrun sets OMP_NUM_THREADS=1 itself only "
+                      f"when the variable is unset; multiprocessing and plain subprocesses do not."
+                      + _sweep_note(t))
+    else:
+        proc = compute[0] if compute else max(t.get("processes") or [{}], key=lambda p: p.get("mean_runnable") or 0)
+        pools = proc.get("pools") or {}
+        intra = sum((pools.get(k) or {}).get("active_threads", 0) for k in ("main", "intra_op"))
+        inter = (pools.get("inter_op") or {}).get("active_threads", 0)
+        env_omp = report.machine.threading_env.get("OMP_NUM_THREADS")
+        evidence.update(cause="one_process", pid=proc.get("pid"), intra_op_active_threads=intra,
+                        inter_op_active_threads=inter, recommended_threads=usable)
+        title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: one process runs "
+                 f"{intra} busy intra-op threads" + (f" and {inter} inter-op threads" if inter else "")
+                 + f"; threads waited {100 * share:.0f}% of their runnable time")
+        where = (f" OMP_NUM_THREADS={env_omp} is set in the environment: set it to {usable}."
+                 if env_omp and env_omp.isdigit() and int(env_omp) > usable else "")
+        suggestion = (f"Use at most one thread per usable CPU: torch.set_num_threads({usable}) (or remove a "
+                      f"hard-coded larger value; torch's default counts CPUs the affinity/cgroup may not give)."
+                      + where
+                      + (f" Inter-op work runs beside it: torch.set_num_interop_threads(1) before any parallel work."
+                         if inter else "")
+                      + _sweep_note(t))
+    return [Finding(kind="oversubscription", severity=severity, title=title, op=None, location=None,
+                    evidence=evidence, suggestion=suggestion, layer="threads")]
+
+
+def external_contention(report: Report) -> list[Finding]:
+    t = report.threads or {}
+    if not _measured(t) or t.get("others_cpus") is None:
+        return []
+    usable = _usable(report, t)
+    others = float(t["others_cpus"])
+    share = float(t["runqueue_wait_share"])
+    minimum = max(EXTERNAL_MIN_OTHERS_CPUS, EXTERNAL_MIN_OTHERS_SHARE * usable)
+    severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH, EXTERNAL_WAIT_SHARE_LOW)
+    if others < minimum or severity is None:
+        return []
+    runnable = float(t["mean_runnable"])
+    own = runnable <= usable
+    tops = t.get("other_processes") or []
+    names = ", ".join(f"{o.get('name')} (pid {o.get('pid')}, {o.get('cpu_s')} CPU-s)" for o in tops[:3])
+    title = (f"Other processes used {others:.1f} of the machine's CPUs while this run's threads waited "
+             f"{100 * share:.0f}% of their runnable time"
+             + (" - the waiting is not the workload's doing" if own else ""))
+    return [Finding(
+        kind="external_contention", severity=severity, title=title, op=None, location=None,
+        evidence={"others_cpus": others, "threshold_others_cpus": minimum,
+                  "machine_busy_cpus": t.get("machine_busy_cpus"),
+                  "cpu_used": t.get("cpu_used"), "mean_runnable": runnable, "usable_cpus": usable,
+                  "runqueue_wait_share": share, "share_pct": round(100 * share, 1),
+                  "threshold_wait_share": {"high": WAIT_SHARE_HIGH, "medium": WAIT_SHARE_MEDIUM}.get(
+                      severity, EXTERNAL_WAIT_SHARE_LOW),
+                  "other_processes": tops[:5], "method": t.get("method")},
+        suggestion=("Timings from this run are skewed by other load on the machine"
+                    + (f" ({names})" if names else "")
+                    + ". Re-run on a quiet machine, or give the workload CPUs of its own (taskset -c / a cpuset "
+                      "cgroup) and set its thread count to those CPUs; do not tune the model's threads from this run."),
+        layer="threads",
+    )]
+
+
+def undersubscription(report: Report) -> list[Finding]:
+    t = report.threads or {}
+    if not _measured(t) or t.get("cpu_used") is None or t.get("busy_share") is None:
+        return []
+    usable = _usable(report, t)
+    cpu_used = float(t["cpu_used"])
+    idle = usable - cpu_used
+    busy_share = float(t["busy_share"])
+    machine_busy = t.get("machine_busy_cpus")
+    seen = t.get("machine_cpus_seen")
+    # /proc/stat covers every CPU of the machine: it says whether the usable ones sat idle
+    # only when they are all there is (not for a run pinned to a few CPUs of a big host)
+    comparable = machine_busy is not None and (seen is None or seen <= usable + 0.5)
+    machine_idle = usable - float(machine_busy) if comparable else idle
+    share = float(t["runqueue_wait_share"])
+    if busy_share < UNDER_MIN_BUSY_SHARE or idle < UNDER_MIN_IDLE_CPUS or machine_idle < UNDER_MIN_IDLE_CPUS \
+            or share >= WAIT_SHARE_MEDIUM:
+        return []
+    intra = report.machine.intra_op_threads
+    compute = _compute_processes(t)
+    active = sum(_active(p) for p in compute)
+    configured_low = intra is not None and intra < usable
+    severity = "medium" if configured_low and idle / usable >= UNDER_MEDIUM_IDLE_SHARE else "low"
+    if configured_low:
+        suggestion = (f"The work is CPU-bound but torch runs {intra} intra-op thread{'s' if intra != 1 else ''} "
+                      f"on {usable} usable CPUs: torch.set_num_threads({usable}) (or remove the smaller "
+                      f"OMP_NUM_THREADS / set_num_threads value), then check the speed-up."
+                      + _sweep_note(t))
+    else:
+        suggestion = ("The busy thread is serial work that torch's pool does not spread: Python between "
+                      "operators, or operators too small to parallelise. Batch more work per operator, move "
+                      "data preparation into DataLoader workers, or run independent work in parallel processes "
+                      "(see the python and operators sections).")
+    return [Finding(
+        kind="undersubscription", severity=severity,
+        title=(f"CPU-bound but using {cpu_used:.1f} of {usable} usable CPUs: {idle:.1f} CPUs sat idle"
+               + (f" with {intra} intra-op thread{'s' if intra != 1 else ''}" if intra is not None else "")),
+        op=None, location=None,
+        evidence={"cpu_used": cpu_used, "usable_cpus": usable, "idle_cpus": round(idle, 3),
+                  "threshold_idle_cpus": UNDER_MIN_IDLE_CPUS, "busy_share": busy_share,
+                  "threshold_busy_share": UNDER_MIN_BUSY_SHARE, "machine_busy_cpus": machine_busy,
+                  "runqueue_wait_share": share, "mean_runnable": t.get("mean_runnable"),
+                  "intra_op_threads": intra, "active_threads": active,
+                  "share_pct": round(100 * idle / usable, 1),
+                  "processes": _process_evidence(compute), "method": t.get("method")},
+        suggestion=suggestion, layer="threads",
+    )]

@@ -1,0 +1,348 @@
+"""Thread analysis, rules and environment audit on real recordings (tests/data/threads).
+
+The recordings were made on a 2-CPU machine by tests/data/threads/record.py
+(see its docstring for each scenario). The analysis is pure, so the numbers
+below are exact for these files; re-recording means updating EXPECTED.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnose.findings import threads as rules
+from diagnose.layers.threads import environment
+from diagnose.layers.threads.analysis import TIMELINE_MAX_POINTS, analyse, pool_of, role_of
+from diagnose.report.model import Machine, Report, TargetInfo
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "threads"
+USABLE = 2
+
+EXPECTED = {
+    "healthy": dict(samples=34, duration_s=3.199, mean_runnable=1.8768, runqueue_wait_share=0.0065, cpu_used=1.8646,
+                    busy_share=0.9994, machine_busy_cpus=1.8726, others_cpus=0.0013, compute_processes=1,
+                    dataloader_workers=0),
+    "threads8": dict(samples=36, duration_s=3.398, mean_runnable=3.6459, runqueue_wait_share=0.5968, cpu_used=1.4701,
+                     busy_share=0.9988, machine_busy_cpus=1.4978, others_cpus=0.01, compute_processes=1,
+                     dataloader_workers=0),
+    "single": dict(samples=37, duration_s=3.498, mean_runnable=0.9942, runqueue_wait_share=0.0001, cpu_used=0.9941,
+                   busy_share=0.994, machine_busy_cpus=1.0205, others_cpus=0.0186, compute_processes=1,
+                   dataloader_workers=0),
+    "dataloader": dict(samples=37, duration_s=3.494, mean_runnable=3.569, runqueue_wait_share=0.5457, cpu_used=1.6215,
+                       busy_share=1.0, machine_busy_cpus=1.746, others_cpus=0.1121, compute_processes=3,
+                       dataloader_workers=2),
+    "mp2": dict(samples=63, duration_s=6.094, mean_runnable=2.919, runqueue_wait_share=0.373, cpu_used=1.8301,
+                busy_share=0.9929, machine_busy_cpus=1.9002, others_cpus=0.0572, compute_processes=2,
+                dataloader_workers=0),
+    "contended": dict(samples=45, duration_s=4.292, mean_runnable=1.5502, runqueue_wait_share=0.7295, cpu_used=0.4194,
+                      busy_share=0.4194, machine_busy_cpus=1.9946, others_cpus=1.5671, compute_processes=1,
+                      dataloader_workers=0),
+    "threads8_noschedstat": dict(samples=36, duration_s=3.398, mean_runnable=2.4248, runqueue_wait_share=0.3993,
+                                 cpu_used=1.4566, busy_share=0.9942, machine_busy_cpus=1.4978, others_cpus=0.0234,
+                                 compute_processes=1, dataloader_workers=0),
+    "healthy_noschedstat": dict(samples=34, duration_s=3.199, mean_runnable=1.8758, runqueue_wait_share=0.0067,
+                                cpu_used=1.8633, busy_share=1.0, machine_busy_cpus=1.8726, others_cpus=0.0027,
+                                compute_processes=1, dataloader_workers=0),
+}
+
+# (role, name, threads by pool, active threads by pool) per process, target first then by CPU
+PROCESSES = {
+    "healthy": [("target", "python", {"main": 1, "intra_op": 3}, {"main": 1, "intra_op": 1})],
+    "threads8": [("target", "python", {"main": 1, "intra_op": 15}, {"main": 1, "intra_op": 7})],
+    "single": [("target", "python", {"main": 1, "intra_op": 1}, {"main": 1})],
+    "dataloader": [("target", "python", {"main": 1, "intra_op": 3}, {"main": 1, "intra_op": 1})]
+    + [("dataloader_worker", "pt_data_worker", {"main": 1, "intra_op": 3}, {"main": 1, "intra_op": 1})] * 2,
+    "mp2": [("target", "python", {"main": 1, "intra_op": 1}, {"main": 1})]
+    + [("mp_worker", "python", {"main": 1, "intra_op": 2}, {"main": 1, "intra_op": 1})] * 2
+    + [("helper", "python", {"main": 1}, {})],
+}
+
+
+def load(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+def report_for(name: str, intra: int | None = 2, env: dict | None = None) -> Report:
+    rep = Report(target=TargetInfo(script="model.py"),
+                 machine=Machine(usable_cpus=USABLE, logical_cpus=USABLE, intra_op_threads=intra,
+                                 threading_env=env or {}))
+    rep.threads = analyse(load(name), USABLE)
+    return rep
+
+
+def findings(rep: Report):
+    return rules.oversubscription(rep) + rules.undersubscription(rep) + rules.external_contention(rep)
+
+
+# ---------------------------------------------------------------- analysis numbers
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_analysis_numbers(name):
+    t = analyse(load(name), USABLE)
+    assert {k: t[k] for k in EXPECTED[name]} == EXPECTED[name]
+    assert t["usable_cpus"] == USABLE
+    assert t["method"] == ("state_sampling" if name.endswith("noschedstat") else "schedstat")
+    assert t["schedstat_available"] is not name.endswith("noschedstat")
+    json.dumps(t)
+
+
+@pytest.mark.parametrize("name", sorted(PROCESSES))
+def test_processes_roles_and_pools(name):
+    t = analyse(load(name), USABLE)
+    got = [(p["role"], p["name"], p["threads"], p["active_threads"]) for p in t["processes"]]
+    assert got == PROCESSES[name]
+
+
+def test_what_the_numbers_say():
+    healthy, eight, loader, mp2 = (analyse(load(n), USABLE) for n in ("healthy", "threads8", "dataloader", "mp2"))
+    # FIELD_NOTES: healthy <= 0.016, oversubscribed >= 0.33
+    assert healthy["runqueue_wait_share"] <= 0.016
+    assert min(x["runqueue_wait_share"] for x in (eight, loader, mp2)) >= 0.33
+    assert healthy["mean_runnable"] <= USABLE < min(x["mean_runnable"] for x in (eight, loader, mp2))
+    # 8 intra-op threads: main + 7 OpenMP workers did the work
+    assert eight["processes"][0]["pools"]["intra_op"]["active_threads"] + 1 == 8
+    # the fallback underestimates demand (FIELD_NOTES) but still sees the oversubscription
+    fallback = analyse(load("threads8_noschedstat"), USABLE)
+    assert USABLE < fallback["mean_runnable"] < eight["mean_runnable"]
+    assert fallback["runqueue_wait_share"] >= 0.33
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_totals_are_consistent(name):
+    t = analyse(load(name), USABLE)
+    assert sum(p["cpu_s"] for p in t["processes"]) == pytest.approx(t["cpu_s"], abs=1e-3)
+    assert sum(p["wait_s"] for p in t["processes"]) == pytest.approx(t["wait_s"], abs=1e-3)
+    assert sum(v["cpu_s"] for v in t["pools"].values()) == pytest.approx(t["cpu_s"], abs=1e-3)
+    tl = t["timeline"]
+    n = len(tl["t_s"])
+    assert 0 < n <= TIMELINE_MAX_POINTS
+    assert len(tl["runnable"]) == len(tl["cpu_used"]) == len(tl["machine_busy_cpus"]) == n
+    assert [p["pid"] for p in tl["processes"]] == [p["pid"] for p in t["processes"]]
+    # interval averages weighted by their length give back the run's averages
+    edges = [0.0] + tl["t_s"]
+    weights = [b - a for a, b in zip(edges, edges[1:])]
+    mean_cpu = sum(w * c for w, c in zip(weights, tl["cpu_used"])) / sum(weights)
+    assert mean_cpu == pytest.approx(t["cpu_used"], abs=0.01)
+    h = t["health"]
+    assert h["samples"] == t["samples"] and h["stopped_by"] == "tree_exited"
+    assert 0 < h["overhead_cpu_share"] < 0.05
+
+
+def test_timeline_is_bounded_and_exact_on_long_recordings():
+    snaps = []
+    for k in range(1001):  # one thread running 1.5 CPUs' worth of... one CPU, waiting half as long
+        row = [0, "R", k * 10_000_000, k * 5_000_000, k, 0, 0, 0, 0, 0.0]
+        snaps.append({"t_s": k * 0.01, "cpu": [k, 0, 0, 0, 0, 0, 0, 0, 0, 0], "procs": [[0, k, 1]], "threads": [row]})
+    rec = {"format": "diagnose.threads/1", "root_pid": 5, "clock_ticks_per_s": 100, "interval_s": 0.01,
+           "processes": [{"pid": 5, "ppid": 1, "comm": "python", "cmdline": ["python"], "start_ticks": 1,
+                          "first_seen_s": 0.0, "last_seen_s": 10.0, "max_threads": 1}],
+           "threads": [{"process": 0, "pid": 5, "tid": 5, "comm": "python", "start_ticks": 1, "cpus_allowed": "0-1",
+                        "first_seen_s": 0.0, "last_seen_s": 10.0, "in_first_snapshot": True,
+                        "first": snaps[0]["threads"][0], "last": snaps[-1]["threads"][0]}],
+           "snapshots": snaps, "health": {"samples": 1001}}
+    t = analyse(rec, USABLE)
+    assert len(t["timeline"]["t_s"]) == TIMELINE_MAX_POINTS
+    assert set(t["timeline"]["cpu_used"]) == {1.0} and set(t["timeline"]["runnable"]) == {1.5}
+    assert set(t["timeline"]["machine_busy_cpus"]) == {1.0}
+    assert (t["mean_runnable"], t["runqueue_wait_share"], t["cpu_used"]) == (1.5, 0.3333, 1.0)
+
+
+def test_rejects_what_is_not_a_recording():
+    with pytest.raises(ValueError):
+        analyse({"format": "something else"}, USABLE)
+
+
+def test_pools_and_roles_from_names_seen_in_real_runs():
+    # OpenMP workers inherit the process name; torch names its inter-op and pin-memory threads
+    assert pool_of("python", 10, 10, "python") == "main"
+    assert pool_of("python", 11, 10, "python") == "intra_op"
+    assert pool_of("pt_data_worker", 21, 20, "pt_data_worker") == "intra_op"
+    assert pool_of("PTThreadPool", 12, 10, "python") == "inter_op"
+    assert pool_of("pt_data_pin", 13, 10, "python") == "dataloader_pin"
+    assert pool_of("QueueFeeder", 14, 10, "python") == "other"
+    spawn = ["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
+             "--multiprocessing-fork"]
+    tracker = ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(4)"]
+    assert role_of({"pid": 10, "comm": "python"}, 10) == "target"
+    assert role_of({"pid": 20, "comm": "pt_data_worker", "cmdline": ["python", "x.py"]}, 10) == "dataloader_worker"
+    assert role_of({"pid": 21, "comm": "python", "cmdline": spawn}, 10) == "mp_worker"
+    assert role_of({"pid": 22, "comm": "python", "cmdline": tracker}, 10) == "helper"
+    assert role_of({"pid": 23, "comm": "sh", "cmdline": ["sh", "-c", "ls"]}, 10) == "child"
+
+
+# ---------------------------------------------------------------- findings on the recordings
+
+
+def kinds(rep):
+    return [(f.kind, f.severity) for f in findings(rep)]
+
+
+def test_healthy_runs_raise_nothing():
+    assert kinds(report_for("healthy")) == []
+    assert kinds(report_for("healthy_noschedstat")) == []
+
+
+def test_eight_threads_in_one_process():
+    rep = report_for("threads8", intra=8)
+    (f,) = findings(rep)
+    assert (f.kind, f.severity, f.layer) == ("oversubscription", "high", "threads")
+    e = f.evidence
+    assert (e["cause"], e["mean_runnable"], e["usable_cpus"], e["runqueue_wait_share"]) == (
+        "one_process", 3.6459, 2, 0.5968)
+    assert (e["intra_op_active_threads"], e["recommended_threads"], e["threshold_wait_share"]) == (8, 2, 0.33)
+    assert "torch.set_num_threads(2)" in f.suggestion
+    assert "8 busy intra-op threads" in f.title
+
+
+def test_eight_threads_without_schedstat_still_found():
+    (f,) = findings(report_for("threads8_noschedstat", intra=8))
+    assert (f.kind, f.severity, f.evidence["method"], f.evidence["cause"]) == (
+        "oversubscription", "high", "state_sampling", "one_process")
+
+
+def test_dataloader_workers_beside_the_main_pool():
+    (f,) = findings(report_for("dataloader"))
+    e = f.evidence
+    assert (f.kind, f.severity, e["cause"], e["dataloader_workers"], e["threads_per_worker"]) == (
+        "oversubscription", "high", "dataloader_workers", 2, 2)
+    assert (e["recommended_main_threads"], e["recommended_threads_per_worker"], e["active_threads"]) == (1, 1, 6)
+    assert "torch.set_num_threads(1)" in f.suggestion and "threadpool_limits(1)" in f.suggestion
+    assert [p["role"] for p in e["processes"]].count("dataloader_worker") == 2
+
+
+def test_several_processes_each_with_a_full_pool():
+    (f,) = findings(report_for("mp2"))
+    e = f.evidence
+    assert (f.kind, f.severity, e["cause"], e["compute_processes"], e["fair_share_threads"]) == (
+        "oversubscription", "high", "several_processes", 2, 1)
+    assert "OMP_NUM_THREADS=1" in f.suggestion and "torch.set_num_threads(1)" in f.suggestion
+    assert {p["role"] for p in e["processes"]} == {"mp_worker"}  # not the idle parent, not the tracker
+
+
+def test_single_thread_compute_loop_is_undersubscribed():
+    (f,) = findings(report_for("single", intra=1))
+    e = f.evidence
+    assert (f.kind, f.severity) == ("undersubscription", "medium")
+    assert (e["cpu_used"], e["idle_cpus"], e["busy_share"], e["intra_op_threads"]) == (0.9941, 1.006, 0.994, 1)
+    assert "torch.set_num_threads(2)" in f.suggestion
+    # with the pool already at the usable CPUs, the serial work itself is to blame: low
+    (g,) = findings(report_for("single", intra=2))
+    assert (g.kind, g.severity) == ("undersubscription", "low") and "serial" in g.suggestion
+
+
+def test_other_load_is_external_contention_not_the_model():
+    (f,) = findings(report_for("contended"))
+    e = f.evidence
+    assert (f.kind, f.severity) == ("external_contention", "high")
+    assert (e["others_cpus"], e["runqueue_wait_share"], e["mean_runnable"]) == (1.5671, 0.7295, 1.5502)
+    assert "not the workload's doing" in f.title
+    assert e["other_processes"] and "quiet machine" in f.suggestion
+
+
+def test_a_measured_sweep_recommendation_is_quoted():
+    rep = report_for("threads8", intra=8)
+    rep.threads["sweep"] = {"recommendation": {"code": "torch.set_num_threads(2)",
+                                               "env": "OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"}}
+    (f,) = findings(rep)
+    assert "Measured by the thread sweep: torch.set_num_threads(2)" in f.suggestion
+
+
+# ---------------------------------------------------------------- rule thresholds on small dicts
+
+
+def threads_dict(**kw) -> dict:
+    t = dict(usable_cpus=2, duration_s=3.0, samples=30, mean_runnable=3.0, runqueue_wait_share=0.25, cpu_used=1.9,
+             busy_share=1.0, machine_busy_cpus=1.95, others_cpus=0.05, method="schedstat",
+             processes=[{"pid": 1, "role": "target", "name": "python", "compute": True, "cpu_used": 1.9,
+                         "mean_runnable": 3.0, "threads": {"main": 1, "intra_op": 3},
+                         "active_threads": {"main": 1, "intra_op": 3},
+                         "pools": {"main": {"active_threads": 1}, "intra_op": {"active_threads": 3}}}])
+    t.update(kw)
+    return t
+
+
+def with_threads(t: dict, intra: int | None = 4) -> Report:
+    rep = Report(target=TargetInfo(script="m.py"), machine=Machine(usable_cpus=2, intra_op_threads=intra))
+    rep.threads = t
+    return rep
+
+
+@pytest.mark.parametrize("share, runnable, expected", [
+    (0.19, 3.0, []), (0.2, 3.0, [("oversubscription", "medium")]), (0.33, 3.0, [("oversubscription", "high")]),
+    (0.5, 2.0, []),  # waiting without more runnable threads than CPUs is not oversubscription
+])
+def test_oversubscription_thresholds(share, runnable, expected):
+    assert kinds(with_threads(threads_dict(runqueue_wait_share=share, mean_runnable=runnable))) == expected
+
+
+def test_nothing_from_short_or_missing_measurements():
+    assert kinds(with_threads(threads_dict(duration_s=0.2, runqueue_wait_share=0.6))) == []
+    assert kinds(with_threads({})) == []
+    assert kinds(with_threads({"usable_cpus": 2, "samples": 1, "mean_runnable": None})) == []
+
+
+@pytest.mark.parametrize("others, share, expected", [
+    (0.4, 0.5, None), (0.6, 0.05, None), (0.6, 0.1, "low"), (0.6, 0.2, "medium"), (1.0, 0.4, "high"),
+])
+def test_external_contention_thresholds(others, share, expected):
+    t = threads_dict(others_cpus=others, runqueue_wait_share=share, mean_runnable=1.5, cpu_used=1.0)
+    got = [f.severity for f in rules.external_contention(with_threads(t))]
+    assert got == ([expected] if expected else [])
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({}, [("undersubscription", "medium")]),
+    ({"busy_share": 0.7}, []),  # not CPU-bound
+    ({"cpu_used": 1.3}, []),  # fewer than 0.75 CPUs idle
+    ({"machine_busy_cpus": 1.9}, []),  # others use the idle CPUs
+    ({"runqueue_wait_share": 0.25}, []),
+])
+def test_undersubscription_thresholds(changes, expected):
+    t = threads_dict(**{"mean_runnable": 1.0, "runqueue_wait_share": 0.0, "cpu_used": 1.0,
+                        "machine_busy_cpus": 1.02, "busy_share": 0.95, **changes})
+    assert kinds(with_threads(t, intra=1)) == expected
+
+
+# ---------------------------------------------------------------- environment audit
+
+
+def names(items):
+    return {(i["name"], i["level"]) for i in items}
+
+
+def test_audit_flags_counts_above_usable_cpus():
+    m = Machine(usable_cpus=2, logical_cpus=8, intra_op_threads=8, inter_op_threads=2, default_intra_op_threads=8,
+                parallel_backend="OpenMP", threading_env={"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "2"})
+    items = environment.audit(m)
+    assert {("usable_cpus", "info"), ("OMP_NUM_THREADS", "warning"), ("MKL_NUM_THREADS", "info"),
+            ("intra_op_threads", "warning"), ("default_intra_op_threads", "warning"),
+            ("parallel_backend", "info")} <= names(items)
+    omp = next(i for i in items if i["name"] == "OMP_NUM_THREADS")
+    assert omp["value"] == "8" and "use 2" in omp["implication"]
+    assert all(set(i) == {"name", "value", "implication", "level"} for i in items)
+
+
+def test_audit_unset_omp_with_several_processes():
+    m = Machine(usable_cpus=4, logical_cpus=4, intra_op_threads=4, default_intra_op_threads=4)
+    unset = next(i for i in environment.audit(m, processes=2) if i["name"] == "OMP_NUM_THREADS")
+    assert unset["value"] is None and unset["level"] == "warning" and "OMP_NUM_THREADS=2" in unset["implication"]
+    alone = next(i for i in environment.audit(m, processes=1) if i["name"] == "OMP_NUM_THREADS")
+    assert alone["level"] == "info"
+
+
+def test_audit_spin_and_preload_implications():
+    env = {"OMP_WAIT_POLICY": "ACTIVE", "KMP_BLOCKTIME": "200", "OMP_PROC_BIND": "close",
+           "LD_PRELOAD": "/usr/lib/libjemalloc.so.2:/opt/intel/libiomp5.so", "MKL_DYNAMIC": "FALSE"}
+    m = Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=2, threading_env=env)
+    items = environment.audit(m, processes=2)
+    assert {("OMP_WAIT_POLICY", "warning"), ("KMP_BLOCKTIME", "warning"), ("OMP_PROC_BIND", "warning"),
+            ("MKL_DYNAMIC", "info")} <= names(items)
+    preloads = [i for i in items if i["name"] == "LD_PRELOAD"]
+    assert [p["value"] for p in preloads] == ["/usr/lib/libjemalloc.so.2", "/opt/intel/libiomp5.so"]
+    assert "jemalloc" in preloads[0]["implication"] and "KMP_" in preloads[1]["implication"]
+    quiet = environment.audit(Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=2,
+                                      threading_env={"KMP_BLOCKTIME": "0", "OMP_WAIT_POLICY": "PASSIVE"}))
+    assert {("KMP_BLOCKTIME", "info"), ("OMP_WAIT_POLICY", "info")} <= names(quiet)
