@@ -1,0 +1,181 @@
+"""The results file: typed rows, versioned JSON, load with checks.
+
+Format history (`format_version`):
+  1  first version (issue 5): `measurements` rows, `skipped`, `machine`,
+     `settings`, `notes`. Compare files are `format: microbench-compare`.
+
+Readers accept any file whose `format` is ours and whose version is <= the
+one they know; a newer file is refused with a one-line error rather than
+misread.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from microbench.errors import UsageError
+
+FORMAT = "microbench-results"
+COMPARE_FORMAT = "microbench-compare"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Row:
+    """One measurement: one case at one thread count. Times in microseconds."""
+    op: str
+    overload: str
+    input_shapes: list
+    dtypes: list
+    contiguous: bool
+    strides: list | None
+    layout: str
+    threads: int
+    median_us: float
+    iqr_us: float
+    runs: int                        # measured blocks
+    number_per_run: int              # calls per block
+    noise_pct: float                 # IQR / median * 100
+    noisy: bool                      # noise_pct >= 10
+    flops: int | None = None
+    gflops_per_s: float | None = None
+    bytes: int | None = None         # inputs + outputs: a lower bound on memory traffic
+    gbytes_per_s: float | None = None
+    speedup_vs_1_thread: float | None = None
+    parallel_efficiency: float | None = None
+    others_cpus: float | None = None   # CPUs other processes used meanwhile (/proc/stat, incl. steal)
+    contended: bool = False            # others took CPUs these threads needed: time measures the machine
+    source: str | None = None
+    self_pct: float | None = None
+    reproducer: str | None = None
+    assumed_args: dict = field(default_factory=dict)
+    stmt: str = ""
+    instructions_per_call: int | None = None
+    callgrind_number: int | None = None
+    times_us: list = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple:
+        """What a comparison matches on: (op, shapes, dtypes, layout, threads)."""
+        return (self.op, json.dumps(self.input_shapes), json.dumps(_norm_dtypes(self.dtypes)),
+                "contiguous" if self.contiguous else json.dumps(self.strides), self.threads)
+
+
+def _norm_dtypes(dtypes: list) -> list:
+    from microbench.cases import profiler_dtype_name, torch_dtype_name
+
+    out = []
+    for d in dtypes or []:
+        t = torch_dtype_name(d) if isinstance(d, str) else None
+        out.append(profiler_dtype_name(t) if t else d)
+    return out
+
+
+@dataclass
+class Results:
+    command: str                      # "from-report" or "run"
+    machine: dict
+    settings: dict
+    rows: list[Row] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    source_report: str | None = None
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    elapsed_s: float | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": self.created,
+            "command": self.command,
+            "source_report": self.source_report,
+            "machine": self.machine,
+            "settings": self.settings,
+            "elapsed_s": self.elapsed_s,
+            "measurements": [asdict(r) for r in self.rows],
+            "skipped": self.skipped,
+            "notes": self.notes,
+        }
+
+
+def check_writable(path: str) -> None:
+    """Refuse an output path before spending minutes measuring."""
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, expected a file name for the JSON output")
+    parent = os.path.dirname(os.path.abspath(path))
+    probe = parent
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
+        raise UsageError(f"cannot write {path}: {probe} is not a writable directory")
+
+
+def write_json(data: dict, path: str) -> None:
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, expected a file name for the JSON output")
+    tmp = path + ".tmp"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=1, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def save(results: Results, path: str) -> None:
+    write_json(results.to_dict(), path)
+
+
+def read_json(path: str, what: str) -> Any:
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, expected a {what}")
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read ({e})") from None
+
+
+_ROW_FIELDS = {f.name for f in fields(Row)}
+_REQUIRED = ("op", "input_shapes", "threads", "median_us", "iqr_us")
+
+
+def load(path: str) -> Results:
+    data = read_json(path, "microbench results file")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"{path}: not a microbench results file (no \"format\": \"{FORMAT}\")")
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise UsageError(f"{path}: results format version {version!r} is newer than this microbench "
+                         f"understands ({FORMAT_VERSION})")
+    rows = []
+    for i, raw in enumerate(data.get("measurements") or []):
+        if not isinstance(raw, dict) or any(k not in raw for k in _REQUIRED):
+            raise UsageError(f"{path}: measurement {i} lacks one of {', '.join(_REQUIRED)}")
+        values = {k: v for k, v in raw.items() if k in _ROW_FIELDS}
+        values.setdefault("overload", "")
+        values.setdefault("dtypes", [])
+        values.setdefault("contiguous", True)
+        values.setdefault("strides", None)
+        values.setdefault("layout", "")
+        values.setdefault("runs", 0)
+        values.setdefault("number_per_run", 0)
+        med = float(values["median_us"])
+        values.setdefault("noise_pct", 100.0 * float(values["iqr_us"]) / med if med > 0 else 0.0)
+        values.setdefault("noisy", values["noise_pct"] >= 10.0)
+        rows.append(Row(**values))
+    return Results(command=data.get("command", ""), machine=data.get("machine") or {},
+                   settings=data.get("settings") or {}, rows=rows, skipped=data.get("skipped") or [],
+                   notes=data.get("notes") or [], source_report=data.get("source_report"),
+                   created=data.get("created", ""), elapsed_s=data.get("elapsed_s"))
