@@ -20,10 +20,10 @@ from diagnose import __version__, findings, machine, target as target_mod
 from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS
-from diagnose.render import markdown
+from diagnose.render import markdown, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import IterationStats, LayerStatus, Report, TargetInfo
-from diagnose.runner import NO_FUNCTION
+from diagnose.runner import NO_FUNCTION, START_MARKER
 from diagnose.target import Target
 
 # Files diagnose writes into an output directory; never replaced without --force.
@@ -143,6 +143,8 @@ def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
     res = outcome.result or {}
     report.run.wall_s = res.get("wall_s")
     report.run.iterations = _stats(res.get("iteration_s") or [])
+    if res.get("thread_calls"):
+        report.threads["thread_calls"] = res["thread_calls"]
 
 
 def _apply_instrumented(report: Report, outcome: PassOutcome) -> None:
@@ -165,6 +167,12 @@ def exit_code_for(report: Report) -> ExitCode:
 
 
 def write_report(report: Report, output_dir: str) -> None:
+    if report.threads.get("timeline"):
+        why = plots.threads_png(report, os.path.join(output_dir, "threads.png"))
+        if why is None:
+            report.artifacts["threads_png"] = "threads.png"
+        elif "threads" in report.layers:
+            report.layers["threads"].missing["threads.png"] = why
     report.artifacts["report_json"] = "report.json"
     report.artifacts["report_md"] = "report.md"
     report_io.save(report, os.path.join(output_dir, "report.json"))
@@ -225,7 +233,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         captured = layer is not None
         progress.pass_started(index, len(passes), name, description, captured)
         workdir = os.path.join(workroot, name)
-        watching = _Watching(observers if layer is None else [], workroot)
+        watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, START_MARKER))
         try:
             outcome = run_pass(_spec(target, config, name, layer.name if layer else None), workdir,
                                passthrough=not captured, timeout_s=config.timeout_s, on_tick=progress.tick,
@@ -298,8 +306,9 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
 class _Watching:
     """The observer layers on one pass; a layer whose observer fails is reported as failed."""
 
-    def __init__(self, layers: list[Any], workroot: str):
+    def __init__(self, layers: list[Any], workroot: str, start_marker: str):
         self.root = workroot
+        self.start_marker = start_marker
         self.observers: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         for layer in layers:
@@ -313,7 +322,7 @@ class _Watching:
         return os.path.join(self.root, layer.name)
 
     def attach(self, pid: int) -> None:
-        self._each("attach", pid)
+        self._each("attach", pid, self.start_marker)
 
     def detach(self) -> None:
         self._each("detach")

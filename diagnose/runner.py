@@ -8,7 +8,9 @@ user code; this process exists so that whatever the target does cannot take
 the report down with it.
 
 result.json: pass, layer, exit_code, error, error_kind, traceback, wall_s,
-iteration_s, torch, raw (the layer's data), raw_error.
+iteration_s, torch, raw (the layer's data), raw_error, overrides (sweep
+points), thread_calls (uninstrumented pass: the target's set_num_threads
+and set_num_interop_threads calls with their user line).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 # exit status of the runner itself when the function named in the spec is missing
 NO_FUNCTION = 97
+START_MARKER = "started"  # created in the pass workdir when the measured workload begins
+STOP_MARKER = "stopped"  # ... and when it ends (observers stop there, not at interpreter exit)
 
 
 def _torch_info(torch) -> dict[str, Any]:
@@ -71,6 +75,27 @@ def _pin_threads(torch, n: int) -> dict[str, Any]:
 
     torch.set_num_threads = pinned
     return {"value": n, "ignored_calls": ignored}
+
+
+def _record_thread_calls(torch, script: str, cwd: str) -> list[dict[str, Any]]:
+    """Uninstrumented pass: note where the target sets its thread counts (for the threads findings).
+
+    One dict lookup per call, which targets make a handful of times; forked
+    children (DataLoader workers) are not recorded.
+    """
+    from diagnose.usercode import UserCode
+
+    usercode, owner, calls = UserCode(script, cwd), os.getpid(), []
+    for name in ("set_num_threads", "set_num_interop_threads"):
+        real = getattr(torch, name)
+
+        def recorded(k: int, _real=real, _name=name) -> None:
+            if os.getpid() == owner and len(calls) < 20:
+                calls.append({"call": _name, "threads": k, "location": usercode.location(sys._getframe(1))})
+            _real(k)
+
+        setattr(torch, name, recorded)
+    return calls
 
 
 def _pin_workers(workers: int) -> dict[str, Any]:
@@ -127,6 +152,8 @@ class Run:
         options = spec.get("options") or {}
         if options.get("intra_op_threads"):
             self.result["overrides"]["intra_op_threads"] = _pin_threads(torch, int(options["intra_op_threads"]))
+        elif not spec.get("layer"):
+            self.result["thread_calls"] = _record_thread_calls(torch, spec["script"], spec.get("cwd") or os.getcwd())
         if options.get("dataloader_workers") is not None:
             self.result["overrides"]["dataloader_workers"] = _pin_workers(int(options["dataloader_workers"]))
         if spec.get("layer"):
@@ -160,6 +187,9 @@ class Run:
             self._stop_clock()
 
     def _start(self) -> None:
+        # observers (the thread sampler) begin measuring when this file appears
+        with open(os.path.join(self.spec["workdir"], START_MARKER), "w"):
+            pass
         if self.recorder is not None:
             self.recorder.start()
         self.t0 = time.perf_counter()
@@ -167,6 +197,8 @@ class Run:
     def _stop_clock(self) -> None:
         if self.t0 is not None and self.result["wall_s"] is None:
             self.result["wall_s"] = time.perf_counter() - self.t0
+            with open(os.path.join(self.spec["workdir"], STOP_MARKER), "w"):
+                pass
 
     def finish(self) -> None:
         """Stop recording and write result.json; safe to call twice."""

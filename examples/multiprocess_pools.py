@@ -20,7 +20,7 @@ def work(steps):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=work, args=(args.steps,)) for _ in range(2)]

@@ -20,7 +20,7 @@ def step(a=torch.randn(512, 512), b=torch.randn(512, 512)):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
     for _ in range(args.steps):
         step()

@@ -8,7 +8,7 @@ Every finding carries the numbers that crossed its threshold in `evidence`.
 
 from __future__ import annotations
 
-from diagnose.findings import operators, python
+from diagnose.findings import operators, python, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -16,6 +16,9 @@ RULES = [
     operators.copy_overhead,
     operators.memory_churn,
     python.python_overhead,
+    threads.oversubscription,
+    threads.undersubscription,
+    threads.external_contention,
 ]
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}

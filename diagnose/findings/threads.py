@@ -14,7 +14,12 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   threads than usable CPUs ("one_process"). The suggestion gives exact
   values: fair share = max(1, usable // compute processes); beside n
   workers the main process gets max(1, usable - n). A measured sweep
-  recommendation (threads["sweep"]) is quoted when present.
+  recommendation (threads["sweep"]) is quoted when present; when the sweep
+  measured less than SWEEP_NEGLIGIBLE_PCT throughput to gain over the
+  configured setting the severity drops to `low` (the queueing is real, its
+  cost here is not). For one process, `location` is the target's own
+  set_num_threads call that asked for more threads than usable CPUs
+  (recorded by the runner).
 - external_contention: others_cpus (machine busy minus the tree and the
   sampler) >= max(0.5, 0.25 x usable) while the tree's wait share >= 0.1:
   `high` at >= 0.33, `medium` at >= 0.2, else `low`. Raised whether or not
@@ -44,6 +49,7 @@ UNDER_MIN_BUSY_SHARE = 0.8
 UNDER_MIN_IDLE_CPUS = 0.75
 UNDER_MEDIUM_IDLE_SHARE = 0.5
 MIN_DURATION_S = 0.5
+SWEEP_NEGLIGIBLE_PCT = 5.0  # a sweep that measured less to gain makes oversubscription `low`
 PROCESSES_IN_EVIDENCE = 6
 
 
@@ -160,7 +166,24 @@ def oversubscription(report: Report) -> list[Finding]:
                       + (f" Inter-op work runs beside it: torch.set_num_interop_threads(1) before any parallel work."
                          if inter else "")
                       + _sweep_note(t))
-    return [Finding(kind="oversubscription", severity=severity, title=title, op=None, location=None,
+    location = None
+    if evidence["cause"] == "one_process":
+        calls = [c for c in t.get("thread_calls") or []
+                 if c.get("call") == "set_num_threads" and (c.get("threads") or 0) > usable and c.get("location")]
+        if calls:  # the target's own call that asked for more threads than CPUs
+            location = calls[-1]["location"]
+            evidence["set_num_threads_call"] = calls[-1]
+    rec = (t.get("sweep") or {}).get("recommendation") if isinstance(t.get("sweep"), dict) else None
+    gain = (rec or {}).get("gain_vs_configured_pct")
+    if gain is not None:
+        evidence["sweep_gain_pct"] = gain
+        title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec['code']}"
+        if gain < SWEEP_NEGLIGIBLE_PCT:
+            severity = "low"
+            suggestion = (f"The measured cost is small for this workload ({gain:+.1f}% throughput from the "
+                          f"recommended setting); fix it when convenient, since threads queueing for CPUs also slow "
+                          f"everything else on the machine. " + suggestion)
+    return [Finding(kind="oversubscription", severity=severity, title=title, op=None, location=location,
                     evidence=evidence, suggestion=suggestion, layer="threads")]
 
 

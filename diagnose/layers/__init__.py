@@ -8,12 +8,14 @@ from __future__ import annotations
 from diagnose.layers.base import Layer
 from diagnose.layers.operators import OperatorsLayer
 from diagnose.layers.python import PythonLayer
+from diagnose.layers.threads import ThreadsLayer
 
 LAYERS: dict[str, Layer] = {
     layer.name: layer
     for layer in (
         OperatorsLayer(),
         PythonLayer(),
+        ThreadsLayer(),
     )
 }
 

@@ -34,9 +34,13 @@ class Recorder(Protocol):
 
 
 class Observer(Protocol):
-    """Watches a pass from outside: attached once the child starts, detached when it ends."""
+    """Watches a pass from outside: attached once the child starts, detached when it ends.
 
-    def attach(self, pid: int) -> None: ...
+    `start_marker` is the file the child creates when the measured workload
+    begins (after interpreter start-up and torch's import).
+    """
+
+    def attach(self, pid: int, start_marker: str) -> None: ...
 
     def detach(self) -> None: ...
 

@@ -95,3 +95,55 @@ def user_functions(report: Report, limit: int):
     rows = [r for r in report.python_hotspots if r.kind == "user"]
     rows.sort(key=lambda r: (-(r.loop_overhead_s or 0.0), -r.cumulative_s))
     return rows[:limit]
+
+
+def threads_lines(report: Report) -> list[str]:
+    """What the thread sampler saw, in plain words, with how it was measured."""
+    t = report.threads or {}
+    if t.get("mean_runnable") is None:
+        return []
+    how = "schedstat" if t.get("schedstat_available") else "sampled thread states (schedstat off: coarser)"
+    lines = [f"sampled /proc every {t.get('interval_s')} s for {duration(t.get('duration_s'))} "
+             f"({t.get('samples')} samples, from {how}) during the uninstrumented pass",
+             f"{t.get('usable_cpus')} usable CPUs; mean runnable threads {t['mean_runnable']:.2f}; "
+             f"run-queue wait {100 * (t.get('runqueue_wait_share') or 0):.0f}% of runnable time; "
+             f"CPUs used {t.get('cpu_used') or 0:.2f}"
+             + (f"; other processes used {t['others_cpus']:.2f} CPUs" if t.get("others_cpus") is not None else "")]
+    for p in (t.get("processes") or [])[:6]:
+        if not p.get("compute") and p.get("role") != "target":
+            continue
+        pools = ", ".join(f"{k} {v}" for k, v in (p.get("threads") or {}).items())
+        active = sum((p.get("active_threads") or {}).values())
+        lines.append(f"{p.get('role')} pid {p.get('pid')}: {p.get('max_threads')} threads ({pools}), "
+                     f"{active} active; runnable {p.get('mean_runnable') or 0:.2f}, CPUs {p.get('cpu_used') or 0:.2f}, "
+                     f"wait {100 * (p.get('wait_share') or 0):.0f}%")
+    health = t.get("health") or {}
+    if health.get("overhead_cpu_share") is not None:
+        lines.append(f"sampler cost {100 * health['overhead_cpu_share']:.2f}% of one CPU; "
+                     f"{health.get('missed_samples', 0)} missed samples, "
+                     f"{health.get('unreadable_files', 0)} unreadable files")
+    return lines
+
+
+def sweep_rows(report: Report) -> tuple[list[tuple[str, ...]], str | None]:
+    """The thread sweep as table rows (header first) and its recommendation line."""
+    sweep = (report.threads or {}).get("sweep") or {}
+    points = (sweep.get("threads") or []) + (sweep.get("workers") or [])
+    if not points:
+        return [], sweep.get("status")
+    unit = sweep.get("unit") or "runs"
+    rows = [("intra-op threads", "DataLoader workers", f"time per {unit[:-1]}", f"{unit}/s", "spread", "runs")]
+    for p in points:
+        w = p.get("dataloader_workers")
+        rows.append((str(p["intra_op_threads"]), "-" if w is None else str(w), duration(p.get("median_s")),
+                     f"{p['throughput_per_s']:.3g}" if p.get("throughput_per_s") else "failed",
+                     f"±{p['spread_pct'] / 2:.1f}%" if p.get("spread_pct") is not None else "-",
+                     f"{len(p.get('runs_s') or [])}" + (f" ({p['failed_runs']} failed)" if p.get("failed_runs") else "")))
+    rec = sweep.get("recommendation")
+    line = None
+    if rec:
+        gain = rec.get("gain_vs_configured_pct")
+        line = (f"recommended: {rec['code']}  (or {rec['env']}): the smallest setting within "
+                f"{sweep.get('tolerance_pct', 5)}% of the best measured throughput"
+                + (f"; {gain:+.1f}% vs the configured {sweep.get('configured_threads')} threads" if gain is not None else ""))
+    return rows, line

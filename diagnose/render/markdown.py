@@ -81,6 +81,7 @@ def render(report: Report) -> str:
         out += [f"- {n}" for n in layer.notes] + [""]
 
     out += _python(report)
+    out += _threads(report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
     for name, s in report.layers.items():
@@ -134,6 +135,33 @@ def _python(report: Report) -> list[str]:
         out.append("")
     out += [f"- {n}" for n in layer.notes if not n.startswith(tuple(layer.missing))]
     return out + [""]
+
+
+def _threads(report: Report) -> list[str]:
+    layer = report.layers.get("threads")
+    if layer is None:
+        return []
+    out = ["## Threads", ""]
+    if layer.status != "ok":
+        out += [f"_{layer.status}: {layer.reason}_", ""]
+    out += [f"- {line}" for line in fmt.threads_lines(report)] + [f"- {n}" for n in layer.notes]
+    out.append("")
+    if "threads_png" in report.artifacts:
+        out += [f"![threads over time]({report.artifacts['threads_png']})", ""]
+    for name, why in layer.missing.items():
+        out += [f"_{name} was not made: {_cell(why)}_", ""]
+    rows, recommendation = fmt.sweep_rows(report)
+    if rows:
+        out += ["### Thread sweep", "", "| " + " | ".join(rows[0]) + " |", "|" + "---:|" * len(rows[0])]
+        out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
+        out.append("")
+    if recommendation:
+        out += [f"**{_cell(recommendation)}**", ""]
+    env = [e for e in (report.threads or {}).get("environment") or [] if e.get("level") == "warning"]
+    if env:
+        out += ["Threading environment:", ""] + [f"- `{e['name']}={e['value']}`: {_cell(e['implication'])}" for e in env]
+        out.append("")
+    return out
 
 
 def _evidence(value: object) -> str:

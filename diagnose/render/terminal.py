@@ -33,6 +33,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
         out.append("")
         out.append(f"Operators: {op_layer.status}: {op_layer.reason}")
     out += _python(report)
+    out += _threads(report)
     out.append("")
     if report.findings:
         out.append("Findings")
@@ -67,6 +68,19 @@ def _python(report: Report) -> list[str]:
     layer = report.layers.get("python")
     for name, why in (layer.missing.items() if layer else ()):
         out.append(f"  {name} not made: {why}")
+    return out
+
+
+def _threads(report: Report) -> list[str]:
+    lines = fmt.threads_lines(report)
+    rows, recommendation = fmt.sweep_rows(report)
+    if not lines and not rows and not recommendation:
+        return []
+    out = ["", "Threads"] + [f"  {line}" for line in lines]
+    if rows:
+        out += ["", "  Thread sweep (uninstrumented, interleaved runs)"] + _table(rows)
+    if recommendation:
+        out.append(f"  {recommendation}")
     return out
 
 

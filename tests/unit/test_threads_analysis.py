@@ -250,6 +250,30 @@ def test_a_measured_sweep_recommendation_is_quoted():
     assert "Measured by the thread sweep: torch.set_num_threads(2)" in f.suggestion
 
 
+@pytest.mark.parametrize("gain, severity", [(42.0, "high"), (1.5, "low")])
+def test_the_sweep_measured_gain_sets_what_is_at_stake(gain, severity):
+    rep = report_for("threads8", intra=8)
+    rep.threads["sweep"] = {"recommendation": {"code": "torch.set_num_threads(2)", "env": "OMP_NUM_THREADS=2",
+                                               "gain_vs_configured_pct": gain}}
+    (f,) = findings(rep)
+    assert f.severity == severity and f.evidence["sweep_gain_pct"] == gain
+    assert f"measured {gain:+.1f}% throughput" in f.title
+
+
+def test_one_process_finding_points_at_the_targets_set_num_threads_line():
+    rep = report_for("threads8", intra=8)
+    rep.threads["thread_calls"] = [
+        {"call": "set_num_threads", "threads": 1, "location": "model.py:3"},
+        {"call": "set_num_threads", "threads": 8, "location": "model.py:12"},
+        {"call": "set_num_interop_threads", "threads": 8, "location": "model.py:13"},
+    ]
+    (f,) = findings(rep)
+    assert f.location == "model.py:12"
+    assert report_for("threads8", intra=8).threads.get("thread_calls") is None
+    (plain,) = findings(report_for("threads8", intra=8))
+    assert plain.location is None
+
+
 # ---------------------------------------------------------------- rule thresholds on small dicts
 
 

@@ -534,3 +534,30 @@ def test_live_sigterm_stops_the_sampler_at_once_and_writes(tmp_path):
     rec = json.loads(out.read_text())
     assert rec["health"]["stopped_by"] == "stop" and len(rec["snapshots"]) == 2
     assert rec["processes"][0]["comm"] == "sleep"
+
+
+def test_live_start_and_stop_markers_bound_the_recording(tmp_path):
+    """The runner's markers: sampling begins when `started` appears and ends when `stopped` does."""
+    out, start, stop = tmp_path / "marked.json", tmp_path / "started", tmp_path / "stopped"
+    target = subprocess.Popen(["sleep", "30"])
+    sampler = None
+    try:
+        sampler = subprocess.Popen([sys.executable, "-m", "diagnose.layers.threads.sampler", "--pid", str(target.pid),
+                                    "--out", str(out), "--interval", "0.05", "--start-when", str(start),
+                                    "--stop-when", str(stop)])
+        time.sleep(1.0)
+        assert sampler.poll() is None and not out.exists()  # still waiting for the start marker
+        start.touch()
+        time.sleep(0.6)
+        stop.touch()
+        assert sampler.wait(timeout=20) == 0
+        assert target.poll() is None  # it stopped at the marker, not because the target ended
+    finally:
+        for proc in (target, sampler):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    rec = json.loads(out.read_text())
+    assert rec["health"]["stopped_by"] == "stop"
+    span = rec["snapshots"][-1]["t_s"] - rec["snapshots"][0]["t_s"]
+    assert 0.4 < span < 3.0, span  # the 0.6 s between the markers, not the second before the start

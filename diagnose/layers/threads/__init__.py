@@ -1,1 +1,120 @@
-"""Threads layer: a /proc sampler in its own process, its analysis, and the environment audit."""
+"""The threads layer: who wants the CPUs, across the target's whole process tree.
+
+It has no pass of its own. It observes the uninstrumented pass from outside:
+when the pass's child starts, a sampler process (sampler.py) attaches to its
+pid, waits for the measured workload to begin (the runner's start marker),
+and follows it and every descendant through /proc until the workload ends;
+`analyse` turns that recording into `report.threads` (analysis.py) and adds
+the environment audit (environment.py). The findings that read it live in
+diagnose/findings/threads.py; the sweep (sweep.py) is run by the api when
+asked for. Nothing here runs inside the target, so its thread pools, GIL and
+caches are the ones the user's run has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from diagnose.layers.base import Layer
+from diagnose.runner import STOP_MARKER
+from diagnose.report.model import LayerStatus, Report
+
+RECORDING = "threads-recording.json"
+SAMPLER_LOG = "sampler.log"
+SAMPLER_EXIT_WAIT_S = 5.0  # after the tree exits the sampler takes one more sample and writes
+
+
+class SamplerProcess:
+    """Observer: one `python -m diagnose.layers.threads.sampler` per watched pass."""
+
+    def __init__(self, workdir: str, interval_s: float | None = None):
+        self.workdir = workdir
+        self.interval_s = interval_s
+        self.proc: subprocess.Popen | None = None
+        self.log = None
+
+    def attach(self, pid: int, start_marker: str) -> None:
+        stop_marker = os.path.join(os.path.dirname(start_marker), STOP_MARKER)
+        cmd = [sys.executable, "-m", "diagnose.layers.threads.sampler", "--pid", str(pid),
+               "--out", os.path.join(self.workdir, RECORDING), "--start-when", start_marker,
+               "--stop-when", stop_marker]
+        if self.interval_s:
+            cmd += ["--interval", str(self.interval_s)]
+        self.log = open(os.path.join(self.workdir, SAMPLER_LOG), "wb")
+        # own session: a Ctrl-C at the terminal goes to the target, not to the sampler,
+        # which keeps sampling until the tree it watches has written its partial results
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def detach(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=SAMPLER_EXIT_WAIT_S)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            # workers the target left behind keep the tree alive: stop with a last sample
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=SAMPLER_EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        finally:
+            if self.log:
+                self.log.close()
+
+
+class ThreadsLayer(Layer):
+    name = "threads"
+    description = "samples every thread of the process tree through /proc"
+    observes = True
+
+    def available(self) -> str | None:
+        if not os.path.isdir(f"/proc/{os.getpid()}/task"):
+            return "no Linux /proc here: the thread sampler reads /proc/<pid>/task"
+        return None
+
+    def observer(self, workdir: str) -> SamplerProcess:
+        return SamplerProcess(workdir)
+
+    def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        from diagnose.layers.threads import analysis, environment
+
+        path = os.path.join(workdir, RECORDING)
+        if not os.path.exists(path):
+            log = _tail(os.path.join(workdir, SAMPLER_LOG))
+            return LayerStatus("failed", "the thread sampler wrote no recording" + (f": {log}" if log else ""))
+        with open(path) as fh:
+            recording = json.load(fh)
+        usable = report.machine.usable_cpus or os.cpu_count() or 1
+        threads: dict[str, Any] = analysis.analyse(recording, usable)
+        threads["environment"] = environment.audit(report.machine, processes=threads.get("compute_processes") or 1)
+        report.threads.update(threads)
+        if threads.get("mean_runnable") is None:
+            return LayerStatus("failed", threads.get("reason") or "too few samples to measure anything")
+        status = LayerStatus("ok")
+        health = threads.get("health") or {}
+        if health.get("unreadable_files"):
+            status.notes.append(f"{health['unreadable_files']} /proc files could not be read")
+        if not threads.get("schedstat_available"):
+            status.notes.append("schedstat reads 0 0 0 here: runnable time from sampled thread states "
+                                "(coarser, underestimates short waits)")
+        if (threads.get("duration_s") or 0) < 1.0:
+            status.notes.append(f"the run lasted {threads.get('duration_s')} s: few samples, coarse numbers; "
+                                "a longer run (more iterations) gives steadier ones")
+        return status
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1] if lines else ""
+    except OSError:
+        return ""
+

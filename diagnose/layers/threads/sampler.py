@@ -11,6 +11,13 @@ creates that file once the first sample is taken (a parent can wait for it
 before letting the workload start). Exit status 1 when PID does not exist
 (the recording is still written, with health.error).
 
+With --start-when it waits (polling every 10 ms) until that file exists
+before its first sample: the runner creates it when the measured workload
+begins, so interpreter start-up and torch's import (seconds, one thread)
+do not dilute the averages; with --stop-when it takes a last sample and
+stops once that file exists (the runner creates it when the workload ends,
+before results are written and the interpreter shuts down).
+
 It runs outside the target so the target's GIL, caches and thread pools are
 untouched (FIELD_NOTES). Each sample reads, per thread, `stat` and
 `schedstat` (cumulative counters), `children` (to find new processes), and
@@ -105,6 +112,7 @@ DEFAULT_MAX_INTERVAL_S = 2.0
 BUDGET_WINDOW = 20
 OTHER_PROCESSES_KEPT = 10
 CMDLINE_READS = 3
+START_POLL_S = 0.01
 
 
 class Sampler:
@@ -417,6 +425,16 @@ def write_atomically(path: str, data: dict[str, Any]) -> None:
         raise
 
 
+def _wait_for(path: str, pid: int, proc_root: str, sleep: Callable[[float], None],
+              poll_s: float = START_POLL_S) -> None:
+    """Until `path` exists (the runner's start marker), the process exits, or a signal arrives."""
+    while not os.path.exists(path) and os.path.exists(os.path.join(proc_root, str(pid))):
+        t = time.monotonic()
+        sleep(poll_s)
+        if time.monotonic() - t < poll_s / 2:  # woken early: a signal asked us to stop
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m diagnose.layers.threads.sampler",
                                      description="Sample a process tree's threads through /proc.")
@@ -426,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-snapshots", type=int, default=DEFAULT_MAX_SNAPSHOTS)
     parser.add_argument("--max-duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--ready", default=None, help="file to create once the first sample is taken")
+    parser.add_argument("--start-when", default=None, metavar="FILE",
+                        help="take the first sample only once FILE exists (the workload has begun) "
+                             "or the process is gone")
+    parser.add_argument("--stop-when", default=None, metavar="FILE",
+                        help="take a last sample and stop once FILE exists (the workload has ended)")
     parser.add_argument("--proc-root", default=procfs.PROC, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # A signal writes to this pipe, so the sleep returns at once and the last sample
@@ -434,7 +457,17 @@ def main(argv: list[str] | None = None) -> int:
     os.set_blocking(wake_w, False)
 
     def sleep(seconds: float) -> None:
-        select.select([wake_r], [], [], seconds)
+        if not args.stop_when:
+            select.select([wake_r], [], [], seconds)
+            return
+        end = time.monotonic() + seconds
+        while True:  # look for the stop marker every START_POLL_S
+            if os.path.exists(args.stop_when):
+                sampler.stop()
+                return
+            left = end - time.monotonic()
+            if left <= 0 or select.select([wake_r], [], [], min(left, START_POLL_S))[0]:
+                return
 
     sampler = Sampler(args.pid, interval_s=args.interval, max_snapshots=args.max_snapshots, proc_root=args.proc_root,
                       sleep=sleep)
@@ -445,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     previous_fd = signal.set_wakeup_fd(wake_w)
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        if args.start_when:
+            _wait_for(args.start_when, args.pid, args.proc_root, sleep)
         if args.ready:
             sampler.sample()
             with open(args.ready, "w"):

@@ -1,0 +1,117 @@
+"""The threads layer through the real CLI, on overwhelming live cases (FIELD_NOTES: 8 threads on 2 CPUs).
+
+The thresholds themselves are tested exactly on committed recordings
+(tests/unit/test_threads_analysis.py); these runs check that the sampler,
+the analysis, the findings, threads.png and the sweep work together on real
+processes, with margins wide enough for a shared CI machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import EXAMPLES, line_of, run_cli
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+USABLE = len(os.sched_getaffinity(0))
+
+needs_few_cpus = pytest.mark.skipif(USABLE > 4, reason="the planted cases oversubscribe machines with <= 4 CPUs")
+
+
+def _kinds(report: dict) -> dict[str, dict]:
+    return {f["kind"]: f for f in report["findings"]}
+
+
+@pytest.fixture(scope="module")
+def too_many(tmp_path_factory):
+    out = tmp_path_factory.mktemp("too_many") / "report"
+    run = run_cli("threads", "examples/too_many_threads.py", outdir=out)
+    assert run.code == 0, run.stderr
+    return run
+
+
+@needs_few_cpus
+def test_eight_threads_on_few_cpus_is_oversubscription_with_evidence(too_many):
+    r = too_many.report
+    assert r["layers"]["threads"]["status"] == "ok"
+    assert set(r["layers"]) == {"threads"}  # the threads command runs no profiler pass
+    t = r["threads"]
+    assert t["usable_cpus"] == USABLE and t["samples"] >= 5
+    target = t["processes"][0]
+    assert target["role"] == "target" and target["threads"]["intra_op"] >= 7  # 8 OpenMP threads incl. main
+    f = _kinds(r)["oversubscription"]
+    assert f["severity"] in ("high", "medium")
+    ev = f["evidence"]
+    assert ev["mean_runnable"] > USABLE and ev["runqueue_wait_share"] >= 0.2
+    assert "set_num_threads" in f["suggestion"]
+    # /proc cannot say which line asked for the threads; the runner records the target's call
+    assert f["location"] == f"examples/too_many_threads.py:{line_of(EXAMPLES / 'too_many_threads.py', 'set_num_threads(8)')}"
+    assert "Threads" in too_many.stdout and "run-queue wait" in too_many.stdout
+
+
+def test_threads_png_is_drawn_from_the_timeline(too_many):
+    r = too_many.report
+    assert r["artifacts"]["threads_png"] == "threads.png"
+    png = (too_many.outdir / "threads.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+    md = (too_many.outdir / "report.md").read_text()
+    assert "## Threads" in md and "![threads over time](threads.png)" in md
+
+
+@needs_few_cpus
+def test_dataloader_workers_beside_the_main_pool(tmp_path):
+    run = run_cli("threads", "examples/dataloader_contention.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    r = run.report
+    roles = [p["role"] for p in r["threads"]["processes"] if p["compute"]]
+    assert roles.count("dataloader_worker") == 2 and "target" in roles
+    f = _kinds(r)["oversubscription"]
+    assert f["evidence"]["cause"] == "dataloader_workers"
+    assert "num_workers" in f["suggestion"] or "set_num_threads" in f["suggestion"]
+
+
+@needs_few_cpus
+def test_several_processes_each_with_a_full_pool(tmp_path):
+    run = run_cli("threads", "examples/multiprocess_pools.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    r = run.report
+    assert r["threads"]["compute_processes"] >= 2
+    f = _kinds(r)["oversubscription"]
+    assert f["evidence"]["cause"] == "several_processes"
+    assert f"set_num_threads({max(1, USABLE // 2)})" in f["suggestion"]
+
+
+def test_a_well_configured_model_raises_no_thread_alarm(tmp_path):
+    # repeated runs: a false alarm must not come and go with scheduling luck
+    for i in range(2):
+        run = run_cli("threads", "examples/mlp.py", outdir=tmp_path / f"r{i}")
+        assert run.code == 0, run.stderr
+        r = run.report
+        assert r["threads"]["mean_runnable"] <= USABLE + 0.5
+        assert "oversubscription" not in _kinds(r), r["findings"]
+
+
+@needs_few_cpus
+def test_sweep_recommends_at_most_the_usable_cpus_with_measured_throughputs(tmp_path):
+    run = run_cli("threads", "--sweep", "--sweep-repeats", "1", "examples/too_many_threads.py",
+                  "--", "--steps", "8", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    sweep = run.report["threads"]["sweep"]
+    tried = [p["intra_op_threads"] for p in sweep["threads"]]
+    assert 1 in tried and 8 in tried and USABLE in tried
+    assert all(p["throughput_per_s"] > 0 for p in sweep["threads"])
+    rec = sweep["recommendation"]
+    assert rec["intra_op_threads"] <= USABLE
+    assert rec["code"] == f"torch.set_num_threads({rec['intra_op_threads']})"
+    assert "Thread sweep" in run.stdout and "recommended: torch.set_num_threads(" in run.stdout
+    f = _kinds(run.report).get("oversubscription")
+    assert f is None or "Measured by the thread sweep" in f["suggestion"]
+
+
+def test_threads_layer_is_skipped_when_its_pass_is_not_run(tmp_path):
+    run = run_cli("callgraph", "examples/mlp.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    assert "threads" not in run.report["layers"] or run.report["layers"]["threads"]["status"] == "skipped"
+
