@@ -198,6 +198,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     layers = [LAYERS[name] for name in config.layers]
     passes: list[tuple[str, Any]] = [("baseline", None)] if config.baseline else []
     observers: list[Any] = []
+    derived: list[Any] = []
     for layer in layers:
         reason = layer.available()
         if not reason and layer.observes and not config.baseline:
@@ -206,6 +207,8 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
             report.layers[layer.name] = LayerStatus("skipped", reason)
         elif layer.observes:
             observers.append(layer)
+        elif layer.derived:
+            derived.append(layer)
         else:
             passes.append((layer.name, layer))
 
@@ -213,6 +216,8 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     try:
         try:
             _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress)
+            for layer in derived:
+                _run_derived(layer, report, workroot, output_dir, progress)
             if config.sweep and not report.run.interrupted:
                 _sweep(target, config, report, workroot, progress)
         except KeyboardInterrupt:  # between passes: keep what was measured
@@ -261,6 +266,23 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status
         _move_artifacts(report, workdir, output_dir)
+
+
+def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, progress: Progress) -> None:
+    """A layer computed from the others' results (it may run its own probe, never the target)."""
+    if report.run.interrupted:
+        report.layers[layer.name] = LayerStatus("skipped", "diagnose was interrupted before this layer")
+        return
+    workdir = os.path.join(workroot, layer.name)
+    os.makedirs(workdir, exist_ok=True)
+    t0 = time.monotonic()
+    try:
+        status = layer.analyse(None, report, workdir)
+    except Exception as exc:  # noqa: BLE001 - the layer fails, the report is still written
+        status = LayerStatus("failed", f"{type(exc).__name__}: {exc}")
+    status.elapsed_s = round(time.monotonic() - t0, 3)
+    report.layers[layer.name] = status
+    _move_artifacts(report, workdir, output_dir)
 
 
 def _sweep(target: Target, config: Config, report: Report, workroot: str, progress: Progress) -> None:

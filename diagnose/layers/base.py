@@ -8,6 +8,10 @@ A layer measures one aspect of the target. It has up to four parts:
 - `analyse(outcome, report, workdir)`: parent side, turns the pass's raw data
   into report fields and returns the layer's status;
 - `available()`: None when it can run here, else the reason it is skipped.
+
+A `derived` layer has neither a pass nor an observer: its `analyse` runs
+after every pass, with outcome None, on what the other layers measured
+(efficiency: the operators against the machine's peaks).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class Layer:
     name: str = ""
     description: str = ""  # what its pass does, for progress lines
     observes: bool = False  # True: no pass of its own, an observer on the uninstrumented pass
+    derived: bool = False  # True: no pass, no observer; analyse(None, ...) after all passes
 
     def available(self) -> str | None:
         return None

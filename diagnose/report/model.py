@@ -6,7 +6,8 @@ rows follow REPORT_CONTRACT.md; units live in the names (`_us`, `_s`).
 Schema history (bump SCHEMA_VERSION on any rename or removal, and add a
 migration to io.MIGRATIONS):
   "1" - first version: target, machine, run, layers, operators,
-        python_hotspots, threads, microbenchmarks, findings, artifacts.
+        python_hotspots, threads, microbenchmarks, findings, artifacts;
+        efficiency and counters added later (additive: no version bump).
 """
 
 from __future__ import annotations
@@ -165,6 +166,8 @@ class Report:
     python_summary: dict[str, Any] = field(default_factory=dict)
     threads: dict[str, Any] = field(default_factory=dict)
     microbenchmarks: list[dict[str, Any]] = field(default_factory=list)
+    efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline
+    counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
     findings: list[Finding] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
