@@ -20,6 +20,7 @@ from diagnose import __version__, findings, machine, target as target_mod
 from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS
+from diagnose.layers.base import DerivedContext
 from diagnose.render import markdown, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import IterationStats, LayerStatus, Report, TargetInfo
@@ -29,7 +30,7 @@ from diagnose.target import Target
 # Files diagnose writes into an output directory; never replaced without --force.
 ARTIFACT_NAMES = (
     "report.json", "report.md", "report.html", "trace.json", "callgraph.png", "callgraph.dot",
-    "profile.pstats", "threads.png", "roofline.png",
+    "profile.pstats", "threads.png", "roofline.png", "reproducers",
 )
 
 
@@ -47,6 +48,8 @@ class Config:
     sweep: bool = False  # re-run at several thread (and DataLoader worker) counts, recommend one
     sweep_repeats: int = 2
     sweep_threads: list[int] | None = None  # default: 1, 2, 4, ... usable CPUs, and the configured count
+    microbench_budget: float = 15.0  # seconds for micro-benchmarks of the top operators; 0 turns them off
+    microbench_top: int = 3
 
 
 class Progress(Protocol):
@@ -55,6 +58,8 @@ class Progress(Protocol):
     def tick(self, elapsed_s: float) -> None: ...
 
     def pass_finished(self, name: str, outcome: PassOutcome) -> None: ...
+
+    def layer_finished(self, name: str, status: str, elapsed_s: float) -> None: ...
 
 
 class NullProgress:
@@ -65,6 +70,9 @@ class NullProgress:
         pass
 
     def pass_finished(self, *args: Any) -> None:
+        pass
+
+    def layer_finished(self, *args: Any) -> None:
         pass
 
 
@@ -215,9 +223,12 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     workroot = tempfile.mkdtemp(prefix="diagnose-")
     try:
         try:
-            _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress)
-            for layer in derived:
-                _run_derived(layer, report, workroot, output_dir, progress)
+            _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress,
+                        steps=len(passes) + len(derived))
+            for i, layer in enumerate(derived, 1):
+                _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
+                             len(passes) + len(derived), {"microbench_budget": config.microbench_budget,
+                                                          "microbench_top": config.microbench_top})
             if config.sweep and not report.run.interrupted:
                 _sweep(target, config, report, workroot, progress)
         except KeyboardInterrupt:  # between passes: keep what was measured
@@ -229,14 +240,15 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     return Result(report=report, output_dir=output_dir, exit_code=exit_code_for(report))
 
 
-def _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress) -> None:
+def _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress,
+                steps: int) -> None:
     for index, (name, layer) in enumerate(passes, 1):
         if report.run.interrupted:
             report.layers[name] = LayerStatus("skipped", "diagnose was interrupted before this pass")
             continue
         description = layer.description if layer else "the target uninstrumented (reference wall time)"
         captured = layer is not None
-        progress.pass_started(index, len(passes), name, description, captured)
+        progress.pass_started(index, steps, name, description, captured)
         workdir = os.path.join(workroot, name)
         watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, START_MARKER))
         try:
@@ -268,18 +280,24 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         _move_artifacts(report, workdir, output_dir)
 
 
-def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, progress: Progress) -> None:
+def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, progress: Progress,
+                 index: int, total: int, options: dict[str, Any]) -> None:
     """A layer computed from the others' results (it may run its own probe, never the target)."""
     if report.run.interrupted:
         report.layers[layer.name] = LayerStatus("skipped", "diagnose was interrupted before this layer")
         return
     workdir = os.path.join(workroot, layer.name)
     os.makedirs(workdir, exist_ok=True)
+    progress.pass_started(index, total, layer.name, layer.description, True)
     t0 = time.monotonic()
     try:
-        status = layer.analyse(None, report, workdir)
+        status = layer.analyse(DerivedContext(options=options, tick=progress.tick), report, workdir)
+    except KeyboardInterrupt:
+        report.run.interrupted = True
+        status = LayerStatus("skipped", "interrupted with Ctrl-C while this layer ran")
     except Exception as exc:  # noqa: BLE001 - the layer fails, the report is still written
         status = LayerStatus("failed", f"{type(exc).__name__}: {exc}")
+    progress.layer_finished(layer.name, status.status, time.monotonic() - t0)
     status.elapsed_s = round(time.monotonic() - t0, 3)
     report.layers[layer.name] = status
     _move_artifacts(report, workdir, output_dir)

@@ -72,6 +72,11 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help=f"call graph: hide functions under PCT%% of the time ({callgraph.NODE_THRES_PCT:g})")
     p.add_argument("--callgraph-edges", type=float, default=callgraph.EDGE_THRES_PCT, metavar="PCT",
                    help=f"call graph: hide calls under PCT%% of the time ({callgraph.EDGE_THRES_PCT:g})")
+    p.add_argument("--microbench-budget", type=float, default=15.0, metavar="S",
+                   help="seconds for micro-benchmarks of the top operators at their shapes, 1 thread vs all "
+                        "(15; 0 turns them off)")
+    p.add_argument("--microbench-top", type=int, default=3, metavar="K",
+                   help="how many of the top operators to micro-benchmark (3)")
     p.add_argument("--callgraph-focus", choices=("all", "user"), default="all",
                    help="call graph: all functions, or only those in your script's directory (all)")
     p.add_argument("--sweep", action="store_true",
@@ -131,6 +136,9 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
                         callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
                                    "focus": args.callgraph_focus})
     config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats
+    if args.microbench_budget < 0 or args.microbench_top < 1:
+        raise UsageError("--microbench-budget wants seconds >= 0 and --microbench-top a count >= 1")
+    config.microbench_budget, config.microbench_top = args.microbench_budget, args.microbench_top
     if args.sweep_threads:
         try:
             config.sweep_threads = sorted({int(v) for v in args.sweep_threads.split(",") if v.strip()})

@@ -18,7 +18,7 @@ Contract
   guess by argument name (`dim=-1`, `threshold=0`, `reduction=1`, conv
   `stride=[1,..]`, `padding=[0,..]`, ...), else the row cannot be rebuilt.
   Every guessed value is listed in `assumed_args`.
-- Layout: report rows carry no strides, so inputs are built contiguous and the
+- Layout: rows without strides are built contiguous and the
   case says so (`layout`). An optional `strides` (list per input) or
   `contiguous` (bool, or list per input) field is honoured: recorded strides
   are rebuilt exactly with `as_strided`; `contiguous: false` without strides
@@ -561,7 +561,7 @@ def case_from_row(row: dict) -> Case:
         raise CannotRebuild("no recorded input shapes")
     return build_case(
         name, shapes, row.get("dtypes") or [],
-        strides=row.get("strides"), contiguous=row.get("contiguous"),
+        strides=row.get("strides") or row.get("input_strides"), contiguous=row.get("contiguous"),
         concrete_inputs=row.get("concrete_inputs"),
         source=row.get("source"), self_pct=row.get("self_pct"), calls=row.get("calls"))
 

@@ -31,10 +31,15 @@ class CliRun:
 
 def run_cli(*args: str, cwd: Path | None = None, outdir: Path | None = None, timeout: float = 240,
             env: dict[str, str] | None = None) -> CliRun:
-    """`diagnose -q [-o OUTDIR] ARGS`; a leading subcommand (e.g. callgraph) stays first."""
+    """`diagnose -q [-o OUTDIR] ARGS`; a leading subcommand (e.g. callgraph) stays first.
+
+    Micro-benchmarks are off (--microbench-budget 0) unless ARGS name a --microbench option.
+    """
     args = list(args)
     sub = [args.pop(0)] if args and args[0] in ("callgraph", "threads") else []
     cmd = [*DIAGNOSE, *sub, "-q"]
+    if not any(a.startswith("--microbench") for a in args):  # ~5-15 s per run; its own tests turn it on
+        cmd += ["--microbench-budget", "0"]
     if outdir is not None:
         cmd += ["-o", str(outdir)]
     cmd += args

@@ -8,7 +8,7 @@ Every finding carries the numbers that crossed its threshold in `evidence`.
 
 from __future__ import annotations
 
-from diagnose.findings import operators, python, threads
+from diagnose.findings import microbench, operators, python, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -19,6 +19,7 @@ RULES = [
     threads.oversubscription,
     threads.undersubscription,
     threads.external_contention,
+    microbench.sequential_operator,
 ]
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}

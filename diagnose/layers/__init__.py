@@ -6,6 +6,7 @@ The CLI's choices and the order of passes come from this mapping.
 from __future__ import annotations
 
 from diagnose.layers.base import Layer
+from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
 from diagnose.layers.python import PythonLayer
 from diagnose.layers.threads import ThreadsLayer
@@ -16,6 +17,7 @@ LAYERS: dict[str, Layer] = {
         OperatorsLayer(),
         PythonLayer(),
         ThreadsLayer(),
+        MicrobenchLayer(),
     )
 }
 

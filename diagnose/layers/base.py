@@ -10,13 +10,15 @@ A layer measures one aspect of the target. It has up to four parts:
 - `available()`: None when it can run here, else the reason it is skipped.
 
 A `derived` layer has neither a pass nor an observer: its `analyse` runs
-after every pass, with outcome None, on what the other layers measured
-(efficiency: the operators against the machine's peaks).
+after every pass on what the other layers measured (efficiency: the
+operators against the machine's peaks), with a `DerivedContext` in place of
+the pass outcome: the run's options and a progress tick.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from diagnose.launch import PassOutcome
@@ -47,6 +49,12 @@ class Observer(Protocol):
     def attach(self, pid: int, start_marker: str) -> None: ...
 
     def detach(self) -> None: ...
+
+
+@dataclass
+class DerivedContext:
+    options: dict[str, Any] = field(default_factory=dict)
+    tick: Callable[[float], None] | None = None  # elapsed seconds, for progress lines
 
 
 class Layer:

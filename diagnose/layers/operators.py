@@ -213,6 +213,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
     mem_records: list[tuple[int, int, Any]] = []
     oom_records = []
     renamed: dict[str, str] = {}
+    op_event: dict[int, Any] = {}  # node index -> its event, for a row's strides and scalar inputs
     if events:
         kt = type(events[0])
         k_name, k_start, k_end = kt.name, kt.start_ns, kt.end_ns
@@ -250,6 +251,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             # renamed step, which is a user annotation anyway
             add_node((name, None, _OTHER, k_start(k), k_end(k), tid, cpu, in_tree, None, None, 0))
         else:
+            op_event[len(nodes)] = k
             add_node((name, None, _OP, k_start(k), k_end(k), tid, cpu, in_tree,
                       k_shapes(k), k_dtypes(k), int(k_flops(k) or 0)))
     n_regular = len(nodes)
@@ -402,6 +404,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             "total_cpu_us": total_us,
             "flops": flop_count,
             "cpu_memory_bytes": mem,
+            **_layout(op_event.get(first)),
         }
         for (name, _, src, parent_name), (calls, self_us, total_us, flop_count, mem, first) in acc_rows.items()
     ]
@@ -444,6 +447,42 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         "events": n_events,
         "trace": trace,
     }
+
+
+def _layout(event) -> dict[str, Any]:
+    """Strides and scalar arguments of a row's first call (what a micro-benchmark needs to rebuild it)."""
+    if event is None:
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        out["input_strides"] = _jsonable(event.structured_input_strides())
+    except (AttributeError, RuntimeError):
+        pass
+    try:
+        concrete = event.concrete_inputs()
+        if any(c is not None and c != [] for c in concrete):
+            out["concrete_inputs"] = _jsonable(concrete)
+    except (AttributeError, RuntimeError):
+        pass
+    return out
+
+
+def contiguous_flags(shapes: list, strides: list | None) -> list[bool | None] | None:
+    """Per input: True when its strides are the row-major ones for its shape (None: not a tensor)."""
+    if strides is None or len(strides) != len(shapes):
+        return None
+    flags: list[bool | None] = []
+    for shape, stride in zip(shapes, strides):
+        if not shape or not isinstance(shape, list) or not isinstance(stride, list) or len(stride) != len(shape):
+            flags.append(None)
+            continue
+        expected, acc = [], 1
+        for dim in reversed(shape):
+            expected.append(acc)
+            acc *= max(int(dim), 1)
+        expected.reverse()
+        flags.append(all(d == 1 or s == e for d, s, e in zip(shape, stride, expected)))
+    return flags
 
 
 def memory_totals(kineto_events) -> dict[str, int]:
@@ -629,7 +668,10 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
         by_source: dict[str | None, list] = defaultdict(lambda: [0, 0.0])
         called_by: dict[str, float] = defaultdict(float)
         dtypes: list[str] = []
+        layout: dict[str, Any] = {}
         for p in parts:
+            if not layout and p.get("input_strides") is not None:
+                layout = {"input_strides": p["input_strides"], "concrete_inputs": p.get("concrete_inputs")}
             called_by[p.get("parent", "")] += p["self_cpu_us"]
             by_source[p["source"]][0] += p["calls"]
             by_source[p["source"]][1] += p["self_cpu_us"]
@@ -657,6 +699,9 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
             gflops_per_s=round(flops / (total_us * 1e3), 3) if flops and total_us > 0 else None,
             cpu_memory_bytes=sum(p["cpu_memory_bytes"] for p in parts),
             called_by={k: round(v, 3) for k, v in sorted(called_by.items(), key=lambda kv: -kv[1])},
+            input_strides=layout.get("input_strides"),
+            contiguous=contiguous_flags(json.loads(shapes), layout.get("input_strides")),
+            concrete_inputs=layout.get("concrete_inputs"),
         ))
     rows.sort(key=lambda r: (-r.self_cpu_us, r.name))
     return rows

@@ -147,3 +147,22 @@ def sweep_rows(report: Report) -> tuple[list[tuple[str, ...]], str | None]:
                 f"{sweep.get('tolerance_pct', 5)}% of the best measured throughput"
                 + (f"; {gain:+.1f}% vs the configured {sweep.get('configured_threads')} threads" if gain is not None else ""))
     return rows, line
+
+
+def microbench_rows(report: Report, limit: int = 12) -> list[tuple[str, ...]]:
+    """Micro-benchmark rows (header first), each time with its own noise."""
+    rows = report.microbenchmarks[:limit]
+    if not rows:
+        return []
+    out = [("operator", "input shapes", "threads", "median", "noise", "speedup", "efficiency", "GFLOP/s", "source")]
+    for r in rows:
+        noise = r.get("noise_pct")
+        flags = ("!" if r.get("noisy") else "") + (" contended" if r.get("contended") else "")
+        out.append((str(r.get("op")), shapes(r.get("input_shapes") or [], 40), str(r.get("threads")),
+                    us(r["median_us"]) if r.get("median_us") else "-",
+                    (f"IQR {noise:.1f}%" if noise is not None else "-") + flags,
+                    f"{r['speedup_vs_1_thread']:.2f}x" if r.get("speedup_vs_1_thread") else "-",
+                    f"{100 * r['parallel_efficiency']:.0f}%" if r.get("parallel_efficiency") else "-",
+                    f"{r['gflops_per_s']:.1f}" if r.get("gflops_per_s") else "-",
+                    str(r.get("source") or "-")))
+    return out

@@ -12,6 +12,7 @@ from diagnose.report.model import Report
 TOP_OPERATORS = 15
 TOP_FINDINGS = 10
 TOP_FUNCTIONS = 12
+TOP_MICROBENCH = 12
 
 
 def _cell(text: object) -> str:
@@ -82,6 +83,7 @@ def render(report: Report) -> str:
 
     out += _python(report)
     out += _threads(report)
+    out += _microbench(report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
     for name, s in report.layers.items():
@@ -162,6 +164,28 @@ def _threads(report: Report) -> list[str]:
         out += ["Threading environment:", ""] + [f"- `{e['name']}={e['value']}`: {_cell(e['implication'])}" for e in env]
         out.append("")
     return out
+
+
+def _microbench(report: Report) -> list[str]:
+    layer = report.layers.get("microbench")
+    if layer is None:
+        return []
+    out = ["## Micro-benchmarks", ""]
+    if layer.status != "ok":
+        return out + [f"_{layer.status}: {_cell(layer.reason)}_", ""]
+    rows = fmt.microbench_rows(report, TOP_MICROBENCH)
+    out.append("Each operator alone at its recorded shapes and dtypes (torch.utils.benchmark, adaptive autorange), "
+               "at each thread count; noise is the IQR over the median.")
+    out.append("")
+    out += ["| " + " | ".join(rows[0]) + " |", "|---|---|" + "---:|" * 6 + "---|"]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
+    if len(report.microbenchmarks) > TOP_MICROBENCH:
+        out.append(f"\n_{len(report.microbenchmarks) - TOP_MICROBENCH} more rows in report.json._")
+    out.append("")
+    if "reproducers" in report.artifacts:
+        out += [f"Standalone reproducers (plain torch, for VTune or a colleague): `{report.artifacts['reproducers']}/`", ""]
+    out += [f"- {_cell(n)}" for n in layer.notes[:6]]
+    return out + [""]
 
 
 def _evidence(value: object) -> str:

@@ -41,3 +41,7 @@ class TerminalProgress:
         self._write(f"{prefix}{self.label}: {status} in {fmt.duration(outcome.elapsed_s)}\n")
         if outcome.status != "ok" and outcome.output_tail:
             self._write("".join(f"    | {line}\n" for line in outcome.output_tail[-5:]))
+
+    def layer_finished(self, name: str, status: str, elapsed_s: float) -> None:
+        prefix = "\r\x1b[K" if self.live else ""
+        self._write(f"{prefix}{self.label}: {'done' if status == 'ok' else status} in {fmt.duration(elapsed_s)}\n")

@@ -10,6 +10,7 @@ from diagnose.report.model import Report
 TOP_OPERATORS = 8
 TOP_FINDINGS = 5
 TOP_FUNCTIONS = 5
+TOP_MICROBENCH = 8
 
 
 def render(report: Report, output_dir: str | None = None) -> str:
@@ -34,6 +35,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
         out.append(f"Operators: {op_layer.status}: {op_layer.reason}")
     out += _python(report)
     out += _threads(report)
+    rows = fmt.microbench_rows(report, TOP_MICROBENCH)
+    if rows:
+        out += ["", "Micro-benchmarks (each operator alone at its recorded shapes; speedup vs 1 thread)"] + _table(rows, right={2, 3, 4, 5, 6, 7})
     out.append("")
     if report.findings:
         out.append("Findings")
@@ -84,9 +88,9 @@ def _threads(report: Report) -> list[str]:
     return out
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+def _table(rows: list[tuple[str, ...]], right: set[int] | None = None) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    right = {2, 3, 4, 5}
+    right = {2, 3, 4, 5} if right is None else right
     lines = []
     for r in rows:
         cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]

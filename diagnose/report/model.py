@@ -140,6 +140,11 @@ class OperatorRow:
     cpu_memory_bytes: int = 0  # net bytes the op itself left allocated, over all calls
     # self CPU time by the operator that called this one ("" = called from Python)
     called_by: dict[str, float] = field(default_factory=dict)
+    # first call's layout: strides per input, whether each tensor input is contiguous
+    # (None for non-tensors), and scalar argument values as the profiler recorded them
+    input_strides: list[Any] | None = None
+    contiguous: list[bool | None] | None = None
+    concrete_inputs: list[Any] | None = None
 
 
 @dataclass

@@ -1,0 +1,98 @@
+"""The microbench layer: the top operators measured alone, at their shapes, across thread counts.
+
+A derived layer: after the passes it hands the report's operator rows to the
+`microbench` package (`python -m microbench from-report`, its own process:
+torch.utils.benchmark changes the thread count, which must not happen in the
+orchestrator) with a time budget, and puts its measurements into
+`report.microbenchmarks` and a standalone reproducer script per operator into
+`reproducers/`. The `sequential_operator` finding reads those rows
+(diagnose/findings/microbench.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from diagnose.layers.base import Layer
+from diagnose.report import io as report_io
+from diagnose.report.model import LayerStatus, Report
+
+DEFAULT_BUDGET_S = 15.0
+DEFAULT_TOP = 3
+REPRODUCERS = "reproducers"
+START_UP_ALLOWANCE_S = 60.0  # beyond the budget: interpreter and torch start-up, the last measurement
+
+
+class MicrobenchLayer(Layer):
+    name = "microbench"
+    description = "micro-benchmarks of the top operators at their recorded shapes, across thread counts"
+    derived = True
+
+    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+        options = getattr(context, "options", None) or {}
+        budget = float(options.get("microbench_budget", DEFAULT_BUDGET_S))
+        top = int(options.get("microbench_top", DEFAULT_TOP))
+        if budget <= 0:
+            return LayerStatus("skipped", "--microbench-budget 0 turned it off")
+        if not report.operators:
+            return LayerStatus("skipped", "the operator pass recorded no operators to benchmark")
+        source = os.path.join(workdir, "operators.json")
+        report_io.save(report, source)
+        out = os.path.join(workdir, "microbench.json")
+        cmd = [sys.executable, "-m", "microbench", "from-report", source, "--top", str(top),
+               "--budget", f"{budget:g}", "--json", out, "--reproducers", os.path.join(workdir, REPRODUCERS), "-q"]
+        log_path = os.path.join(workdir, "microbench.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            _wait(proc, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None))
+        if not os.path.exists(out):
+            return LayerStatus("failed", f"microbench wrote no results (exit code {proc.returncode}): "
+                                         f"{_last_line(log_path)}")
+        with open(out) as fh:
+            data = json.load(fh)
+        rows = data.get("measurements") or []
+        for row in rows:
+            if row.get("reproducer"):
+                row["reproducer"] = f"{REPRODUCERS}/{os.path.basename(row['reproducer'])}"
+        report.microbenchmarks = rows
+        status = LayerStatus("ok" if rows else "failed", None if rows else "no operator could be benchmarked")
+        status.notes += list(data.get("notes") or [])
+        for s in data.get("skipped") or []:
+            status.notes.append(f"{s.get('op')} {s.get('input_shapes')}: not benchmarked ({s.get('reason')})")
+        if os.path.isdir(os.path.join(workdir, REPRODUCERS)) and rows:
+            report.artifacts["reproducers"] = REPRODUCERS
+        return status
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, tick) -> None:
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                return
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - t0
+                if tick:
+                    tick(elapsed)
+                if elapsed > timeout_s:
+                    proc.kill()
+                    proc.wait()
+                    return
+    except KeyboardInterrupt:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1] if lines else "no output"
+    except OSError:
+        return "no output"

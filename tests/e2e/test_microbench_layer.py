@@ -1,0 +1,56 @@
+"""diagnose's microbench layer through the real CLI: sequential_operator on a planted sort."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from conftest import EXAMPLES, line_of, run_cli
+
+SORT = EXAMPLES / "sequential_sort.py"
+
+
+@pytest.fixture(scope="module")
+def sort_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sort") / "report"
+    run = run_cli("examples/sequential_sort.py:step", "--warmup", "1", "--iters", "3",
+                  "--layers", "operators,microbench", "--microbench-budget", "20", outdir=out)
+    assert run.code == 0, run.stderr
+    return run
+
+
+def test_sort_is_a_sequential_operator_at_its_line_with_measured_times(sort_run):
+    r = sort_run.report
+    assert r["layers"]["microbench"]["status"] == "ok"
+    sort_rows = [m for m in r["microbenchmarks"] if m["op"] == "aten::sort"]
+    assert sorted(m["threads"] for m in sort_rows) == [1, 2]
+    assert sort_rows[0]["input_shapes"][0] == [4000000]
+    (f,) = [f for f in r["findings"] if f["kind"] == "sequential_operator" and f["op"] == "aten::sort"]
+    assert f["location"] == f"examples/sequential_sort.py:{line_of(SORT, 'torch.sort(')}"
+    e = f["evidence"]
+    assert e["median_us_1_thread"] > 50_000 and e["median_us_2_threads"] > 50_000  # a 4M sort: tens of ms at least
+    assert e["speedup"] < 1.25
+    assert f["severity"] in ("high", "medium", "low")
+    assert "Micro-benchmarks" in sort_run.stdout
+
+
+def test_reproducer_is_standalone_plain_torch(sort_run):
+    rel = next(m["reproducer"] for m in sort_run.report["microbenchmarks"] if m["op"] == "aten::sort")
+    path = sort_run.outdir / rel
+    source = path.read_text()
+    imported = {n.names[0].name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import)}
+    imported |= {n.module.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
+    assert "torch" in imported and not imported & {"diagnose", "microbench"}
+    assert "4000000" in source
+    md = (sort_run.outdir / "report.md").read_text()
+    assert "## Micro-benchmarks" in md and "reproducers/" in md
+
+
+def test_budget_zero_turns_the_layer_off(tmp_path):
+    run = run_cli("examples/sequential_sort.py:step", "--warmup", "0", "--iters", "1",
+                  "--layers", "operators,microbench", "--microbench-budget", "0", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    layer = run.report["layers"]["microbench"]
+    assert layer["status"] == "skipped" and "--microbench-budget 0" in layer["reason"]
+    assert run.report["microbenchmarks"] == []
