@@ -97,6 +97,7 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
         split[kinds[func]] += tt
     # calls each function makes, per callee: callers are stored on the callee
     tiny: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
+    large_torch: dict[tuple, float] = defaultdict(float)
     for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
         if kinds[callee] == "user":
             continue
@@ -104,6 +105,8 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
             if nc and kinds.get(caller) == "user" and ct * 1e6 / nc < TINY_CALL_US:
                 tiny[caller][0] += ct
                 tiny[caller][1] += nc
+            elif nc and kinds.get(caller) == "user" and kinds[callee] == "torch":
+                large_torch[caller] += ct
     rows = []
     for func, (_cc, nc, tt, ct, _callers) in stats.items():
         name, location = _label(func, usercode)
@@ -116,6 +119,7 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
             row.end_line = spans.end_line(os.path.realpath(func[0]), func[1])
             row.loop_overhead_s = round(tt + tiny[func][0], 6)
             row.tiny_calls = tiny[func][1]
+            row.torch_calls_s = round(large_torch[func], 6)
         rows.append(row)
     rows.sort(key=lambda r: -r.self_s)
     keep = rows[:TOP_BY_SELF] + [r for r in rows[TOP_BY_SELF:]
@@ -128,6 +132,42 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
         "python_share": round(1 - split.get("torch", 0.0) / total_s, 4),
     }
     return keep, summary
+
+
+def correct_hidden_operators(rows: list[PythonFunction], summary: dict[str, Any], report: Report) -> None:
+    """Move operator work that cProfile booked as a user function's own time back to operators.
+
+    Tensor operators (`x * y`, `a @ b`, `x[i]`, `out[i] = v`) run through C
+    slots, which cProfile does not see as calls: their time lands in the
+    calling function's self time and would read as Python overhead. The
+    operator pass knows all operator time per line of user code; per function,
+    the large operators at its lines (>= TINY_CALL_US per call) minus the
+    large torch built-ins cProfile did see it call is that hidden time. Tiny
+    hidden operators stay counted as overhead: per call, their cost is the
+    dispatch from Python. Operator-pass times are scaled to the call-graph
+    pass's iterations (function mode records a window).
+    """
+    run = report.run
+    scale = 1.0
+    if report.target.function and report.target.iters and run.instrumented_iterations:
+        scale = report.target.iters / max(1, run.instrumented_iterations.n)
+    moved = 0.0
+    for row in rows:
+        if row.kind != "user" or not row.operators_all_s:
+            continue
+        hidden = min(row.self_s, max(0.0, row.operators_all_s * scale - (row.torch_calls_s or 0.0)))
+        if hidden <= 0:
+            continue
+        row.hidden_operator_s = round(hidden, 6)
+        row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden), 6)
+        moved += hidden
+    if moved and summary.get("total_s"):
+        split = summary["split_s"]
+        split["user"] = round(max(0.0, split.get("user", 0.0) - moved), 6)
+        split["torch"] = round(split.get("torch", 0.0) + moved, 6)
+        summary["operator_share"] = round(split["torch"] / summary["total_s"], 4)
+        summary["python_share"] = round(1 - summary["operator_share"], 4)
+        summary["hidden_operator_s"] = round(moved, 6)
 
 
 def join_operators(rows: list[PythonFunction], report: Report) -> None:
@@ -148,6 +188,8 @@ def join_operators(rows: list[PythonFunction], report: Report) -> None:
             if first_line <= line <= row.end_line:
                 found.append({"op": op.name, "input_shapes": op.input_shapes, "location": location,
                               "calls": share.calls, "self_cpu_us": share.self_cpu_us})
+                if share.calls and share.self_cpu_us / share.calls >= TINY_CALL_US:
+                    row.operators_all_s = (row.operators_all_s or 0.0) + share.self_cpu_us / 1e6
         found.sort(key=lambda d: -d["self_cpu_us"])
         row.operators = found[:MAX_OPERATORS_PER_FUNCTION]
 
@@ -182,6 +224,7 @@ class PythonLayer(Layer):
         usercode = UserCode(script)
         rows, summary = hotspots(stats, usercode, FunctionSpans())
         join_operators(rows, report)
+        correct_hidden_operators(rows, summary, report)
         wall = (outcome.result or {}).get("wall_s")
         summary["wall_s"] = wall
         if wall and report.run.wall_s:

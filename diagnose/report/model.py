@@ -122,6 +122,12 @@ class PythonFunction:
     loop_overhead_s: float | None = None
     tiny_calls: int | None = None
     operators: list[dict[str, Any]] = field(default_factory=list)  # from the operator pass
+    # user functions: large torch built-ins cProfile saw it call (s); large operators at its
+    # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
+    # its own time (operator overloads, indexing), already taken out of loop_overhead_s
+    torch_calls_s: float | None = None
+    operators_all_s: float | None = None
+    hidden_operator_s: float | None = None
 
 
 @dataclass

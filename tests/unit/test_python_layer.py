@@ -100,3 +100,23 @@ def test_framework_overhead_is_low_when_no_user_function_is_to_blame():
     assert [(f.severity, f.location) for f in found] == [("low", "m.py:3")]
     report.python_summary["python_share"] = 0.4
     assert python_overhead(report) == []
+
+
+def test_operator_work_hidden_in_a_functions_self_time_goes_back_to_operators():
+    """`x * y` runs through a C slot cProfile does not see: its time reads as the caller's own."""
+    from diagnose.layers.python import correct_hidden_operators
+    from diagnose.report.model import PythonFunction, Report, TargetInfo
+
+    rep = Report(target=TargetInfo(script="m.py"))
+    step = PythonFunction(function="step", location="m.py:3", kind="user", calls=1, self_s=1.5, cumulative_s=2.0,
+                          self_pct=70.0, cumulative_pct=95.0, loop_overhead_s=1.5, tiny_calls=0,
+                          torch_calls_s=0.4, operators_all_s=1.7)
+    loop = PythonFunction(function="rows", location="m.py:9", kind="user", calls=1, self_s=0.3, cumulative_s=0.5,
+                          self_pct=14.0, cumulative_pct=24.0, loop_overhead_s=0.45, tiny_calls=4000,
+                          torch_calls_s=0.0, operators_all_s=None)
+    summary = {"total_s": 2.1, "split_s": {"torch": 0.5, "user": 1.6, "library": 0.0, "builtin": 0.0}}
+    correct_hidden_operators([step, loop], summary, rep)
+    assert step.hidden_operator_s == pytest.approx(1.3)  # 1.7 s of large operators, 0.4 s of them seen as calls
+    assert step.loop_overhead_s == pytest.approx(0.2)
+    assert loop.hidden_operator_s is None and loop.loop_overhead_s == 0.45  # tiny calls stay overhead
+    assert summary["split_s"]["torch"] == pytest.approx(1.8) and summary["operator_share"] == pytest.approx(0.8571)
