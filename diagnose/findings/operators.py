@@ -10,7 +10,10 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   or from another copy, not the copies inside a compute kernel) >= 15% is
   `medium`, >= 30% `high`.
 - memory_churn: allocations >= 256 MiB in total and >= 1 GiB/s is `low`,
-  >= 2 GiB/s `medium`, >= 8 GiB/s `high`.
+  >= 2 GiB/s `medium`, >= 8 GiB/s `high`. The evidence adds the turnover
+  (bytes allocated over the most bytes alive at once); it is not a
+  threshold, since every training loop turns its activations over once per
+  step.
 """
 
 from __future__ import annotations
@@ -168,6 +171,8 @@ def memory_churn(report: Report) -> list[Finding]:
     if allocated < CHURN_MIN_BYTES or not wall:
         return []
     rate = allocated / wall
+    peak = int(mem.get("peak_live_bytes") or 0)
+    turnover = allocated / peak if peak else None
     severity = next((sev for limit, sev in CHURN_RATES if rate >= limit), None)
     if severity is None:
         return []
@@ -184,7 +189,9 @@ def memory_churn(report: Report) -> list[Finding]:
     return [Finding(
         kind="memory_churn",
         severity=severity,
-        title=f"{allocated / GIB:.1f} GiB allocated in {wall:.2f} s ({rate / GIB:.1f} GiB/s){where}",
+        title=(f"{allocated / GIB:.1f} GiB allocated in {wall:.2f} s ({rate / GIB:.1f} GiB/s"
+               + (f", {turnover:.0f}x the {peak / MIB:.0f} MiB ever alive at once" if turnover else "")
+               + f"){where}"),
         op=top_ops[0].name if top_ops else None,
         location=location,
         evidence={
@@ -192,6 +199,8 @@ def memory_churn(report: Report) -> list[Finding]:
             "allocations": int(mem.get("allocations") or 0),
             "bytes_per_s": round(rate),
             "threshold_bytes_per_s": next(limit for limit, sev in CHURN_RATES if sev == severity),
+            "peak_live_bytes": peak or None,
+            "turnover": round(turnover, 1) if turnover else None,
             "top_operators": [{"op": r.name, "input_shapes": r.input_shapes, "bytes": r.cpu_memory_bytes,
                                "source": r.source} for r in top_ops],
             "instrumentation_overhead": _overhead(report),

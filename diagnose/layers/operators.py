@@ -265,6 +265,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
     mem_times = [r[0] for r in mem_records]
     mem_prefix = [0]
     acc = 0
+    live = peak = 0
     for _, nbytes, device in mem_records:
         if device == cpu_device:
             if nbytes > 0:
@@ -272,10 +273,14 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
                 allocated += nbytes
             else:
                 freed -= nbytes
+            live += nbytes
+            peak = max(peak, live)
         if device in memory_devices:
             acc += nbytes
         mem_prefix.append(acc)
-    memory = {"allocations": count, "allocated_bytes": allocated, "freed_bytes": freed}
+    # peak_live_bytes: most bytes allocated in the window and alive at once (memory held
+    # from before the window is not seen); allocated / peak is how often it turned over
+    memory = {"allocations": count, "allocated_bytes": allocated, "freed_bytes": freed, "peak_live_bytes": peak}
 
     mem_usage = [0] * n_regular
     covered = [0] * (len(mem_records) + 1)  # +1/-1 marks: records inside some CPU event
@@ -488,17 +493,18 @@ def contiguous_flags(shapes: list, strides: list | None) -> list[bool | None] | 
 def memory_totals(kineto_events) -> dict[str, int]:
     """Allocations seen by the profiler. FunctionEvents fold allocations into
     the op that made them, so count the raw kineto memory records instead."""
-    count = allocated = freed = 0
-    for k in kineto_events:
-        if k.name() != MEMORY_EVENT or k.device_type() != _cpu_device():
-            continue
-        nbytes = k.nbytes()
+    count = allocated = freed = live = peak = 0
+    records = sorted((k.start_ns(), k.nbytes()) for k in kineto_events
+                     if k.name() == MEMORY_EVENT and k.device_type() == _cpu_device())
+    for _, nbytes in records:
         if nbytes > 0:
             count += 1
             allocated += nbytes
         else:
             freed -= nbytes
-    return {"allocations": count, "allocated_bytes": allocated, "freed_bytes": freed}
+        live += nbytes
+        peak = max(peak, live)
+    return {"allocations": count, "allocated_bytes": allocated, "freed_bytes": freed, "peak_live_bytes": peak}
 
 
 def _cpu_device():

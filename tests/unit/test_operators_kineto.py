@@ -283,4 +283,4 @@ def test_hand_made_events_match_torch(tmp_path, max_events):
     assert ("aten::q", "", None) in rows  # not inside p
     assert ("aten::f2", "", "f.py:1") in rows  # async events are no parents
     assert rows[("[OutOfMemory]", "aten::c", "f.py:1")]["cpu_memory_bytes"] == 1024
-    assert raw["memory"] == {"allocations": 4, "allocated_bytes": 92, "freed_bytes": 36}
+    assert raw["memory"] == {"allocations": 4, "allocated_bytes": 92, "freed_bytes": 36, "peak_live_bytes": 80}

@@ -1,0 +1,70 @@
+"""Accuracy: the real `diagnose` on every example finds its planted problem, and nothing on the control.
+
+One full run per example (all layers; micro-benchmarks only where the
+diagnosis needs them). examples/README.md lists what each diagnosis should say.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import EXAMPLES, line_of, run_cli
+
+USABLE = len(os.sched_getaffinity(0))
+FEW_CPUS = USABLE <= 4  # the thread examples oversubscribe machines with <= 4 CPUs
+
+
+def _line(script: str, needle: str) -> str:
+    return f"examples/{script}:{line_of(EXAMPLES / script, needle)}"
+
+
+# script, extra CLI args, expected finding kind, check on the finding
+CASES = [
+    ("too_many_threads.py", [], "oversubscription",
+     lambda f: f["location"] == _line("too_many_threads.py", "set_num_threads(8)")
+     and f["evidence"]["cause"] == "one_process"),
+    ("dataloader_contention.py", [], "oversubscription",
+     lambda f: f["evidence"]["cause"] == "dataloader_workers"),
+    ("multiprocess_pools.py", [], "oversubscription",
+     lambda f: f["evidence"]["cause"] == "several_processes"),
+    ("python_row_loop.py", [], "python_overhead",
+     lambda f: f["location"] == _line("python_row_loop.py", "out[i] = (row - row.mean())")
+     and f["severity"] == "high" and f["evidence"]["function"] == "normalise_rows"),
+    ("contiguous_copies.py", [], "copy_overhead",
+     lambda f: f["location"] in (_line("contiguous_copies.py", "copy 1"), _line("contiguous_copies.py", "copy 2"))
+     and f["severity"] == "high"),
+    ("sequential_sort.py", ["--microbench-budget", "20"], "sequential_operator",
+     lambda f: f["op"] == "aten::sort" and f["location"] == _line("sequential_sort.py", "torch.sort(")),
+    ("allocation_churn.py", [], "memory_churn",
+     lambda f: f["evidence"]["allocated_bytes"] > 4 << 30 and f["evidence"]["turnover"] >= 20),
+]
+# the churn's rate (its severity) depends on how busy the machine is; its hot element-wise
+# operators may outrank it, which is also a right diagnosis
+NOT_NECESSARILY_FIRST = {"allocation_churn.py"}
+THREAD_CASES = {"too_many_threads.py", "dataloader_contention.py", "multiprocess_pools.py"}
+
+
+@pytest.mark.parametrize("script, args, kind, check", CASES, ids=[c[0] for c in CASES])
+def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
+    if script in THREAD_CASES and not FEW_CPUS:
+        pytest.skip(f"{script} oversubscribes machines with <= 4 CPUs; this one has {USABLE}")
+    run = run_cli(f"examples/{script}", *args, outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    report = run.report
+    found = [f for f in report["findings"] if f["kind"] == kind]
+    assert found, [(f["kind"], f["severity"], f["title"]) for f in report["findings"]]
+    assert any(check(f) for f in found), found
+    if script not in NOT_NECESSARILY_FIRST:
+        top = [f for f in report["findings"] if f["severity"] == report["findings"][0]["severity"]]
+        assert any(f["kind"] == kind for f in top), f"{kind} is not among the top findings: {report['findings'][:3]}"
+
+
+def test_the_control_has_no_finding_above_low(tmp_path):
+    run = run_cli("examples/mlp.py", "--microbench-budget", "10", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    report = run.report
+    assert report["layers"]["microbench"]["status"] == "ok"
+    loud = [(f["kind"], f["severity"], f["title"]) for f in report["findings"] if f["severity"] != "low"]
+    assert loud == []
