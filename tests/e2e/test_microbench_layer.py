@@ -54,3 +54,20 @@ def test_budget_zero_turns_the_layer_off(tmp_path):
     layer = run.report["layers"]["microbench"]
     assert layer["status"] == "skipped" and "--microbench-budget 0" in layer["reason"]
     assert run.report["microbenchmarks"] == []
+
+
+def test_attention_bmm_is_benchmarked_at_its_recorded_shapes_across_threads(tmp_path):
+    run = run_cli("examples/attention.py:step", "--warmup", "1", "--iters", "4", "--layers", "operators,microbench",
+                  "--microbench-budget", "20", "--microbench-top", "3", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    r = run.report
+    recorded = {repr(o["input_shapes"]) for o in r["operators"] if o["name"] == "aten::bmm"}
+    bmm = [m for m in r["microbenchmarks"] if m["op"] == "aten::bmm"]
+    assert bmm, [m["op"] for m in r["microbenchmarks"]]
+    assert all(repr(m["input_shapes"]) in recorded for m in bmm)
+    assert {m["threads"] for m in bmm} >= {1, len(__import__("os").sched_getaffinity(0))}
+    one = [m for m in bmm if m["threads"] == 1]
+    assert one and one[0]["gflops_per_s"] > 1 and one[0]["median_us"] > 0
+    # the transposed k of q @ k^T is rebuilt with its recorded (non-contiguous) strides
+    qk = [m for m in bmm if m["input_shapes"] == [[32, 512, 64], [32, 64, 512]]]
+    assert qk and all(m["strides"][1] == [32768, 1, 64] and m["layout"] == "as recorded (strides)" for m in qk)
