@@ -181,6 +181,12 @@ def write_report(report: Report, output_dir: str) -> None:
             report.artifacts["threads_png"] = "threads.png"
         elif "threads" in report.layers:
             report.layers["threads"].missing["threads.png"] = why
+    if report.efficiency.get("operators"):
+        why = plots.roofline_png(report, os.path.join(output_dir, "roofline.png"))
+        if why is None:
+            report.artifacts["roofline_png"] = "roofline.png"
+        elif "efficiency" in report.layers:
+            report.layers["efficiency"].missing["roofline.png"] = why
     report.artifacts["report_json"] = "report.json"
     report.artifacts["report_md"] = "report.md"
     report_io.save(report, os.path.join(output_dir, "report.json"))

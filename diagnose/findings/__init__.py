@@ -8,7 +8,7 @@ Every finding carries the numbers that crossed its threshold in `evidence`.
 
 from __future__ import annotations
 
-from diagnose.findings import microbench, operators, python, threads
+from diagnose.findings import efficiency, microbench, operators, python, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -20,6 +20,7 @@ RULES = [
     threads.undersubscription,
     threads.external_contention,
     microbench.sequential_operator,
+    efficiency.low_efficiency,
 ]
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}

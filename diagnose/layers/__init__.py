@@ -6,6 +6,8 @@ The CLI's choices and the order of passes come from this mapping.
 from __future__ import annotations
 
 from diagnose.layers.base import Layer
+from diagnose.layers.counters import CountersLayer
+from diagnose.layers.efficiency import EfficiencyLayer
 from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
 from diagnose.layers.python import PythonLayer
@@ -18,6 +20,8 @@ LAYERS: dict[str, Layer] = {
         PythonLayer(),
         ThreadsLayer(),
         MicrobenchLayer(),
+        EfficiencyLayer(),
+        CountersLayer(),
     )
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 from diagnose.report.model import Report
 
 MAX_PROCESSES_DRAWN = 6  # the rest are summed into "other processes"
+LABEL_GAP_PX = 13  # roofline.png: vertical room per operator label (8 pt text at 100 dpi)
 
 
 def _pyplot():
@@ -74,6 +75,93 @@ def threads_png(report: Report, path: str) -> str | None:
     top.set_title(title, fontsize=10)
     top.legend(loc="upper right", fontsize=8)
     bottom.legend(loc="upper right", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def _op_label(op: dict[str, Any]) -> str:
+    shapes = " ".join(str(s).replace(" ", "") for s in (op.get("input_shapes") or []) if s)
+    name = (op.get("name") or "").replace("aten::", "")
+    return f"{name} {shapes}" if len(shapes) <= 34 else f"{name} {shapes[:33]}…"
+
+
+def roofline_png(report: Report, path: str) -> str | None:
+    """Log-log roofline: the measured roofs and each hot operator placed at its intensity."""
+    eff = report.efficiency or {}
+    roofs = eff.get("roofs") or {}
+    peak, bw = roofs.get("gflops_per_s"), roofs.get("gb_per_s")
+    ops = [o for o in eff.get("operators") or []
+           if o.get("intensity_flop_per_byte") and o.get("achieved_gflops_per_s")]
+    if not (peak and bw):
+        return "no machine peaks were measured (the efficiency layer did not run or failed)"
+    if not ops:
+        return "no hot operator has both a FLOP count and a byte estimate to place on the roofline"
+    try:
+        plt = _pyplot()
+    except ImportError as exc:
+        return f"matplotlib is not importable ({exc}); pip install matplotlib"
+    ridge = peak / bw
+    xs = [o["intensity_flop_per_byte"] for o in ops]
+    ys = [o["achieved_gflops_per_s"] for o in ops]
+    shares = [float(o.get("share_pct") or 0) for o in ops]
+    x_lo, x_hi = min(min(xs), ridge) / 8, max(max(xs), ridge) * 8
+    y_lo, y_hi = min(min(ys), x_lo * bw) / 3, peak * 3
+    fig, ax = plt.subplots(figsize=(11, 7), constrained_layout=True)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+    grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+    ax.plot(grid, [min(peak, x * bw) for x in grid], color="black", linewidth=2,
+            label=f"roof: memory {bw:.3g} GB/s (copy/triad) x intensity, capped by the GEMM peak")
+    for frac, style in ((0.25, "--"), (0.10, ":")):  # the low_efficiency finding's thresholds
+        ax.plot(grid, [frac * min(peak, x * bw) for x in grid], color="crimson", linewidth=0.8, linestyle=style,
+                alpha=0.6, label=f"{frac:.0%} of the roof (low_efficiency below)")
+    ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
+    fig.canvas.draw()  # the transforms below need the final layout
+    to_px = ax.transData.transform
+    ax.annotate(f"fp32 GEMM peak {peak:.3g} GFLOP/s at {roofs.get('threads')} thread"
+                f"{'s' if roofs.get('threads') != 1 else ''}", xy=(x_hi, peak), fontsize=9, ha="right",
+                xytext=(-6, 5), textcoords="offset points")
+    ax.annotate(f"ridge {ridge:.2g} FLOP/B", xy=(ridge, y_hi), fontsize=8, color="grey", ha="left", va="top",
+                xytext=(4, -6), textcoords="offset points")
+    colors = ["tab:blue" if o.get("bound") == "compute" else "tab:orange" for o in ops]
+    ax.scatter(xs, ys, s=[40 + 12 * s for s in shares], c=colors, alpha=0.75, edgecolors="black",
+               linewidths=0.6, zorder=3)
+    # labels in two columns (points in the right half labelled to their left, the others to their right),
+    # each column top-down at least LABEL_GAP_PX apart so that clustered kernels stay readable
+    mid_px = (to_px((x_hi, y_hi))[0] + to_px((x_lo, y_lo))[0]) / 2
+    bottom_px = to_px((x_lo, y_lo))[1]
+    for left in (True, False):
+        idx = sorted((i for i in range(len(ops)) if (to_px((xs[i], ys[i]))[0] > mid_px) == left),
+                     key=lambda i: -to_px((xs[i], ys[i]))[1])
+        label_y: list[float] = []
+        for i in idx:
+            py = to_px((xs[i], ys[i]))[1]
+            label_y.append(min(py, label_y[-1] - LABEL_GAP_PX) if label_y else py)
+        lift = max(0.0, bottom_px + LABEL_GAP_PX - label_y[-1]) if label_y else 0.0
+        pxs = [to_px((xs[i], ys[i]))[0] for i in idx]
+        edge = (min(pxs) - 16 if left else max(pxs) + 16) if pxs else 0.0  # clear of the whole column's points
+        for i, ly in zip(idx, label_y):
+            op = ops[i]
+            px, py = to_px((xs[i], ys[i]))
+            note = ", in cache" if op.get("cache_resident") else ""
+            ax.annotate(f"{_op_label(op)}: {shares[i]:.0f}% of op time, {op.get('efficiency_pct'):.3g}% of roof"
+                        f"{note}", xy=(xs[i], ys[i]), xytext=(edge - px, ly + lift - py),
+                        textcoords="offset pixels", fontsize=8, ha="right" if left else "left", va="center",
+                        arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5})
+    ax.scatter([], [], c="tab:blue", label="compute-bound operator (area: share of operator time)")
+    ax.scatter([], [], c="tab:orange", label="memory-bound operator")
+    ax.set_xlabel("arithmetic intensity, FLOP per byte (bytes = inputs read + outputs written once: a lower bound)")
+    ax.set_ylabel("achieved GFLOP/s (operator pass, self CPU time)")
+    overhead = eff.get("instrumentation_overhead")
+    title = f"Roofline of {report.target.script} on {report.machine.cpu_model or 'this machine'}"
+    if overhead:
+        title += f" (times from the instrumented pass, {overhead:.2f}x the plain run)"
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper left", fontsize=8)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None

@@ -1,0 +1,192 @@
+"""Rules on the efficiency and counters layers: low_efficiency.
+
+An operator's efficiency is its achieved rate as a share of the roof at its
+arithmetic intensity (report.efficiency, diagnose/layers/efficiency). A hot
+operator far below its roof is work the machine could do several times
+faster at the same shapes.
+
+Thresholds:
+- only operators with >= HOT_SHARE_PCT (10%) of operator CPU time, and
+  >= MIN_US_PER_CALL (20 µs) per call: below that the profiler's per-call
+  cost and the kernel's fixed start-up dominate and the ratio is noise;
+- efficiency < 10% of the roof is `high`, < 25% `medium`. Between 25% and
+  100% is what real kernels reach at awkward shapes (a good fp32 GEMM gets
+  60-90% of the probe's square-matrix peak, a streaming kernel 50-90% of
+  copy bandwidth), so nothing is raised there;
+- when the peaks were measured while other processes held the CPUs the roofs
+  are low and efficiencies read high: the finding still fires below the
+  thresholds and the evidence says `peaks_contended`.
+- Counters (report.counters, perf or VTune): CPI >= 1.0 over the run is
+  `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; FIELD_NOTES);
+  VTune spin + overhead time >= 20% of CPU time is `medium`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnose.findings.operators import suggestion_for
+from diagnose.layers.efficiency.roofline import tensor_dtypes
+from diagnose.report.model import Finding, Report
+
+HOT_SHARE_PCT = 10.0
+MIN_US_PER_CALL = 20.0
+HIGH_BELOW_PCT = 10.0
+MEDIUM_BELOW_PCT = 25.0
+SKINNY_DIM = 32  # a matmul dimension below this leaves most of a GEMM kernel's register tile empty
+CPI_LOW, CPI_MEDIUM = 1.0, 2.0
+SPIN_MEDIUM_PCT = 20.0
+MATMUL = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_mkl_linear)$")
+SOFTMAX = re.compile(r"^aten::(_?softmax|_?log_softmax)$")
+
+
+def _shape_text(shapes) -> str:
+    return ", ".join(str(s).replace(" ", "") for s in shapes if s != []) or "scalars"
+
+
+def matmul_dims(name: str, shapes: list[list[int]]) -> tuple[int, int, int] | None:
+    """(M, N, K) of a matmul row from its input shapes, batch folded out."""
+    tensors = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
+    if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm") and len(tensors) >= 3:
+        tensors = tensors[1:]  # a 2-D or 3-D bias first (a 1-D one was never counted)
+    if name in ("aten::linear", "aten::_mkl_linear") and len(tensors) >= 2:
+        x, w = tensors[0], tensors[1]
+        return _prod(x[:-1]), w[0], x[-1]
+    if len(tensors) < 2:
+        return None
+    a, b = tensors[0], tensors[1]
+    return a[-2], b[-1], a[-1]
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _suggestion(op: dict[str, Any], usable: int | None) -> str:
+    name = op["name"]
+    parts = []
+    if op.get("contiguous") is False:
+        parts.append("Its inputs are not contiguous, so the kernel strides through memory or copies first: "
+                     "make them contiguous once, where they are produced (e.g. .contiguous() after a transpose "
+                     "outside the loop, or keep the layout the next operator wants), not on every call.")
+    dims = matmul_dims(name, op.get("input_shapes") or []) if MATMUL.match(name) else None
+    if dims and min(dims) < SKINNY_DIM:
+        m, n, k = dims
+        parts.append(f"A skinny matmul (M={m}, N={n}, K={k}): a dimension this small leaves most of the GEMM "
+                     "kernel idle. Batch the work: stack the small matrices into one larger mm/bmm (more rows per "
+                     "call, e.g. a bigger batch), or fold repeated calls into one.")
+    if "double" in tensor_dtypes(op.get("input_shapes") or [], op.get("dtypes") or []):
+        parts.append("It runs in float64, at best half the fp32 rate and twice the bytes: use float32.")
+    threads, bound = op.get("threads"), op.get("bound")
+    if usable and threads and threads < usable and bound == "compute":
+        parts.append(f"It ran with {threads} intra-op threads of {usable} usable CPUs: torch.set_num_threads({usable}).")
+    if bound == "memory":
+        text = (f"It is memory-bound and moves {op.get('achieved_gb_per_s'):.3g} GB/s of the "
+                f"{op.get('roof_gb_per_s'):.3g} GB/s this machine streams.")
+        out_mib = sum(_prod(s) for s in op.get("output_shapes") or []) * 4 / (1 << 20)
+        short = name.split("::")[-1]
+        if SOFTMAX.match(name):
+            text += (" Softmax also pays for exp, counted here as one FLOP: fuse the scale and softmax into "
+                     "F.scaled_dot_product_attention, or torch.compile the block.")
+        else:
+            if out_mib >= 8 and not short.endswith("_"):
+                text += (f" Each call writes a fresh {out_mib:.0f} MiB output, which the kernel page-faults in "
+                         f"on first touch: write into a reused buffer (torch.{short}(..., out=buf)) or in place "
+                         f"(x.{short}_(...)) where the input is not needed again.")
+            text += " " + suggestion_for(name)
+        parts.append(text)
+    if not parts:
+        parts.append(suggestion_for(name))
+    parts.append("Check a fix with `microbench run` at this shape before and after.")
+    return " ".join(parts)
+
+
+def low_efficiency(report: Report) -> list[Finding]:
+    eff = report.efficiency or {}
+    out = []
+    peaks = eff.get("peaks") or {}
+    for op in eff.get("operators") or []:
+        pct, share = op.get("efficiency_pct"), float(op.get("share_pct") or 0.0)
+        if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL:
+            continue
+        if pct >= MEDIUM_BELOW_PCT:
+            continue
+        severity = "high" if pct < HIGH_BELOW_PCT else "medium"
+        if op.get("roof_gflops_per_s") is not None:
+            rate = f"{op['achieved_gflops_per_s']:.3g} of {op['roof_gflops_per_s']:.3g} GFLOP/s"
+        else:
+            rate = f"{op['achieved_gb_per_s']:.3g} of {op['roof_gb_per_s']:.3g} GB/s"
+        where = f" at {op['source']}" if op.get("source") else ""
+        out.append(Finding(
+            kind="low_efficiency",
+            severity=severity,
+            title=(f"{op['name']} on {_shape_text(op.get('input_shapes') or [])} runs at {pct:.3g}% of this "
+                   f"machine's roof ({rate}, {op.get('bound')}-bound){where}"),
+            op=op["name"],
+            location=op.get("source"),
+            evidence={
+                "efficiency_pct": pct,
+                "achieved_gflops_per_s": op.get("achieved_gflops_per_s"),
+                "roof_gflops_per_s": op.get("roof_gflops_per_s"),
+                "achieved_gb_per_s": op.get("achieved_gb_per_s"),
+                "roof_gb_per_s": op.get("roof_gb_per_s"),
+                "intensity_flop_per_byte": op.get("intensity_flop_per_byte"),
+                "bound": op.get("bound"),
+                "share_pct": share,
+                "us_per_call": op.get("us_per_call"),
+                "threads": op.get("threads"),
+                "input_shapes": op.get("input_shapes"),
+                "contiguous": op.get("contiguous"),
+                "flops_source": op.get("flops_source"),
+                "threshold_pct": HIGH_BELOW_PCT if severity == "high" else MEDIUM_BELOW_PCT,
+                "peaks_contended": bool(peaks.get("contended")),
+                "instrumentation_overhead": eff.get("instrumentation_overhead"),
+            },
+            suggestion=_suggestion(op, report.machine.usable_cpus),
+            layer="efficiency",
+        ))
+    out.extend(_counter_findings(report))
+    return out
+
+
+def _counter_findings(report: Report) -> list[Finding]:
+    c = report.counters or {}
+    out = []
+    cpi = c.get("cpi")
+    if cpi is not None and cpi >= CPI_LOW:
+        severity = "medium" if cpi >= CPI_MEDIUM else "low"
+        out.append(Finding(
+            kind="low_efficiency",
+            severity=severity,
+            title=f"The run retires an instruction every {cpi:.2f} cycles (CPI, {c.get('source')}): the cores "
+                  "mostly wait",
+            op=None, location=None,
+            evidence={"cpi": cpi, "ipc": c.get("ipc"), "cycles": c.get("cycles"),
+                      "instructions": c.get("instructions"), "cache_miss_pct": c.get("cache_miss_pct"),
+                      "branch_miss_pct": c.get("branch_miss_pct"),
+                      "threshold_cpi": CPI_MEDIUM if severity == "medium" else CPI_LOW, "source": c.get("source")},
+            suggestion="A high CPI means stalls, most often on memory: look at the memory-bound operators in the "
+                       "efficiency table first (fuse them, use contiguous inputs, smaller dtypes); a VTune "
+                       "uarch-exploration run (vtune_scripts/collect.sh uarch) names the stall per aten op.",
+            layer="counters",
+        ))
+    spin = c.get("spin_overhead_pct")
+    if spin is not None and spin >= SPIN_MEDIUM_PCT:
+        out.append(Finding(
+            kind="low_efficiency",
+            severity="medium",
+            title=f"{spin:.0f}% of CPU time is spin and overhead time (VTune): threads wait busily instead of working",
+            op=None, location=None,
+            evidence={"spin_overhead_pct": spin, "spin_time_s": c.get("spin_time_s"),
+                      "overhead_time_s": c.get("overhead_time_s"), "cpu_time_s": c.get("cpu_time_s"),
+                      "threshold_pct": SPIN_MEDIUM_PCT, "source": c.get("source")},
+            suggestion="OpenMP threads spin at barriers between small parallel regions: fewer intra-op threads "
+                       "(torch.set_num_threads), larger operators per call, or OMP_WAIT_POLICY=PASSIVE when "
+                       "other work shares the CPUs.",
+            layer="counters",
+        ))
+    return out

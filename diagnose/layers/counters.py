@@ -1,0 +1,252 @@
+"""Hardware counters, where the machine has them: perf (CountersLayer) and VTune (VtuneLayer).
+
+CountersLayer observes the uninstrumented pass from outside, like the thread
+sampler: when the runner creates its start marker (the measured workload
+begins, torch already imported) a watcher thread starts
+`perf stat -x, -e cycles,instructions,... -p PID -o FILE`; at the stop
+marker (or when the pass ends) perf gets SIGINT and writes its counts.
+`analyse` turns them into `report.counters` (diagnose/tools/perf.py):
+
+    {"source": "perf", "cpi", "ipc", "cache_miss_pct", "branch_miss_pct",
+     "cycles", "instructions", "cpus_utilized", ..., "perf": {events, command}}
+
+When perf cannot count cycles and instructions (no PMU: these VMs print
+`<not supported>`; perf missing; kernel.perf_event_paranoid too strict) the
+layer is skipped, and its reason says what counters would add and how to get
+them (WHAT_COUNTERS_GIVE, HOW_TO_GET_COUNTERS: renderers may show them).
+
+VtuneLayer (not in the default registry: `diagnose --vtune` turns it on once
+the launcher can wrap a pass, see `command_prefix`) runs its own pass under
+`vtune -collect ...`, with a recorder that wraps the measured workload in
+`torch.autograd.profiler.emit_itt()` so every aten op is an ITT task; its
+`analyse` runs VTune's CSV reports and puts the summary (CPI, spin and
+overhead time, effective CPU use, top aten tasks) in `report.counters["vtune"]`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from typing import Any
+
+from diagnose.layers.base import Layer
+from diagnose.report.model import LayerStatus, Report
+from diagnose.runner import STOP_MARKER
+from diagnose.tools import perf, vtune
+
+PERF_OUT = "perf-stat.csv"
+PERF_LOG = "perf.log"
+MARKER_POLL_S = 0.01
+PERF_EXIT_WAIT_S = 5.0
+
+WHAT_COUNTERS_GIVE = (
+    "with counters the report adds the run's CPI/IPC and cache and branch miss rates (perf), or spin and "
+    "overhead time, effective CPU use and CPU time per aten op (VTune)"
+)
+HOW_TO_GET_COUNTERS = (
+    "to get them run on bare metal or a VM with PMU passthrough, with perf installed and "
+    "kernel.perf_event_paranoid <= 2 (or as root), or install Intel VTune and use diagnose --vtune / vtune_scripts/"
+)
+
+
+def skip_reason() -> str | None:
+    why = perf.unavailable()
+    if why is None:
+        return None
+    vt = vtune.unavailable(short=True)
+    if vt is None:
+        return f"{why}; VTune is on PATH: diagnose --vtune collects its counters instead"
+    return f"{why}; {vt}. {WHAT_COUNTERS_GIVE[0].upper()}{WHAT_COUNTERS_GIVE[1:]}; {HOW_TO_GET_COUNTERS}"
+
+
+class PerfStatObserver:
+    """Observer: `perf stat -p PID` over the measured workload of one pass."""
+
+    def __init__(self, workdir: str, perf_exe: str = "perf"):
+        self.workdir = workdir
+        self.perf_exe = perf_exe
+        self.proc: subprocess.Popen | None = None
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.command: list[str] | None = None
+        self.log = None
+
+    def attach(self, pid: int, start_marker: str) -> None:
+        stop_marker = os.path.join(os.path.dirname(start_marker), STOP_MARKER)
+        self.thread = threading.Thread(target=self._watch, args=(pid, start_marker, stop_marker), daemon=True)
+        self.thread.start()
+
+    def _watch(self, pid: int, start_marker: str, stop_marker: str) -> None:
+        while not os.path.exists(start_marker):
+            if self.done.wait(MARKER_POLL_S) or not _alive(pid):
+                return
+        self.command = perf.stat_command(pid, os.path.join(self.workdir, PERF_OUT), perf=self.perf_exe)
+        self.log = open(os.path.join(self.workdir, PERF_LOG), "wb")
+        # own session: a Ctrl-C at the terminal reaches the target, perf is stopped by us
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        while not os.path.exists(stop_marker):
+            if self.done.wait(MARKER_POLL_S) or self.proc.poll() is not None:
+                break
+        self._stop()
+
+    def _stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)  # perf stat prints its counts on SIGINT
+        try:
+            proc.wait(timeout=PERF_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def detach(self) -> None:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(timeout=PERF_EXIT_WAIT_S + 1)
+        self._stop()
+        if self.log:
+            self.log.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def counters_from_perf(text: str) -> dict[str, Any]:
+    events = perf.parse_stat_csv(text)
+    m = perf.metrics(events)
+    return {"source": "perf", **{k: m[k] for k in ("cpi", "ipc", "cycles", "instructions", "cache_miss_pct",
+                                                    "branch_miss_pct", "cpus_utilized")},
+            "perf": {**m, "events": events}}
+
+
+class CountersLayer(Layer):
+    name = "counters"
+    description = "hardware counters (perf stat: cycles, instructions, misses) over the uninstrumented pass"
+    observes = True
+
+    def available(self) -> str | None:
+        return skip_reason()
+
+    def observer(self, workdir: str) -> PerfStatObserver:
+        return PerfStatObserver(workdir)
+
+    def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        path = os.path.join(workdir, PERF_OUT)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            return LayerStatus("failed", "perf stat wrote no counts (the workload may have ended before the "
+                                         f"measured part began): {_tail(os.path.join(workdir, PERF_LOG))}")
+        counters = counters_from_perf(text)
+        report.counters.update(counters)
+        m = counters["perf"]
+        if counters["cpi"] is None:
+            return LayerStatus("failed", "perf stat ran but counted no cycles/instructions for this run"
+                                         + (f" (<not supported>: {', '.join(m['not_supported'])})"
+                                            if m["not_supported"] else ""))
+        status = LayerStatus("ok")
+        if m["multiplexed"]:
+            status.notes.append(f"{', '.join(m['multiplexed'])} shared the counters with other events (perf "
+                                "scaled their counts from the time they ran)")
+        if m["not_supported"]:
+            status.notes.append(f"not supported here: {', '.join(m['not_supported'])}")
+        return status
+
+
+# ---------------------------------------------------------------- VTune
+
+
+class IttRecorder:
+    """Child side of the VTune pass: the measured workload inside emit_itt (aten ops become ITT tasks)."""
+
+    def __init__(self) -> None:
+        self.ctx = None
+
+    def start(self) -> None:
+        import torch
+
+        self.ctx = torch.autograd.profiler.emit_itt()
+        self.ctx.__enter__()
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(None, None, None)
+            self.ctx = None
+
+    def collect(self, workdir: str) -> dict[str, Any]:
+        import torch
+
+        return {"itt_available": bool(torch.profiler.itt.is_available())}
+
+
+class VtuneLayer(Layer):
+    """A pass of its own under `vtune -collect`; needs the launcher hook described in `command_prefix`."""
+
+    name = "vtune"
+    description = "the target under Intel VTune (ITT labels per aten op)"
+    RESULT_DIR = "vtune-result"
+
+    def available(self) -> str | None:
+        return vtune.unavailable()
+
+    def recorder(self, spec: dict[str, Any]) -> IttRecorder:
+        return IttRecorder()
+
+    def command_prefix(self, workdir: str, options: dict[str, Any] | None = None) -> list[str]:
+        """What goes before `python -m diagnose.runner SPEC` in this layer's pass (launch.run_pass)."""
+        options = options or {}
+        # collect_command with no target command ends with "--": the runner's command follows
+        return vtune.collect_command(options.get("vtune_analysis", "hotspots"),
+                                     os.path.join(workdir, self.RESULT_DIR), [], options.get("vtune_knobs"))
+
+    def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        result_dir = os.path.join(workdir, self.RESULT_DIR)
+        if not os.path.isdir(result_dir):
+            return LayerStatus("failed", f"vtune wrote no result directory: {outcome.failure_reason('the vtune pass')}")
+        cmds = vtune.report_commands(result_dir, workdir)
+        texts: dict[str, str] = {}
+        for name, cmd in cmds.items():
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            out = cmd[cmd.index("-report-output") + 1]
+            if proc.returncode == 0 and os.path.exists(out):
+                with open(out, encoding="utf-8", errors="replace") as fh:
+                    texts[name] = fh.read()
+        if "summary" not in texts:
+            return LayerStatus("failed", "vtune -report summary produced no CSV")
+        summary = vtune.parse_summary_csv(texts["summary"])
+        tasks = vtune.parse_table_csv(texts["tasks"]) if "tasks" in texts else None
+        data = vtune.summarize(summary, tasks)
+        report.counters["vtune"] = {**data, "summary": summary}
+        report.counters.setdefault("source", "vtune")
+        for key in ("cpi", "spin_overhead_pct", "spin_time_s", "overhead_time_s", "cpu_time_s",
+                    "effective_cpu_utilization_pct"):
+            if report.counters.get(key) is None and data.get(key) is not None:
+                report.counters[key] = data[key]
+        status = LayerStatus("ok")
+        if not (outcome.raw or {}).get("itt_available"):
+            status.notes.append("torch reports ITT unavailable: aten ops are not labelled in the VTune result")
+        return status
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1] if lines else "no output"
+    except OSError:
+        return "no output"

@@ -1,0 +1,148 @@
+"""The efficiency layer: is each hot operator running as fast as this machine allows?
+
+A derived layer (no pass of its own, analyse() after every pass). It takes
+the hot rows of the operator pass (roofline.select_rows), estimates each
+call's FLOPs and bytes from its recorded shapes (work.py, in a subprocess:
+it needs torch, which the orchestrator never imports), gets the machine's
+peaks (probe.py: from the per-machine cache, else measured in a subprocess,
+~5 s on 2 cores) and places every row on the roofline (roofline.py). The
+result goes to `report.efficiency`:
+
+    {"peaks": probe result + "cached", "cache_path",
+     "roofs": {"threads", "gflops_per_s", "gb_per_s", "ridge_flop_per_byte"},
+     "operators": [roofline.place rows], "timing": how the times were taken,
+     "instrumentation_overhead": operator pass / uninstrumented wall time}
+
+The `low_efficiency` finding (diagnose/findings/efficiency.py) reads it;
+`roofline.png` is drawn from it (diagnose/render/plots.py).
+
+The achieved rates come from the operator pass's self CPU times, which carry
+its instrumentation overhead (report.run.overhead_ratio): per call it is a few
+microseconds, negligible for the large kernels this layer is about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from diagnose.layers.base import Layer
+from diagnose.report.model import LayerStatus, Report
+
+# probe, roofline and work are imported where used: each of them also runs as
+# `python -m diagnose.layers.efficiency.<module>`, which imports this package first
+
+WORK_TIMEOUT_S = 120.0
+PROBE_TIMEOUT_S = 120.0
+
+
+class EfficiencyLayer(Layer):
+    name = "efficiency"
+    description = "hot operators against this machine's measured GEMM and memory-bandwidth peaks (roofline)"
+    derived = True
+
+    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+        from diagnose.layers.efficiency import roofline
+
+        options = getattr(context, "options", None) or {}
+        tick = getattr(context, "tick", None)
+        if not report.operators:
+            return LayerStatus("skipped", "the operator pass recorded no operators (it needs the operators layer)")
+        rows = roofline.select_rows(report.operators)
+        if not rows:
+            return LayerStatus("skipped", f"no ATen operator takes >= {roofline.MIN_SHARE_PCT:g}% of operator time")
+        t0 = time.monotonic()
+        works = _estimate_work(rows, workdir, tick, t0)
+        peaks, how = _peaks(report, workdir, tick, t0, refresh=bool(options.get("probe_refresh")),
+                            quick=bool(options.get("probe_quick")))
+        m = report.machine
+        result = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus)
+        overhead = report.run.overhead_ratio
+        report.efficiency = {
+            "peaks": {**peaks, **how},
+            **result,
+            "timing": "achieved rates use self CPU time from the instrumented operator pass"
+                      + (f" (it ran {overhead:.2f}x the uninstrumented wall time)" if overhead else ""),
+            "instrumentation_overhead": round(overhead, 3) if overhead else None,
+        }
+        status = LayerStatus("ok")
+        if peaks.get("contended"):
+            status.notes.append("other processes took CPUs while the peaks were measured: the roofs are low, "
+                                "so efficiencies read high; run `diagnose probe --refresh` on a quiet machine")
+        missing = [o for o in result["operators"] if o["efficiency_pct"] is None]
+        for o in missing:
+            status.notes.append(f"{o['name']} {o['input_shapes']}: no efficiency ({o['reason'] or 'no work estimate'})")
+        if how.get("cached"):
+            status.notes.append(f"machine peaks from the cache ({how.get('cache_path')}, measured "
+                                f"{peaks.get('measured_at')}); `diagnose probe --refresh` measures again")
+        return status
+
+
+def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float) -> subprocess.CompletedProcess:
+    """A child process with progress ticks; stdout captured, stderr to a log."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        chunks: list[bytes] = []
+        try:
+            while True:
+                try:
+                    out, _ = proc.communicate(timeout=0.25)
+                    chunks.append(out or b"")
+                    break
+                except subprocess.TimeoutExpired:
+                    if tick:
+                        tick(time.monotonic() - t0)
+                    if time.monotonic() - t0 > timeout_s:
+                        proc.kill()
+                        proc.communicate()
+                        raise RuntimeError(f"{cmd[2]} took more than {timeout_s:g} s") from None
+        except KeyboardInterrupt:
+            proc.kill()
+            proc.wait()
+            raise
+    if proc.returncode:
+        raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}: {_last_line(log_path)}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, b"".join(chunks))
+
+
+def _estimate_work(rows, workdir: str, tick, t0: float) -> list[dict[str, Any]]:
+    src, out = os.path.join(workdir, "rows.json"), os.path.join(workdir, "work.json")
+    with open(src, "w") as fh:
+        json.dump([{"name": r.name, "input_shapes": r.input_shapes, "dtypes": r.dtypes,
+                    "input_strides": r.input_strides, "contiguous": r.contiguous,
+                    "concrete_inputs": r.concrete_inputs} for r in rows], fh)
+    _run([sys.executable, "-m", "diagnose.layers.efficiency.work", src, out], os.path.join(workdir, "work.log"),
+         WORK_TIMEOUT_S, tick, t0)
+    with open(out) as fh:
+        return json.load(fh)
+
+
+def _peaks(report: Report, workdir: str, tick, t0: float, refresh: bool, quick: bool):
+    from diagnose.layers.efficiency import probe
+
+    m = report.machine
+    if m.torch_version and not refresh:
+        key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version)
+        hit = probe.cached_peaks(key)
+        if hit is not None:
+            return hit, {"cached": True, "cache_path": probe.cache_path(key)}
+    cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--json"]
+    cmd += ["--refresh"] if refresh else []
+    cmd += ["--quick"] if quick else []
+    done = _run(cmd, os.path.join(workdir, "probe.log"), PROBE_TIMEOUT_S, tick, t0)
+    data = json.loads(done.stdout.decode())
+    how = {"cached": bool(data.pop("cached", False)), "cache_path": data.pop("cache_path", None)}
+    return data, how
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1] if lines else "no output"
+    except OSError:
+        return "no output"

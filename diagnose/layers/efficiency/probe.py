@@ -1,0 +1,327 @@
+"""This machine's peaks: GEMM GFLOP/s (fp32) and memory bandwidth, measured and cached.
+
+    python -m diagnose.layers.efficiency.probe [--json] [--refresh] [--quick]
+
+Contract
+- GEMM: `torch.mm(a, b, out=c)` on square fp32 matrices at 1 thread and at
+  the usable CPU count (affinity and cgroup quota, diagnose.machine). The
+  size is the smallest of GEMM_SIZES whose one call takes >= the target
+  (20 ms; 5 ms quick), so the kernel runs at its steady state rather than
+  in its small-matrix ramp; then it is repeated for ~0.3 s (>= 5 calls)
+  after a warm-up call and the median call gives GFLOP/s = 2 n^3 / t.
+- Memory: STREAM-style copy (`b.copy_(a)`, 2 x size bytes) and triad
+  (`torch.add(b, c, alpha=3, out=a)`, 3 x size bytes) on fp32 arrays of
+  max(256 MiB, 8 x the last-level cache) each (64 MiB in quick mode), at
+  the same thread counts; GB/s = 1e9 bytes/s of the median call. Write-
+  allocate traffic is not counted (STREAM's convention), so the real bus
+  traffic is a little higher. The roof is the better of copy and triad.
+- Everything runs in this process, which is its own (the layer starts it as
+  a subprocess: it changes torch's thread count). Total ~3-5 s on 2 cores
+  plus torch's import; quick mode ~1-2 s.
+- Cache: one JSON file per machine key (CPU model, usable CPUs, torch
+  version) in $DIAGNOSE_CACHE_DIR, else $XDG_CACHE_HOME/diagnose, else
+  ~/.cache/diagnose. `--refresh` measures again and replaces it. A probe
+  during which other processes took CPUs our threads needed (/proc/stat busy
+  time minus our own) is marked `contended` and used once, never cached.
+  Reading the
+  cache (`cached_peaks`) needs no torch, so a report with warm cache pays
+  nothing here.
+
+Output (`--json`, and the cache file): {"key": {...}, "measured_at", "mode":
+"full"|"quick", "gemm_fp32": [{"threads", "n", "gflops_per_s", "calls",
+"median_s", "iqr_pct"}], "memory": [{"threads", "array_mib", "copy_gb_per_s",
+"triad_gb_per_s", "gb_per_s"}], "loadavg_1m", "probe_s"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+from microbench.machine import cpu_snapshot, others_cpus
+
+CACHE_ENV = "DIAGNOSE_CACHE_DIR"
+CACHE_FORMAT = 1  # bump when the file's meaning changes: older files are then re-measured
+GEMM_SIZES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+MODES = {
+    # target seconds per GEMM call, seconds of repeats, min repeats, array MiB floor
+    "full": {"gemm_call_s": 0.02, "repeat_s": 0.3, "min_calls": 5, "array_mib": 256, "llc_factor": 8},
+    "quick": {"gemm_call_s": 0.005, "repeat_s": 0.08, "min_calls": 3, "array_mib": 64, "llc_factor": 0},
+}
+MAX_ARRAY_MIB = 1024
+CONTENTION_SLACK_CPUS = 0.2  # background noise (kernel threads, editors) that is not contention
+
+
+# ------------------------------------------------------------------ the cache (no torch needed)
+
+
+def cache_dir(env: dict[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    if env.get(CACHE_ENV):
+        return env[CACHE_ENV]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "diagnose")
+
+
+def machine_key(cpu_model: str, usable_cpus: int, torch_version: str) -> dict[str, Any]:
+    return {"cpu_model": cpu_model, "usable_cpus": int(usable_cpus), "torch_version": torch_version}
+
+
+def cache_path(key: dict[str, Any], directory: str | None = None) -> str:
+    text = json.dumps(key, sort_keys=True)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+    return os.path.join(directory or cache_dir(), f"peaks-{digest}.json")
+
+
+def cached_peaks(key: dict[str, Any], directory: str | None = None) -> dict[str, Any] | None:
+    """The cached probe result for this machine key, or None (missing, unreadable, other format)."""
+    path = cache_path(key, directory)
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if data.get("format") != CACHE_FORMAT or data.get("key") != key:
+        return None
+    return data
+
+
+def save_peaks(peaks: dict[str, Any], directory: str | None = None) -> str:
+    path = cache_path(peaks["key"], directory)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(peaks, fh, indent=1)
+    os.replace(tmp, path)  # atomic: two probes at once leave one whole file
+    return path
+
+
+# ------------------------------------------------------------------ summaries of a probe result
+
+
+def gemm_peak(peaks: dict[str, Any], threads: int) -> float | None:
+    """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""
+    vals = [g["gflops_per_s"] for g in peaks.get("gemm_fp32") or [] if g.get("threads", 0) <= max(threads, 1)]
+    return max(vals) if vals else None
+
+
+def bandwidth_peak(peaks: dict[str, Any], threads: int) -> float | None:
+    vals = [m["gb_per_s"] for m in peaks.get("memory") or [] if m.get("threads", 0) <= max(threads, 1)]
+    return max(vals) if vals else None
+
+
+# ------------------------------------------------------------------ measuring (imports torch)
+
+
+def _median_call(fn: Callable[[], Any], repeat_s: float, min_calls: int) -> tuple[float, int, float]:
+    """(median seconds, calls, IQR/median %) of fn after one warm-up call."""
+    fn()
+    times: list[float] = []
+    t_end = time.perf_counter() + repeat_s
+    while len(times) < min_calls or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 200:
+            break
+    med = statistics.median(times)
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [med, med, med]
+    return med, len(times), 100.0 * (q[2] - q[0]) / med if med > 0 else 0.0
+
+
+def gemm_size(torch, settings: dict[str, Any]) -> int:
+    """Smallest GEMM_SIZES entry whose one call takes >= the target at 1 thread."""
+    torch.set_num_threads(1)
+    n = GEMM_SIZES[0]
+    for n in GEMM_SIZES:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        c = torch.empty(n, n)
+        torch.mm(a, b, out=c)  # first call: packing buffers
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        if time.perf_counter() - t0 >= settings["gemm_call_s"]:
+            break
+    return n
+
+
+def measure_gemm(torch, threads: int, n: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """One size for every thread count: the comparison is the threads' alone."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    c = torch.empty(n, n)
+    before = cpu_snapshot()
+    med, calls, iqr = _median_call(lambda: torch.mm(a, b, out=c), settings["repeat_s"], settings["min_calls"])
+    return {"threads": threads, "n": n, "gflops_per_s": round(2 * n ** 3 / med / 1e9, 2), "calls": calls,
+            "median_s": round(med, 6), "iqr_pct": round(iqr, 1), **_contention(before, threads)}
+
+
+def _contention(before, threads: int) -> dict[str, Any]:
+    """CPUs other processes used meanwhile, and whether they took CPUs our threads needed."""
+    others = others_cpus(before, cpu_snapshot())
+    usable = machine_usable()
+    return {"others_cpus": round(others, 2) if others is not None else None,
+            "contended": others is not None and others > max(0, usable - threads) + CONTENTION_SLACK_CPUS}
+
+
+def llc_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Size of the largest (last-level) cache of CPU 0, from sysfs."""
+    best = None
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "size")) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        try:
+            size = int(text.rstrip("KMGkmg")) * mult
+        except ValueError:
+            continue
+        best = max(best or 0, size)
+    return best
+
+
+def array_mib(settings: dict[str, Any]) -> int:
+    mib = settings["array_mib"]
+    llc = llc_bytes()
+    if llc and settings["llc_factor"]:
+        mib = max(mib, settings["llc_factor"] * llc // (1 << 20))
+    return min(mib, MAX_ARRAY_MIB)
+
+
+def measure_memory(torch, threads: int, arrays: tuple, mib: int, settings: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(threads)
+    a, b, c = arrays
+    nbytes = a.numel() * a.element_size()
+    before = cpu_snapshot()
+    copy_s, _, copy_iqr = _median_call(lambda: b.copy_(a), settings["repeat_s"], settings["min_calls"])
+    triad_s, _, triad_iqr = _median_call(lambda: torch.add(b, c, alpha=3.0, out=a), settings["repeat_s"],
+                                         settings["min_calls"])
+    copy_gb, triad_gb = 2 * nbytes / copy_s / 1e9, 3 * nbytes / triad_s / 1e9
+    return {"threads": threads, "array_mib": mib, "copy_gb_per_s": round(copy_gb, 2),
+            "triad_gb_per_s": round(triad_gb, 2), "gb_per_s": round(max(copy_gb, triad_gb), 2),
+            "iqr_pct": round(max(copy_iqr, triad_iqr), 1), **_contention(before, threads)}
+
+
+def machine_usable() -> int:
+    from diagnose import machine
+
+    return machine.usable_cpus()[0]
+
+
+def thread_counts(usable: int) -> list[int]:
+    return sorted({1, max(1, usable)})
+
+
+def measure(mode: str = "full") -> dict[str, Any]:
+    """Run the probe in this process (it changes torch's thread count)."""
+    import torch
+
+    from diagnose import machine
+
+    settings = MODES[mode]
+    t0 = time.perf_counter()
+    usable = machine.usable_cpus()[0]
+    before = torch.get_num_threads()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    try:
+        with torch.no_grad():
+            n = gemm_size(torch, settings)
+            gemm = [measure_gemm(torch, t, n, settings) for t in thread_counts(usable)]
+            mib = array_mib(settings)
+            numel = mib * (1 << 20) // 4
+            arrays = tuple(torch.ones(numel) for _ in range(3))  # ones(): pages touched before timing
+            memory = [measure_memory(torch, t, arrays, mib, settings) for t in thread_counts(usable)]
+            del arrays
+    finally:
+        torch.set_num_threads(before)
+    return {
+        "format": CACHE_FORMAT,
+        "key": machine_key(machine.cpu_model(), usable, torch.__version__),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "mode": mode,
+        "gemm_fp32": gemm,
+        "memory": memory,
+        "llc_bytes": llc_bytes(),
+        "loadavg_1m": round(load, 2) if load is not None else None,
+        "contended": any(r.get("contended") for r in gemm + memory),
+        "probe_s": round(time.perf_counter() - t0, 2),
+        "method": ("GEMM: torch.mm on square fp32 matrices, median call after a warm-up; memory: STREAM copy "
+                   "and triad on fp32 arrays larger than the last-level cache, median call (write-allocate "
+                   "traffic not counted)"),
+    }
+
+
+def peaks_for_this_machine(*, refresh: bool = False, mode: str = "full") -> tuple[dict[str, Any], str | None, bool]:
+    """(peaks, cache file or None when not cached, came from the cache) for the machine this process runs on."""
+    import torch
+
+    from diagnose import machine
+
+    key = machine_key(machine.cpu_model(), machine.usable_cpus()[0], torch.__version__)
+    if not refresh:
+        hit = cached_peaks(key)
+        if hit is not None:
+            return hit, cache_path(key), True
+    peaks = measure(mode)
+    if peaks.get("contended"):  # other processes took CPUs meanwhile: use it this once, measure next time
+        return peaks, None, False
+    return peaks, save_peaks(peaks), False
+
+
+def describe(peaks: dict[str, Any], path: str | None = None, cached: bool | None = None) -> str:
+    key = peaks.get("key") or {}
+    head = (f"Machine peaks: {key.get('cpu_model')}, {key.get('usable_cpus')} usable CPUs, "
+            f"torch {key.get('torch_version')} ({peaks.get('mode')} probe, {peaks.get('measured_at')}")
+    head += ", from the cache)" if cached else f", {peaks.get('probe_s')} s)"
+    lines = [head]
+    for g in peaks.get("gemm_fp32") or []:
+        lines.append(f"  GEMM fp32      {g['threads']:>2} thread{'s' if g['threads'] != 1 else ' '}: "
+                     f"{g['gflops_per_s']:8.1f} GFLOP/s  (torch.mm {g['n']}x{g['n']}, median of {g['calls']}, "
+                     f"IQR {g['iqr_pct']}%)")
+    for m in peaks.get("memory") or []:
+        lines.append(f"  memory         {m['threads']:>2} thread{'s' if m['threads'] != 1 else ' '}: "
+                     f"{m['gb_per_s']:8.1f} GB/s     (copy {m['copy_gb_per_s']}, triad {m['triad_gb_per_s']}; "
+                     f"{m['array_mib']} MiB arrays)")
+    usable = key.get("usable_cpus") or 1
+    flops, bw = gemm_peak(peaks, usable), bandwidth_peak(peaks, usable)
+    if flops and bw:
+        lines.append(f"  ridge point at {usable} threads: {flops / bw:.1f} FLOP/byte (below it an operator is "
+                     "memory-bound)")
+    if peaks.get("contended"):
+        lines.append("  contended: other processes took CPUs during the probe, so these peaks are low; "
+                     "not cached (run `diagnose probe` on a quiet machine)")
+    if path:
+        lines.append(f"  cache: {path} (diagnose probe --refresh measures again)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="diagnose probe",
+                                description="Measure (or show the cached) GEMM and memory-bandwidth peaks of "
+                                            "this machine, the roofs of the efficiency layer.")
+    p.add_argument("--refresh", action="store_true", help="measure again and replace the cached result")
+    p.add_argument("--quick", action="store_true", help="a cheaper, less precise probe (smaller arrays and runs)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (with cache_path and cached)")
+    args = p.parse_args(argv)
+    peaks, path, cached = peaks_for_this_machine(refresh=args.refresh, mode="quick" if args.quick else "full")
+    if args.json:
+        json.dump({**peaks, "cache_path": path, "cached": cached}, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(describe(peaks, path, cached))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""Machine peaks: the real (quick) probe in its own process, the per-machine cache, roof selection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from diagnose.layers.efficiency import probe
+
+PEAKS = {
+    "format": probe.CACHE_FORMAT, "key": probe.machine_key("Test CPU", 4, "2.13.0"), "mode": "full",
+    "measured_at": "2025-01-01T00:00:00+0000", "probe_s": 4.2, "contended": False,
+    "gemm_fp32": [{"threads": 1, "n": 1024, "gflops_per_s": 80.0, "calls": 12, "median_s": 0.027, "iqr_pct": 2.0},
+                  {"threads": 4, "n": 1024, "gflops_per_s": 300.0, "calls": 30, "median_s": 0.007, "iqr_pct": 3.0}],
+    "memory": [{"threads": 1, "array_mib": 256, "copy_gb_per_s": 12.0, "triad_gb_per_s": 14.0, "gb_per_s": 14.0},
+               {"threads": 4, "array_mib": 256, "copy_gb_per_s": 30.0, "triad_gb_per_s": 28.0, "gb_per_s": 30.0}],
+}
+
+
+def test_cache_directory_precedence():
+    assert probe.cache_dir({"DIAGNOSE_CACHE_DIR": "/a", "XDG_CACHE_HOME": "/b"}) == "/a"
+    assert probe.cache_dir({"XDG_CACHE_HOME": "/b"}) == "/b/diagnose"
+    assert probe.cache_dir({}).endswith(os.path.join(".cache", "diagnose"))
+
+
+def test_cache_is_per_machine_key(tmp_path):
+    path = probe.save_peaks(PEAKS, str(tmp_path))
+    assert os.path.dirname(path) == str(tmp_path)
+    assert probe.cached_peaks(PEAKS["key"], str(tmp_path)) == PEAKS
+    for other in (probe.machine_key("Test CPU", 2, "2.13.0"), probe.machine_key("Other CPU", 4, "2.13.0"),
+                  probe.machine_key("Test CPU", 4, "2.14.0")):
+        assert probe.cache_path(other, str(tmp_path)) != path
+        assert probe.cached_peaks(other, str(tmp_path)) is None
+
+
+def test_a_cache_file_of_another_format_is_measured_again(tmp_path):
+    path = probe.save_peaks({**PEAKS, "format": probe.CACHE_FORMAT + 1}, str(tmp_path))
+    assert probe.cached_peaks(PEAKS["key"], str(tmp_path)) is None
+    with open(path, "w") as fh:
+        fh.write("{truncated")
+    assert probe.cached_peaks(PEAKS["key"], str(tmp_path)) is None
+
+
+def test_roofs_use_the_best_measurement_at_or_below_the_thread_count():
+    assert probe.gemm_peak(PEAKS, 1) == 80.0 and probe.gemm_peak(PEAKS, 2) == 80.0
+    assert probe.gemm_peak(PEAKS, 4) == 300.0 and probe.gemm_peak(PEAKS, 8) == 300.0
+    assert probe.bandwidth_peak(PEAKS, 1) == 14.0 and probe.bandwidth_peak(PEAKS, 4) == 30.0
+    slow_two = {**PEAKS, "gemm_fp32": [{"threads": 1, "gflops_per_s": 90.0}, {"threads": 2, "gflops_per_s": 60.0}]}
+    assert probe.gemm_peak(slow_two, 2) == 90.0  # a 2-thread run can do what 1 thread does
+
+
+def test_describe_states_the_peaks_and_the_ridge():
+    text = probe.describe(PEAKS, "/c/peaks.json", cached=True)
+    assert "300.0 GFLOP/s" in text and "30.0 GB/s" in text and "ridge point at 4 threads: 10.0 FLOP/byte" in text
+    assert "from the cache" in text and "/c/peaks.json" in text
+
+
+def test_llc_size_from_sysfs(tmp_path):
+    for name, size in (("index0", "48K"), ("index2", "1280K"), ("index3", "32768K")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "size").write_text(size + "\n")
+    assert probe.llc_bytes(str(tmp_path)) == 32 << 20
+    assert probe.llc_bytes(str(tmp_path / "missing")) is None
+
+
+def test_quick_probe_measures_real_peaks_and_caches_them(tmp_path):
+    env = {**os.environ, "DIAGNOSE_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--quick", "--json"]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, timeout=120).stdout)
+    usable = out["key"]["usable_cpus"]
+    assert [g["threads"] for g in out["gemm_fp32"]] == sorted({1, usable})
+    assert len({g["n"] for g in out["gemm_fp32"]}) == 1  # one size for every thread count
+    # any CPU of the last decade does > 2 GFLOP/s fp32 on one core and > 1 GB/s
+    assert all(g["gflops_per_s"] > 2 for g in out["gemm_fp32"]), out["gemm_fp32"]
+    assert all(m["gb_per_s"] > 1 and m["array_mib"] == 64 for m in out["memory"]), out["memory"]
+    assert out["mode"] == "quick" and out["cached"] is False
+    if out["contended"]:  # other processes held the CPUs: used once, never cached
+        assert out["cache_path"] is None and not list(tmp_path.iterdir())
+    else:
+        assert os.path.dirname(out["cache_path"]) == str(tmp_path)
+        hit = probe.cached_peaks(out["key"], str(tmp_path))
+        assert hit["gemm_fp32"] == out["gemm_fp32"]

@@ -1,0 +1,153 @@
+"""Roofline placement, row selection, the low_efficiency rule and roofline.png, on fixed numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.findings.efficiency import low_efficiency, matmul_dims
+from diagnose.layers.efficiency import roofline
+from diagnose.render import plots
+from diagnose.report.model import OperatorRow, Report, TargetInfo
+
+PEAKS = {"key": {"usable_cpus": 2},
+         "gemm_fp32": [{"threads": 1, "gflops_per_s": 80.0}, {"threads": 2, "gflops_per_s": 160.0}],
+         "memory": [{"threads": 1, "gb_per_s": 16.0}, {"threads": 2, "gb_per_s": 20.0}]}
+
+
+def row(name, shapes, self_us, pct, calls=10, total_us=None, dtypes=None, source="model.py:12", **kw):
+    return OperatorRow(name=name, input_shapes=shapes, dtypes=dtypes or ["float"] * len(shapes), calls=calls,
+                       self_cpu_us=self_us, total_cpu_us=total_us or self_us, self_pct=pct, source=source, **kw)
+
+
+def test_roofs_at_the_runs_threads():
+    assert roofline.roofs(PEAKS, 2, 2) == {"threads": 2, "gflops_per_s": 160.0, "gb_per_s": 20.0,
+                                           "ridge_flop_per_byte": 8.0, "llc_bytes": None}
+    assert roofline.roofs(PEAKS, 1, 2)["gflops_per_s"] == 80.0
+    assert roofline.roofs(PEAKS, 8, 2)["threads"] == 2  # oversubscribed: the usable CPUs are the roof
+
+
+def test_compute_bound_placement():
+    # 10 calls of a 1 GFLOP matmul in 0.1 s: 100 GFLOP/s against a 160 roof
+    r = row("aten::mm", [[1024, 1024], [1024, 512]], 100_000, 40.0)
+    p = roofline.place(r, {"flops": 10 ** 9, "bytes": 10 ** 7}, roofline.roofs(PEAKS, 2, 2))
+    assert (p["achieved_gflops_per_s"], p["intensity_flop_per_byte"], p["bound"]) == (100.0, 100.0, "compute")
+    assert (p["roof_gflops_per_s"], p["efficiency_pct"], p["achieved_gb_per_s"]) == (160.0, 62.5, 1.0)
+    assert p["us_per_call"] == 10_000 and p["threads"] == 2
+
+
+def test_memory_bound_placement_is_bandwidth_efficiency():
+    # 1 FLOP per 8 bytes; 10 calls x 80 MB in 0.1 s = 8 GB/s of a 20 GB/s roof
+    r = row("aten::add", [[10 ** 7], [10 ** 7]], 100_000, 20.0)
+    p = roofline.place(r, {"flops": 10 ** 7, "bytes": 8 * 10 ** 7}, roofline.roofs(PEAKS, 2, 2))
+    assert p["bound"] == "memory" and p["roof_gflops_per_s"] == 2.5 and p["achieved_gb_per_s"] == 8.0
+    assert p["efficiency_pct"] == 40.0
+
+
+def test_without_a_flop_count_the_memory_roof_alone():
+    r = row("aten::copy_", [[10 ** 6], [10 ** 6]], 10_000, 12.0)
+    p = roofline.place(r, {"flops": None, "bytes": 8 * 10 ** 6}, roofline.roofs(PEAKS, 2, 2))
+    assert p["bound"] == "memory" and "memory roof only" in p["bound_basis"]
+    assert p["achieved_gb_per_s"] == 8.0 and p["efficiency_pct"] == 40.0 and p["roof_gflops_per_s"] is None
+
+
+def test_memory_bound_data_that_fits_in_the_cache_may_beat_the_dram_roof():
+    roof = {**roofline.roofs(PEAKS, 2, 2), "llc_bytes": 32 << 20}
+    small = roofline.place(row("aten::add_", [[1024, 1024], [1024, 1024]], 1000, 2.0),
+                           {"flops": 1 << 20, "bytes": 12 << 20}, roof)
+    assert small["cache_resident"] and small["efficiency_pct"] > 100 and "last-level cache" in small["roof_note"]
+    big = roofline.place(row("aten::add_", [[8192, 8192], [8192, 8192]], 1000, 2.0),
+                         {"flops": 1 << 26, "bytes": 768 << 20}, roof)
+    mm = roofline.place(row("aten::mm", [[256, 1024], [1024, 1024]], 1000, 2.0),
+                        {"flops": 1 << 29, "bytes": 6 << 20}, roof)
+    assert big["cache_resident"] is False and mm["cache_resident"] is False  # compute-bound: the cache is moot
+
+
+def test_scalar_double_is_not_a_float64_kernel():
+    r = row("aten::div", [[32, 512], []], 1000, 5.0, dtypes=["float", "double"])
+    assert roofline.place(r, {}, roofline.roofs(PEAKS, 2, 2))["roof_note"] is None
+    r64 = row("aten::mm", [[32, 512], [512, 8]], 1000, 5.0, dtypes=["double", "double"])
+    assert "float64" in roofline.place(r64, {}, roofline.roofs(PEAKS, 2, 2))["roof_note"]
+
+
+def test_selection_keeps_hot_aten_kernels_only():
+    rows = [row("aten::mm", [[8, 8], [8, 8]], 500, 50.0),
+            row("autograd::engine::evaluate_function: MmBackward0", [], 300, 30.0),
+            row("aten::linear", [[8, 8], [8, 8]], 10, 5.0, total_us=600),  # a wrapper: its time is its children's
+            row("aten::relu", [[8, 8]], 100, 10.0),
+            row("aten::t", [[8, 8]], 5, 0.5)]
+    assert [r.name for r in roofline.select_rows(rows)] == ["aten::mm", "aten::relu"]
+
+
+def eff_report(pct: float, share: float = 30.0, us_per_call: float = 5000.0, **op) -> Report:
+    rep = Report(target=TargetInfo(script="model.py"))
+    rep.machine.usable_cpus = 2
+    base = {"name": "aten::mm", "input_shapes": [[8, 1024], [1024, 1024]], "dtypes": ["float", "float"],
+            "source": "model.py:12", "share_pct": share, "us_per_call": us_per_call, "threads": 2,
+            "achieved_gflops_per_s": 160.0 * pct / 100, "roof_gflops_per_s": 160.0, "achieved_gb_per_s": 3.0,
+            "roof_gb_per_s": 20.0, "intensity_flop_per_byte": 3.9, "bound": "memory", "efficiency_pct": pct,
+            "contiguous": True, "flops_source": "flop_counter", "output_shapes": [[8, 1024]]}
+    rep.efficiency = {"peaks": {"contended": False}, "roofs": {"threads": 2, "gflops_per_s": 160.0, "gb_per_s": 20.0},
+                      "operators": [{**base, **op}], "instrumentation_overhead": 1.05}
+    return rep
+
+
+@pytest.mark.parametrize("pct, share, us, expected", [
+    (5.0, 30.0, 5000.0, "high"),
+    (9.9, 10.0, 5000.0, "high"),
+    (15.0, 30.0, 5000.0, "medium"),
+    (25.0, 30.0, 5000.0, None),   # at the medium threshold: real kernels at awkward shapes
+    (5.0, 9.0, 5000.0, None),     # not hot enough
+    (5.0, 30.0, 10.0, None),      # 10 µs a call: overhead-dominated, left alone
+])
+def test_low_efficiency_thresholds(pct, share, us, expected):
+    found = low_efficiency(eff_report(pct, share, us))
+    assert [f.severity for f in found] == ([expected] if expected else [])
+
+
+def test_skinny_matmul_finding_has_numbers_and_says_batch():
+    (f,) = low_efficiency(eff_report(4.0))
+    assert f.kind == "low_efficiency" and f.op == "aten::mm" and f.location == "model.py:12"
+    e = f.evidence
+    assert (e["efficiency_pct"], e["achieved_gflops_per_s"], e["roof_gflops_per_s"], e["share_pct"]) == (
+        4.0, 6.4, 160.0, 30.0)
+    assert e["intensity_flop_per_byte"] == 3.9 and e["bound"] == "memory" and e["threshold_pct"] == 10.0
+    assert "skinny matmul (M=8, N=1024, K=1024)" in f.suggestion and "Batch" in f.suggestion
+    assert "4% of this machine's roof (6.4 of 160 GFLOP/s, memory-bound) at model.py:12" in f.title
+
+
+def test_non_contiguous_and_fresh_output_suggestions():
+    (f,) = low_efficiency(eff_report(15.0, name="aten::bmm", input_shapes=[[32, 512, 64], [32, 64, 512]],
+                                     contiguous=False, bound="compute"))
+    assert "not contiguous" in f.suggestion and ".contiguous()" in f.suggestion
+    (g,) = low_efficiency(eff_report(12.0, name="aten::div", input_shapes=[[32, 512, 512], []],
+                                     dtypes=["float", "double"], output_shapes=[[32, 512, 512]],
+                                     roof_gflops_per_s=2.5, achieved_gflops_per_s=0.3))
+    assert "fresh 32 MiB output" in g.suggestion and "x.div_(" in g.suggestion and "out=buf" in g.suggestion
+    assert "float64" not in g.suggestion
+    (h,) = low_efficiency(eff_report(12.0, name="aten::_softmax", input_shapes=[[32, 512, 512], [], []],
+                                     output_shapes=[[32, 512, 512]]))
+    assert "scaled_dot_product_attention" in h.suggestion and "fresh" not in h.suggestion
+
+
+def test_matmul_dims():
+    assert matmul_dims("aten::addmm", [[1024], [256, 512], [512, 1024], [], []]) == (256, 1024, 512)
+    assert matmul_dims("aten::baddbmm", [[8, 4, 6], [8, 4, 5], [8, 5, 6], [], []]) == (4, 6, 5)
+    assert matmul_dims("aten::linear", [[4, 16, 32], [64, 32], [64]]) == (64, 64, 32)
+
+
+def test_roofline_png_is_drawn_with_every_hot_op(tmp_path):
+    rep = eff_report(30.0)
+    rep.efficiency["operators"].append({**rep.efficiency["operators"][0], "name": "aten::add",
+                                        "intensity_flop_per_byte": 0.08, "achieved_gflops_per_s": 0.9,
+                                        "efficiency_pct": 56.0, "share_pct": 12.0})
+    path = tmp_path / "roofline.png"
+    assert plots.roofline_png(rep, str(path)) is None
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+
+
+def test_roofline_png_says_why_not():
+    rep = eff_report(30.0)
+    rep.efficiency["roofs"] = {}
+    assert "peaks" in plots.roofline_png(rep, "/nonexistent/x.png")
+    rep = eff_report(30.0, intensity_flop_per_byte=None)
+    assert "FLOP count" in plots.roofline_png(rep, "/nonexistent/x.png")
