@@ -14,6 +14,9 @@ install: $(BIN)/python
 	@command -v dot >/dev/null 2>&1 || { echo "installing graphviz (dot)"; \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq graphviz; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq graphviz; fi; }
+	@command -v shellcheck >/dev/null 2>&1 || { echo "installing shellcheck (vtune_scripts/ lint)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -qq shellcheck || { apt-get update -qq && apt-get install -y -qq shellcheck; }; \
+	  else sudo apt-get install -y -qq shellcheck || { sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck; }; fi; }
 	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 
 demo: install

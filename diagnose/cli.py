@@ -5,6 +5,7 @@
     diagnose --load report.json [--format terminal|md|json]
     diagnose callgraph [OPTIONS] model.py [ARGS...]   (only the call-graph pass, quick)
     diagnose threads [--sweep] model.py [ARGS...]      (only the uninstrumented pass and the thread sampler)
+    diagnose probe [--refresh]                          (this machine's GEMM and memory peaks, cached)
 
 Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 3 the target failed, exited non-zero or timed out (report written);
@@ -28,6 +29,7 @@ examples:
   diagnose --load out/report.json         re-render a report without running anything
   diagnose callgraph train.py             only the cProfile pass: callgraph.png and Python hotspots
   diagnose threads --sweep train.py       thread sampling, then re-runs at 1, 2, ... threads: what to set
+  diagnose probe                          this machine's GEMM and memory-bandwidth peaks (the roofline's roofs)
 
 exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
 (report still written), 130 interrupted (partial report written), 1 a bug in diagnose.
@@ -164,6 +166,10 @@ SUBCOMMANDS = ("callgraph", "threads")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "probe":  # machine peaks only: runs no target
+        from diagnose.layers.efficiency import probe
+
+        return probe.main(argv[1:])
     subcommand = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     own, extra = _split(argv[1:] if subcommand else argv)
     try:

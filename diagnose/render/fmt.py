@@ -166,3 +166,44 @@ def microbench_rows(report: Report, limit: int = 12) -> list[tuple[str, ...]]:
                     f"{r['gflops_per_s']:.1f}" if r.get("gflops_per_s") else "-",
                     str(r.get("source") or "-")))
     return out
+
+
+def efficiency_rows(report: Report, limit: int = 10) -> list[tuple[str, ...]]:
+    """Hot operators against this machine's roofs (header first)."""
+    ops = (report.efficiency or {}).get("operators") or []
+    rows = [r for r in ops if r.get("efficiency_pct") is not None][:limit]
+    if not rows:
+        return []
+    out = [("operator", "input shapes", "share", "GFLOP/s", "GB/s", "FLOP/B", "bound", "of roof", "source")]
+    for r in rows:
+        out.append((str(r.get("name")), shapes(r.get("input_shapes") or [], 36), f"{r.get('share_pct') or 0:.0f}%",
+                    f"{r['achieved_gflops_per_s']:.3g}" if r.get("achieved_gflops_per_s") is not None else "-",
+                    f"{r['achieved_gb_per_s']:.3g}" if r.get("achieved_gb_per_s") is not None else "-",
+                    f"{r['intensity_flop_per_byte']:.3g}" if r.get("intensity_flop_per_byte") is not None else "-",
+                    str(r.get("bound") or "-") + (" (in cache)" if r.get("cache_resident") else ""),
+                    f"{r['efficiency_pct']:.0f}%", str(r.get("source") or "-")))
+    return out
+
+
+def roofs_line(report: Report) -> str | None:
+    e = report.efficiency or {}
+    roofs, peaks = e.get("roofs") or {}, e.get("peaks") or {}
+    if not roofs:
+        return None
+    cached = " (cached probe; `diagnose probe --refresh` re-measures)" if peaks.get("cached") else ""
+    return (f"roofs at {roofs.get('threads')} threads: fp32 GEMM {roofs.get('gflops_per_s')} GFLOP/s, memory "
+            f"{roofs.get('gb_per_s')} GB/s, ridge {roofs.get('ridge_flop_per_byte')} FLOP/byte{cached}")
+
+
+def counters_lines(report: Report) -> list[str]:
+    c = report.counters or {}
+    names = (("cpi", "CPI"), ("ipc", "IPC"), ("cache_miss_pct", "cache misses %"),
+             ("branch_miss_pct", "branch misses %"), ("spin_overhead_pct", "spin + overhead %"))
+    parts = [f"{label} {c[key]:.3g}" for key, label in names if isinstance(c.get(key), (int, float))]
+    return [", ".join(parts)] if parts else []
+
+
+def short_reason(reason: str | None, limit: int = 90) -> str:
+    """A layer's reason cut to its first clause, for one-line summaries."""
+    text = (reason or "").split(". ")[0].split("; ")[0].split(" (")[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -84,6 +84,8 @@ def render(report: Report) -> str:
     out += _python(report)
     out += _threads(report)
     out += _microbench(report)
+    out += _efficiency(report)
+    out += _counters(report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
     for name, s in report.layers.items():
@@ -186,6 +188,38 @@ def _microbench(report: Report) -> list[str]:
         out += [f"Standalone reproducers (plain torch, for VTune or a colleague): `{report.artifacts['reproducers']}/`", ""]
     out += [f"- {_cell(n)}" for n in layer.notes[:6]]
     return out + [""]
+
+
+def _efficiency(report: Report) -> list[str]:
+    layer = report.layers.get("efficiency")
+    if layer is None:
+        return []
+    out = ["## Efficiency", ""]
+    if layer.status != "ok":
+        return out + [f"_{layer.status}: {_cell(layer.reason)}_", ""]
+    for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")):
+        if line:
+            out.append(f"- {_cell(line)}")
+    out.append("")
+    if "roofline_png" in report.artifacts:
+        out += [f"![roofline]({report.artifacts['roofline_png']})", ""]
+    rows = fmt.efficiency_rows(report, TOP_OPERATORS)
+    if rows:
+        out += ["| " + " | ".join(rows[0]) + " |", "|---|---|" + "---:|" * 4 + "---|---:|---|"]
+        out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
+        out.append("")
+    out += [f"- {_cell(n)}" for n in layer.notes[:4]]
+    return out + [""]
+
+
+def _counters(report: Report) -> list[str]:
+    layer = report.layers.get("counters")
+    if layer is None:
+        return []
+    out = ["## Counters", ""]
+    if layer.status != "ok":
+        return out + [f"_{layer.status}: {_cell(layer.reason)}_", ""]
+    return out + [f"- {line}" for line in fmt.counters_lines(report)] + [""]
 
 
 def _evidence(value: object) -> str:

@@ -1,4 +1,4 @@
-"""PNG pictures drawn from the report (never from a profiler): threads.png.
+"""PNG pictures drawn from the report (never from a profiler): threads.png, roofline.png.
 
 matplotlib with the Agg backend (no display needed); each function returns
 None when it drew the picture, else the reason it could not.

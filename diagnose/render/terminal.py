@@ -38,6 +38,14 @@ def render(report: Report, output_dir: str | None = None) -> str:
     rows = fmt.microbench_rows(report, TOP_MICROBENCH)
     if rows:
         out += ["", "Micro-benchmarks (each operator alone at its recorded shapes; speedup vs 1 thread)"] + _table(rows, right={2, 3, 4, 5, 6, 7})
+    rows = fmt.efficiency_rows(report, TOP_OPERATORS)
+    if rows:
+        out += ["", "Efficiency (operator pass times against this machine's measured peaks)"]
+        out += _table(rows, right={2, 3, 4, 5, 7})
+        out += [f"  {line}" for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")) if line]
+    counters = fmt.counters_lines(report)
+    if counters:
+        out += ["", "Counters"] + [f"  {line}" for line in counters]
     out.append("")
     if report.findings:
         out.append("Findings")
@@ -48,7 +56,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
             out.append(f"  ... {len(report.findings) - TOP_FINDINGS} more in the report")
     else:
         out.append("Findings: none")
-    statuses = ", ".join(f"{name} {s.status}" + (f" ({s.reason})" if s.reason and s.status != "ok" else "")
+    statuses = ", ".join(f"{name} {s.status}" + (f" ({fmt.short_reason(s.reason)})" if s.reason and s.status != "ok" else "")
                          for name, s in report.layers.items())
     if statuses:
         out.append(f"Layers: {statuses}")
