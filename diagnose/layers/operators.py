@@ -133,11 +133,46 @@ class OperatorsRecorder:
 
     def collect(self, workdir: str) -> dict[str, Any]:
         reduced = reduce_kineto(self.results, os.path.join(workdir, "trace.json"), self.max_trace_events)
+        if self.spec.get("distributed"):  # a torchrun rank: its collectives (gloo:all_reduce, ...) too
+            from diagnose.distributed import collectives
+
+            reduced["collectives"] = collectives.summarise(self.results)
+        attach_work(reduced.get("rows") or [])
         return {
             **reduced,
             "window": self.schedule_note,
             "recorded_iters": self.window if self.schedule_note else None,
         }
+
+
+WORK_MIN_SHARE = 0.01  # rows with >= 1% of self time get a work estimate (the efficiency layer's hot rows)
+WORK_MAX_ROWS = 24
+
+
+def attach_work(rows: list[dict[str, Any]]) -> None:
+    """Per-call FLOPs and bytes of the hot (operator, shapes), estimated here where torch is loaded.
+
+    The efficiency layer would otherwise start a process (and import torch)
+    to do it; estimating on meta tensors takes milliseconds per row.
+    """
+    from diagnose.layers.efficiency.work import estimate
+
+    total = sum(r["self_cpu_us"] for r in rows) or 1.0
+    by_key: dict[str, float] = defaultdict(float)
+    for r in rows:
+        by_key[r["name"] + json.dumps(r["input_shapes"])] += r["self_cpu_us"]
+    hot = sorted((k for k, v in by_key.items() if v >= WORK_MIN_SHARE * total), key=lambda k: -by_key[k])
+    hot = set(hot[:WORK_MAX_ROWS])
+    done: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = r["name"] + json.dumps(r["input_shapes"])
+        if key in hot and r.get("input_strides") is not None:
+            if key not in done:
+                try:
+                    done[key] = estimate(r)
+                except Exception as exc:  # noqa: BLE001 - the efficiency layer reports rows without work
+                    done[key] = {"flops": None, "bytes": None, "reason": f"{type(exc).__name__}: {exc}"}
+            r["work"] = done[key]
 
 
 # Names torch drops before it builds FunctionEvents (torch.autograd.profiler_util._filter_name);
@@ -678,6 +713,8 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
         for p in parts:
             if not layout and p.get("input_strides") is not None:
                 layout = {"input_strides": p["input_strides"], "concrete_inputs": p.get("concrete_inputs")}
+            if p.get("work") and "work" not in layout:
+                layout["work"] = p["work"]
             called_by[p.get("parent", "")] += p["self_cpu_us"]
             by_source[p["source"]][0] += p["calls"]
             by_source[p["source"]][1] += p["self_cpu_us"]
@@ -708,6 +745,8 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
             input_strides=layout.get("input_strides"),
             contiguous=contiguous_flags(json.loads(shapes), layout.get("input_strides")),
             concrete_inputs=layout.get("concrete_inputs"),
+            work=layout.get("work"),
+            bytes=(layout["work"]["bytes"] * calls) if (layout.get("work") or {}).get("bytes") else None,
         ))
     rows.sort(key=lambda r: (-r.self_cpu_us, r.name))
     return rows

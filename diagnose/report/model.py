@@ -7,7 +7,8 @@ Schema history (bump SCHEMA_VERSION on any rename or removal, and add a
 migration to io.MIGRATIONS):
   "1" - first version: target, machine, run, layers, operators,
         python_hotspots, threads, microbenchmarks, findings, artifacts;
-        efficiency and counters added later (additive: no version bump).
+        efficiency and counters added later (additive: no version bump);
+        distributed added later (additive, empty for a single process).
 """
 
 from __future__ import annotations
@@ -151,6 +152,9 @@ class OperatorRow:
     input_strides: list[Any] | None = None
     contiguous: list[bool | None] | None = None
     concrete_inputs: list[Any] | None = None
+    # per call, from the shapes (layers/efficiency/work.py): flops, bytes moved, how each was counted
+    work: dict[str, Any] | None = None
+    bytes: int | None = None  # bytes moved over all calls (inputs read + outputs written once: a lower bound)
 
 
 @dataclass
@@ -179,6 +183,9 @@ class Report:
     microbenchmarks: list[dict[str, Any]] = field(default_factory=list)
     efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline
     counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
+    # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
+    # (diagnose/distributed/view.py); empty for a single process
+    distributed: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION

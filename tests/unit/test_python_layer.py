@@ -44,8 +44,9 @@ def test_pstats_round_trip_classifies_and_counts(rowloop_stats):
     assert loop.kind == "user" and loop.calls == 2
     assert loop.location.endswith(f"rowloop.py:{_line('def normalise_rows')}")
     assert loop.end_line == _line("return out")
-    # per row: mean() and std() are method calls cProfile sees; 300 rows x 2 calls
-    assert loop.tiny_calls >= 2 * 300 * 2
+    # per row: mean() and std() are method calls cProfile sees, 300 rows x 2 runs each; their
+    # mean is a few µs (tiny: < 50 µs), std's can pass 50 µs on a loaded machine, so count one
+    assert loop.tiny_calls >= 300 * 2
     std = next(r for r in rows if "'std'" in r.function)
     assert std.kind == "torch" and std.calls == 600
     assert classify(("~", 0, "<built-in method builtins.print>"), usercode) == "builtin"

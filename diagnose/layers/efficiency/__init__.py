@@ -2,8 +2,10 @@
 
 A derived layer (no pass of its own, analyse() after every pass). It takes
 the hot rows of the operator pass (roofline.select_rows), estimates each
-call's FLOPs and bytes from its recorded shapes (work.py, in a subprocess:
-it needs torch, which the orchestrator never imports), gets the machine's
+call's FLOPs and bytes from its recorded shapes (work.py: done in the
+operator pass's process, where torch is loaded; for rows without it, e.g.
+an older report, in a subprocess, since the orchestrator never imports
+torch), gets the machine's
 peaks (probe.py: from the per-machine cache, else measured in a subprocess,
 ~5 s on 2 cores) and places every row on the roofline (roofline.py). The
 result goes to `report.efficiency`:
@@ -110,6 +112,8 @@ def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float) -> su
 
 
 def _estimate_work(rows, workdir: str, tick, t0: float) -> list[dict[str, Any]]:
+    if all(r.work is not None for r in rows):  # estimated in the operator pass (operators.attach_work)
+        return [r.work for r in rows]
     src, out = os.path.join(workdir, "rows.json"), os.path.join(workdir, "work.json")
     with open(src, "w") as fh:
         json.dump([{"name": r.name, "input_shapes": r.input_shapes, "dtypes": r.dtypes,
