@@ -5,6 +5,9 @@ from 1 thread to all usable CPUs leaves the other CPUs idle while it runs.
 Thresholds (speedup = median at 1 thread / median at the most threads
 measured, which must be >= 2):
 - speedup < SEQUENTIAL_MAX_SPEEDUP (1.25): "near 1";
+- the 1-thread median is >= MIN_US (200 µs): torch does not split smaller
+  work across threads (grain size), which is Python/dispatch overhead's
+  story (python_overhead), not a sequential kernel's;
 - severity from the operator's share of operator CPU time in the operator
   pass: `high` >= 30%, `medium` >= 10%, `low` >= 5%, nothing below;
 - a measurement microbench marked `contended` (other processes held the
@@ -21,6 +24,7 @@ from diagnose.report.model import Finding, Report
 SEQUENTIAL_MAX_SPEEDUP = 1.25
 SHARE_HIGH_PCT = 30.0
 SHARE_MEDIUM_PCT = 10.0
+MIN_US = 200.0  # an op shorter than this alone is too small to split across threads, not a sequential kernel
 SHARE_MIN_PCT = 5.0  # below this share of operator time an idle CPU costs too little to report
 AVOID = {  # what to do instead, for the sequential kernels users meet most
     "sort": "torch.topk or torch.kthvalue when only the top k are used, or sort once outside the loop",
@@ -42,7 +46,7 @@ def sequential_operator(report: Report) -> list[Finding]:
     for rows in cases.values():
         one = next((r for r in rows if r["threads"] == 1), None)
         most = max(rows, key=lambda r: r["threads"])
-        if one is None or most["threads"] < 2:
+        if one is None or most["threads"] < 2 or one["median_us"] < MIN_US:
             continue
         speedup = one["median_us"] / most["median_us"]
         if speedup >= SEQUENTIAL_MAX_SPEEDUP:

@@ -54,3 +54,8 @@ def test_needs_one_thread_and_at_least_two():
     rep = _report(444_400, 440_000)
     rep.microbenchmarks = [r for r in rep.microbenchmarks if r["threads"] == 1]
     assert sequential_operator(rep) == []
+
+
+def test_a_tiny_op_is_too_small_to_split_not_sequential():
+    assert sequential_operator(_report(10.0, 10.2)) == []  # 10 µs: below torch's grain size
+    assert len(sequential_operator(_report(250.0, 245.0))) == 1
