@@ -23,6 +23,9 @@ demo: install
 	$(BIN)/diagnose examples/mlp.py
 
 test: install
+	@[ -x /usr/bin/chromium ] || { echo "installing chromium (the HTML report's browser test)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
 	$(BIN)/python -m pytest -q
 
 clean-venv:

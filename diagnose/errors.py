@@ -14,6 +14,7 @@ class ExitCode(enum.IntEnum):
     INTERNAL_ERROR = 1  # a bug in diagnose
     USAGE = 2  # bad command line or bad target: nothing was run
     TARGET_FAILED = 3  # the target raised, exited non-zero, was killed or timed out; report written
+    GATE = 4  # CI gate: --fail-on found findings at that severity, or compare --fail-on-regression tripped
     INTERRUPTED = 130  # Ctrl-C; whatever was measured is written
 
 

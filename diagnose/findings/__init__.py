@@ -3,12 +3,14 @@
 A rule is a function `rule(report) -> list[Finding]` that reads only the
 report (never a profiler), so it can be re-run on a loaded report.json.
 Adding a rule = a function in the module of its layer + an entry in RULES.
-Every finding carries the numbers that crossed its threshold in `evidence`.
+Every finding carries the numbers that crossed its threshold in `evidence`,
+and `time_at_stake_pct`: the share of wall time a fix could win (stake.py says
+how it is estimated, how findings are ranked by it and merged across layers).
 """
 
 from __future__ import annotations
 
-from diagnose.findings import efficiency, microbench, operators, python, threads
+from diagnose.findings import efficiency, microbench, operators, python, stake, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -23,13 +25,13 @@ RULES = [
     efficiency.low_efficiency,
 ]
 
-SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
+SEVERITY_RANK = stake.SEVERITY_RANK
 
 
 def derive(report: Report) -> list[Finding]:
-    """All findings, most important first: severity, then share of time at stake."""
+    """All findings, most important first: high and medium by time at stake, then low ones;
+    one finding per line of code that several layers flagged."""
     out: list[Finding] = []
     for rule in RULES:
-        out.extend(rule(report))
-    out.sort(key=lambda f: (SEVERITY_RANK[f.severity], -float(f.evidence.get("share_pct") or 0.0)))
-    return out
+        out.extend(stake.fill(f, report) for f in rule(report))
+    return stake.rank(stake.dedup(stake.rank(out)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from diagnose.findings.stake import operator_stake
 from diagnose.report.model import Finding, OperatorRow, Report
 
 HOT_MIN_PCT = 10.0
@@ -110,6 +111,7 @@ def hot_operator(report: Report) -> list[Finding]:
                 "threshold_pct": HOT_MIN_PCT if compute else (HOT_HIGH_PCT if severity == "high" else HOT_MIN_PCT),
                 "compute_kernel": compute,
                 "instrumentation_overhead": _overhead(report),
+                **operator_stake(report, row.self_pct),
             },
             suggestion=suggestion_for(row.name),
             layer="operators",
@@ -157,6 +159,7 @@ def copy_overhead(report: Report) -> list[Finding]:
             "threshold_pct": COPY_HIGH_PCT if severity == "high" else COPY_MEDIUM_PCT,
             "by_location_us": {str(k): round(v, 3) for k, v in sorted(by_location.items(), key=lambda kv: -kv[1])[:5]},
             "instrumentation_overhead": _overhead(report),
+            **operator_stake(report, pct),
         },
         suggestion=suggestion_for("aten::copy_"),
         layer="operators",
@@ -204,6 +207,8 @@ def memory_churn(report: Report) -> list[Finding]:
             "top_operators": [{"op": r.name, "input_shapes": r.input_shapes, "bytes": r.cpu_memory_bytes,
                                "source": r.source} for r in top_ops],
             "instrumentation_overhead": _overhead(report),
+            # an upper bound: the time of the operators that allocated, page faults and all
+            **operator_stake(report, sum(r.self_pct for r in report.operators if r.cpu_memory_bytes > 0)),
         },
         suggestion="Reuse buffers instead of allocating per step: out= arguments and in-place operators, "
                    "tensors created once outside the loop, torch.inference_mode() for inference so autograd "

@@ -18,6 +18,8 @@ from diagnose.report.model import Finding, PythonFunction, Report
 
 LEVELS = ((40.0, "high"), (20.0, "medium"), (10.0, "low"))
 FRAMEWORK_MIN_SHARE = 0.5
+# time at stake: the share of the cProfile pass, which inflates Python (an upper bound)
+STAKE_BASIS = "share of the cProfile pass (an upper bound: cProfile inflates Python)"
 
 
 def python_overhead(report: Report) -> list[Finding]:
@@ -45,6 +47,7 @@ def python_overhead(report: Report) -> list[Finding]:
                 "loop_overhead_s": row.loop_overhead_s, "function_cumulative_pct": row.cumulative_pct,
                 "operator_calls_at_line": line_calls,
                 "callgraph_pass_overhead": summary.get("overhead_ratio"),
+                "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS,
             },
             suggestion=f"Vectorise {row.function}(): replace the Python loop over rows/elements with whole-tensor "
                        "operations (reductions with dim=, broadcasting, torch.where, index_select/gather "
@@ -60,7 +63,8 @@ def python_overhead(report: Report) -> list[Finding]:
                   "operators get the rest",
             op=None, location=top.location,
             evidence={"share_pct": round(share, 1), "split_s": summary.get("split_s"),
-                      "callgraph_pass_overhead": summary.get("overhead_ratio")},
+                      "callgraph_pass_overhead": summary.get("overhead_ratio"),
+                      "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS},
             suggestion="The operators are small next to the Python around them: use larger batches, "
                        "torch.compile to cut framework overhead, or torch.inference_mode() for inference.",
         ))

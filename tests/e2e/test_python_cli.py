@@ -94,7 +94,7 @@ def test_callgraph_command_runs_only_the_cprofile_pass(tmp_path):
     assert list(r["layers"]) == ["python"]
     assert r["run"]["wall_s"] is None and r["operators"] == []
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
-        "callgraph.dot", "callgraph.png", "profile.pstats", "report.json", "report.md"]
+        "callgraph.dot", "callgraph.png", "profile.pstats", "report.html", "report.json", "report.md"]
     # focus=user keeps only the user's own functions in the graph
     labels = re.findall(r'^\s*\d+ \[.*?label="([^"\\]+)', (tmp_path / "r" / "callgraph.dot").read_text(), re.M)
     assert labels and all(l.startswith("rowloop:") for l in labels), labels

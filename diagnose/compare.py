@@ -1,0 +1,246 @@
+"""What changed between two reports (`diagnose compare BEFORE.json AFTER.json`).
+
+Pure: `compare(before, after)` reads two Report objects and returns plain
+JSON data; it runs nothing and renders nothing (render/compare.py does).
+
+Noise rule, the one `microbench compare` uses (microbench.stats): a ratio
+after/before is a real change only outside 1 ± floor, where the floor is the
+mean of both sides' IQR/median and never below MIN_FLOOR_PCT (5%).
+- Wall time: function mode gives each side a median per iteration and its
+  IQR. Script mode is one run per side, its noise unknown: the floor is then
+  MIN_FLOOR_PCT and the output says the noise was not measured.
+- Operators: self CPU time of each (operator, input shapes) per recorded
+  iteration (function mode) or per run (script mode), with the operator
+  pass's own per-iteration noise as the floor; rows under OPERATOR_MIN_PCT of
+  operator time on both sides are left out.
+- Findings: matched on (kind, operator, location), then on (kind, operator)
+  among the rest (a line that moved); findings merged into another (its
+  evidence["also"]) count too. Each is gone, new, worse, better or same.
+`regression_pct` is the wall time's increase in percent when it got slower
+outside the noise, else 0: the CI gate (--fail-on-regression) reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.report.model import Finding, Report
+from microbench.stats import ratio_is_real, two_sided_floor
+
+MIN_FLOOR_PCT = 5.0
+OPERATOR_MIN_PCT = 1.0
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+
+def _label(report: Report) -> str:
+    t = report.target
+    return f"{t.script}:{t.function}" if t.function else t.script
+
+
+def wall_side(report: Report) -> dict[str, Any] | None:
+    """The wall time one report measured, with its noise (None when a single run)."""
+    run = report.run
+    if run.iterations and run.iterations.median_s > 0:
+        it = run.iterations
+        return {"seconds": it.median_s, "unit": "iteration", "noise_pct": round(100 * it.iqr_over_median, 2),
+                "n": it.n, "basis": f"median of {it.n} iterations, IQR/median"}
+    if run.wall_s:
+        return {"seconds": run.wall_s, "unit": "run", "noise_pct": None, "n": 1,
+                "basis": "one run (script mode): noise not measured"}
+    return None
+
+
+def _verdict_of(ratio: float, floor: float) -> tuple[bool, str]:
+    real = ratio > 0 and ratio_is_real(ratio, floor)
+    return real, ("same" if not real else "faster" if ratio < 1 else "slower")
+
+
+def compare_wall(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> dict[str, Any]:
+    a, b = wall_side(before), wall_side(after)
+    out: dict[str, Any] = {"before": a, "after": b}
+    if a is None or b is None:
+        missing = " and ".join(name for name, side in (("BEFORE", a), ("AFTER", b)) if side is None)
+        out.update(ratio=None, speedup=None, change_pct=None, noise_floor_pct=None, significant=False,
+                   direction="unknown", noise_basis=f"{missing} has no wall time (the target failed or the "
+                                                    "baseline pass did not run)")
+        return out
+    ratio = b["seconds"] / a["seconds"]
+    if a["noise_pct"] is not None and b["noise_pct"] is not None:
+        floor = two_sided_floor(a["noise_pct"] / 100, b["noise_pct"] / 100, min_floor_pct / 100)
+        basis = (f"mean of both sides' IQR/median ({a['noise_pct']:.1f}% and {b['noise_pct']:.1f}%), "
+                 f"at least {min_floor_pct:g}%")
+    else:
+        floor = min_floor_pct / 100
+        singles = [n for n, side in (("BEFORE", a), ("AFTER", b)) if side["noise_pct"] is None]
+        who = "both sides are single runs" if len(singles) == 2 else f"{singles[0]} is a single run"
+        basis = f"noise unknown: {who} (script mode); differences under {min_floor_pct:g}% are not called"
+    significant, direction = _verdict_of(ratio, floor)
+    out.update(ratio=round(ratio, 4), speedup=round(1 / ratio, 4) if ratio else None,
+               change_pct=round(100 * (ratio - 1), 2), noise_floor_pct=round(100 * floor, 2),
+               noise_basis=basis, significant=significant, direction=direction,
+               unit=a["unit"] if a["unit"] == b["unit"] else "run")
+    return out
+
+
+def _per_unit(report: Report) -> tuple[float, str]:
+    """Divide operator totals by this to get time per iteration (function mode) or per run."""
+    it = report.run.instrumented_iterations
+    if report.target.mode == "function" and it and it.n:
+        return float(it.n), "iteration"
+    return 1.0, "run"
+
+
+def _op_key(name: str, shapes: Any) -> tuple[str, str]:
+    return name, repr(shapes)
+
+
+def compare_operators(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> dict[str, Any]:
+    (na, unit_a), (nb, unit_b) = _per_unit(before), _per_unit(after)
+    noise = [r.run.instrumented_iterations.iqr_over_median if r.run.instrumented_iterations else None
+             for r in (before, after)]
+    if None in noise:
+        floor = min_floor_pct / 100
+        basis = f"operator pass noise unknown on one side: differences under {min_floor_pct:g}% are not called"
+    else:
+        floor = two_sided_floor(noise[0], noise[1], min_floor_pct / 100)
+        basis = (f"mean of both operator passes' IQR/median per iteration ({100 * noise[0]:.1f}% and "
+                 f"{100 * noise[1]:.1f}%), at least {min_floor_pct:g}%")
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for side, report, n in (("before", before, na), ("after", after, nb)):
+        for r in report.operators:
+            row = rows.setdefault(_op_key(r.name, r.input_shapes), {
+                "name": r.name, "input_shapes": r.input_shapes, "before_us": None, "after_us": None,
+                "before_pct": None, "after_pct": None, "before_calls": None, "after_calls": None, "source": None})
+            row[f"{side}_us"] = round((row[f"{side}_us"] or 0.0) + r.self_cpu_us / n, 3)
+            row[f"{side}_pct"] = round((row[f"{side}_pct"] or 0.0) + r.self_pct, 3)
+            row[f"{side}_calls"] = (row[f"{side}_calls"] or 0) + round(r.calls / n, 3)
+            row["source"] = row["source"] or r.source
+    out = []
+    for row in rows.values():
+        if max(row["before_pct"] or 0.0, row["after_pct"] or 0.0) < OPERATOR_MIN_PCT:
+            continue
+        a, b = row["before_us"], row["after_us"]
+        if a is None:
+            row.update(ratio=None, status="new")
+        elif b is None:
+            row.update(ratio=None, status="gone")
+        else:
+            ratio = b / a if a > 0 else float("inf")
+            row.update(ratio=round(ratio, 4) if a > 0 else None,
+                       status=_verdict_of(ratio, floor)[1] if a > 0 else "new")
+        row["delta_us"] = round((b or 0.0) - (a or 0.0), 3)
+        out.append(row)
+    out.sort(key=lambda r: -abs(r["delta_us"]))
+    unit = unit_a if unit_a == unit_b else "run"
+    total = {side: round(sum(r.self_cpu_us for r in rep.operators) / n, 3) if rep.operators else None
+             for side, rep, n in (("before", before, na), ("after", after, nb))}
+    return {"unit": unit, "noise_floor_pct": round(100 * floor, 2), "noise_basis": basis, "rows": out,
+            "total_before_us": total["before"], "total_after_us": total["after"],
+            "comparable": unit_a == unit_b}
+
+
+def _flat(findings: list[Finding]) -> list[dict[str, Any]]:
+    out = []
+    for f in findings:
+        out.append({"kind": f.kind, "severity": f.severity, "op": f.op, "location": f.location, "title": f.title,
+                    "time_at_stake_pct": f.evidence.get("time_at_stake_pct")})
+        for a in f.evidence.get("also") or []:
+            if isinstance(a, dict):
+                out.append({"kind": a.get("kind"), "severity": a.get("severity"), "op": a.get("op"),
+                            "location": f.location, "title": a.get("title"),
+                            "time_at_stake_pct": (a.get("evidence") or {}).get("time_at_stake_pct")})
+    return out
+
+
+def compare_findings(before: Report, after: Report) -> list[dict[str, Any]]:
+    left, right = _flat(before.findings), _flat(after.findings)
+    pairs: list[tuple[dict | None, dict | None]] = []
+    for key in (lambda f: (f["kind"], f["op"], f["location"]), lambda f: (f["kind"], f["op"])):
+        for f in list(left):
+            match = next((g for g in right if key(g) == key(f)), None)
+            if match is not None:
+                pairs.append((f, match))
+                left.remove(f)
+                right.remove(match)
+    pairs += [(f, None) for f in left] + [(None, g) for g in right]
+    out = []
+    for a, b in pairs:
+        if a is None:
+            status = "new"
+        elif b is None:
+            status = "gone"
+        else:
+            ra, rb = SEVERITY_RANK.get(a["severity"], 3), SEVERITY_RANK.get(b["severity"], 3)
+            status = "same" if ra == rb else "worse" if rb < ra else "better"
+        ref = b or a
+        out.append({"kind": ref["kind"], "op": ref["op"], "status": status,
+                    "before_severity": a and a["severity"], "after_severity": b and b["severity"],
+                    "before_location": a and a["location"], "after_location": b and b["location"],
+                    "before_stake_pct": a and a["time_at_stake_pct"], "after_stake_pct": b and b["time_at_stake_pct"],
+                    "title": ref["title"]})
+    order = {"new": 0, "worse": 1, "gone": 2, "better": 3, "same": 4}
+    out.sort(key=lambda r: (order[r["status"]], SEVERITY_RANK.get(r["after_severity"] or r["before_severity"], 3)))
+    return out
+
+
+def _notes(before: Report, after: Report) -> list[str]:
+    notes = []
+    if before.target.mode != after.target.mode:
+        notes.append(f"BEFORE ran in {before.target.mode} mode and AFTER in {after.target.mode} mode: wall times "
+                     "and operator times are per run on one side and per iteration on the other; compare like with like")
+    mb, ma = before.machine, after.machine
+    for label, x, y in (("CPU", mb.cpu_model, ma.cpu_model), ("usable CPUs", mb.usable_cpus, ma.usable_cpus),
+                        ("torch", mb.torch_version, ma.torch_version),
+                        ("intra-op threads", mb.intra_op_threads, ma.intra_op_threads)):
+        if x != y:
+            notes.append(f"{label} differs: {x} before, {y} after")
+    for name, rep in (("BEFORE", before), ("AFTER", after)):
+        if rep.run.error:
+            notes.append(f"{name}: the target failed ({rep.run.error}); its times cover what ran")
+        if any(f.kind == "external_contention" for f in rep.findings):
+            notes.append(f"{name}: other processes took CPUs during the run (external_contention); its times are skewed")
+    return notes
+
+
+def _times(seconds: float, unit: str) -> str:
+    from diagnose.render.fmt import duration
+
+    return f"{duration(seconds)}{' per iteration' if unit == 'iteration' else ''}"
+
+
+def verdict(wall: dict[str, Any], findings: list[dict[str, Any]]) -> str:
+    counts = {s: sum(1 for f in findings if f["status"] == s) for s in ("gone", "new", "worse", "better")}
+    tail = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    tail = f"; findings: {tail}" if tail else ""
+    if wall["direction"] == "unknown":
+        return f"cannot compare wall times: {wall['noise_basis']}{tail}"
+    a, b = wall["before"], wall["after"]
+    unit = wall.get("unit", "run")
+    span = f"{_times(a['seconds'], unit)} -> {_times(b['seconds'], unit)}"
+    floor = f"noise floor ±{wall['noise_floor_pct']:.1f}%"
+    if a["noise_pct"] is None or b["noise_pct"] is None:
+        floor += "; single runs: noise unknown"
+    if wall["direction"] == "faster":
+        return f"the fix helped: wall time {wall['speedup']:.2f}x lower ({span}), outside the noise ({floor}){tail}"
+    if wall["direction"] == "slower":
+        return (f"regression: wall time {wall['ratio']:.2f}x higher (+{wall['change_pct']:.1f}%, {span}), "
+                f"outside the noise ({floor}){tail}")
+    return f"no significant change: wall time {wall['change_pct']:+.1f}% ({span}), within the noise ({floor}){tail}"
+
+
+def compare(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> dict[str, Any]:
+    """Everything that changed from `before` to `after`, as plain JSON data."""
+    wall = compare_wall(before, after, min_floor_pct)
+    findings = compare_findings(before, after)
+    regression = wall["change_pct"] if wall["direction"] == "slower" else 0.0
+    return {
+        "before": {"target": _label(before), "mode": before.target.mode, "started_at": before.run.started_at},
+        "after": {"target": _label(after), "mode": after.target.mode, "started_at": after.run.started_at},
+        "wall": wall,
+        "operators": compare_operators(before, after, min_floor_pct),
+        "findings": findings,
+        "notes": _notes(before, after),
+        "verdict": verdict(wall, findings),
+        "regression_pct": regression,
+        "min_floor_pct": min_floor_pct,
+    }

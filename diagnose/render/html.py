@@ -1,0 +1,612 @@
+"""report.html: the whole report as one self-contained page that opens from disk.
+
+Verdict first (ranked findings, each linking to the section holding its
+evidence), then operators (a table sorted by clicking a header and filtered
+by name, shape or source), Python hotspots with the call graph, threads with
+the timeline and the sweep, efficiency with the roofline, micro-benchmarks,
+counters, machine and run. Each measurement has its overhead or noise beside
+it. No network: the PNGs written beside report.json are embedded as data
+URIs, the style and the script are inline, and the script reads only the
+page's own attributes (no data is embedded as JavaScript).
+
+Every string that comes from the user's code, torch or the machine goes
+through `_e` (html.escape with quotes), so it is inert in text and in
+attribute values alike. The renderer reads the Report and the image files;
+it runs nothing. A section that cannot be drawn from partial data says so
+and the rest of the page is still written.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+from typing import Any, Callable, Iterable
+
+from diagnose.render import fmt
+from diagnose.report.model import Finding, Report
+
+MAX_OPERATOR_ROWS = 500
+MAX_FUNCTION_ROWS = 15
+SEVERITY_ORDER = ("high", "medium", "low")
+# the section holding a finding's evidence, by the layer that raised it (else by kind)
+SECTION_OF_LAYER = {"operators": "operators", "python": "python", "threads": "threads",
+                    "microbench": "microbench", "efficiency": "efficiency", "counters": "counters"}
+SECTION_OF_KIND = {"hot_operator": "operators", "copy_overhead": "operators", "memory_churn": "operators",
+                   "python_overhead": "python", "oversubscription": "threads", "undersubscription": "threads",
+                   "external_contention": "threads", "sequential_operator": "microbench",
+                   "low_efficiency": "efficiency"}
+SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("python", "Python"), ("threads", "Threads"),
+            ("efficiency", "Efficiency"), ("microbench", "Micro-benchmarks"), ("counters", "Counters"),
+            ("machine", "Machine and run"))
+LAYER_SECTIONS = ("operators", "python", "threads", "efficiency", "microbench", "counters")
+IMAGES = {"callgraph_png": "callgraph.png", "threads_png": "threads.png", "roofline_png": "roofline.png"}
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _code(value: Any) -> str:
+    return f"<code>{_e(value)}</code>" if value not in (None, "") else "-"
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _e(value)
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def _value(value: Any, limit: int = 160) -> str:
+    """An evidence value, short and escaped."""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (list, dict)):
+        text = json.dumps(value, default=str, separators=(", ", ": "))
+    else:
+        text = str(value)
+    return _e(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _status(report: Report, layer: str) -> str:
+    s = report.layers.get(layer)
+    if s is None:
+        return f'<p class="status skipped">not run (not among this run\'s layers)</p>'
+    if s.status == "ok":
+        took = f" in {fmt.duration(s.elapsed_s)}" if s.elapsed_s is not None else ""
+        return f'<p class="status ok">layer ok{_e(took)}</p>'
+    return f'<p class="status {_e(s.status)}"><b>{_e(s.status)}</b>: {_e(s.reason)}</p>'
+
+
+def _notes(report: Report, layer: str, limit: int = 8) -> str:
+    s = report.layers.get(layer)
+    if s is None:
+        return ""
+    items = [f"<li>{_e(n)}</li>" for n in s.notes[:limit]]
+    items += [f"<li>{_e(name)} was not made: {_e(why)}</li>" for name, why in s.missing.items()]
+    return f'<ul class="notes">{"".join(items)}</ul>' if items else ""
+
+
+def _noise(*lines: str | None) -> str:
+    lines = [line for line in lines if line]
+    if not lines:
+        return ""
+    return '<div class="noise"><span class="label">overhead / noise</span>' + \
+        "".join(f"<div>{_e(line)}</div>" for line in lines) + "</div>"
+
+
+def _image(report: Report, image_dir: str | None, key: str, alt: str) -> str:
+    name = report.artifacts.get(key) or IMAGES[key]
+    path = os.path.join(image_dir, name) if image_dir else None
+    if not path or not os.path.isfile(path):
+        return ""
+    with open(path, "rb") as fh:
+        data = base64.b64encode(fh.read()).decode("ascii")
+    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(alt)} ({_e(name)})</figcaption></figure>")
+
+
+def _table(rows: list[tuple[str, ...]], numeric: Iterable[int] = (), escape: bool = True,
+           cls: str = "") -> str:
+    """A plain table from string rows (header first), e.g. the shared fmt.*_rows helpers."""
+    if not rows:
+        return ""
+    numeric = set(numeric)
+    cell = _e if escape else str
+    head = "".join(f'<th{" class=num" if i in numeric else ""}>{cell(h)}</th>' for i, h in enumerate(rows[0]))
+    body = "".join("<tr>" + "".join(f'<td{" class=num" if i in numeric else ""}>{cell(c)}</td>'
+                                     for i, c in enumerate(r)) + "</tr>" for r in rows[1:])
+    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _kv(pairs: Iterable[tuple[str, Any]]) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in pairs)
+    return f'<table class="kv"><tbody>{rows}</tbody></table>' if rows else ""
+
+
+# ---------------------------------------------------------------------------------------- verdict
+
+def _anchor(report: Report, kind: str, layer: str, op: str | None, location: str | None) -> str:
+    section = SECTION_OF_LAYER.get(layer) or SECTION_OF_KIND.get(kind, "verdict")
+    if section == "operators" and op:
+        for i, row in enumerate(report.operators[:MAX_OPERATOR_ROWS]):
+            if row.name == op and (location is None or row.source == location):
+                return f"op-{i}"
+    return section
+
+
+def _badge(severity: str) -> str:
+    return f'<span class="badge sev-{_e(severity)}">{_e(severity)}</span>'
+
+
+def _stake(evidence: dict[str, Any]) -> str:
+    pct = evidence.get("time_at_stake_pct")
+    if not isinstance(pct, (int, float)):
+        return ""
+    width = max(1.0, min(100.0, float(pct)))
+    return (f'<div class="stake" title="{_e(evidence.get("time_at_stake_basis"))}">'
+            f'<div class="bar"><div style="width:{width:.1f}%"></div></div>'
+            f"<span>≈ {pct:.3g}% of wall time at stake</span></div>")
+
+
+def _evidence_table(evidence: dict[str, Any]) -> str:
+    pairs = [(k, _value(v)) for k, v in evidence.items()
+             if k not in ("also", "time_at_stake_pct", "time_at_stake_basis") and v not in (None, [], {})]
+    basis = evidence.get("time_at_stake_basis")
+    if basis:
+        pairs.append(("time at stake from", _e(basis)))
+    return _kv(pairs)
+
+
+def _finding(report: Report, i: int, f: Finding) -> str:
+    target = _anchor(report, f.kind, f.layer, f.op, f.location)
+    where = f'<div class="where">at {_code(f.location)}</div>' if f.location else ""
+    op = f" · {_code(f.op)}" if f.op else ""
+    also = ""
+    if f.evidence.get("also"):
+        items = []
+        for a in f.evidence["also"]:
+            link = _anchor(report, a.get("kind", ""), a.get("layer", ""), a.get("op"), f.location)
+            items.append(f'<li>{_badge(a.get("severity", "low"))} <b>{_e(a.get("kind"))}</b> '
+                         f'<span class="layer">({_e(a.get("layer"))})</span>: {_e(a.get("title"))} '
+                         f'<a href="#{_e(link)}">evidence</a>'
+                         f'<details><summary>its evidence and suggestion</summary>'
+                         f'<p class="try">{_e(a.get("suggestion"))}</p>{_evidence_table(a.get("evidence") or {})}'
+                         f"</details></li>")
+        also = (f'<div class="also"><div class="label">the same line, seen by other layers</div>'
+                f'<ul>{"".join(items)}</ul></div>')
+    return (f'<article class="finding sev-{_e(f.severity)}" id="finding-{i}">'
+            f'<header><span class="rank">{i}</span>{_badge(f.severity)}<span class="kind">{_e(f.kind)}</span>'
+            f'<span class="layer">{_e(f.layer)}{op}</span></header>'
+            f'<h3>{_e(f.title)}</h3>{where}{_stake(f.evidence)}'
+            f'<p class="try"><b>Try:</b> {_e(f.suggestion)}</p>'
+            f'<details><summary>evidence</summary>{_evidence_table(f.evidence)}</details>'
+            f'{also}<a class="goto" href="#{_e(target)}">see the evidence in '
+            f'{_e("operators" if target.startswith("op-") else target)} →</a>'
+            f"</article>")
+
+
+def _verdict(report: Report) -> str:
+    fs = report.findings
+    counts = {s: sum(1 for f in fs if f.severity == s) for s in SEVERITY_ORDER}
+    if not fs:
+        head = '<p class="summary good">No findings: nothing crossed a threshold.</p>'
+    else:
+        parts = ", ".join(f'<span class="count sev-{s}">{n} {s}</span>' for s, n in counts.items() if n)
+        head = (f'<p class="summary">{len(fs)} finding{"s" if len(fs) != 1 else ""}: {parts}. '
+                f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
+                f"line are one finding.</p>")
+    return head + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1))
+
+
+# -------------------------------------------------------------------------------------- operators
+
+def _operators(report: Report) -> str:
+    out = []
+    ops = report.operators
+    s = report.operator_summary or {}
+    ratio = report.run.overhead_ratio
+    out.append(_noise(f"instrumentation overhead {ratio:.2f}x: the operator pass ran that much slower than the "
+                      f"uninstrumented one; times below come from it" if ratio else None,
+                      fmt.spread(report.run.instrumented_iterations) and
+                      f"operator pass per iteration: {fmt.spread(report.run.instrumented_iterations)}"))
+    if not ops:
+        return "".join(out) + _notes(report, "operators")
+    out.append(f"<p>One row per (operator, input shapes), by self CPU time in the instrumented pass; total "
+               f"{_e(fmt.us(s.get('total_self_cpu_us') or 0))}, {100 * (s.get('attributed_share') or 0):.0f}% "
+               f"of it attributed to a line of your code. Click a header to sort.</p>")
+    shown = ops[:MAX_OPERATOR_ROWS]
+    out.append(f'<div class="filter"><input id="op-filter" type="search" placeholder="filter by operator, '
+               f'shape or source" aria-label="filter operators"> <span id="op-count">{len(shown)} of '
+               f"{len(shown)} rows</span></div>")
+    cols = [("operator", False), ("input shapes", False), ("dtypes", False), ("calls", True), ("self", True),
+            ("share", True), ("total", True), ("µs/call", True), ("GFLOP/s", True), ("source", False)]
+    head = "".join(f'<th data-type="{"num" if n else "text"}"{" class=num" if n else ""} tabindex="0">{_e(c)}</th>'
+                   for c, n in cols)
+    body = []
+    for i, r in enumerate(shown):
+        dtypes = ",".join(d for d in r.dtypes if d and not d.startswith("Scalar")) or "-"
+        shape = fmt.shapes(r.input_shapes, 80)
+        search = f"{r.name} {shape} {r.source or ''}".lower()
+        per_call = r.self_cpu_us / r.calls if r.calls else 0.0
+        cells = [
+            (r.name, f"<code>{_e(r.name)}</code>"), (shape, f"<code>{_e(shape)}</code>"),
+            (dtypes, _e(dtypes)),
+            (r.calls, str(r.calls)), (r.self_cpu_us, _e(fmt.us(r.self_cpu_us))),
+            (r.self_pct, f'{r.self_pct:.1f}%<div class="mini"><div style="width:{min(100.0, r.self_pct):.1f}%"></div></div>'),
+            (r.total_cpu_us, _e(fmt.us(r.total_cpu_us))), (per_call, f"{per_call:.1f}"),
+            (r.gflops_per_s or 0, f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-"),
+            (r.source or "", _code(r.source)),
+        ]
+        tds = "".join(f'<td data-v="{_e(v)}"{" class=num" if cols[j][1] else " class=loc" if j == 9 else ""}>{h}</td>'
+                      for j, (v, h) in enumerate(cells))
+        body.append(f'<tr id="op-{i}" data-search="{_e(search)}">{tds}</tr>')
+    out.append(f'<div class="scroll"><table id="operators-table" class="sortable"><thead><tr>{head}</tr></thead>'
+               f'<tbody>{"".join(body)}</tbody></table></div>')
+    if len(ops) > MAX_OPERATOR_ROWS:
+        out.append(f"<p class=more>{len(ops) - MAX_OPERATOR_ROWS} more rows in report.json.</p>")
+    mem = s.get("memory") or {}
+    if mem.get("allocations"):
+        out.append(f"<p>Memory: {_e(mem['allocations'])} allocations, {_e(fmt.size(mem.get('allocated_bytes') or 0))} "
+                   f"allocated during the operator pass"
+                   + (f", at most {_e(fmt.size(mem['peak_live_bytes']))} alive at once" if mem.get("peak_live_bytes") else "")
+                   + ".</p>")
+    out.append(_notes(report, "operators"))
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------------------- python
+
+def _python(report: Report, image_dir: str | None) -> str:
+    out = []
+    split = fmt.python_split_line(report)
+    if split:
+        ratio = (report.python_summary or {}).get("overhead_ratio")
+        out.append(f"<p>{_e(split.split('; ')[0])}.</p>")
+        out.append(_noise(f"cProfile pass {fmt.duration((report.python_summary or {}).get('wall_s'))} vs "
+                          f"{fmt.duration(report.run.wall_s)} uninstrumented ({ratio:.2f}x); cProfile inflates "
+                          "Python most, so Python shares are upper bounds" if ratio else
+                          "from the cProfile pass, which inflates Python most"))
+    out.append(_image(report, image_dir, "callgraph_png", "call graph (cProfile, gprof2dot): red is hot"))
+    # the user's functions and anything with >= 1% of the pass; the rest is in report.json
+    rows = [r for r in report.python_hotspots if r.kind == "user" or r.cumulative_pct >= 1.0][:MAX_FUNCTION_ROWS]
+    if rows:
+        table = [("function", "where", "kind", "calls", "self", "cumulative", "self + tiny calls", "operators it calls")]
+        for i, r in enumerate(rows):
+            ops = ", ".join(f"{o.get('op')} ({o.get('location')}, {o.get('calls')}x)" for o in r.operators[:3])
+            where = r.location.split("site-packages/")[-1] if r.location else r.location
+            table.append((f"<code id=\"py-{i}\">{_e(r.function)}</code>",
+                          f'<span class="loc" title="{_e(r.location)}">{_code(where)}</span>', _e(r.kind),
+                          str(r.calls), _e(fmt.duration(r.self_s)), f"{r.cumulative_pct:.1f}%",
+                          _e(fmt.duration(r.loop_overhead_s)) if r.loop_overhead_s is not None else "-",
+                          _e(ops or "-")))
+        out.append(_table(table, numeric=(3, 4, 5, 6), escape=False))
+        if len(report.python_hotspots) > len(rows):
+            out.append(f"<p class=more>{len(report.python_hotspots) - len(rows)} more functions (under 1% of the "
+                       "pass) in report.json.</p>")
+    out.append(_notes(report, "python"))
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------- threads
+
+def _threads(report: Report, image_dir: str | None) -> str:
+    out = []
+    t = report.threads or {}
+    lines = fmt.threads_lines(report)
+    if lines:
+        health = [line for line in lines if line.startswith("sampler cost")]
+        out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines[:2]) + "</ul>")
+        out.append(_noise(*health, f"method: {t.get('method')}" if t.get("method") else None))
+    elif t.get("reason"):
+        out.append(f"<p>{_e(t.get('reason'))}</p>")
+    procs = t.get("processes") or []
+    if procs:
+        rows = [("pid", "role", "name", "threads by pool", "active", "runnable", "CPUs used", "run-queue wait")]
+        for p in procs[:20]:
+            pools = ", ".join(f"{k} {v}" for k, v in (p.get("threads") or {}).items())
+            rows.append((str(p.get("pid")), str(p.get("role")), str(p.get("name") or ""), pools or "-",
+                         str(sum((p.get("active_threads") or {}).values())), f"{p.get('mean_runnable') or 0:.2f}",
+                         f"{p.get('cpu_used') or 0:.2f}", f"{100 * (p.get('wait_share') or 0):.0f}%"))
+        out.append("<h3>Processes</h3>" + _table(rows, numeric=(0, 4, 5, 6, 7)))
+    out.append(_image(report, image_dir, "threads_png", "runnable threads and CPUs used over time"))
+    rows, recommendation = fmt.sweep_rows(report)
+    if rows:
+        out.append("<h3>Thread sweep</h3><p>The uninstrumented workload at each setting, runs interleaved; "
+                   "spread is the half-range of its runs.</p>" + _table(rows, numeric=(0, 1, 2, 3, 4, 5)))
+    if recommendation:
+        out.append(f'<p class="recommend">{_e(recommendation)}</p>')
+    env = [x for x in t.get("environment") or [] if isinstance(x, dict) and x.get("level") == "warning"]
+    if env:
+        out.append("<h3>Threading environment</h3><ul>" + "".join(
+            f"<li><code>{_e(x.get('name'))}={_e(x.get('value'))}</code>: {_e(x.get('implication'))}</li>"
+            for x in env) + "</ul>")
+    out.append(_notes(report, "threads"))
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------- efficiency
+
+def _peaks(peaks: dict[str, Any]) -> str:
+    rows: list[tuple[str, ...]] = []
+    for kind, label, rate in (("gemm_fp32", "fp32 GEMM", "gflops_per_s"), ("memory", "memory (STREAM)", "gb_per_s")):
+        for p in peaks.get(kind) or []:
+            if isinstance(p, dict):
+                rows.append((label, str(p.get("threads")), _num(p.get(rate)), "GFLOP/s" if rate.startswith("gflops") else "GB/s",
+                             f"IQR {p['iqr_pct']}%" if p.get("iqr_pct") is not None else "-",
+                             "yes" if p.get("contended") else "no"))
+    if not rows:
+        return ""
+    when = f" (measured {peaks.get('measured_at')})" if peaks.get("measured_at") else ""
+    return f"<h3>Machine peaks{_e(when)}</h3>" + _table(
+        [("probe", "threads", "peak", "unit", "noise", "contended"), *rows], numeric=(1, 2, 4))
+
+
+def _efficiency(report: Report, image_dir: str | None) -> str:
+    out = []
+    e = report.efficiency or {}
+    if fmt.roofs_line(report):
+        out.append(f"<p>{_e(fmt.roofs_line(report))}</p>")
+    out.append(_noise(e.get("timing") if isinstance(e.get("timing"), str) else None))
+    out.append(_image(report, image_dir, "roofline_png", "roofline: each hot operator against this machine's roofs"))
+    rows = fmt.efficiency_rows(report, 50)
+    if rows:
+        out.append(_table(rows, numeric=(2, 3, 4, 5, 7)))
+    missing = [o for o in e.get("operators") or [] if isinstance(o, dict) and o.get("efficiency_pct") is None]
+    if missing:
+        items = "".join(f"<li><code>{_e(o.get('name'))}</code> {_e(fmt.shapes(o.get('input_shapes') or [], 60))}: "
+                        f"{_e(o.get('reason') or 'no efficiency')}</li>" for o in missing[:30])
+        out.append(f"<details><summary>{len(missing)} operator(s) without an efficiency</summary><ul>{items}</ul></details>")
+    if isinstance(e.get("peaks"), dict):
+        out.append(_peaks(e["peaks"]))
+    out.append(_notes(report, "efficiency"))
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------- micro-benchmarks, counters
+
+def _microbench(report: Report) -> str:
+    out = []
+    rows = fmt.microbench_rows(report, len(report.microbenchmarks))
+    if rows:
+        out.append("<p>Each operator alone at its recorded shapes and dtypes (torch.utils.benchmark, adaptive "
+                   "autorange), at each thread count. Noise is the IQR over the median; ! marks a noisy "
+                   "measurement, contended one taken while other processes held the CPUs.</p>")
+        out.append(_table(rows, numeric=(2, 3, 4, 5, 6, 7)))
+    if "reproducers" in report.artifacts:
+        out.append(f"<p>Standalone reproducers (plain torch): {_code(report.artifacts['reproducers'] + '/')}</p>")
+    out.append(_notes(report, "microbench"))
+    return "".join(out)
+
+
+def _counters(report: Report) -> str:
+    out = []
+    lines = fmt.counters_lines(report)
+    if lines:
+        out.append(f"<p>{_e(lines[0])}</p>")
+    c = report.counters or {}
+    pairs = [(k, _value(v)) for k, v in c.items() if v not in (None, [], {})]
+    out.append(_kv(pairs))
+    out.append(_notes(report, "counters"))
+    return "".join(out)
+
+
+# -------------------------------------------------------------------------------- machine and run
+
+def _machine(report: Report) -> str:
+    m, run, t = report.machine, report.run, report.target
+    threads = None
+    if m.intra_op_threads is not None:
+        threads = f"{m.intra_op_threads} intra-op / {m.inter_op_threads} inter-op"
+        if m.default_intra_op_threads is not None and m.default_intra_op_threads != m.intra_op_threads:
+            threads += f" (default {m.default_intra_op_threads}; the target changed it)"
+    machine = _kv([
+        ("CPU", _e(m.cpu_model)),
+        ("CPUs", _e(f"{m.logical_cpus} logical, {m.usable_cpus} usable"
+                    + (f" (cgroup limit {m.cgroup_cpu_limit:g})" if m.cgroup_cpu_limit else ""))),
+        ("torch", _e(f"{m.torch_version or '?'}, {m.parallel_backend or 'unknown'} backend")),
+        ("threads", _e(threads or "-")),
+        ("threading environment", _e(", ".join(f"{k}={v}" for k, v in m.threading_env.items()) or "none set")),
+        ("Python", _e(f"{m.python_version} on {m.platform}")),
+    ])
+    timing = "".join(f"<div>{_e(line)}</div>" for line in fmt.timing_lines(report))
+    runinfo = _kv([
+        ("target", _code(f"{t.script}:{t.function}" if t.function else t.script)),
+        ("mode", _e(t.mode + (f", warmup {t.warmup}, iters {t.iters}" if t.function else ""))),
+        ("arguments", _code(" ".join(t.argv)) if t.argv else "-"),
+        ("outcome", _e(fmt.outcome_line(report))),
+        ("wall time and noise", timing or "-"),
+        ("started", _e(run.started_at)), ("diagnose", _e(f"{run.diagnose_version}, schema {report.schema_version}")),
+    ])
+    layers = [("layer", "status", "time", "reason")] + [
+        (name, s.status, fmt.duration(s.elapsed_s), s.reason or "") for name, s in report.layers.items()]
+    files = ", ".join(_code(v) for v in report.artifacts.values())
+    return (f'<div class="cols"><div><h3>Run</h3>{runinfo}</div><div><h3>Machine</h3>{machine}</div></div>'
+            f'<h3 id="layers">Layers</h3>{_table(layers, numeric=(2,), cls="layers")}'
+            + (f"<h3>Files beside report.json</h3><p>{files}</p>" if files else ""))
+
+
+# ------------------------------------------------------------------------------------------- page
+
+def _guard(title: str, build: Callable[[], str]) -> str:
+    """A section drawn from partial or unexpected data says so instead of losing the page."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - one section must not take the report down
+        return f'<p class="status failed">could not draw the {_e(title)} section: {_e(type(exc).__name__)}: {_e(exc)}</p>'
+
+
+def render(report: Report, image_dir: str | None = None) -> str:
+    """The page for `report`; images are read from `image_dir` (the report's directory) when given."""
+    t = report.target
+    label = f"{t.script}:{t.function}" if t.function else t.script
+    failed = bool(report.run.error or report.run.exit_code or report.run.interrupted or report.run.timed_out)
+    builders: dict[str, Callable[[], str]] = {
+        "verdict": lambda: _verdict(report),
+        "operators": lambda: _operators(report),
+        "python": lambda: _python(report, image_dir),
+        "threads": lambda: _threads(report, image_dir),
+        "efficiency": lambda: _efficiency(report, image_dir),
+        "microbench": lambda: _microbench(report),
+        "counters": lambda: _counters(report),
+        "machine": lambda: _machine(report),
+    }
+    nav = "".join(f'<a href="#{sid}">{_e(title)}{_nav_status(report, sid)}</a>' for sid, title in SECTIONS)
+    sections = "".join(f'<section id="{sid}"><h2>{_e(title)}</h2>'
+                       f'{_status(report, sid) if sid in LAYER_SECTIONS else ""}{_guard(title, builders[sid])}</section>'
+                       for sid, title in SECTIONS)
+    trace = ""
+    if report.run.traceback:
+        trace = f'<pre class="trace">{_e(chr(10).join([*report.run.traceback, report.run.error or ""]))}</pre>'
+    timing = "".join(f"<div>{_e(line)}</div>" for line in fmt.timing_lines(report))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>diagnose: {_e(label)}</title>
+<style>{CSS}</style></head>
+<body>
+<header class="top"><div class="wrap">
+<div class="brand">diagnose</div><h1><code>{_e(label)}</code></h1>
+<p class="outcome{' bad' if failed else ''}">{_e(fmt.outcome_line(report))} · {_e(t.mode)} mode · {_e(report.run.started_at)}</p>
+<div class="timing">{timing}</div>{trace}
+</div></header>
+<nav><div class="wrap">{nav}</div></nav>
+<main class="wrap">{sections}</main>
+<footer class="wrap">diagnose {_e(report.run.diagnose_version)}, report schema {_e(report.schema_version)}.
+This page is self-contained: it loads nothing from the network.</footer>
+<script>{SCRIPT}</script>
+</body></html>
+"""
+
+
+def _nav_status(report: Report, section: str) -> str:
+    if section == "verdict":
+        n = sum(1 for f in report.findings if f.severity in ("high", "medium"))
+        return f' <span class="pill sev-{"high" if n else "ok"}">{n}</span>' if report.findings else ""
+    s = report.layers.get(section)
+    if s is not None and s.status != "ok":
+        return f' <span class="pill muted">{_e(s.status)}</span>'
+    return ""
+
+
+CSS = """
+:root{--fg:#1f2328;--muted:#656d76;--line:#d0d7de;--bg:#f6f8fa;--accent:#0969da;
+--high:#cf222e;--high-bg:#ffebe9;--medium:#bc4c00;--medium-bg:#fff1e5;--low:#57606a;--low-bg:#eef1f4;--ok:#1a7f37}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.5 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--fg);background:#fff}
+code,pre{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.wrap{max-width:1180px;margin:0 auto;padding:0 24px}
+header.top{background:#24292f;color:#fff;padding:18px 0 14px}
+header.top .brand{font-size:12px;letter-spacing:.12em;text-transform:uppercase;color:#9da7b3}
+header.top h1{margin:2px 0 6px;font-size:22px;font-weight:600}
+header.top h1 code{font-size:20px;background:none;color:#fff}
+.outcome{margin:0 0 6px;color:#c9d1d9}.outcome.bad{color:#ff8182;font-weight:600}
+.timing{color:#adbac7;font-size:13px}
+pre.trace{background:#161b22;color:#ffa198;padding:10px;border-radius:6px;overflow:auto}
+nav{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid var(--line)}
+nav .wrap{display:flex;gap:4px;flex-wrap:wrap;padding-top:6px;padding-bottom:6px}
+nav a{color:var(--fg);text-decoration:none;padding:4px 10px;border-radius:6px;font-weight:500}
+nav a:hover{background:var(--bg)}
+section{padding:10px 0 18px;border-bottom:1px solid var(--line);scroll-margin-top:48px}
+h2{font-size:20px;margin:18px 0 8px}h3{font-size:15px;margin:16px 0 6px}
+a{color:var(--accent)}
+.summary{font-size:15px}.summary.good{color:var(--ok);font-weight:600}
+.headline{font-size:15px;margin-top:-4px}
+.count{font-weight:600}.count.sev-high{color:var(--high)}.count.sev-medium{color:var(--medium)}.count.sev-low{color:var(--low)}
+.badge{display:inline-block;font-size:11px;font-weight:700;text-transform:uppercase;letter-spacing:.04em;
+padding:1px 8px;border-radius:10px;color:#fff;vertical-align:1px}
+.badge.sev-high{background:var(--high)}.badge.sev-medium{background:var(--medium)}.badge.sev-low{background:var(--low)}
+.pill{font-size:11px;padding:0 6px;border-radius:8px;background:var(--low-bg);color:var(--low)}
+.pill.sev-high{background:var(--high);color:#fff}.pill.sev-ok{background:#dafbe1;color:var(--ok)}
+article.finding{border:1px solid var(--line);border-left:5px solid var(--low);border-radius:8px;padding:12px 16px;margin:12px 0;background:#fff}
+article.finding.sev-high{border-left-color:var(--high);background:linear-gradient(90deg,var(--high-bg),#fff 35%)}
+article.finding.sev-medium{border-left-color:var(--medium);background:linear-gradient(90deg,var(--medium-bg),#fff 35%)}
+article.finding header{display:flex;gap:10px;align-items:center;color:var(--muted);font-size:13px}
+article.finding .rank{font-weight:700;color:var(--fg)}
+article.finding .kind{font-weight:600;color:var(--fg)}
+article.finding h3{margin:6px 0 4px;font-size:15.5px}
+.where{color:var(--muted)}
+.try{margin:6px 0}
+.stake{display:flex;align-items:center;gap:8px;font-size:12.5px;color:var(--muted);margin:4px 0}
+.stake .bar{width:160px;height:8px;background:var(--bg);border:1px solid var(--line);border-radius:4px;overflow:hidden}
+.stake .bar div{height:100%;background:var(--accent)}
+.also{margin-top:8px;padding:6px 10px;background:var(--bg);border-radius:6px}
+.also ul{margin:4px 0;padding-left:18px}.also li{margin:4px 0}
+.label{font-size:11px;text-transform:uppercase;letter-spacing:.06em;color:var(--muted);font-weight:600}
+.layer{color:var(--muted)}
+span.loc{white-space:nowrap}
+.goto{display:inline-block;margin-top:6px;font-size:13px}
+details summary{cursor:pointer;color:var(--accent);font-size:13px}
+.status{margin:4px 0 8px;font-size:13px}.status.ok{color:var(--ok)}
+.status.skipped{color:var(--medium)}.status.failed{color:var(--high)}
+.noise{border-left:3px solid #8c959f;background:var(--bg);padding:6px 10px;margin:8px 0;font-size:13px;color:#424a53}
+.noise .label{display:block}
+.recommend{font-weight:600;color:var(--ok)}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;margin:6px 0 10px;font-size:13px;width:100%}
+th,td{padding:4px 8px;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
+thead th{background:var(--bg);border-bottom:1px solid var(--line);font-weight:600;white-space:nowrap}
+tbody tr:nth-child(even){background:#fafbfc}
+tbody tr:target{background:#fff8c5}
+td.num,th.num{text-align:right;white-space:nowrap}
+td.loc{white-space:nowrap}
+table.kv{width:auto}table.kv th{background:none;border:none;color:var(--muted);font-weight:500;padding-right:16px;white-space:nowrap}
+table.kv td{border:none}
+table.sortable th{cursor:pointer;user-select:none}
+table.sortable th:hover{color:var(--accent)}
+table.sortable th[aria-sort=ascending]::after{content:" ▲";font-size:10px}
+table.sortable th[aria-sort=descending]::after{content:" ▼";font-size:10px}
+.mini{height:3px;background:#eaeef2;margin-top:2px}.mini div{height:100%;background:var(--accent)}
+.filter{margin:6px 0}.filter input{width:340px;max-width:100%;padding:5px 8px;border:1px solid var(--line);border-radius:6px;font-size:13px}
+#op-count{color:var(--muted);font-size:12.5px;margin-left:8px}
+figure{margin:10px 0;text-align:center}figure img{max-width:min(100%,1000px);border:1px solid var(--line);border-radius:6px}
+figcaption{font-size:12px;color:var(--muted)}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:24px}
+@media (max-width:800px){.cols{grid-template-columns:1fr}}
+ul.notes{color:var(--muted);font-size:13px}
+.more{color:var(--muted);font-size:13px}
+footer{color:var(--muted);font-size:12px;padding:16px 24px 40px}
+"""
+
+# Sorting and filtering read only the page's own attributes: data-v on a cell, data-search on a row.
+SCRIPT = """
+(function(){
+  document.querySelectorAll('table.sortable').forEach(function(table){
+    var heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function(th, col){
+      function sort(){
+        var desc = th.getAttribute('aria-sort') !== 'descending';
+        if (th.getAttribute('aria-sort') === null && th.dataset.type === 'text') desc = false;
+        Array.prototype.forEach.call(heads, function(h){ h.removeAttribute('aria-sort'); });
+        th.setAttribute('aria-sort', desc ? 'descending' : 'ascending');
+        var num = th.dataset.type === 'num';
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function(a, b){
+          var x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
+          var c = num ? (parseFloat(x) || 0) - (parseFloat(y) || 0) : x.localeCompare(y);
+          return desc ? -c : c;
+        });
+        rows.forEach(function(r){ body.appendChild(r); });
+      }
+      th.addEventListener('click', sort);
+      th.addEventListener('keydown', function(ev){ if (ev.key === 'Enter') sort(); });
+    });
+  });
+  var filter = document.getElementById('op-filter');
+  if (filter) {
+    var table = document.getElementById('operators-table');
+    var count = document.getElementById('op-count');
+    filter.addEventListener('input', function(){
+      var q = filter.value.trim().toLowerCase(), shown = 0, rows = table.tBodies[0].rows;
+      Array.prototype.forEach.call(rows, function(r){
+        var hit = !q || r.dataset.search.indexOf(q) !== -1;
+        r.hidden = !hit; if (hit) shown++;
+      });
+      count.textContent = shown + ' of ' + rows.length + ' rows';
+    });
+  }
+})();
+"""

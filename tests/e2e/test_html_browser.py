@@ -1,0 +1,140 @@
+"""report.html of a real run, opened from disk in real headless Chromium.
+
+One real `diagnose` run (the planted row loop of examples/fix/, all layers,
+a short micro-benchmark) with `--fail-on medium`: it must exit 4 and still
+write the whole report. Then the page: no console errors, no request
+leaving the file, the sections and images there, a click on a header
+re-sorts the operators, the filter hides rows.
+
+Chromium comes from Debian (`make test` installs it); playwright drives it
+with executable_path, never with a browser of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from conftest import EXAMPLES, line_of, run_cli
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BEFORE = EXAMPLES / "fix" / "row_loop_before.py"
+
+
+def _need_browser():
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = "playwright is not installed (pip install -e '.[test]')"
+    else:
+        if os.access(CHROMIUM, os.X_OK):
+            return
+        reason = f"no Chromium at {CHROMIUM} (make test installs it: apt-get install chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)  # CI installs both: a missing one there is a broken setup, not a skip
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def gated_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("html") / "report"
+    return run_cli("examples/fix/row_loop_before.py:step", "--iters", "20", "--warmup", "2", "--profile-iters", "3",
+                   "--microbench-budget", "5", "--microbench-top", "1", "--fail-on", "medium", outdir=out)
+
+
+@pytest.fixture(scope="module")
+def page(gated_run, tmp_path_factory):
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    assert (gated_run.outdir / "report.html").is_file(), gated_run.stderr
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, args=FLAGS,
+                                                       headless=True, viewport={"width": 1280, "height": 900})
+        pg = browser.new_page()
+        pg.problems, pg.requests = [], []
+        pg.on("console", lambda m: pg.problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        pg.on("pageerror", lambda e: pg.problems.append(f"pageerror: {e}"))
+        pg.on("request", lambda r: pg.requests.append(r.url))
+        pg.goto((gated_run.outdir / "report.html").as_uri())
+        pg.wait_for_load_state("load")
+        yield pg
+        browser.close()
+
+
+def test_fail_on_exits_4_and_still_writes_the_report(gated_run):
+    assert gated_run.code == 4, gated_run.stderr
+    assert "--fail-on medium" in gated_run.stderr and "python_overhead" in gated_run.stderr
+    r = gated_run.report
+    assert r["artifacts"]["report_html"] == "report.html"
+    assert r["findings"][0]["kind"] == "python_overhead" and r["findings"][0]["severity"] == "high"
+    for name in ("report.json", "report.md", "report.html", "callgraph.png", "threads.png"):
+        assert (gated_run.outdir / name).is_file(), name
+
+
+def test_opens_from_disk_without_errors_or_network(page):
+    assert page.problems == []
+    assert all(u.startswith(("file:", "data:")) for u in page.requests), page.requests
+    assert page.title().startswith("diagnose: examples/fix/row_loop_before.py:step")
+
+
+def test_sections_verdict_first_and_images_decoded(page):
+    ids = page.eval_on_selector_all("main > section", "els => els.map(e => e.id)")
+    assert ids == ["verdict", "operators", "python", "threads", "efficiency", "microbench", "counters", "machine"]
+    first = page.locator("#finding-1")
+    assert first.is_visible()
+    assert "python_overhead" in first.inner_text()
+    line = line_of(BEFORE, "out[i] = (row - row.mean())")
+    assert f"examples/fix/row_loop_before.py:{line}" in first.inner_text()
+    sizes = page.eval_on_selector_all("img", "els => els.map(e => [e.alt, e.naturalWidth])")
+    assert len(sizes) >= 3 and all(w > 100 for _, w in sizes), sizes
+    assert "skipped" in page.locator("#counters").inner_text()
+
+
+def test_a_finding_links_to_its_evidence(page):
+    page.locator("#finding-1 a.goto").click()
+    assert page.evaluate("location.hash") == "#python"
+    page.locator("#finding-1 .also a").first.click()
+    target = page.evaluate("location.hash")
+    assert target.startswith("#op-") and page.locator(target).is_visible()
+
+
+def _column(page, index: int) -> list[str]:
+    return page.eval_on_selector_all(
+        "#operators-table tbody tr", f"rows => rows.filter(r => !r.hidden).map(r => r.cells[{index}].dataset.v)")
+
+
+def test_clicking_a_header_resorts_the_operators(page):
+    calls = page.locator("#operators-table thead th", has_text="calls")
+    before = [float(v) for v in _column(page, 3)]
+    calls.click()
+    down = [float(v) for v in _column(page, 3)]
+    assert down == sorted(before, reverse=True) and down != before
+    assert calls.get_attribute("aria-sort") == "descending"
+    calls.click()
+    assert [float(v) for v in _column(page, 3)] == sorted(before)
+    page.locator("#operators-table thead th", has_text="operator").click()
+    names = _column(page, 0)
+    assert names == page.evaluate("n => n.slice().sort((a, b) => a.localeCompare(b))", names)
+    assert names[0] < names[-1]
+    page.locator("#operators-table thead th", has_text="self").first.click()  # back to the report's order
+    selfs = [float(v) for v in _column(page, 4)]
+    assert selfs == sorted(selfs, reverse=True)
+
+
+def test_the_filter_hides_rows_by_name_and_shape(page):
+    total = page.locator("#operators-table tbody tr").count()
+    page.fill("#op-filter", "aten::mean")
+    visible = page.locator("#operators-table tbody tr:not([hidden])")
+    assert 0 < visible.count() < total
+    assert all("aten::mean" in t for t in visible.all_inner_texts())
+    assert page.inner_text("#op-count") == f"{visible.count()} of {total} rows"
+    page.fill("#op-filter", "[1000,64]")  # a shape
+    assert 0 < visible.count() < total and all("[1000,64]" in t for t in visible.all_inner_texts())
+    page.fill("#op-filter", "")
+    assert visible.count() == total

@@ -1,0 +1,156 @@
+"""Ranking by time at stake and de-duplication across layers (diagnose/findings/stake.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnose import findings
+from diagnose.findings import stake
+from diagnose.findings import threads as thread_rules
+from diagnose.layers.threads.analysis import analyse
+from diagnose.report.model import (Finding, Machine, OperatorRow, PythonFunction, Report, Run, SourceShare,
+                                   TargetInfo)
+
+THREADS = Path(__file__).resolve().parents[1] / "data" / "threads"
+
+
+def op(name, pct, source="m.py:3"):
+    us = pct * 100.0
+    return OperatorRow(name=name, input_shapes=[[64, 64]], dtypes=["float"], calls=10, self_cpu_us=us,
+                       total_cpu_us=us, self_pct=pct, source=source,
+                       sources=[SourceShare(location=source, calls=10, self_cpu_us=us)], called_by={"": us})
+
+
+def loop_function(share_pct, location="m.py:5"):
+    return PythonFunction(function="loop", location=location, kind="user", calls=1, self_s=share_pct / 100,
+                          cumulative_s=share_pct / 100, self_pct=share_pct, cumulative_pct=share_pct,
+                          loop_overhead_s=share_pct / 100, tiny_calls=1000)
+
+
+def report(ops=(), python=(), operator_share=None) -> Report:
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.5))
+    r.operators = sorted(ops, key=lambda x: -x.self_cpu_us)
+    r.operator_summary = {"total_self_cpu_us": sum(o.self_cpu_us for o in ops)}
+    r.python_hotspots = list(python)
+    if operator_share is not None:
+        r.python_summary = {"total_s": 1.0, "operator_share": operator_share, "python_share": 1 - operator_share}
+    return r
+
+
+def test_operator_findings_are_put_on_the_wall_time_scale():
+    # operators are 20% of the run (cProfile split): 35% of operator time is 7% of the wall time
+    f, = [f for f in findings.derive(report([op("aten::div", 35), op("aten::addmm", 65)], operator_share=0.2))
+          if f.op == "aten::div"]
+    assert f.evidence["time_at_stake_pct"] == pytest.approx(7.0)
+    assert "cProfile" in f.evidence["time_at_stake_basis"]
+
+
+def test_without_the_python_layer_the_operator_pass_gives_the_operators_share():
+    # 100 ms of operator self time in a 1.5 s operator pass
+    rep = report([op("aten::div", 40, source="m.py:3"), op("aten::addmm", 60)])
+    assert stake.operator_wall_fraction(rep)[0] == pytest.approx(10_000 / 1.5e6)
+    rep.operator_summary = {}
+    rep.run.instrumented_wall_s = None
+    assert stake.operator_wall_fraction(rep)[0] == 1.0
+
+
+def test_time_at_stake_outranks_a_share_of_a_different_denominator():
+    # a high hot operator at 35% of operator time, but operators are only 20% of the run (7% at stake),
+    # against a medium Python loop at 30% of the run: the loop comes first
+    rep = report([op("aten::div", 35), op("aten::addmm", 65)], [loop_function(30)], operator_share=0.2)
+    ranked = [(f.kind, f.severity, round(f.evidence["time_at_stake_pct"], 1)) for f in findings.derive(rep)]
+    assert ranked == [("python_overhead", "medium", 30.0), ("hot_operator", "high", 7.0),
+                      ("hot_operator", "low", 13.0)]
+
+
+def test_low_findings_come_after_high_and_medium_whatever_their_stake():
+    fs = [Finding("hot_operator", "low", "t", "aten::mm", "a.py:1", {"time_at_stake_pct": 60.0}, "s", "operators"),
+          Finding("copy_overhead", "medium", "t", "aten::copy_", "a.py:2", {"time_at_stake_pct": 5.0}, "s", "operators"),
+          Finding("oversubscription", "high", "t", None, None, {"time_at_stake_pct": 20.0}, "s", "threads"),
+          Finding("undersubscription", "low", "t", None, None, {"time_at_stake_pct": None}, "s", "threads")]
+    assert [f.kind for f in stake.rank(fs)] == ["oversubscription", "copy_overhead", "hot_operator",
+                                                "undersubscription"]
+
+
+def test_same_line_from_two_layers_is_one_finding_with_both_pieces_of_evidence():
+    rep = report([op("aten::mean", 40, source="m.py:5"), op("aten::addmm", 60, source="m.py:9")],
+                 [loop_function(45, location="m.py:5")], operator_share=0.5)
+    fs = findings.derive(rep)
+    at_5 = [f for f in fs if f.location == "m.py:5"]
+    assert len(at_5) == 1
+    (f,) = at_5
+    assert (f.kind, f.severity, f.layer) == ("python_overhead", "high", "python")
+    (also,) = f.evidence["also"]
+    assert (also["kind"], also["severity"], also["layer"], also["op"]) == ("hot_operator", "high", "operators",
+                                                                          "aten::mean")
+    assert also["evidence"]["share_pct"] == 40 and also["evidence"]["time_at_stake_pct"] == pytest.approx(20.0)
+    assert f.evidence["time_at_stake_pct"] == 45.0 and f.evidence["function"] == "loop"
+    # the other line is untouched
+    assert [g.kind for g in fs if g.location == "m.py:9"] == ["hot_operator"]
+
+
+def test_merged_severity_is_the_highest_and_stake_the_largest():
+    low_cause = Finding("sequential_operator", "low", "sort is sequential", "aten::sort", "m.py:7",
+                        {"time_at_stake_pct": 10.0, "time_at_stake_basis": "b1"}, "use topk", "microbench")
+    symptom = Finding("hot_operator", "high", "sort is hot", "aten::sort", "m.py:7",
+                      {"time_at_stake_pct": 25.0, "time_at_stake_basis": "b2"}, "s", "operators")
+    (f,) = stake.dedup([symptom, low_cause])
+    # the cause leads (not the symptom), with the group's highest severity and largest stake
+    assert (f.kind, f.severity, f.evidence["time_at_stake_pct"]) == ("sequential_operator", "high", 25.0)
+    assert f.evidence["also"][0]["kind"] == "hot_operator" and f.title == "sort is sequential"
+    assert f.evidence["severity_from"] == "hot_operator (operators)"
+    assert "also" not in low_cause.evidence  # the rule's own finding is not mutated
+
+
+def test_one_layer_at_one_line_and_findings_without_a_line_stay_separate():
+    a = Finding("hot_operator", "medium", "a", "aten::add", "m.py:3", {"time_at_stake_pct": 9.0}, "s", "operators")
+    b = Finding("hot_operator", "medium", "b", "aten::mul", "m.py:3", {"time_at_stake_pct": 8.0}, "s", "operators")
+    c = Finding("oversubscription", "high", "c", None, None, {"time_at_stake_pct": 30.0}, "s", "threads")
+    d = Finding("external_contention", "high", "d", None, None, {"time_at_stake_pct": 30.0}, "s", "threads")
+    assert stake.dedup([a, b, c, d]) == [a, b, c, d]
+
+
+def test_rules_without_an_estimate_get_one_from_their_share():
+    rep = report([op("aten::sort", 50), op("aten::add", 50, source="m.py:4")], operator_share=0.8)
+    mb = Finding("sequential_operator", "high", "t", "aten::sort", "m.py:3", {"share_pct": 50.0}, "s", "microbench")
+    counters = Finding("low_efficiency", "low", "cpi", None, None, {"cpi": 1.2}, "s", "counters")
+    assert stake.fill(mb, rep).evidence["time_at_stake_pct"] == pytest.approx(40.0)
+    assert stake.fill(counters, rep).evidence["time_at_stake_pct"] is None
+    assert stake.rank([counters, mb]) == [mb, counters]
+
+
+def _threads8(gain=None) -> Report:
+    rep = Report(target=TargetInfo(script="model.py"),
+                 machine=Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=8))
+    rep.threads = analyse(json.loads((THREADS / "threads8.json").read_text()), 2)
+    if gain is not None:
+        rep.threads["sweep"] = {"recommendation": {"code": "torch.set_num_threads(2)", "env": "OMP_NUM_THREADS=2",
+                                                   "gain_vs_configured_pct": gain}}
+    return rep
+
+
+def test_oversubscription_stake_is_the_wait_share_or_the_sweeps_measured_saving():
+    (f,) = thread_rules.oversubscription(_threads8())
+    assert f.evidence["time_at_stake_pct"] == pytest.approx(59.7)  # runqueue_wait_share 0.5968
+    (g,) = thread_rules.oversubscription(_threads8(gain=25.0))
+    assert g.evidence["time_at_stake_pct"] == pytest.approx(20.0)  # 1.25x throughput = 20% less time
+    assert "sweep" in g.evidence["time_at_stake_basis"]
+
+
+def test_every_finding_of_a_real_report_has_a_time_at_stake():
+    from diagnose.report import io
+
+    rep = io.load(str(Path(__file__).resolve().parents[1] / "data" / "compare" / "row_loop_before.json"))
+    fs = findings.derive(rep)
+    assert fs and all("time_at_stake_pct" in f.evidence for f in fs)
+    top = fs[0]
+    assert top.kind == "python_overhead" and top.severity == "high"
+    # the loop's line: the Python layer's finding holds the operator layer's findings there
+    assert {a["kind"] for a in top.evidence["also"]} >= {"hot_operator"}
+    # after de-duplication no line is flagged by two layers
+    for f in fs:
+        if f.location:
+            assert len({g.layer for g in fs if g.location == f.location}) == 1, f.location
