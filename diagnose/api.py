@@ -50,6 +50,8 @@ class Config:
     sweep_threads: list[int] | None = None  # default: 1, 2, 4, ... usable CPUs, and the configured count
     microbench_budget: float = 15.0  # seconds for micro-benchmarks of the top operators; 0 turns them off
     microbench_top: int = 3
+    nproc_per_node: int | None = None  # run every pass under torchrun with this many ranks (diagnose/distributed)
+    torchrun_args: list[str] = field(default_factory=list)  # rendezvous options for several nodes
 
 
 class Progress(Protocol):
@@ -126,6 +128,8 @@ def _spec(target: Target, config: Config, name: str, layer: str | None) -> dict[
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
         "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
                     "callgraph": config.callgraph},
+        **({"distributed": {"nproc_per_node": config.nproc_per_node, "torchrun_args": list(config.torchrun_args)}}
+           if config.nproc_per_node else {}),
     }
 
 
@@ -189,9 +193,14 @@ def write_report(report: Report, output_dir: str) -> None:
             report.layers["efficiency"].missing["roofline.png"] = why
     report.artifacts["report_json"] = "report.json"
     report.artifacts["report_md"] = "report.md"
+    report.artifacts["report_html"] = "report.html"
     report_io.save(report, os.path.join(output_dir, "report.json"))
     with open(os.path.join(output_dir, "report.md"), "w", encoding="utf-8") as fh:
         fh.write(markdown.render(report))
+    from diagnose.render import html  # the page embeds the PNGs written above
+
+    with open(os.path.join(output_dir, "report.html"), "w", encoding="utf-8") as fh:
+        fh.write(html.render(report, output_dir))
 
 
 def diagnose(target: Target, config: Config, progress: Progress | None = None) -> Result:
@@ -209,6 +218,10 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     )
     report.run.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     report.run.diagnose_version = __version__
+    if config.nproc_per_node:  # a torchrun job: per-rank results go to report.distributed
+        from diagnose.distributed import view as distributed_view
+
+        report.distributed = distributed_view.start(_spec(target, config, "", None)["distributed"])
     layers = [LAYERS[name] for name in config.layers]
     passes: list[tuple[str, Any]] = [("baseline", None)] if config.baseline else []
     observers: list[Any] = []
@@ -239,6 +252,8 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
                 _sweep(target, config, report, workroot, progress)
         except KeyboardInterrupt:  # between passes: keep what was measured
             report.run.interrupted = True
+        if report.distributed:
+            distributed_view.finish(report)
         report.findings = findings.derive(report)
         write_report(report, output_dir)
     finally:
@@ -264,6 +279,10 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         finally:
             watching.detach()
         progress.pass_finished(name, outcome)
+        if outcome.ranks is not None:  # a torchrun pass: what each rank measured
+            from diagnose.distributed import view as distributed_view
+
+            distributed_view.record_pass(report, name, layer.name if layer else None, outcome.ranks)
         if index == 1:
             if (outcome.result or {}).get("exit_code") == NO_FUNCTION:
                 _discard(output_dir, created)

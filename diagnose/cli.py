@@ -6,10 +6,16 @@
     diagnose callgraph [OPTIONS] model.py [ARGS...]   (only the call-graph pass, quick)
     diagnose threads [--sweep] model.py [ARGS...]      (only the uninstrumented pass and the thread sampler)
     diagnose probe [--refresh]                          (this machine's GEMM and memory peaks, cached)
+    diagnose --nproc-per-node 2 train.py [ARGS...]      (every rank of a torchrun job, one report)
+    diagnose merge NODE0/report.json NODE1/report.json -o DIR   (per-node reports of one job -> one)
 
 Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 3 the target failed, exited non-zero or timed out (report written);
+4 a CI gate tripped: --fail-on found findings at that severity (report written),
+  or `diagnose compare --fail-on-regression PCT` saw the wall time grow by more than PCT outside the noise;
 130 interrupted (partial report written).
+
+    diagnose compare BEFORE.json AFTER.json [--format terminal|md|json] [--fail-on-regression PCT]
 """
 
 from __future__ import annotations
@@ -30,9 +36,15 @@ examples:
   diagnose callgraph train.py             only the cProfile pass: callgraph.png and Python hotspots
   diagnose threads --sweep train.py       thread sampling, then re-runs at 1, 2, ... threads: what to set
   diagnose probe                          this machine's GEMM and memory-bandwidth peaks (the roofline's roofs)
+  diagnose --nproc-per-node 2 train.py    run train.py under torchrun with 2 ranks (gloo on CPU): per-rank tables
+  diagnose merge a/report.json b/report.json -o all   combine the per-node reports of one torchrun job
+  diagnose --fail-on high train.py        CI: exit 4 when a high finding exists (the report is still written)
+  diagnose compare before/report.json after/report.json --fail-on-regression 10
+                                          what changed, with each side's noise; exit 4 if > 10% slower
 
 exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
-(report still written), 130 interrupted (partial report written), 1 a bug in diagnose.
+(report still written), 4 a --fail-on / --fail-on-regression gate tripped,
+130 interrupted (partial report written), 1 a bug in diagnose.
 """
 
 
@@ -88,9 +100,19 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
     p.add_argument("--sweep-repeats", type=int, default=2, metavar="N",
                    help="interleaved runs per sweep point (2)")
+    p.add_argument("--nproc-per-node", type=int, metavar="N",
+                   help="run the target under torchrun (python -m torch.distributed.run) with N ranks on this node, "
+                        "every pass, every rank measured; one report for the job")
+    p.add_argument("--torchrun-args", metavar='"ARGS"',
+                   help='with --nproc-per-node: torchrun\'s own rendezvous options for several nodes, e.g. '
+                        '"--nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500" '
+                        '(default: --standalone --nnodes 1)')
     p.add_argument("--load", metavar="REPORT_JSON", help="re-render an existing report.json; runs nothing")
     p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal",
                    help="with --load: what to print (terminal)")
+    p.add_argument("--fail-on", choices=("high", "medium"),
+                   help="CI gate: exit 4 when a finding of this severity or higher exists (medium: medium or "
+                        "high); the report is written either way; works with --load too")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.add_argument("--version", action="version", version=f"diagnose {__version__}")
     return p
@@ -114,6 +136,57 @@ def _load(args) -> int:
         sys.stdout.write(markdown.render(report))
     else:
         sys.stdout.write(terminal.render(report))
+    return _gate(report, args.fail_on, ExitCode.OK)
+
+
+def _gate(report, fail_on: str | None, code: int) -> int:
+    """--fail-on: exit GATE when findings at or above that severity exist and the run itself went fine."""
+    if not fail_on or code != ExitCode.OK:
+        return code
+    levels = ("high",) if fail_on == "high" else ("high", "medium")
+    hits = [f for f in report.findings if f.severity in levels]
+    if not hits:
+        return code
+    where = "; ".join(f"{f.severity} {f.kind}" + (f" at {f.location}" if f.location else "") for f in hits[:3])
+    print(f"diagnose: --fail-on {fail_on}: {len(hits)} finding(s) at or above {fail_on} ({where}); "
+          f"exit {int(ExitCode.GATE)}", file=sys.stderr)
+    return ExitCode.GATE
+
+
+def _compare(argv: list[str]) -> int:
+    import json
+
+    from diagnose import compare
+    from diagnose.render import compare as compare_render
+    from diagnose.report import io as report_io
+
+    p = _Parser(prog="diagnose compare",
+                description="What changed between two runs: wall time with each side's noise, findings gone "
+                            "or new, operator times per shape. Runs nothing.")
+    p.add_argument("before", metavar="BEFORE.json", help="report.json of the run before the change")
+    p.add_argument("after", metavar="AFTER.json", help="report.json of the run after the change")
+    p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal", help="what to print (terminal)")
+    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                   help="exit 4 when the wall time grew by more than PCT%% outside the noise")
+    p.add_argument("--noise-floor", type=float, default=compare.MIN_FLOOR_PCT, metavar="PCT",
+                   help=f"smallest change called real, in %% ({compare.MIN_FLOOR_PCT:g}; all single runs get)")
+    args = p.parse_args(argv)
+    if args.fail_on_regression is not None and args.fail_on_regression < 0:
+        raise UsageError("--fail-on-regression wants a percentage >= 0")
+    if args.noise_floor < 0:
+        raise UsageError("--noise-floor wants a percentage >= 0")
+    result = compare.compare(report_io.load(args.before), report_io.load(args.after), args.noise_floor)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(result, indent=1, allow_nan=False, default=str) + "\n")
+    elif args.format == "md":
+        sys.stdout.write(compare_render.markdown(result))
+    else:
+        sys.stdout.write(compare_render.terminal(result))
+    limit = args.fail_on_regression
+    if limit is not None and result["regression_pct"] > limit:
+        print(f"diagnose: compare: wall time {result['regression_pct']:+.1f}% (outside the noise) is above "
+              f"--fail-on-regression {limit:g}; exit {int(ExitCode.GATE)}", file=sys.stderr)
+        return ExitCode.GATE
     return ExitCode.OK
 
 
@@ -151,6 +224,15 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
         config.sweep = True
     if args.sweep_repeats < 1:
         raise UsageError("--sweep-repeats must be at least 1")
+    if args.nproc_per_node is not None or args.torchrun_args:
+        from diagnose.distributed import launcher
+
+        if args.nproc_per_node is None:
+            raise UsageError("--torchrun-args goes with --nproc-per-node N (the ranks on this node)")
+        if args.nproc_per_node < 1:
+            raise UsageError(f"--nproc-per-node wants a number of ranks >= 1, not {args.nproc_per_node}")
+        config.nproc_per_node = args.nproc_per_node
+        config.torchrun_args = launcher.parse_torchrun_args(args.torchrun_args)
     if subcommand == "callgraph":
         config.layers, config.baseline = ["python"], False
     elif subcommand == "threads":
@@ -158,7 +240,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     progress = api.NullProgress() if args.quiet else TerminalProgress()
     result = api.diagnose(target, config, progress)
     sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
-    return result.exit_code
+    return _gate(result.report, args.fail_on, result.exit_code)
 
 
 SUBCOMMANDS = ("callgraph", "threads")
@@ -166,6 +248,16 @@ SUBCOMMANDS = ("callgraph", "threads")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "compare":  # two report.json files: runs nothing
+        try:
+            return _compare(argv[1:])
+        except DiagnoseError as exc:
+            print(f"diagnose: error: {exc.message}", file=sys.stderr)
+            return exc.exit_code
+    if argv and argv[0] == "merge":  # per-node reports of one torchrun job -> one report
+        from diagnose import merge
+
+        return merge.main(argv[1:])
     if argv and argv[0] == "probe":  # machine peaks only: runs no target
         from diagnose.layers.efficiency import probe
 

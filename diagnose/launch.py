@@ -4,6 +4,13 @@ The child runs in its own session so that a timeout or Ctrl-C can be
 delivered once, to the whole process tree it started: first SIGINT (the
 target sees KeyboardInterrupt, the runner writes what it measured), then
 SIGKILL after a grace period.
+
+A spec with `distributed` runs under torchrun (diagnose/distributed): the
+child is `python -m torch.distributed.run ... -m diagnose.runner SPEC`, each
+rank writes its own result, and the outcome carries the merged result the
+layers read plus `ranks`, one entry per rank. torchrun forwards our SIGINT to
+the ranks, which run in sessions of their own; any that outlive it are killed
+by the pids they wrote.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class PassOutcome:
     elapsed_s: float
     output_tail: list[str] = field(default_factory=list)
     timeout_s: float | None = None
+    ranks: list[dict[str, Any]] | None = None  # under torchrun: one entry per rank (distributed/collect.py)
 
     @property
     def raw(self) -> dict[str, Any] | None:
@@ -103,9 +111,16 @@ def run_pass(
         json.dump(spec, fh)
     log_path = os.path.join(workdir, "output.log")
     out = None if passthrough else open(log_path, "wb")
+    dist = spec.get("distributed")
+    if dist:
+        from diagnose.distributed import launcher
+
+        cmd = launcher.command(spec_path, dist)
+    else:
+        cmd = [sys.executable, "-m", "diagnose.runner", spec_path]
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "diagnose.runner", spec_path],
+        cmd,
         stdin=None if passthrough else subprocess.DEVNULL,
         stdout=out, stderr=subprocess.STDOUT if out else None,
         start_new_session=True,
@@ -135,8 +150,14 @@ def run_pass(
             out.close()
     elapsed = time.monotonic() - t0
     result = None
+    ranks = None
     result_path = os.path.join(workdir, "result.json")
-    if os.path.exists(result_path):
+    if dist:
+        from diagnose.distributed import collect, launcher
+
+        launcher.stop_leftover_ranks(workdir)
+        result, ranks = collect.collect(workdir, spec, proc.returncode)
+    elif os.path.exists(result_path):
         with open(result_path) as fh:
             result = json.load(fh)
     if status is None:
@@ -150,7 +171,7 @@ def run_pass(
             status = "ok"
     return PassOutcome(
         name=spec["pass"], status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
-        output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s,
+        output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s, ranks=ranks,
     )
 
 

@@ -11,6 +11,12 @@ result.json: pass, layer, exit_code, error, error_kind, traceback, wall_s,
 iteration_s, torch, raw (the layer's data), raw_error, overrides (sweep
 points), thread_calls (uninstrumented pass: the target's set_num_threads
 and set_num_interop_threads calls with their user line).
+
+Under torchrun (the spec has `distributed`), every rank runs this module: it
+works in `rank<RANK>/` under the pass workdir, writes its result.json there
+with `rank` (its identity from torchrun's environment, and when it finished),
+and leaves the pass-level start marker when the first rank starts and the stop
+marker when the last local rank stops (diagnose/distributed/launcher.py).
 """
 
 from __future__ import annotations
@@ -190,6 +196,10 @@ class Run:
         # observers (the thread sampler) begin measuring when this file appears
         with open(os.path.join(self.spec["workdir"], START_MARKER), "w"):
             pass
+        if self.spec.get("rank"):  # a torchrun rank: the first one to start starts the observers
+            from diagnose.distributed import launcher
+
+            launcher.mark(self.spec, START_MARKER, started=True)
         if self.recorder is not None:
             self.recorder.start()
         self.t0 = time.perf_counter()
@@ -199,6 +209,10 @@ class Run:
             self.result["wall_s"] = time.perf_counter() - self.t0
             with open(os.path.join(self.spec["workdir"], STOP_MARKER), "w"):
                 pass
+            if self.spec.get("rank"):  # ... and the last local rank to stop stops them
+                from diagnose.distributed import launcher
+
+                launcher.mark(self.spec, STOP_MARKER, started=False)
 
     def finish(self) -> None:
         """Stop recording and write result.json; safe to call twice."""
@@ -219,6 +233,8 @@ class Run:
             self.result["torch"] = {**(self.result["torch"] or {}), **_torch_info(torch)}
         except Exception:  # noqa: BLE001
             pass
+        if self.spec.get("rank"):
+            self.result["rank"] = {**self.spec["rank"], "finished_at": time.time()}
         path = os.path.join(self.spec["workdir"], "result.json")
         with open(path + ".tmp", "w") as fh:
             json.dump(self.result, fh, default=str)
@@ -228,6 +244,10 @@ class Run:
 def main(argv: list[str]) -> int:
     with open(argv[0]) as fh:
         spec = json.load(fh)
+    if spec.get("distributed"):  # one rank of a torchrun job: a workdir of its own
+        from diagnose.distributed import launcher
+
+        spec = launcher.enter_rank(spec)
     os.chdir(spec.get("cwd") or os.getcwd())
     run = Run(spec)
     runner_file = os.path.realpath(__file__)

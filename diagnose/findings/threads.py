@@ -19,7 +19,10 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   configured setting the severity drops to `low` (the queueing is real, its
   cost here is not). For one process, `location` is the target's own
   set_num_threads call that asked for more threads than usable CPUs
-  (recorded by the runner).
+  (recorded by the runner). When the compute processes are torchrun ranks
+  (report.distributed, matched by pid), the split is usable // ranks on the
+  node, given per rank, and `location` is the rank's own set_num_threads
+  call that asked for more than that.
 - external_contention: others_cpus (machine busy minus the tree and the
   sampler) >= max(0.5, 0.25 x usable) while the tree's wait share >= 0.1:
   `high` at >= 0.33, `medium` at >= 0.2, else `low`. Raised whether or not
@@ -147,6 +150,23 @@ def oversubscription(report: Report) -> list[Finding]:
                       f"thread{'s' if fair > 1 else ''} <= {usable} CPUs. torchrun sets OMP_NUM_THREADS=1 itself only "
                       f"when the variable is unset; multiprocessing and plain subprocesses do not."
                       + _sweep_note(t))
+        pids = {p.get("pid") for p in compute}
+        ranks = [e for e in (report.distributed or {}).get("ranks") or [] if e.get("pid") in pids]
+        if ranks:  # torchrun ranks of this node (diagnose --nproc-per-node): the split is per rank
+            fair = max(1, usable // len(ranks))
+            omp = sorted({str(e.get("omp_num_threads")) for e in ranks})
+            intra = sorted({e["intra_op_threads"] for e in ranks if e.get("intra_op_threads") is not None})
+            evidence.update(fair_share_threads=fair, recommended_threads=fair, ranks=[e["rank"] for e in ranks],
+                            rank_omp_num_threads=omp, rank_intra_op_threads=intra)
+            title = (f"{len(ranks)} torchrun ranks each run a pool of up to {per_proc} busy threads on {usable} "
+                     f"usable CPUs ({runnable:.1f} threads wanted a CPU); threads waited {100 * share:.0f}% of their "
+                     f"runnable time")
+            suggestion = (f"Give each rank {fair} intra-op thread{'s' if fair > 1 else ''}: usable CPUs {usable} // "
+                          f"{len(ranks)} ranks on this node. Export OMP_NUM_THREADS={fair} before torchrun (it keeps a "
+                          f"value that is set) and do not raise it in the script, or call torch.set_num_threads({fair}) "
+                          f"in each rank" + (f"; the ranks saw OMP_NUM_THREADS={','.join(omp)} but ran "
+                                             f"{','.join(map(str, intra))} intra-op threads" if intra else "")
+                          + "." + _sweep_note(t))
     else:
         proc = compute[0] if compute else max(t.get("processes") or [{}], key=lambda p: p.get("mean_runnable") or 0)
         pools = proc.get("pools") or {}
@@ -167,16 +187,22 @@ def oversubscription(report: Report) -> list[Finding]:
                          if inter else "")
                       + _sweep_note(t))
     location = None
-    if evidence["cause"] == "one_process":
+    if evidence["cause"] == "one_process" or evidence.get("ranks"):
+        limit = usable if evidence["cause"] == "one_process" else evidence["fair_share_threads"]
         calls = [c for c in t.get("thread_calls") or []
-                 if c.get("call") == "set_num_threads" and (c.get("threads") or 0) > usable and c.get("location")]
+                 if c.get("call") == "set_num_threads" and (c.get("threads") or 0) > limit and c.get("location")]
         if calls:  # the target's own call that asked for more threads than CPUs
             location = calls[-1]["location"]
             evidence["set_num_threads_call"] = calls[-1]
     rec = (t.get("sweep") or {}).get("recommendation") if isinstance(t.get("sweep"), dict) else None
     gain = (rec or {}).get("gain_vs_configured_pct")
+    evidence.update(time_at_stake_pct=round(100 * share, 1),
+                    time_at_stake_basis="run-queue wait share (an upper bound)")
     if gain is not None:
         evidence["sweep_gain_pct"] = gain
+        # throughput gained -> wall time saved
+        evidence.update(time_at_stake_pct=round(max(0.0, 100 * (1 - 1 / (1 + gain / 100))), 1),
+                        time_at_stake_basis="wall time the thread sweep measured to save")
         title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec['code']}"
         if gain < SWEEP_NEGLIGIBLE_PCT:
             severity = "low"
@@ -213,7 +239,9 @@ def external_contention(report: Report) -> list[Finding]:
                   "runqueue_wait_share": share, "share_pct": round(100 * share, 1),
                   "threshold_wait_share": {"high": WAIT_SHARE_HIGH, "medium": WAIT_SHARE_MEDIUM}.get(
                       severity, EXTERNAL_WAIT_SHARE_LOW),
-                  "other_processes": tops[:5], "method": t.get("method")},
+                  "other_processes": tops[:5], "method": t.get("method"),
+                  "time_at_stake_pct": round(100 * share, 1),
+                  "time_at_stake_basis": "run-queue wait share (time other processes took)"},
         suggestion=("Timings from this run are skewed by other load on the machine"
                     + (f" ({names})" if names else "")
                     + ". Re-run on a quiet machine, or give the workload CPUs of its own (taskset -c / a cpuset "
@@ -266,6 +294,8 @@ def undersubscription(report: Report) -> list[Finding]:
                   "runqueue_wait_share": share, "mean_runnable": t.get("mean_runnable"),
                   "intra_op_threads": intra, "active_threads": active,
                   "share_pct": round(100 * idle / usable, 1),
-                  "processes": _process_evidence(compute), "method": t.get("method")},
+                  "processes": _process_evidence(compute), "method": t.get("method"),
+                  "time_at_stake_pct": round(100 * idle / usable, 1),
+                  "time_at_stake_basis": "idle usable CPUs' share (perfect scaling, an upper bound)"},
         suggestion=suggestion, layer="threads",
     )]

@@ -114,7 +114,8 @@ def threads_lines(report: Report) -> list[str]:
             continue
         pools = ", ".join(f"{k} {v}" for k, v in (p.get("threads") or {}).items())
         active = sum((p.get("active_threads") or {}).values())
-        lines.append(f"{p.get('role')} pid {p.get('pid')}: {p.get('max_threads')} threads ({pools}), "
+        who = f"rank {p['rank']}" if p.get("rank") is not None else p.get("role")  # torchrun ranks (distributed)
+        lines.append(f"{who} pid {p.get('pid')}: {p.get('max_threads')} threads ({pools}), "
                      f"{active} active; runnable {p.get('mean_runnable') or 0:.2f}, CPUs {p.get('cpu_used') or 0:.2f}, "
                      f"wait {100 * (p.get('wait_share') or 0):.0f}%")
     health = t.get("health") or {}

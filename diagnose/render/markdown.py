@@ -43,8 +43,13 @@ def render(report: Report) -> str:
             where = f" at `{f.location}`" if f.location else ""
             out.append(f"{i}. **[{f.severity}] {f.kind}**{where}: {_cell(f.title)}")
             out.append(f"   - try: {f.suggestion}")
-            ev = ", ".join(f"{k}={_evidence(v)}" for k, v in f.evidence.items() if v not in (None, [], {}))
+            ev = ", ".join(f"{k}={_evidence(v)}" for k, v in f.evidence.items()
+                           if v not in (None, [], {}) and k not in ("also", "time_at_stake_basis"))
             out.append(f"   - evidence: {ev}")
+            also = f.evidence.get("also") or []  # other layers' findings at the same line (findings/stake.py)
+            if also:
+                out.append("   - also at this line: " + "; ".join(
+                    f"[{a.get('severity')}] {a.get('kind')} ({a.get('layer')}): {_cell(a.get('title'))}" for a in also))
         if len(report.findings) > TOP_FINDINGS:
             out.append(f"\n_{len(report.findings) - TOP_FINDINGS} more findings in report.json._")
     else:
@@ -83,6 +88,7 @@ def render(report: Report) -> str:
 
     out += _python(report)
     out += _threads(report)
+    out += _distributed(report)
     out += _microbench(report)
     out += _efficiency(report)
     out += _counters(report)
@@ -166,6 +172,22 @@ def _threads(report: Report) -> list[str]:
         out += ["Threading environment:", ""] + [f"- `{e['name']}={e['value']}`: {_cell(e['implication'])}" for e in env]
         out.append("")
     return out
+
+
+def _distributed(report: Report) -> list[str]:
+    """A torchrun job (diagnose --nproc-per-node): one row per rank, the straggler, collectives."""
+    if not report.distributed:
+        return []
+    from diagnose.render import distributed
+
+    rows = distributed.rank_rows(report)
+    out = [f"## {distributed.heading(report)}", "",
+           "The operator table above merges every rank (calls and times summed over ranks); per rank:", "",
+           "| " + " | ".join(rows[0]) + " |", "|---|---|---|" + "---:|" * 5 + "---|"]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
+    out.append("")
+    out += [f"- {_cell(line.strip())}" for line in distributed.summary_lines(report)]
+    return out + [""]
 
 
 def _microbench(report: Report) -> list[str]:

@@ -35,6 +35,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
         out.append(f"Operators: {op_layer.status}: {op_layer.reason}")
     out += _python(report)
     out += _threads(report)
+    out += _distributed(report)
     rows = fmt.microbench_rows(report, TOP_MICROBENCH)
     if rows:
         out += ["", "Micro-benchmarks (each operator alone at its recorded shapes; speedup vs 1 thread)"] + _table(rows, right={2, 3, 4, 5, 6, 7})
@@ -94,6 +95,16 @@ def _threads(report: Report) -> list[str]:
     if recommendation:
         out.append(f"  {recommendation}")
     return out
+
+
+def _distributed(report: Report) -> list[str]:
+    """A torchrun job (diagnose --nproc-per-node): one row per rank, the straggler, collectives."""
+    if not report.distributed:
+        return []
+    from diagnose.render import distributed
+
+    return (["", distributed.heading(report)] + _table(distributed.rank_rows(report), right={3, 4, 5, 6, 7})
+            + [f"  {line}" for line in distributed.summary_lines(report)])
 
 
 def _table(rows: list[tuple[str, ...]], right: set[int] | None = None) -> list[str]:

@@ -1,0 +1,224 @@
+"""`diagnose merge REPORT.json... [-o DIR]`: the per-node reports of one torchrun job, as one report.
+
+Each node of a multi-node job runs `diagnose --nproc-per-node N
+--torchrun-args "<the same rendezvous options>" train.py` and writes its own
+report (its ranks, its threads). This combines them:
+- they must be one job: the same script, arguments and mode, distributed
+  reports with the same world size, each node (node rank) once; otherwise
+  a one-line error, exit 2, nothing written;
+- `distributed`: every node's ranks and nodes, then the collectives,
+  straggler and observations recomputed over all ranks (view.summarise);
+- `operators`: one row per (operator, input shapes) summed over the nodes
+  (each node's rows are already summed over its ranks), shares recomputed;
+- `run`: the slowest node's wall times; the first node's error, if any;
+- `threads`: the node whose threads waited most (node oversubscription is
+  per node; every node's summary stays in distributed.nodes); machine,
+  python hotspots, micro-benchmarks and efficiency: the lowest node's;
+- findings are derived again from the merged report.
+Only report.json and report.md (and the drawings write_report makes) are
+written; each node's trace.json and call graph stay beside its own report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+from diagnose.errors import DiagnoseError, ExitCode, UsageError
+from diagnose.report.model import OperatorRow, Report, SourceShare
+
+ORDER = ("ok", "skipped", "failed")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(f"{message} (see diagnose merge --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="diagnose merge",
+                description="Combine the per-node reports of one torchrun job (diagnose --nproc-per-node N "
+                            "--torchrun-args ... on each node) into one report.")
+    p.add_argument("reports", nargs="+", metavar="REPORT_JSON", help="each node's report.json")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="where to write the merged report (default: reports/<script>-merged-<YYYYmmdd-HHMMSS>/)")
+    p.add_argument("--force", action="store_true", help="replace report files an earlier run left in DIR")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only where the report went")
+    return p
+
+
+def _key(report: Report) -> tuple:
+    t = report.target
+    return (os.path.basename(t.script), tuple(t.argv), t.mode, t.function)
+
+
+def _node(report: Report) -> int:
+    nodes = (report.distributed or {}).get("nodes") or []
+    ranks = (report.distributed or {}).get("ranks") or []
+    values = {n.get("node_rank") for n in nodes} | {e.get("node_rank") for e in ranks}
+    values.discard(None)
+    return min(values) if values else 0
+
+
+def check(reports: list[tuple[str, Report]]) -> None:
+    """One job, each node once; UsageError otherwise."""
+    if len(reports) < 2:
+        raise UsageError("give the reports of at least two nodes to merge")
+    for path, r in reports:
+        if not (r.distributed or {}).get("ranks"):
+            raise UsageError(f"{path} is not a distributed report (made with diagnose --nproc-per-node N)")
+    first_path, first = reports[0]
+    for path, r in reports[1:]:
+        if _key(r) != _key(first):
+            raise UsageError(f"{path} and {first_path} are not the same job: "
+                             f"{_label(r)} vs {_label(first)}")
+        if r.distributed.get("world_size") != first.distributed.get("world_size"):
+            raise UsageError(f"{path} and {first_path} are not the same job: world size "
+                             f"{r.distributed.get('world_size')} vs {first.distributed.get('world_size')}")
+    seen: dict[int, str] = {}
+    for path, r in reports:
+        for e in r.distributed["ranks"]:
+            if e["rank"] in seen:
+                raise UsageError(f"rank {e['rank']} is in both {seen[e['rank']]} and {path}: "
+                                 "give each node's report once")
+        for e in r.distributed["ranks"]:
+            seen[e["rank"]] = path
+
+
+def _label(r: Report) -> str:
+    t = r.target
+    return " ".join([f"{t.script}{':' + t.function if t.function else ''}", *t.argv])
+
+
+def merge_operator_rows(tables: list[list[OperatorRow]]) -> list[OperatorRow]:
+    groups: dict[tuple, list[OperatorRow]] = defaultdict(list)
+    for table in tables:
+        for row in table:
+            groups[(row.name, repr(row.input_shapes))].append(row)
+    total = sum(row.self_cpu_us for table in tables for row in table) or 1.0
+    out = []
+    for parts in groups.values():
+        row = copy.deepcopy(parts[0])
+        if len(parts) > 1:
+            row.calls = sum(p.calls for p in parts)
+            row.self_cpu_us = round(sum(p.self_cpu_us for p in parts), 3)
+            row.total_cpu_us = round(sum(p.total_cpu_us for p in parts), 3)
+            flops = sum(p.flops or 0 for p in parts)
+            row.flops = flops or None
+            row.gflops_per_s = round(flops / (row.total_cpu_us * 1e3), 3) if flops and row.total_cpu_us else None
+            row.cpu_memory_bytes = sum(p.cpu_memory_bytes for p in parts)
+            by_source: dict[Any, list] = defaultdict(lambda: [0, 0.0, None])
+            called_by: dict[str, float] = defaultdict(float)
+            for p in parts:
+                for s in p.sources:
+                    acc = by_source[s.location]
+                    acc[0] += s.calls
+                    acc[1] += s.self_cpu_us
+                    acc[2] = acc[2] or s.function
+                for k, v in p.called_by.items():
+                    called_by[k] += v
+            row.sources = sorted((SourceShare(location=loc, calls=c, self_cpu_us=round(us, 3), function=fn)
+                                  for loc, (c, us, fn) in by_source.items()),
+                                 key=lambda s: (s.location is None, -s.self_cpu_us, -s.calls))
+            row.source = row.sources[0].location if row.sources else row.source
+            row.called_by = {k: round(v, 3) for k, v in sorted(called_by.items(), key=lambda kv: -kv[1])}
+        row.self_pct = round(100.0 * row.self_cpu_us / total, 3)
+        out.append(row)
+    out.sort(key=lambda r: (-r.self_cpu_us, r.name))
+    return out
+
+
+def merge(reports: list[tuple[str, Report]]) -> Report:
+    from diagnose.distributed import view
+
+    check(reports)
+    reports = sorted(reports, key=lambda pr: _node(pr[1]))
+    base = copy.deepcopy(reports[0][1])
+    all_reports = [r for _, r in reports]
+    base.operators = merge_operator_rows([r.operators for r in all_reports])
+    totals = [r.operator_summary.get("total_self_cpu_us") or 0.0 for r in all_reports]
+    shares = [r.operator_summary.get("attributed_share") for r in all_reports]
+    base.operator_summary["total_self_cpu_us"] = round(sum(totals), 3)
+    if all(s is not None for s in shares) and sum(totals):
+        base.operator_summary["attributed_share"] = round(sum(s * t for s, t in zip(shares, totals)) / sum(totals), 4)
+    base.operator_summary["events"] = sum(r.operator_summary.get("events") or 0 for r in all_reports)
+    base.operator_summary["ranks"] = sorted(x for r in all_reports for x in r.operator_summary.get("ranks") or [])
+    # the run: the slowest node; the first error
+    walls = [(r.run.wall_s or 0.0, r) for r in all_reports]
+    slowest = max(walls, key=lambda w: w[0])[1]
+    base.run.wall_s = slowest.run.wall_s
+    base.run.iterations = slowest.run.iterations
+    inst = [r for r in all_reports if r.run.instrumented_wall_s is not None]
+    if inst:
+        worst = max(inst, key=lambda r: r.run.instrumented_wall_s)
+        base.run.instrumented_wall_s = worst.run.instrumented_wall_s
+        base.run.instrumented_iterations = worst.run.instrumented_iterations
+    failed = next((r for r in all_reports if r.run.error or r.run.exit_code), None)
+    if failed is not None:
+        base.run.exit_code, base.run.error, base.run.traceback = failed.run.exit_code, failed.run.error, failed.run.traceback
+    base.run.interrupted = any(r.run.interrupted for r in all_reports)
+    base.run.timed_out = any(r.run.timed_out for r in all_reports)
+    # threads: the node that queued most
+    measured = [r for r in all_reports if (r.threads or {}).get("runqueue_wait_share") is not None]
+    if measured:
+        worst = max(measured, key=lambda r: r.threads["runqueue_wait_share"])
+        base.threads = copy.deepcopy(worst.threads)
+        base.threads["node_rank"] = _node(worst)
+    # layers: the worst status of each
+    for r in all_reports[1:]:
+        for name, status in r.layers.items():
+            mine = base.layers.get(name)
+            if mine is None or ORDER.index(status.status) > ORDER.index(mine.status):
+                base.layers[name] = copy.deepcopy(status)
+    # distributed: every node's ranks and nodes, summaries recomputed
+    d = base.distributed
+    d["ranks"] = sorted((copy.deepcopy(e) for r in all_reports for e in r.distributed["ranks"]),
+                        key=lambda e: e["rank"])
+    d["nodes"] = sorted((copy.deepcopy(n) for r in all_reports for n in r.distributed.get("nodes") or []),
+                        key=lambda n: n.get("node_rank") or 0)
+    d["merged_from"] = [{"report": path, "node_rank": _node(r), "started_at": r.run.started_at,
+                         "hostname": next((n.get("hostname") for n in r.distributed.get("nodes") or []), None)}
+                        for path, r in reports]
+    view.summarise(d)
+    present = {n.get("node_rank") for n in d["nodes"]}
+    expected = (d.get("world_size") or 0) // max(1, int(d.get("nproc_per_node") or 1))
+    missing = sorted(set(range(expected)) - present) if expected > 1 else []
+    d["notes"] = [f"merged from {len(reports)} node reports"
+                  + (f"; node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing" if missing else "")
+                  + (f"; threads are node {base.threads.get('node_rank')}'s, whose threads waited most"
+                     if measured else "")
+                  + "; trace.json and the call graph stay beside each node's report"]
+    base.artifacts = {}
+    from diagnose import findings
+
+    base.findings = findings.derive(base)
+    return base
+
+
+def main(argv: list[str]) -> int:
+    from diagnose import api
+    from diagnose.render import terminal
+    from diagnose.report import io as report_io
+
+    try:
+        args = build_parser().parse_args(argv)
+        reports = [(path, report_io.load(path)) for path in args.reports]
+        merged = merge(reports)
+        out = args.output or os.path.join(
+            "reports", f"{os.path.splitext(os.path.basename(merged.target.script))[0]}-merged-"
+                       f"{time.strftime('%Y%m%d-%H%M%S')}")
+        api.prepare_output_dir(out, args.force)
+        api.write_report(merged, out)
+    except DiagnoseError as exc:
+        print(f"diagnose: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    if args.quiet:
+        sys.stdout.write(os.path.join(out, "report.json") + "\n")
+    else:
+        sys.stdout.write(terminal.render(merged, out))
+    return ExitCode.OK
