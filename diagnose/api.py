@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from diagnose import __version__, findings, machine, target as target_mod
 from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
-from diagnose.layers import LAYERS
+from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
 from diagnose.render import markdown, plots
 from diagnose.report import io as report_io
@@ -50,6 +50,7 @@ class Config:
     sweep_threads: list[int] | None = None  # default: 1, 2, 4, ... usable CPUs, and the configured count
     microbench_budget: float = 15.0  # seconds for micro-benchmarks of the top operators; 0 turns them off
     microbench_top: int = 3
+    vtune: str | None = None  # hotspots, threading or uarch-exploration: a pass under `vtune -collect`
     nproc_per_node: int | None = None  # run every pass under torchrun with this many ranks (diagnose/distributed)
     torchrun_args: list[str] = field(default_factory=list)  # rendezvous options for several nodes
 
@@ -127,7 +128,7 @@ def _spec(target: Target, config: Config, name: str, layer: str | None) -> dict[
         "argv": list(target.argv), "mode": target.mode, "function": target.function,
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
         "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
-                    "callgraph": config.callgraph},
+                    "callgraph": config.callgraph, "vtune_analysis": config.vtune},
         **({"distributed": {"nproc_per_node": config.nproc_per_node, "torchrun_args": list(config.torchrun_args)}}
            if config.nproc_per_node else {}),
     }
@@ -238,6 +239,13 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
             derived.append(layer)
         else:
             passes.append((layer.name, layer))
+    if config.vtune:
+        vtune_layer = OPT_IN["vtune"]
+        reason = vtune_layer.available()
+        if reason:
+            report.layers["vtune"] = LayerStatus("skipped", reason)
+        else:
+            passes.append(("vtune", vtune_layer))
 
     workroot = tempfile.mkdtemp(prefix="diagnose-")
     try:
@@ -273,9 +281,10 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         workdir = os.path.join(workroot, name)
         watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, START_MARKER))
         try:
-            outcome = run_pass(_spec(target, config, name, layer.name if layer else None), workdir,
-                               passthrough=not captured, timeout_s=config.timeout_s, on_tick=progress.tick,
-                               on_start=watching.attach)
+            spec = _spec(target, config, name, layer.name if layer else None)
+            prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
+            outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
+                               on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix)
         finally:
             watching.detach()
         progress.pass_finished(name, outcome)

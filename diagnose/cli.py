@@ -89,6 +89,10 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     p.add_argument("--microbench-budget", type=float, default=15.0, metavar="S",
                    help="seconds for micro-benchmarks of the top operators at their shapes, 1 thread vs all "
                         "(15; 0 turns them off)")
+    p.add_argument("--vtune", nargs="?", const="hotspots", default=None,
+                   choices=("hotspots", "threading", "uarch-exploration"),
+                   help="add a pass under Intel VTune (vtune on PATH) with ITT labels per aten op; "
+                        "its CPI, spin and overhead time go into counters (default analysis: hotspots)")
     p.add_argument("--microbench-top", type=int, default=3, metavar="K",
                    help="how many of the top operators to micro-benchmark (3)")
     p.add_argument("--callgraph-focus", choices=("all", "user"), default="all",
@@ -214,6 +218,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     if args.microbench_budget < 0 or args.microbench_top < 1:
         raise UsageError("--microbench-budget wants seconds >= 0 and --microbench-top a count >= 1")
     config.microbench_budget, config.microbench_top = args.microbench_budget, args.microbench_top
+    config.vtune = args.vtune
     if args.sweep_threads:
         try:
             config.sweep_threads = sorted({int(v) for v in args.sweep_threads.split(",") if v.strip()})

@@ -98,6 +98,7 @@ def run_pass(
     on_tick: Callable[[float], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     extra_env: dict[str, str] | None = None,
+    command_prefix: list[str] | None = None,
 ) -> PassOutcome:
     """Run one pass; never raises for anything the target does.
 
@@ -118,6 +119,7 @@ def run_pass(
         cmd = launcher.command(spec_path, dist)
     else:
         cmd = [sys.executable, "-m", "diagnose.runner", spec_path]
+    cmd = [*(command_prefix or []), *cmd]  # e.g. `vtune -collect hotspots -r DIR --`
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,

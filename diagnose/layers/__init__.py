@@ -6,7 +6,7 @@ The CLI's choices and the order of passes come from this mapping.
 from __future__ import annotations
 
 from diagnose.layers.base import Layer
-from diagnose.layers.counters import CountersLayer
+from diagnose.layers.counters import CountersLayer, VtuneLayer
 from diagnose.layers.efficiency import EfficiencyLayer
 from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
@@ -26,5 +26,9 @@ LAYERS: dict[str, Layer] = {
 }
 
 
+# Layers that run only when asked for by their own option, never by default.
+OPT_IN: dict[str, Layer] = {"vtune": VtuneLayer()}
+
+
 def get(name: str) -> Layer:
-    return LAYERS[name]
+    return LAYERS[name] if name in LAYERS else OPT_IN[name]
