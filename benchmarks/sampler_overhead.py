@@ -200,13 +200,9 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        path = Path(args.write)
-        old = path.read_text() if path.exists() else "# Benchmark results\n\n"
-        if HEADING in old:
-            start = old.index(HEADING)
-            nxt = old.find("\n## ", start + len(HEADING))
-            old = old[:start] + old[nxt + 1:] if nxt >= 0 else old[:start]
-        path.write_text(old.rstrip("\n") + "\n\n" + text)
+        from results import replace_section  # benchmarks/results.py, beside this script
+
+        replace_section(args.write, HEADING, text)
 
 
 if __name__ == "__main__":

@@ -74,3 +74,13 @@ class Layer:
 
     def analyse(self, outcome: "PassOutcome", report: "Report", workdir: str) -> "LayerStatus":
         raise NotImplementedError
+
+
+def last_line(path: str, default: str = "no output") -> str:
+    """The last non-empty line of a helper process's log, for a layer's failure reason."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1] if lines else default
+    except OSError:
+        return default

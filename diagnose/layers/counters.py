@@ -31,7 +31,7 @@ import subprocess
 import threading
 from typing import Any
 
-from diagnose.layers.base import Layer
+from diagnose.layers.base import Layer, last_line
 from diagnose.report.model import LayerStatus, Report
 from diagnose.runner import STOP_MARKER
 from diagnose.tools import perf, vtune
@@ -148,7 +148,7 @@ class CountersLayer(Layer):
                 text = fh.read()
         except OSError:
             return LayerStatus("failed", "perf stat wrote no counts (the workload may have ended before the "
-                                         f"measured part began): {_tail(os.path.join(workdir, PERF_LOG))}")
+                                         f"measured part began): {last_line(os.path.join(workdir, PERF_LOG))}")
         counters = counters_from_perf(text)
         report.counters.update(counters)
         m = counters["perf"]
@@ -241,12 +241,3 @@ class VtuneLayer(Layer):
         if not (outcome.raw or {}).get("itt_available"):
             status.notes.append("torch reports ITT unavailable: aten ops are not labelled in the VTune result")
         return status
-
-
-def _tail(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = [line.strip() for line in fh if line.strip()]
-        return lines[-1] if lines else "no output"
-    except OSError:
-        return "no output"

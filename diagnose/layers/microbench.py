@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from diagnose.layers.base import Layer
+from diagnose.layers.base import Layer, last_line
 from diagnose.report import io as report_io
 from diagnose.report.model import LayerStatus, Report
 
@@ -51,7 +51,7 @@ class MicrobenchLayer(Layer):
             _wait(proc, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None))
         if not os.path.exists(out):
             return LayerStatus("failed", f"microbench wrote no results (exit code {proc.returncode}): "
-                                         f"{_last_line(log_path)}")
+                                         f"{last_line(log_path)}")
         with open(out) as fh:
             data = json.load(fh)
         rows = data.get("measurements") or []
@@ -87,12 +87,3 @@ def _wait(proc: subprocess.Popen, timeout_s: float, tick) -> None:
         proc.kill()
         proc.wait()
         raise
-
-
-def _last_line(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = [line.strip() for line in fh if line.strip()]
-        return lines[-1] if lines else "no output"
-    except OSError:
-        return "no output"

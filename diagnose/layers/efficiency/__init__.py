@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any
 
-from diagnose.layers.base import Layer
+from diagnose.layers.base import Layer, last_line
 from diagnose.report.model import LayerStatus, Report
 
 # probe, roofline and work are imported where used: each of them also runs as
@@ -107,7 +107,7 @@ def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float) -> su
             proc.wait()
             raise
     if proc.returncode:
-        raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}: {_last_line(log_path)}")
+        raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}: {last_line(log_path)}")
     return subprocess.CompletedProcess(cmd, proc.returncode, b"".join(chunks))
 
 
@@ -141,12 +141,3 @@ def _peaks(report: Report, workdir: str, tick, t0: float, refresh: bool, quick: 
     data = json.loads(done.stdout.decode())
     how = {"cached": bool(data.pop("cached", False)), "cache_path": data.pop("cache_path", None)}
     return data, how
-
-
-def _last_line(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = [line.strip() for line in fh if line.strip()]
-        return lines[-1] if lines else "no output"
-    except OSError:
-        return "no output"

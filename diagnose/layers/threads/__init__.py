@@ -20,7 +20,7 @@ import subprocess
 import sys
 from typing import Any
 
-from diagnose.layers.base import Layer
+from diagnose.layers.base import Layer, last_line
 from diagnose.runner import STOP_MARKER
 from diagnose.report.model import LayerStatus, Report
 
@@ -87,7 +87,7 @@ class ThreadsLayer(Layer):
 
         path = os.path.join(workdir, RECORDING)
         if not os.path.exists(path):
-            log = _tail(os.path.join(workdir, SAMPLER_LOG))
+            log = last_line(os.path.join(workdir, SAMPLER_LOG), "")
             return LayerStatus("failed", "the thread sampler wrote no recording" + (f": {log}" if log else ""))
         with open(path) as fh:
             recording = json.load(fh)
@@ -108,13 +108,3 @@ class ThreadsLayer(Layer):
             status.notes.append(f"the run lasted {threads.get('duration_s')} s: few samples, coarse numbers; "
                                 "a longer run (more iterations) gives steadier ones")
         return status
-
-
-def _tail(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = [line.strip() for line in fh if line.strip()]
-        return lines[-1] if lines else ""
-    except OSError:
-        return ""
-
