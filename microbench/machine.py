@@ -12,57 +12,19 @@ measurement shorter than ~0.2 s gets a coarse estimate.
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import time
 from dataclasses import dataclass
 
-THREADING_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY",
-                 "OMP_PROC_BIND", "OMP_PLACES", "GOMP_SPINCOUNT", "KMP_AFFINITY", "KMP_BLOCKTIME",
-                 "LD_PRELOAD")
-
-
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    try:
-        with open(cpuinfo) as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cgroup_cpu_limit() -> float | None:
-    # cgroup v2 (the unified hierarchy is mounted at /sys/fs/cgroup inside a container)
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as fh:
-            quota, _, period = fh.read().strip().partition(" ")
-        if quota != "max" and period:
-            return int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    # cgroup v1
-    for ctrl in ("cpu", "cpu,cpuacct"):
-        try:
-            with open(f"/sys/fs/cgroup/{ctrl}/cpu.cfs_quota_us") as fq, \
-                    open(f"/sys/fs/cgroup/{ctrl}/cpu.cfs_period_us") as fp:
-                quota, period = int(fq.read()), int(fp.read())
-            if quota > 0 and period > 0:
-                return quota / period
-        except (OSError, ValueError):
-            continue
-    return None
+# One reading of the machine for the whole project: diagnose.machine (affinity, the cgroup v1/v2
+# quota of this process's own cgroup, the threading variables worth recording).
+from diagnose.machine import THREADING_ENV, cpu_model  # noqa: F401 - cpu_model is part of this API
+from diagnose.machine import usable_cpus as _reading
 
 
 def usable_cpus() -> int:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count() or 1
-    limit = _cgroup_cpu_limit()
-    return affinity if limit is None else max(1, min(affinity, math.ceil(limit)))
+    return _reading()[0]
 
 
 @dataclass(frozen=True)
