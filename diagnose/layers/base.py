@@ -84,3 +84,38 @@ def last_line(path: str, default: str = "no output") -> str:
         return lines[-1] if lines else default
     except OSError:
         return default
+
+
+def run_helper(cmd: list[str], log_path: str, timeout_s: float, tick: Callable[[float], None] | None = None,
+               t0: float | None = None, capture_stdout: bool = False) -> tuple[int | None, bytes]:
+    """Run one of diagnose's own helper processes (never the target) with progress ticks.
+
+    stderr, and stdout unless captured, go to `log_path`. Returns (exit code,
+    captured stdout); the exit code is None when it was killed after
+    `timeout_s` seconds (counted from `t0`, default now). Ctrl-C kills it and
+    propagates.
+    """
+    import subprocess
+    import time
+
+    t0 = time.monotonic() if t0 is None else t0
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if capture_stdout else log,
+                                stderr=log if capture_stdout else subprocess.STDOUT)
+        try:
+            while True:
+                try:
+                    out, _ = proc.communicate(timeout=0.25)
+                    return proc.returncode, out or b""
+                except subprocess.TimeoutExpired:
+                    if tick:
+                        tick(time.monotonic() - t0)
+                    if time.monotonic() - t0 > timeout_s:
+                        proc.kill()
+                        proc.communicate()
+                        return None, b""
+        except KeyboardInterrupt:
+            proc.kill()
+            proc.wait()
+            raise

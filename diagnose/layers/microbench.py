@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 
-from diagnose.layers.base import Layer, last_line
+from diagnose.layers.base import Layer, last_line, run_helper
 from diagnose.report import io as report_io
 from diagnose.report.model import LayerStatus, Report
 
@@ -46,12 +44,10 @@ class MicrobenchLayer(Layer):
         cmd = [sys.executable, "-m", "microbench", "from-report", source, "--top", str(top),
                "--budget", f"{budget:g}", "--json", out, "--reproducers", os.path.join(workdir, REPRODUCERS), "-q"]
         log_path = os.path.join(workdir, "microbench.log")
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-            _wait(proc, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None))
+        code, _ = run_helper(cmd, log_path, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None))
         if not os.path.exists(out):
-            return LayerStatus("failed", f"microbench wrote no results (exit code {proc.returncode}): "
-                                         f"{last_line(log_path)}")
+            how = f"exit code {code}" if code is not None else f"stopped after {budget + START_UP_ALLOWANCE_S:g} s"
+            return LayerStatus("failed", f"microbench wrote no results ({how}): {last_line(log_path)}")
         with open(out) as fh:
             data = json.load(fh)
         rows = data.get("measurements") or []
@@ -66,24 +62,3 @@ class MicrobenchLayer(Layer):
         if os.path.isdir(os.path.join(workdir, REPRODUCERS)) and rows:
             report.artifacts["reproducers"] = REPRODUCERS
         return status
-
-
-def _wait(proc: subprocess.Popen, timeout_s: float, tick) -> None:
-    t0 = time.monotonic()
-    try:
-        while True:
-            try:
-                proc.wait(timeout=0.25)
-                return
-            except subprocess.TimeoutExpired:
-                elapsed = time.monotonic() - t0
-                if tick:
-                    tick(elapsed)
-                if elapsed > timeout_s:
-                    proc.kill()
-                    proc.wait()
-                    return
-    except KeyboardInterrupt:
-        proc.kill()
-        proc.wait()
-        raise

@@ -32,7 +32,7 @@ import sys
 import time
 from typing import Any
 
-from diagnose.layers.base import Layer, last_line
+from diagnose.layers.base import Layer, last_line, run_helper
 from diagnose.report.model import LayerStatus, Report
 
 # probe, roofline and work are imported where used: each of them also runs as
@@ -85,30 +85,13 @@ class EfficiencyLayer(Layer):
 
 
 def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float) -> subprocess.CompletedProcess:
-    """A child process with progress ticks; stdout captured, stderr to a log."""
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
-        chunks: list[bytes] = []
-        try:
-            while True:
-                try:
-                    out, _ = proc.communicate(timeout=0.25)
-                    chunks.append(out or b"")
-                    break
-                except subprocess.TimeoutExpired:
-                    if tick:
-                        tick(time.monotonic() - t0)
-                    if time.monotonic() - t0 > timeout_s:
-                        proc.kill()
-                        proc.communicate()
-                        raise RuntimeError(f"{cmd[2]} took more than {timeout_s:g} s") from None
-        except KeyboardInterrupt:
-            proc.kill()
-            proc.wait()
-            raise
-    if proc.returncode:
-        raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}: {last_line(log_path)}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, b"".join(chunks))
+    """A helper process with progress ticks; stdout captured, stderr to a log; raises when it fails."""
+    code, out = run_helper(cmd, log_path, timeout_s, tick, t0, capture_stdout=True)
+    if code is None:
+        raise RuntimeError(f"{cmd[2]} took more than {timeout_s:g} s")
+    if code:
+        raise RuntimeError(f"{cmd[2]} exited with {code}: {last_line(log_path)}")
+    return subprocess.CompletedProcess(cmd, code, out)
 
 
 def _estimate_work(rows, workdir: str, tick, t0: float) -> list[dict[str, Any]]:
