@@ -226,20 +226,25 @@ def children_of(pid: int, tids: list[int], proc_root: str = PROC,
     return out
 
 
-def ppid_map(proc_root: str = PROC, errors: ReadErrors | None = None) -> dict[int, int]:
-    """pid -> ppid of every process: the fallback for kernels without `children` files."""
-    out: dict[int, int] = {}
+def _process_stats(proc_root: str, errors: ReadErrors | None):
+    """(pid, parse_stat result) of every process readable now."""
     try:
         names = os.listdir(proc_root)
     except OSError:
-        return out
+        return
     for name in names:
-        if not name.isdigit():
-            continue
-        stat = read_text(f"{proc_root}/{name}/stat", errors)
-        parsed = parse_stat(stat) if stat is not None else None
-        if parsed is not None:
-            out[int(name)] = int(parsed[1][_PPID])
+        if name.isdigit():
+            stat = read_text(f"{proc_root}/{name}/stat", errors)
+            parsed = parse_stat(stat) if stat is not None else None
+            if parsed is not None:
+                yield int(name), parsed
+
+
+def ppid_map(proc_root: str = PROC, errors: ReadErrors | None = None) -> dict[int, int]:
+    """pid -> ppid of every process: the fallback for kernels without `children` files."""
+    out: dict[int, int] = {}
+    for pid, parsed in _process_stats(proc_root, errors):
+        out[pid] = int(parsed[1][_PPID])
     return out
 
 
@@ -284,18 +289,8 @@ def busy_idle_ticks(cpu: list[int]) -> tuple[int, int]:
 def all_process_ticks(proc_root: str = PROC, errors: ReadErrors | None = None) -> dict[int, tuple[str, int, int]]:
     """pid -> (comm, start_ticks, utime+stime ticks) of every process on the machine."""
     out: dict[int, tuple[str, int, int]] = {}
-    try:
-        names = os.listdir(proc_root)
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        stat = read_text(f"{proc_root}/{name}/stat", errors)
-        parsed = parse_stat(stat) if stat is not None else None
-        if parsed is not None:
-            comm, rest = parsed
-            out[int(name)] = (comm, int(rest[_START]), int(rest[_UTIME]) + int(rest[_STIME]))
+    for pid, (comm, rest) in _process_stats(proc_root, errors):
+        out[pid] = (comm, int(rest[_START]), int(rest[_UTIME]) + int(rest[_STIME]))
     return out
 
 
