@@ -249,6 +249,19 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
 
 
 SUBCOMMANDS = ("callgraph", "threads")
+ALL_SUBCOMMANDS = ("compare", "merge", "probe", *SUBCOMMANDS)
+
+
+def _misplaced_subcommand(own: list[str]) -> str | None:
+    """`diagnose -q threads x.py`: a subcommand name standing where the script goes (no such file there)."""
+    import os
+
+    for token in own:
+        if token in ALL_SUBCOMMANDS and not os.path.exists(token):
+            return token
+        if not token.startswith("-") and (token.endswith(".py") or ".py:" in token or os.path.exists(token)):
+            return None  # the script came first: later tokens are its arguments
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     subcommand = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     own, extra = _split(argv[1:] if subcommand else argv)
     try:
+        sub = None if subcommand else _misplaced_subcommand(own)
+        if sub:
+            raise UsageError(f"the subcommand goes first: diagnose {sub} [OPTIONS] ..., not after options "
+                             f"({' '.join(own[:own.index(sub) + 1])})")
         args = build_parser("diagnose " + subcommand if subcommand else "diagnose").parse_args(own)
         if args.load:
             return _load(args)

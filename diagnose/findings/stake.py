@@ -30,7 +30,11 @@ then the larger time at stake); the others go to its evidence["also"] with
 their own evidence; the merged severity is the group's highest (evidence
 "severity_from" names the piece it came from when that is not the primary)
 and its time at stake the group's largest (the pieces overlap, so they are
-not added).
+not added), both over the pieces about the same time: the primary's own
+operator, or the whole line when either has no operator (python_overhead).
+Another operator of the same statement (`tanh(x @ x)`: a low_efficiency
+tanh beside a healthy mm) rides along in "also" without lending the
+primary its severity or its stake.
 Findings of one layer at one line (two hot operators of one statement) stay
 separate, and findings without a location are never merged.
 """
@@ -117,13 +121,15 @@ def dedup(findings: list[Finding]) -> list[Finding]:
                              "title": f.title, "suggestion": f.suggestion,
                              "evidence": {k: v for k, v in f.evidence.items() if k != "also"}}
                             for f in others]
-        stakes = [f.evidence.get("time_at_stake_pct") for f in group
+        # the pieces about the same time: the primary's operator, or the whole line (no operator)
+        same = [f for f in group if f.op is None or primary.op is None or f.op == primary.op]
+        stakes = [f.evidence.get("time_at_stake_pct") for f in same
                   if isinstance(f.evidence.get("time_at_stake_pct"), (int, float))]
         if stakes and max(stakes) > stake(primary):
-            best = max(group, key=stake)
+            best = max(same, key=stake)
             evidence["time_at_stake_pct"] = best.evidence["time_at_stake_pct"]
             evidence["time_at_stake_basis"] = f"{best.kind}: {best.evidence.get('time_at_stake_basis')}"
-        worst = min(group, key=lambda f: SEVERITY_RANK.get(f.severity, 3))
+        worst = min(same, key=lambda f: SEVERITY_RANK.get(f.severity, 3))
         severity = worst.severity if SEVERITY_RANK.get(worst.severity, 3) < SEVERITY_RANK.get(primary.severity, 3) \
             else primary.severity
         if severity != primary.severity:  # say which piece made the line this severe

@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any, Callable, Iterable
 
-from diagnose.render import fmt
+from diagnose.render import distributed, fmt
 from diagnose.report.model import Finding, Report
 
 MAX_OPERATOR_ROWS = 500
@@ -198,6 +198,15 @@ def _verdict(report: Report) -> str:
                 f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
                 f"line are one finding.</p>")
     return head + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1))
+
+
+# ------------------------------------------------------------------------------------------ ranks
+
+def _ranks(report: Report) -> str:
+    """A torchrun job's ranks: time per rank, the straggler, collectives vs compute (render/distributed.py)."""
+    return (f"<p>{_e(distributed.heading(report))}</p>"
+            + _table(distributed.rank_rows(report), numeric=(0, 1, 3, 4, 5, 6, 7))
+            + "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in distributed.summary_lines(report)) + "</ul>")
 
 
 # -------------------------------------------------------------------------------------- operators
@@ -452,10 +461,14 @@ def render(report: Report, image_dir: str | None = None) -> str:
         "counters": lambda: _counters(report),
         "machine": lambda: _machine(report),
     }
-    nav = "".join(f'<a href="#{sid}">{_e(title)}{_nav_status(report, sid)}</a>' for sid, title in SECTIONS)
+    shown = list(SECTIONS)
+    if report.distributed:  # a torchrun job: its ranks right after the verdict
+        builders["ranks"] = lambda: _ranks(report)
+        shown.insert(1, ("ranks", "Ranks"))
+    nav = "".join(f'<a href="#{sid}">{_e(title)}{_nav_status(report, sid)}</a>' for sid, title in shown)
     sections = "".join(f'<section id="{sid}"><h2>{_e(title)}</h2>'
                        f'{_status(report, sid) if sid in LAYER_SECTIONS else ""}{_guard(title, builders[sid])}</section>'
-                       for sid, title in SECTIONS)
+                       for sid, title in shown)
     trace = ""
     if report.run.traceback:
         trace = f'<pre class="trace">{_e(chr(10).join([*report.run.traceback, report.run.error or ""]))}</pre>'
@@ -482,9 +495,9 @@ This page is self-contained: it loads nothing from the network.</footer>
 
 
 def _nav_status(report: Report, section: str) -> str:
-    if section == "verdict":
-        n = sum(1 for f in report.findings if f.severity in ("high", "medium"))
-        return f' <span class="pill sev-{"high" if n else "ok"}">{n}</span>' if report.findings else ""
+    if section == "verdict":  # every finding, coloured by the worst
+        worst = next((s for s in SEVERITY_ORDER if any(f.severity == s for f in report.findings)), None)
+        return f' <span class="pill sev-{worst}">{len(report.findings)}</span>' if worst else ""
     s = report.layers.get(section)
     if s is not None and s.status != "ok":
         return f' <span class="pill muted">{_e(s.status)}</span>'
@@ -519,7 +532,7 @@ a{color:var(--accent)}
 padding:1px 8px;border-radius:10px;color:#fff;vertical-align:1px}
 .badge.sev-high{background:var(--high)}.badge.sev-medium{background:var(--medium)}.badge.sev-low{background:var(--low)}
 .pill{font-size:11px;padding:0 6px;border-radius:8px;background:var(--low-bg);color:var(--low)}
-.pill.sev-high{background:var(--high);color:#fff}.pill.sev-ok{background:#dafbe1;color:var(--ok)}
+.pill.sev-high{background:var(--high);color:#fff}.pill.sev-medium{background:var(--medium);color:#fff}
 article.finding{border:1px solid var(--line);border-left:5px solid var(--low);border-radius:8px;padding:12px 16px;margin:12px 0;background:#fff}
 article.finding.sev-high{border-left-color:var(--high);background:linear-gradient(90deg,var(--high-bg),#fff 35%)}
 article.finding.sev-medium{border-left-color:var(--medium);background:linear-gradient(90deg,var(--medium-bg),#fff 35%)}

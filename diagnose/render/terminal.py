@@ -53,6 +53,10 @@ def render(report: Report, output_dir: str | None = None) -> str:
         for f in report.findings[:TOP_FINDINGS]:
             out.append(f"  [{f.severity}] {f.kind}: {f.title}")
             out.append(f"      try: {f.suggestion}")
+            also = f.evidence.get("also") or []  # other layers' findings at the same line (findings/stake.py)
+            if also:
+                out.append("      also at this line: " + "; ".join(
+                    f"[{a.get('severity')}] {a.get('kind')} ({a.get('layer')})" for a in also))
         if len(report.findings) > TOP_FINDINGS:
             out.append(f"  ... {len(report.findings) - TOP_FINDINGS} more in the report")
     else:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from conftest import DIAGNOSE, REPO, assert_one_line_error, run_cli
+from conftest import DIAGNOSE, REPO, CliRun, assert_one_line_error, run_cli
 
 
 def test_missing_script(tmp_path):
@@ -40,18 +40,28 @@ def test_unknown_option_hints_at_double_dash(script, tmp_path):
     assert_one_line_error(run, 2, "go after --")
 
 
+def test_subcommand_after_options_is_a_one_line_error(script, tmp_path):
+    target = script("print('hi')\n")
+    proc = subprocess.run([*DIAGNOSE, "-q", "-o", str(tmp_path / "r"), "threads", str(target)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    run = CliRun(proc.returncode, proc.stdout, proc.stderr, None)
+    assert_one_line_error(run, 2, "the subcommand goes first: diagnose threads [OPTIONS]")
+    assert not (tmp_path / "r").exists()
+
+
 def test_script_args_pass_through(script, tmp_path):
     target = script("""\
         import sys, json, torch
         torch.ones(2) + 1
         open(sys.argv[0] + '.argv', 'w').write(json.dumps(sys.argv))
         """)
-    run = run_cli(str(target), "data.csv", "--", "-o", "x", "--lr", "3", outdir=tmp_path / "r")
+    # "threads" after the script is the script's argument, not diagnose's subcommand
+    run = run_cli(str(target), "data.csv", "threads", "--", "-o", "x", "--lr", "3", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     import json
     argv = json.loads((tmp_path / "target.py.argv").read_text())
-    assert argv == [str(target), "data.csv", "-o", "x", "--lr", "3"]
-    assert run.report["target"]["argv"] == ["data.csv", "-o", "x", "--lr", "3"]
+    assert argv == [str(target), "data.csv", "threads", "-o", "x", "--lr", "3"]
+    assert run.report["target"]["argv"] == ["data.csv", "threads", "-o", "x", "--lr", "3"]
 
 
 def test_script_that_raises_writes_report(script, tmp_path):

@@ -159,3 +159,27 @@ def test_the_operator_table_is_sortable_with_numeric_keys():
     assert len(rows) == len(rep.operators)
     first_cells = [attrs for t, attrs in tags if t == "td" and "data-v" in attrs][:10]
     assert float(first_cells[4]["data-v"]) == rep.operators[0].self_cpu_us
+
+
+def test_the_nav_counts_every_finding_coloured_by_the_worst():
+    r = Report(target=TargetInfo(script="m.py"), run=Run(exit_code=0, wall_s=1.0))
+    nav = lambda: html.render(r).split("<nav>", 1)[1].split("</nav>", 1)[0]  # noqa: E731
+    assert 'href="#verdict">Verdict</a>' in nav()  # no findings: no pill
+    r.findings = [Finding(kind="memory_churn", severity="low", title="t", op=None, location=None, evidence={},
+                          suggestion="s", layer="operators")]
+    assert 'Verdict <span class="pill sev-low">1</span>' in nav()
+    r.findings.append(Finding(kind="hot_operator", severity="medium", title="t", op=None, location=None,
+                              evidence={}, suggestion="s", layer="operators"))
+    assert 'Verdict <span class="pill sev-medium">2</span>' in nav()
+
+
+def test_a_torchrun_job_gets_its_ranks_section_after_the_verdict():
+    rep = io.load(str(DATA / "distributed" / "node0" / "report.json"))
+    page = html.render(rep)
+    ids = [attrs["id"] for t, attrs in parse(page).tags if t == "section"]
+    assert ids[:2] == ["verdict", "ranks"] and 'href="#ranks"' in page
+    ranks = re.search(r'<section id="ranks">(.*?)</section>', page, re.S).group(1)
+    for e in rep.distributed["ranks"]:
+        assert f"<td class=num>{e['rank']}</td>" in ranks
+    assert "collectives" in ranks and "world size" in ranks
+    assert 'id="ranks"' not in html.render(io.load(str(DATA / "compare" / "row_loop_before.json")))

@@ -154,3 +154,35 @@ def test_every_finding_of_a_real_report_has_a_time_at_stake():
     for f in fs:
         if f.location:
             assert len({g.layer for g in fs if g.location == f.location}) == 1, f.location
+
+
+def test_the_terminal_summary_names_what_other_layers_saw_at_the_same_line():
+    from diagnose.render import terminal
+    from diagnose.report import io
+
+    rep = io.load(str(Path(__file__).resolve().parents[1] / "data" / "compare" / "row_loop_before.json"))
+    top = rep.findings[0]
+    assert top.evidence.get("also")
+    text = terminal.render(rep)
+    block = text.split(f"[{top.severity}] {top.kind}: ", 1)[1].split("\n  [", 1)[0]
+    assert "also at this line: " + "; ".join(f"[{a['severity']}] {a['kind']} ({a['layer']})"
+                                             for a in top.evidence["also"]) in block
+
+
+def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_stake():
+    # `torch.tanh(x @ x)` under 8 threads on 2 CPUs (a CI run): a medium low_efficiency on tanh merged with
+    # a low hot_operator mm at 69% of the time must not outrank the high oversubscription at 61%
+    eff = Finding("low_efficiency", "medium", "tanh at 10% of its roof", "aten::tanh", "m.py:17",
+                  {"time_at_stake_pct": 29.8}, "s", "efficiency")
+    hot_tanh = Finding("hot_operator", "medium", "tanh hot", "aten::tanh", "m.py:17", {"time_at_stake_pct": 29.8},
+                       "s", "operators")
+    hot_mm = Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:17", {"time_at_stake_pct": 69.4}, "s",
+                     "operators")
+    over = Finding("oversubscription", "high", "8 threads", None, "m.py:12", {"time_at_stake_pct": 61.2}, "s",
+                   "threads")
+    ranked = stake.rank(stake.dedup([eff, hot_tanh, hot_mm, over]))
+    assert [f.kind for f in ranked] == ["oversubscription", "low_efficiency"]
+    merged = ranked[1]
+    assert (merged.severity, merged.evidence["time_at_stake_pct"]) == ("medium", 29.8)
+    assert [a["op"] for a in merged.evidence["also"]] == ["aten::tanh", "aten::mm"]
+    assert "severity_from" not in merged.evidence
