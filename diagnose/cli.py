@@ -51,7 +51,8 @@ exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other usage error
         if message.startswith("unrecognized arguments"):
-            message += "; options meant for the script go after --, e.g. diagnose train.py -- --lr 0.1"
+            message += ("; options meant for the script go after it (diagnose train.py --lr 0.1), or after -- "
+                        "when diagnose has an option of that name")
         raise UsageError(f"{message} (see diagnose --help)")
 
 
@@ -67,7 +68,9 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", nargs="?", help="script.py, or script.py:function to call in a loop")
-    p.add_argument("script_args", nargs="*", help="arguments for the script (also everything after --)")
+    p.add_argument("script_args", nargs="*", metavar="ARGS",
+                   help="the script's arguments, as python script.py ARGS would get them; diagnose's own options "
+                        "may stand among them (-o, --iters, ...): give those to the script after --")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="where to write the report (default: reports/<script>-<YYYYmmdd-HHMMSS>/)")
     p.add_argument("--force", action="store_true",
@@ -122,11 +125,49 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     return p
 
 
-def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """(diagnose's tokens, the script's arguments), like `python script.py ARGS`.
+
+    Everything after `--` is the script's. Before it, diagnose's own options are diagnose's wherever they
+    stand (`diagnose model.py:step --iters 50`); after the script, every other token (positionals and
+    options diagnose does not know, with their values, in order) is the script's. Before the script an
+    unknown option stays diagnose's, for argparse to reject in one line.
+    """
+    script: list[str] = []
+    tail: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
-    return argv, []
+        argv, tail = argv[:i], argv[i + 1:]
+    own: list[str] = []
+    seen_target = False
+    options = parser._option_string_actions  # noqa: SLF001 - argparse's own table of option strings
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name = token.split("=", 1)[0]
+        action = options.get(name) if token.startswith("-") and token != "-" else None
+        if action is None and token.startswith("-") and len(token) > 2 and token[1] != "-":
+            action = options.get(token[:2])  # -oDIR
+            name = token[:2] if action else name
+        if action is not None:
+            own.append(token)
+            attached = "=" in token or (name != token and not token.startswith("--"))
+            if not attached and i + 1 < len(argv):
+                if action.nargs is None:
+                    own.append(argv[i + 1])
+                    i += 1
+                elif action.nargs == "?" and action.choices and argv[i + 1] in action.choices:
+                    own.append(argv[i + 1])
+                    i += 1
+        elif token.startswith("-") and token != "-":
+            (script if seen_target else own).append(token)
+        elif not seen_target:
+            own.append(token)
+            seen_target = True
+        else:
+            script.append(token)
+        i += 1
+    return own, script + tail
 
 
 def _load(args) -> int:
@@ -208,7 +249,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     if unknown:
         raise UsageError(f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
     script, function = parse_target_spec(args.target)
-    target = Target(script=script, argv=[*args.script_args, *extra], function=function,
+    target = Target(script=script, argv=extra, function=function,
                     warmup=args.warmup, iters=args.iters)
     config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
                         profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
@@ -281,13 +322,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return probe.main(argv[1:])
     subcommand = argv[0] if argv and argv[0] in SUBCOMMANDS else None
-    own, extra = _split(argv[1:] if subcommand else argv)
     try:
+        parser = build_parser("diagnose " + subcommand if subcommand else "diagnose")
+        own, extra = _split(parser, argv[1:] if subcommand else argv)
         sub = None if subcommand else _misplaced_subcommand(own)
         if sub:
             raise UsageError(f"the subcommand goes first: diagnose {sub} [OPTIONS] ..., not after options "
                              f"({' '.join(own[:own.index(sub) + 1])})")
-        args = build_parser("diagnose " + subcommand if subcommand else "diagnose").parse_args(own)
+        args = parser.parse_args(own)
         if args.load:
             return _load(args)
         return _run(args, extra, subcommand)

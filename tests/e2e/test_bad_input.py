@@ -11,6 +11,11 @@ import time
 
 from conftest import DIAGNOSE, REPO, CliRun, assert_one_line_error, run_cli
 
+# runner behaviour (exit codes, output directory, argv) shows with the two passes every run has: the
+# uninstrumented one and the operator pass. A raising or os._exit target runs every layer: what each
+# measured before the failure must be written.
+RUNNER_ONLY = ("--layers", "operators")
+
 
 def test_missing_script(tmp_path):
     run = run_cli(str(tmp_path / "nope.py"), outdir=tmp_path / "r")
@@ -34,10 +39,13 @@ def test_unknown_function(script, tmp_path):
     assert "step" in run.stderr and "other" in run.stderr
 
 
-def test_unknown_option_hints_at_double_dash(script, tmp_path):
+def test_unknown_option_before_the_script_is_a_one_line_error(script, tmp_path):
     target = script("print('hi')\n")
-    run = run_cli(str(target), "--lr", "3", outdir=tmp_path / "r")
-    assert_one_line_error(run, 2, "go after --")
+    proc = subprocess.run([*DIAGNOSE, "-q", "--lr", "3", str(target)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    run = CliRun(proc.returncode, proc.stdout, proc.stderr, None)
+    assert_one_line_error(run, 2, "unrecognized arguments: --lr")
+    assert "options meant for the script go after it" in run.stderr
 
 
 def test_subcommand_after_options_is_a_one_line_error(script, tmp_path):
@@ -55,13 +63,17 @@ def test_script_args_pass_through(script, tmp_path):
         torch.ones(2) + 1
         open(sys.argv[0] + '.argv', 'w').write(json.dumps(sys.argv))
         """)
-    # "threads" after the script is the script's argument, not diagnose's subcommand
-    run = run_cli(str(target), "data.csv", "threads", "--", "-o", "x", "--lr", "3", outdir=tmp_path / "r")
+    # like `python target.py ARGS`: positionals and unknown options keep their order ("threads" is the
+    # script's argument, not diagnose's subcommand); diagnose's own options among them stay diagnose's;
+    # after -- everything is the script's, even -o
+    run = run_cli(str(target), "data.csv", "--epochs", "1", "--layers", "operators", "threads", "--lr=3",
+                  "--", "-o", "x", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     import json
     argv = json.loads((tmp_path / "target.py.argv").read_text())
-    assert argv == [str(target), "data.csv", "threads", "-o", "x", "--lr", "3"]
-    assert run.report["target"]["argv"] == ["data.csv", "threads", "-o", "x", "--lr", "3"]
+    assert argv == [str(target), "data.csv", "--epochs", "1", "threads", "--lr=3", "-o", "x"]
+    assert run.report["target"]["argv"] == argv[1:]
+    assert list(run.report["layers"]) == ["operators"]
 
 
 def test_script_that_raises_writes_report(script, tmp_path):
@@ -84,7 +96,7 @@ def test_script_that_raises_writes_report(script, tmp_path):
 
 def test_sys_exit_code_is_reported(script, tmp_path):
     target = script("import sys, torch\ntorch.ones(3).sum()\nsys.exit(3)\n")
-    run = run_cli(str(target), outdir=tmp_path / "r")
+    run = run_cli(str(target), *RUNNER_ONLY, outdir=tmp_path / "r")
     assert run.code == 3
     r = run.report
     assert r["run"]["exit_code"] == 3 and "sys.exit(3)" in r["run"]["error"]
@@ -92,7 +104,7 @@ def test_sys_exit_code_is_reported(script, tmp_path):
 
 def test_sys_exit_zero_is_success(script, tmp_path):
     target = script("import sys, torch\ntorch.ones(3).sum()\nsys.exit(0)\n")
-    run = run_cli(str(target), outdir=tmp_path / "r")
+    run = run_cli(str(target), *RUNNER_ONLY, outdir=tmp_path / "r")
     assert run.code == 0 and run.report["run"]["error"] is None
 
 
@@ -107,7 +119,7 @@ def test_os_exit_keeps_measurements(script, tmp_path):
 
 def test_no_torch_operators_said_plainly(script, tmp_path):
     target = script("total = sum(i * i for i in range(1000))\nprint(total)\n")
-    run = run_cli(str(target), outdir=tmp_path / "r")
+    run = run_cli(str(target), *RUNNER_ONLY, outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     r = run.report
     assert r["operators"] == []
@@ -125,7 +137,7 @@ def test_timeout_keeps_what_was_measured(script, tmp_path):
             x = torch.tanh(x @ x)
         """)
     # the timeout covers start-up (importing torch takes seconds on a cold or busy machine)
-    run = run_cli(str(target), "--timeout", "8", outdir=tmp_path / "r")
+    run = run_cli(str(target), "--timeout", "8", *RUNNER_ONLY, outdir=tmp_path / "r")
     assert run.code == 3
     r = run.report
     assert r["run"]["timed_out"] and "timed out after 8 s" in r["run"]["error"]
@@ -181,10 +193,10 @@ def test_output_with_earlier_report_needs_force(script, tmp_path):
     out.mkdir()
     (out / "report.json").write_text("earlier")
     (out / "notes.txt").write_text("user file")
-    run = run_cli(str(target), outdir=out)
+    run = run_cli(str(target), *RUNNER_ONLY, outdir=out)
     assert_one_line_error(run, 2, "--force")
     assert (out / "report.json").read_text() == "earlier"
-    forced = run_cli(str(target), "--force", outdir=out)
+    forced = run_cli(str(target), "--force", *RUNNER_ONLY, outdir=out)
     assert forced.code == 0, forced.stderr
     assert forced.report["schema_version"] == "1"
     assert (out / "notes.txt").read_text() == "user file"
@@ -192,7 +204,7 @@ def test_output_with_earlier_report_needs_force(script, tmp_path):
 
 def test_default_output_dir_is_under_reports(script, tmp_path):
     target = script("import torch\ntorch.ones(4).sum()\n")
-    run = run_cli(str(target), cwd=tmp_path)
+    run = run_cli(str(target), *RUNNER_ONLY, cwd=tmp_path)
     assert run.code == 0, run.stderr
     dirs = list((tmp_path / "reports").iterdir())
     assert len(dirs) == 1 and dirs[0].name.startswith("target-")

@@ -86,7 +86,8 @@ def test_load_rerenders_without_running(mlp_script_run):
 
 
 def test_function_mode_measures_iterations(tmp_path):
-    run = run_cli("examples/mlp.py:step", "--warmup", "1", "--iters", "6", outdir=tmp_path / "r")
+    run = run_cli("examples/mlp.py:step", "--warmup", "1", "--iters", "6", "--layers", "operators",
+                  outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     r = run.report
     assert r["target"]["mode"] == "function" and r["target"]["function"] == "step"
@@ -101,7 +102,7 @@ def test_function_mode_measures_iterations(tmp_path):
 
 def test_function_mode_records_a_bounded_window(tmp_path):
     run = run_cli("examples/mlp.py:step", "--warmup", "0", "--iters", "8", "--profile-iters", "3",
-                  outdir=tmp_path / "r")
+                  "--layers", "operators", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     r = run.report
     addmm = [o for o in r["operators"] if o["name"] == "aten::addmm"]
@@ -125,7 +126,7 @@ def test_library_and_helper_module_resolve_to_user_lines(script, tmp_path):
                 y = layer(x)
                 z = normalise(y)
         """)
-    run = run_cli(str(target), outdir=tmp_path / "r", cwd=tmp_path)
+    run = run_cli(str(target), "--layers", "operators", outdir=tmp_path / "r", cwd=tmp_path)
     assert run.code == 0, run.stderr
     ops = run.report["operators"]
     by_name = {}
