@@ -328,7 +328,7 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
         status = layer.analyse(DerivedContext(options=options, tick=progress.tick), report, workdir)
     except KeyboardInterrupt:
         report.run.interrupted = True
-        status = LayerStatus("skipped", "interrupted with Ctrl-C while this layer ran")
+        status = LayerStatus("skipped", "interrupted (Ctrl-C or SIGTERM) while this layer ran")
     except Exception as exc:  # noqa: BLE001 - the layer fails, the report is still written
         status = LayerStatus("failed", f"{type(exc).__name__}: {exc}")
     progress.layer_finished(layer.name, status.status, time.monotonic() - t0)

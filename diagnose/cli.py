@@ -13,7 +13,7 @@ Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 3 the target failed, exited non-zero or timed out (report written);
 4 a CI gate tripped: --fail-on found findings at that severity (report written),
   or `diagnose compare --fail-on-regression PCT` saw the wall time grow by more than PCT outside the noise;
-130 interrupted (partial report written).
+130 interrupted (partial report written); 143 SIGTERM, handled the same way.
 
     diagnose compare BEFORE.json AFTER.json [--format terminal|md|json] [--fail-on-regression PCT]
 """
@@ -44,7 +44,7 @@ examples:
 
 exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
 (report still written), 4 a --fail-on / --fail-on-regression gate tripped,
-130 interrupted (partial report written), 1 a bug in diagnose.
+130 interrupted / 143 SIGTERM (partial report written), 1 a bug in diagnose.
 """
 
 
@@ -305,6 +305,39 @@ def _misplaced_subcommand(own: list[str]) -> str | None:
     return None
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be: the passes' children are stopped and the report written."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up must not be cut short by a second one
+    _on_sigterm.received = True
+    raise _Terminated()
+
+
+_on_sigterm.received = False
+
+
+def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int:
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = _run(args, extra, subcommand)
+    except KeyboardInterrupt:
+        if not _on_sigterm.received:
+            raise
+        code = ExitCode.INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if _on_sigterm.received and code == ExitCode.INTERRUPTED:
+        print("diagnose: terminated (SIGTERM); the report holds what was measured", file=sys.stderr)
+        return ExitCode.TERMINATED
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "compare":  # two report.json files: runs nothing
@@ -332,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(own)
         if args.load:
             return _load(args)
-        return _run(args, extra, subcommand)
+        return _run_handling_sigterm(args, extra, subcommand)
     except DiagnoseError as exc:
         print(f"diagnose: error: {exc.message}", file=sys.stderr)
         return exc.exit_code

@@ -16,6 +16,7 @@ class ExitCode(enum.IntEnum):
     TARGET_FAILED = 3  # the target raised, exited non-zero, was killed or timed out; report written
     GATE = 4  # CI gate: --fail-on found findings at that severity, or compare --fail-on-regression tripped
     INTERRUPTED = 130  # Ctrl-C; whatever was measured is written
+    TERMINATED = 143  # SIGTERM (a CI job's timeout, kill): handled like Ctrl-C, whatever was measured is written
 
 
 class DiagnoseError(Exception):

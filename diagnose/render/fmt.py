@@ -63,7 +63,7 @@ def timing_lines(report: Report) -> list[str]:
 def outcome_line(report: Report) -> str:
     run = report.run
     if run.interrupted:
-        return "interrupted: the report holds what was measured before Ctrl-C"
+        return "interrupted: the report holds what was measured before Ctrl-C or SIGTERM"
     if run.timed_out:
         return f"the target {run.error}"
     if run.error:

@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 
+import psutil
+import pytest
+
 from conftest import DIAGNOSE, REPO, CliRun, assert_one_line_error, run_cli
 
 # runner behaviour (exit codes, output directory, argv) shows with the two passes every run has: the
@@ -144,10 +147,13 @@ def test_timeout_keeps_what_was_measured(script, tmp_path):
     assert any(o["name"] == "aten::tanh" for o in r["operators"])
 
 
-def test_ctrl_c_writes_partial_report(script, tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_interruption_writes_a_partial_report_and_leaves_no_process(sig, code, script, tmp_path):
     marker = tmp_path / "started"
     target = script(f"""\
-        import torch, pathlib
+        import pathlib, subprocess, sys, torch
+        helper = subprocess.Popen([sys.executable, "-c",  # the target's own child (dies quietly on SIGINT)
+                                   "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); time.sleep(600)"])
         x = torch.randn(64, 64)
         pathlib.Path({str(marker)!r}).write_text("1")
         while True:
@@ -160,9 +166,11 @@ def test_ctrl_c_writes_partial_report(script, tmp_path):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
+    tree = psutil.Process(proc.pid).children(recursive=True)  # the pass, the sampler, the target's child
+    assert len(tree) >= 3, tree
+    proc.send_signal(sig)  # to diagnose alone, as `kill` or a CI job's timeout would
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, (stdout, stderr)
+    assert proc.returncode == code, (stdout, stderr)
     assert "Traceback" not in stderr
     import json
     r = json.loads((out / "report.json").read_text())
@@ -170,6 +178,8 @@ def test_ctrl_c_writes_partial_report(script, tmp_path):
     assert r["layers"]["operators"]["status"] == "skipped"
     assert "interrupted" in r["layers"]["operators"]["reason"]
     assert "interrupted" in stdout
+    gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]
 
 
 def test_output_is_an_existing_file(script, tmp_path):
