@@ -12,7 +12,12 @@ measured, which must be >= 2):
   pass: `high` >= 30%, `medium` >= 10%, `low` >= 5%, nothing below;
 - a measurement microbench marked `contended` (other processes held the
   CPUs) or `noisy` (IQR/median high) makes it `low`, with the reason, since
-  the speedup itself is then uncertain.
+  the speedup itself is then uncertain;
+- so does a matrix multiply (GEMM_OPS) when this machine's own GEMM probe
+  (the efficiency layer's peaks) scaled by >= PROBE_SCALES from 1 thread to
+  as many threads: torch's GEMMs run in parallel, so a flat speedup there
+  contradicts the machine's measurement (a disturbance /proc/stat did not
+  show, e.g. the hypervisor taking a vCPU) rather than showing a sequential kernel.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ SHARE_HIGH_PCT = 30.0
 SHARE_MEDIUM_PCT = 10.0
 MIN_US = 200.0  # an op shorter than this alone is too small to split across threads, not a sequential kernel
 SHARE_MIN_PCT = 5.0  # below this share of operator time an idle CPU costs too little to report
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+PROBE_SCALES = 1.5  # the probe's GEMM speedup from 1 thread to n that says GEMMs scale here
 AVOID = {  # what to do instead, for the sequential kernels users meet most
     "sort": "torch.topk or torch.kthvalue when only the top k are used, or sort once outside the loop",
     "argsort": "torch.topk when only the top k indices are used, or sort once outside the loop",
@@ -58,6 +65,10 @@ def sequential_operator(report: Report) -> list[Finding]:
         doubts = [f"{r['threads']}-thread run contended by other processes" for r in (one, most) if r.get("contended")]
         doubts += [f"{r['threads']}-thread run noisy (IQR {r.get('noise_pct'):.0f}% of the median)"
                    for r in (one, most) if r.get("noisy")]
+        probe = _probe_speedup(report, most["threads"])
+        if one.get("op") in GEMM_OPS and probe is not None and probe >= PROBE_SCALES:
+            doubts.append(f"this machine's GEMM probe scaled {probe:.2f}x from 1 to {most['threads']} threads: "
+                          "torch's matrix multiplies run in parallel here, re-measure before trusting this one")
         if doubts:
             severity = "low"
         n = most["threads"]
@@ -87,6 +98,15 @@ def sequential_operator(report: Report) -> list[Finding]:
                         f"{evidence['reproducer'] or 'The micro-benchmark'} reproduces it alone."),
             layer="microbench"))
     return out
+
+
+def _probe_speedup(report: Report, threads: int) -> float | None:
+    """GEMM GFLOP/s at `threads` over 1 thread in the efficiency layer's probe, when it measured both."""
+    gemm = ((report.efficiency or {}).get("peaks") or {}).get("gemm_fp32") or []
+    rate = {g.get("threads"): g.get("gflops_per_s") for g in gemm if isinstance(g, dict)}
+    if rate.get(1) and rate.get(threads):
+        return rate[threads] / rate[1]
+    return None
 
 
 def _share(report: Report, row: dict[str, Any]) -> float | None:

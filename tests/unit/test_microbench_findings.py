@@ -59,3 +59,26 @@ def test_needs_one_thread_and_at_least_two():
 def test_a_tiny_op_is_too_small_to_split_not_sequential():
     assert sequential_operator(_report(10.0, 10.2)) == []  # 10 µs: below torch's grain size
     assert len(sequential_operator(_report(250.0, 245.0))) == 1
+
+
+def _as_addmm(rep: Report, probe_2_threads: float | None) -> Report:
+    for row in rep.microbenchmarks:
+        row["op"] = "aten::addmm"
+    rep.operators[0].name = "aten::addmm"
+    if probe_2_threads is not None:
+        rep.efficiency = {"peaks": {"gemm_fp32": [{"threads": 1, "gflops_per_s": 87.2},
+                                                  {"threads": 2, "gflops_per_s": probe_2_threads}]}}
+    return rep
+
+
+def test_a_flat_gemm_on_a_machine_whose_gemm_probe_scaled_is_doubted():
+    # a CI run once measured addmm at 1.1x from 1 to 2 threads while the probe's GEMM scaled 1.78x
+    (f,) = sequential_operator(_as_addmm(_report(6000, 5450), probe_2_threads=155.6))
+    assert f.severity == "low" and "GEMM probe scaled 1.78x from 1 to 2 threads" in f.evidence["doubts"][0]
+    # without a probe, or on a machine where GEMMs do not scale either, the measurement stands
+    assert [g.severity for g in sequential_operator(_as_addmm(_report(6000, 5450), None))] == ["high"]
+    assert [g.severity for g in sequential_operator(_as_addmm(_report(6000, 5450), 95.0))] == ["high"]
+    # a sort is not a GEMM: the probe says nothing about it
+    rep = _report(444_400, 440_000)
+    rep.efficiency = {"peaks": {"gemm_fp32": [{"threads": 1, "gflops_per_s": 87.2}, {"threads": 2, "gflops_per_s": 155.6}]}}
+    assert [g.severity for g in sequential_operator(rep)] == ["high"]
