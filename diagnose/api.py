@@ -362,6 +362,9 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
         res = outcome.result or {}
         if outcome.status != "ok":
             return None
+        pinned = (res.get("overrides") or {}).get("dataloader_workers") or {}
+        if workers is not None and not pinned.get("target_asked_for"):
+            return None  # no DataLoader was built in this run: the point did not measure what it claims
         return statistics.median(res["iteration_s"]) if res.get("iteration_s") else res.get("wall_s")
 
     threads = report.threads or {}

@@ -115,3 +115,21 @@ def test_threads_layer_is_skipped_when_its_pass_is_not_run(tmp_path):
     assert run.code == 0, run.stderr
     assert "threads" not in run.report["layers"] or run.report["layers"]["threads"]["status"] == "skipped"
 
+
+
+@needs_few_cpus
+def test_sweep_pins_the_dataloader_workers_and_recommends_a_count(tmp_path):
+    # the example's DataLoader asks for 2 workers; every worker point must have reached it (a point whose
+    # run built no DataLoader counts as failed, api._sweep)
+    run = run_cli("threads", "--sweep", "--sweep-threads", "1", "--sweep-repeats", "1",
+                  "examples/dataloader_contention.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    sweep = run.report["threads"]["sweep"]
+    assert sweep["configured_workers"] == 2
+    points = sweep["workers"]
+    assert [p["dataloader_workers"] for p in points] == [0, 1, 2]
+    assert all(p["intra_op_threads"] == 1 and p["failed_runs"] == 0 and p["throughput_per_s"] > 0 for p in points)
+    rec = sweep["recommendation"]
+    assert rec["dataloader_workers"] in (0, 1, 2)
+    assert rec["code"] == f"torch.set_num_threads(1); DataLoader(..., num_workers={rec['dataloader_workers']})"
+    assert "DataLoader workers" in run.stdout and f"num_workers={rec['dataloader_workers']}" in run.stdout
