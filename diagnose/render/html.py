@@ -197,7 +197,13 @@ def _verdict(report: Report) -> str:
         head = (f'<p class="summary">{len(fs)} finding{"s" if len(fs) != 1 else ""}: {parts}. '
                 f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
                 f"line are one finding.</p>")
-    return head + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1))
+    ranks = ""
+    observations = (report.distributed or {}).get("observations") or []
+    if observations:  # a torchrun job's straggler and collectives (distributed/view.py), beside the findings
+        ranks = ('<div class="also"><div class="label">across the ranks</div><ul>' + "".join(
+            f'<li>{_badge(o.get("severity", "low"))} <b>{_e(o.get("kind"))}</b>: {_e(o.get("title"))} '
+            f'<a href="#ranks">ranks</a></li>' for o in observations) + "</ul></div>")
+    return head + ranks + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1))
 
 
 # ------------------------------------------------------------------------------------------ ranks
