@@ -1,4 +1,4 @@
-"""Command line: options -> Target + Config -> api.diagnose. No logic lives here.
+"""Command line: options -> Target + Config -> api.diagnose; argv split between diagnose and the script (_split).
 
     diagnose [OPTIONS] model.py [SCRIPT_ARGS...] [-- MORE_SCRIPT_ARGS...]
     diagnose [OPTIONS] model.py:step --warmup 3 --iters 20
