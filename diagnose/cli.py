@@ -305,34 +305,28 @@ def _misplaced_subcommand(own: list[str]) -> str | None:
     return None
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be: the passes' children are stopped and the report written."""
-
-
-def _on_sigterm(signum, frame) -> None:
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up must not be cut short by a second one
-    _on_sigterm.received = True
-    raise _Terminated()
-
-
-_on_sigterm.received = False
-
-
 def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int:
+    """SIGTERM (a CI job's timeout, kill) is raised as Ctrl-C would be: the passes' children are stopped and
+    the report written; the exit code then says SIGTERM."""
     import signal
 
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    received: list[int] = []
+
+    def on_sigterm(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up must not be cut short by a second one
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         code = _run(args, extra, subcommand)
     except KeyboardInterrupt:
-        if not _on_sigterm.received:
+        if not received:
             raise
         code = ExitCode.INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if _on_sigterm.received and code == ExitCode.INTERRUPTED:
+    if received and code == ExitCode.INTERRUPTED:
         print("diagnose: terminated (SIGTERM); the report holds what was measured", file=sys.stderr)
         return ExitCode.TERMINATED
     return code
