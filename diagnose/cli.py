@@ -21,6 +21,7 @@ Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from diagnose import __version__
@@ -293,18 +294,6 @@ SUBCOMMANDS = ("callgraph", "threads")
 ALL_SUBCOMMANDS = ("compare", "merge", "probe", *SUBCOMMANDS)
 
 
-def _misplaced_subcommand(own: list[str]) -> str | None:
-    """`diagnose -q threads x.py`: a subcommand name standing where the script goes (no such file there)."""
-    import os
-
-    for token in own:
-        if token in ALL_SUBCOMMANDS and not os.path.exists(token):
-            return token
-        if not token.startswith("-") and (token.endswith(".py") or ".py:" in token or os.path.exists(token)):
-            return None  # the script came first: later tokens are its arguments
-    return None
-
-
 def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int:
     """SIGTERM (a CI job's timeout, kill) is raised as Ctrl-C would be: the passes' children are stopped and
     the report written; the exit code then says SIGTERM."""
@@ -352,11 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser("diagnose " + subcommand if subcommand else "diagnose")
         own, extra = _split(parser, argv[1:] if subcommand else argv)
-        sub = None if subcommand else _misplaced_subcommand(own)
-        if sub:
+        args = parser.parse_args(own)
+        sub = args.target
+        if not subcommand and sub in ALL_SUBCOMMANDS and not os.path.exists(sub):  # `diagnose -q threads x.py`
             raise UsageError(f"the subcommand goes first: diagnose {sub} [OPTIONS] ..., not after options "
                              f"({' '.join(own[:own.index(sub) + 1])})")
-        args = parser.parse_args(own)
         if args.load:
             return _load(args)
         return _run_handling_sigterm(args, extra, subcommand)
