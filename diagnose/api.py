@@ -180,18 +180,16 @@ def exit_code_for(report: Report) -> ExitCode:
 
 
 def write_report(report: Report, output_dir: str) -> None:
-    if report.threads.get("timeline"):
-        why = plots.threads_png(report, os.path.join(output_dir, "threads.png"))
+    pictures = ((report.threads.get("timeline"), plots.threads_png, "threads", "threads.png"),
+                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"))
+    for data, draw, layer, name in pictures:  # a picture that cannot be drawn is named missing, with why
+        if not data:
+            continue
+        why = draw(report, os.path.join(output_dir, name))
         if why is None:
-            report.artifacts["threads_png"] = "threads.png"
-        elif "threads" in report.layers:
-            report.layers["threads"].missing["threads.png"] = why
-    if report.efficiency.get("operators"):
-        why = plots.roofline_png(report, os.path.join(output_dir, "roofline.png"))
-        if why is None:
-            report.artifacts["roofline_png"] = "roofline.png"
-        elif "efficiency" in report.layers:
-            report.layers["efficiency"].missing["roofline.png"] = why
+            report.artifacts[name.replace(".", "_")] = name
+        elif layer in report.layers:
+            report.layers[layer].missing[name] = why
     report.artifacts["report_json"] = "report.json"
     report.artifacts["report_md"] = "report.md"
     report.artifacts["report_html"] = "report.html"
