@@ -147,6 +147,11 @@ def sweep_rows(report: Report) -> tuple[list[tuple[str, ...]], str | None]:
         line = (f"recommended: {rec['code']}  (or {rec['env']}): the smallest setting within "
                 f"{sweep.get('tolerance_pct', 5)}% of the best measured throughput"
                 + (f"; {gain:+.1f}% vs the configured {sweep.get('configured_threads')} threads" if gain is not None else ""))
+        over = rec.get("passed_over")
+        if over:
+            line += (f"; {over['intra_op_threads']} threads measured {over['lead_pct']:+.1f}%, not clearly faster "
+                     f"than the {sweep.get('usable_cpus')} usable CPUs (more than {sweep.get('tolerance_pct', 5)}%, "
+                     "in every run), so not worth oversubscribing")
     return rows, line
 
 

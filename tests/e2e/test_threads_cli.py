@@ -94,17 +94,27 @@ def test_a_well_configured_model_raises_no_thread_alarm(tmp_path):
 
 
 @needs_few_cpus
-def test_sweep_recommends_at_most_the_usable_cpus_with_measured_throughputs(tmp_path):
-    run = run_cli("threads", "--sweep", "--sweep-repeats", "1", "examples/too_many_threads.py",
-                  "--", "--steps", "8", outdir=tmp_path / "r")
+def test_sweep_recommends_at_most_the_usable_cpus_unless_more_were_clearly_faster(tmp_path):
+    # function mode: each point is the median of 8 iterations, two interleaved runs per point
+    run = run_cli("threads", "--sweep", "examples/too_many_threads.py:step", "--warmup", "1", "--iters", "8",
+                  outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     sweep = run.report["threads"]["sweep"]
-    tried = [p["intra_op_threads"] for p in sweep["threads"]]
-    assert 1 in tried and 8 in tried and USABLE in tried
-    assert all(p["throughput_per_s"] > 0 for p in sweep["threads"])
+    points = {p["intra_op_threads"]: p for p in sweep["threads"]}
+    assert {1, 8, USABLE} <= set(points) and sweep["unit"] == "iterations"
+    assert all(p["throughput_per_s"] > 0 and len(p["runs_s"]) == 2 for p in points.values())
     rec = sweep["recommendation"]
-    assert rec["intra_op_threads"] <= USABLE
     assert rec["code"] == f"torch.set_num_threads({rec['intra_op_threads']})"
+    # on this 2-vCPU VM 8 and 2 threads measure alike within +-20% noise, so which one wins a short
+    # sweep is luck; what the tool promises is that 8 is only recommended on a clear win
+    inside = max((p for t, p in points.items() if t <= USABLE), key=lambda p: p["throughput_per_s"])
+    if rec["intra_op_threads"] > USABLE:
+        eight = points[rec["intra_op_threads"]]
+        assert eight["throughput_per_s"] > 1.05 * inside["throughput_per_s"]
+        assert max(eight["runs_s"]) < min(inside["runs_s"])
+    elif points[8]["throughput_per_s"] > inside["throughput_per_s"]:
+        assert rec["passed_over"]["intra_op_threads"] == 8
+        assert "not clearly faster than the" in run.stdout
     assert "Thread sweep" in run.stdout and "recommended: torch.set_num_threads(" in run.stdout
     f = _kinds(run.report).get("oversubscription")
     assert f is None or "Measured by the thread sweep" in f["suggestion"]

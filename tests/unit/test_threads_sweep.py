@@ -54,3 +54,41 @@ def test_failed_runs_are_counted_not_averaged_and_workers_are_swept_at_the_chose
     assert all(t == 2 for t, w in seen if w is not None)
     assert result["recommendation"]["dataloader_workers"] == 2
     assert "num_workers=2" in result["recommendation"]["code"]
+
+
+def _fixed(timing):
+    """run_point replaying `timing[threads]` run by run."""
+    seen: dict[int, int] = {}
+
+    def run_point(threads, workers):
+        seen[threads] = seen.get(threads, 0) + 1
+        return timing[threads][seen[threads] - 1]
+    return run_point
+
+
+def test_more_threads_than_cpus_with_an_unclear_lead_is_passed_over():
+    # the CI run that recommended 8 threads on 2 CPUs: one run each, 8 ahead by 5.6%
+    result = sweep.run_sweep(_fixed({1: [0.338], 2: [0.206], 8: [0.195]}), usable_cpus=2, configured_threads=8,
+                             configured_workers=None, has_dataloader=False, repeats=1)
+    rec = result["recommendation"]
+    assert rec["intra_op_threads"] == 8  # one run each: a lead above the tolerance is all there is to go on
+    # the same lead with two runs each that overlap is noise: the usable CPUs win
+    result = sweep.run_sweep(_fixed({1: [0.338, 0.33], 2: [0.206, 0.19], 8: [0.195, 0.18]}), usable_cpus=2,
+                             configured_threads=8, configured_workers=None, has_dataloader=False, repeats=2)
+    rec = result["recommendation"]
+    assert rec["intra_op_threads"] == 2 and rec["best"]["intra_op_threads"] == 2
+    assert rec["passed_over"]["intra_op_threads"] == 8
+    assert rec["passed_over"]["lead_pct"] == pytest.approx(100 * (0.198 / 0.1875 - 1), abs=0.1)
+    # a lead under the tolerance is passed over even with one run
+    result = sweep.run_sweep(_fixed({1: [0.338], 2: [0.2], 8: [0.195]}), usable_cpus=2, configured_threads=8,
+                             configured_workers=None, has_dataloader=False, repeats=1)
+    assert result["recommendation"]["intra_op_threads"] == 2
+    assert result["recommendation"]["passed_over"]["lead_pct"] == pytest.approx(2.6)
+
+
+def test_more_threads_than_cpus_that_win_in_every_run_are_recommended():
+    # e.g. a workload blocked on I/O in its pool: more threads than CPUs really help
+    result = sweep.run_sweep(_fixed({1: [1.0, 1.0], 2: [0.6, 0.62], 8: [0.3, 0.32]}), usable_cpus=2,
+                             configured_threads=8, configured_workers=None, has_dataloader=False, repeats=2)
+    rec = result["recommendation"]
+    assert rec["intra_op_threads"] == 8 and rec["passed_over"] is None
