@@ -104,12 +104,9 @@ def recommend(points: list[dict[str, Any]], key: str, budget: int | None = None)
             best = best_inside
     within = [p for p in ok if rate(p) >= (1 - TOLERANCE) * rate(best)]
     choice = min(within, key=lambda p: p[key])
-    pick = {key: choice[key], "throughput_per_s": rate(choice),
+    return {key: choice[key], "throughput_per_s": rate(choice),
             "best": {key: best[key], "throughput_per_s": rate(best)},
-            "tolerance_pct": round(100 * TOLERANCE)}
-    if passed_over:
-        pick["passed_over"] = passed_over
-    return pick
+            "passed_over": passed_over, "tolerance_pct": round(100 * TOLERANCE)}
 
 
 def advice(threads: int, workers: int | None) -> dict[str, str]:
@@ -150,7 +147,7 @@ def run_sweep(run_point: Callable[[int, int | None], float | None], *, usable_cp
         result["recommendation"] = {
             "intra_op_threads": chosen_threads, "dataloader_workers": chosen_workers,
             "throughput_per_s": pick["throughput_per_s"], "best": pick["best"],
-            "passed_over": pick.get("passed_over"),
+            "passed_over": pick["passed_over"],
             "gain_vs_configured_pct": (round(100 * (pick["throughput_per_s"] / configured["throughput_per_s"] - 1), 1)
                                        if configured else None),
             **advice(chosen_threads, chosen_workers),
