@@ -93,7 +93,8 @@ def _threads(report: Report) -> list[str]:
     rows, recommendation = fmt.sweep_rows(report)
     if not lines and not rows and not recommendation:
         return []
-    out = ["", "Threads"] + [f"  {line}" for line in lines]
+    layer = report.layers.get("threads")
+    out = ["", "Threads"] + [f"  {line}" for line in lines] + [f"  note: {n}" for n in (layer.notes if layer else [])]
     if rows:
         out += ["", "  Thread sweep (uninstrumented, interleaved runs)"] + _table(rows)
     if recommendation:

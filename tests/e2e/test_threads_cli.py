@@ -120,6 +120,18 @@ def test_sweep_recommends_at_most_the_usable_cpus_unless_more_were_clearly_faste
     assert f is None or "Measured by the thread sweep" in f["suggestion"]
 
 
+def test_a_run_too_short_to_judge_says_so_instead_of_staying_silent(tmp_path):
+    # 3 iterations of the planted 8-thread step: ~0.1 s, a few samples
+    run = run_cli("threads", "examples/too_many_threads.py:step", "--warmup", "0", "--iters", "3",
+                  outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    r = run.report
+    assert r["threads"]["duration_s"] < 0.5
+    assert "oversubscription" not in _kinds(r)
+    note = next(n for n in r["layers"]["threads"]["notes"] if "the thread findings need" in n)
+    assert f"note: {note}" in run.stdout and note in (tmp_path / "r" / "report.md").read_text()
+
+
 def test_threads_layer_is_skipped_when_its_pass_is_not_run(tmp_path):
     run = run_cli("callgraph", "examples/mlp.py", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr

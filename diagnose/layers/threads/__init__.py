@@ -83,6 +83,7 @@ class ThreadsLayer(Layer):
         return SamplerProcess(workdir)
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        from diagnose.findings.threads import MIN_DURATION_S
         from diagnose.layers.threads import analysis, environment
 
         path = os.path.join(workdir, RECORDING)
@@ -104,7 +105,12 @@ class ThreadsLayer(Layer):
         if not threads.get("schedstat_available"):
             status.notes.append("schedstat reads 0 0 0 here: runnable time from sampled thread states "
                                 "(coarser, underestimates short waits)")
-        if (threads.get("duration_s") or 0) < 1.0:
-            status.notes.append(f"the run lasted {threads.get('duration_s')} s: few samples, coarse numbers; "
+        seconds = threads.get("duration_s") or 0
+        if seconds < MIN_DURATION_S:
+            status.notes.append(f"the run lasted {seconds} s, under the {MIN_DURATION_S} s the thread findings need: "
+                                "no oversubscription or idle-CPU verdict from so few samples; "
+                                "a longer run (more iterations or steps) gets one")
+        elif seconds < 1.0:
+            status.notes.append(f"the run lasted {seconds} s: few samples, coarse numbers; "
                                 "a longer run (more iterations) gives steadier ones")
         return status
