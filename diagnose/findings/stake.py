@@ -31,10 +31,12 @@ their own evidence; the merged severity is the group's highest (evidence
 "severity_from" names the piece it came from when that is not the primary)
 and its time at stake the group's largest (the pieces overlap, so they are
 not added), both over the pieces about the same time: the primary's own
-operator, or the whole line when either has no operator (python_overhead).
-Another operator of the same statement (`tanh(x @ x)`: a low_efficiency
-tanh beside a healthy mm) rides along in "also" without lending the
-primary its severity or its stake.
+operator at its own input shapes (when both pieces record shapes), or the
+whole line when either has no operator (python_overhead). Another operator
+of the same statement (`tanh(x @ x)`: a low_efficiency tanh beside a
+healthy mm), or the same operator at other shapes (one `x @ w` line called
+with two batch sizes), rides along in "also" without lending the primary
+its severity or its stake.
 Findings of one layer at one line (two hot operators of one statement) stay
 separate, and findings without a location are never merged.
 """
@@ -103,6 +105,14 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=rank_key)
 
 
+def _same_time(a: Finding, b: Finding) -> bool:
+    """Pieces about the same time: the whole line (either has no operator), or one operator at one shape."""
+    if a.op is None or b.op is None:
+        return True
+    shapes_a, shapes_b = a.evidence.get("input_shapes"), b.evidence.get("input_shapes")
+    return a.op == b.op and (shapes_a is None or shapes_b is None or shapes_a == shapes_b)
+
+
 def dedup(findings: list[Finding]) -> list[Finding]:
     """Merge findings of two or more layers at the same location (see the module docstring)."""
     groups: dict[str, list[Finding]] = {}
@@ -121,8 +131,7 @@ def dedup(findings: list[Finding]) -> list[Finding]:
                              "title": f.title, "suggestion": f.suggestion,
                              "evidence": {k: v for k, v in f.evidence.items() if k != "also"}}
                             for f in others]
-        # the pieces about the same time: the primary's operator, or the whole line (no operator)
-        same = [f for f in group if f.op is None or primary.op is None or f.op == primary.op]
+        same = [f for f in group if _same_time(f, primary)]
         stakes = [f.evidence.get("time_at_stake_pct") for f in same
                   if isinstance(f.evidence.get("time_at_stake_pct"), (int, float))]
         if stakes and max(stakes) > stake(primary):

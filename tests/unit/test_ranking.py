@@ -186,3 +186,18 @@ def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_st
     assert (merged.severity, merged.evidence["time_at_stake_pct"]) == ("medium", 29.8)
     assert [a["op"] for a in merged.evidence["also"]] == ["aten::tanh", "aten::mm"]
     assert "severity_from" not in merged.evidence
+
+
+def test_the_same_operator_at_other_shapes_lends_neither_its_severity_nor_its_stake():
+    # examples/mlp.py:30 (the demo): a low sequential_operator on mm at [1024,256],[256,512] (14% of the
+    # operators) merged with a hot_operator on mm at [1024,256],[256,1024] showed that one's 26.7% at stake
+    seq = Finding("sequential_operator", "low", "mm flat", "aten::mm", "mlp.py:30",
+                  {"time_at_stake_pct": 11.2, "input_shapes": [[1024, 256], [256, 512]]}, "s", "microbench")
+    hot_other = Finding("hot_operator", "medium", "mm hot", "aten::mm", "mlp.py:30",
+                        {"time_at_stake_pct": 26.7, "input_shapes": [[1024, 256], [256, 1024]]}, "s", "operators")
+    hot_same = Finding("hot_operator", "low", "mm hot", "aten::mm", "mlp.py:30",
+                       {"time_at_stake_pct": 12.0, "input_shapes": [[1024, 256], [256, 512]]}, "s", "operators")
+    [merged] = stake.dedup([seq, hot_other, hot_same])
+    assert merged.kind == "sequential_operator"
+    assert (merged.severity, merged.evidence["time_at_stake_pct"]) == ("low", 12.0)
+    assert [a["evidence"]["input_shapes"][1] for a in merged.evidence["also"]] == [[256, 1024], [256, 512]]
