@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from diagnose import __version__, findings, machine, target as target_mod
+from diagnose import __version__, findings, machine, markers, steps as steps_mod, target as target_mod
 from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
 from diagnose.render import markdown, plots
 from diagnose.report import io as report_io
-from diagnose.report.model import IterationStats, LayerStatus, Report, TargetInfo
-from diagnose.runner import NO_FUNCTION, START_MARKER
+from diagnose.report.model import IterationStats, LayerStatus, Report, Steps, TargetInfo
+from diagnose.runner import NO_FUNCTION
 from diagnose.target import Target
 
 # Files diagnose writes into an output directory; never replaced without --force.
@@ -42,6 +42,10 @@ class Config:
     layers: list[str] = field(default_factory=lambda: list(LAYERS))
     trace_max_events: int = 100_000
     profile_iters: int = 20
+    # script mode: the window every pass measures (diagnose/steps.py); function mode uses Target.warmup/iters
+    skip_steps: int = steps_mod.DEFAULT_SKIP_STEPS
+    steps: int = steps_mod.DEFAULT_STEPS
+    full_run: bool = False  # record the whole run in every pass (steps are still counted)
     reports_root: str = "reports"
     baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
     callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
@@ -122,11 +126,43 @@ def _stats(samples: list[float]) -> IterationStats | None:
                           min_s=min(samples), max_s=max(samples))
 
 
-def _spec(target: Target, config: Config, name: str, layer: str | None) -> dict[str, Any]:
+@dataclass
+class Window:
+    """What every pass of a script-mode run is told about its steps (runner.py, steps.py).
+
+    The first pass (the uninstrumented one) looks for the window with a
+    minimum duration; the passes after it measure the same number of steps
+    and, knowing that the script has steps, record only the window. When the
+    first pass found no window (no steps, or fewer than --skip-steps) the
+    later ones measure the whole run, as it did.
+    """
+
+    spec: dict[str, Any] | None  # steps.WindowSpec as JSON; None: the whole run (--full-run, or no window)
+    expect_steps: bool | None = None  # None: not known yet
+
+    @classmethod
+    def first(cls, target: Target, config: Config) -> "Window":
+        if target.mode != "script" or config.full_run:
+            return cls(None)
+        return cls({"skip": config.skip_steps, "steps": config.steps, "min_window_s": steps_mod.MIN_WINDOW_S,
+                    "stop_after_window": True})
+
+    def after_first(self, result: dict[str, Any] | None) -> "Window":
+        seen = (result or {}).get("steps") or {}
+        if self.spec is None or not seen.get("window_began"):
+            return Window(None, expect_steps=False)
+        return Window({**self.spec, "steps": max(1, int(seen.get("window_steps") or self.spec["steps"])),
+                       "min_window_s": 0.0}, expect_steps=True)
+
+
+def _spec(target: Target, config: Config, name: str, layer: str | None,
+          window: Window | None = None) -> dict[str, Any]:
+    window = window or Window(None)
     return {
         "pass": name, "layer": layer, "script": target.path, "display_script": target.script,
         "argv": list(target.argv), "mode": target.mode, "function": target.function,
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
+        "window": window.spec, "expect_steps": window.expect_steps,
         "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
                     "callgraph": config.callgraph, "vtune_analysis": config.vtune},
         **({"distributed": {"nproc_per_node": config.nproc_per_node, "torchrun_args": list(config.torchrun_args)}}
@@ -248,14 +284,14 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     workroot = tempfile.mkdtemp(prefix="diagnose-")
     try:
         try:
-            _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress,
-                        steps=len(passes) + len(derived))
+            window = _run_passes(target, config, report, passes, observers, workroot, output_dir, created,
+                                 progress, steps=len(passes) + len(derived))
             for i, layer in enumerate(derived, 1):
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
                              len(passes) + len(derived), {"microbench_budget": config.microbench_budget,
                                                           "microbench_top": config.microbench_top})
             if config.sweep and not report.run.interrupted:
-                _sweep(target, config, report, workroot, progress)
+                _sweep(target, config, report, workroot, progress, window)
         except KeyboardInterrupt:  # between passes: keep what was measured
             report.run.interrupted = True
         if report.distributed:
@@ -268,7 +304,9 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
 
 
 def _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress,
-                steps: int) -> None:
+                steps: int) -> Window:
+    """Every pass in turn; returns the window the passes after the first measured."""
+    window = Window.first(target, config)
     for index, (name, layer) in enumerate(passes, 1):
         if report.run.interrupted:
             report.layers[name] = LayerStatus("skipped", "diagnose was interrupted before this pass")
@@ -277,9 +315,9 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         captured = layer is not None
         progress.pass_started(index, steps, name, description, captured)
         workdir = os.path.join(workroot, name)
-        watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, START_MARKER))
+        watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, markers.START))
         try:
-            spec = _spec(target, config, name, layer.name if layer else None)
+            spec = _spec(target, config, name, layer.name if layer else None, window)
             prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
             outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
                                on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix)
@@ -295,6 +333,8 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
                 _discard(output_dir, created)
                 raise TargetError(outcome.result["error"])
             _apply_outcome(report, outcome)
+            report.steps = _steps(target, config, window, outcome.result)
+            window = window.after_first(outcome.result)
         if layer is None:
             _apply_baseline(report, outcome)
             for observer_layer in observers:
@@ -310,6 +350,29 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status
         _move_artifacts(report, workdir, output_dir)
+    return window
+
+
+def _steps(target: Target, config: Config, window: Window, result: dict[str, Any] | None) -> Steps | None:
+    """report.steps from the first pass's step clock (script mode)."""
+    if target.mode != "script":
+        return None
+    seen = (result or {}).get("steps") or {}
+    out = Steps(detector=seen.get("detector"), detail=seen.get("detail"), steps_seen=int(seen.get("steps_seen") or 0),
+                skip_steps=config.skip_steps, steps=config.steps, full_run=config.full_run,
+                ended_target=bool(seen.get("stopped_target")), batch_size=seen.get("batch_size"),
+                setup_s=_round(seen.get("setup_s")), warmup_s=[round(x, 6) for x in seen.get("warmup_s") or []])
+    if seen.get("window_began") and window.spec is not None:
+        out.window_first = int(seen["window_first"])
+        out.window_last = out.window_first + int(seen.get("window_steps") or 0) - 1
+        waits = seen.get("data_wait_s") or []
+        out.data_wait_s = round(sum(waits), 6) if waits else None
+    out.notes = steps_mod.notes(out, seen, result)
+    return out
+
+
+def _round(x: float | None, digits: int = 6) -> float | None:
+    return round(x, digits) if isinstance(x, (int, float)) else None
 
 
 def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, progress: Progress,
@@ -335,7 +398,8 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
     _move_artifacts(report, workdir, output_dir)
 
 
-def _sweep(target: Target, config: Config, report: Report, workroot: str, progress: Progress) -> None:
+def _sweep(target: Target, config: Config, report: Report, workroot: str, progress: Progress,
+           window: Window) -> None:
     """Measure the uninstrumented workload at several thread settings (layers/threads/sweep.py)."""
     from diagnose.layers.threads import sweep
 
@@ -349,7 +413,7 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
 
     def run_point(threads: int, workers: int | None) -> float | None:
         name = f"sweep-{state['index']}"
-        spec = _spec(target, config, name, None)
+        spec = _spec(target, config, name, None, window)
         spec["options"].update(intra_op_threads=threads, dataloader_workers=workers)
         outcome = run_pass(spec, os.path.join(workroot, name), passthrough=False, timeout_s=config.timeout_s,
                            on_tick=progress.tick,

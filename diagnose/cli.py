@@ -26,6 +26,7 @@ import sys
 
 from diagnose import __version__
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
+from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
 
 EPILOG = """\
 examples:
@@ -76,14 +77,21 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help="where to write the report (default: reports/<script>-<YYYYmmdd-HHMMSS>/)")
     p.add_argument("--force", action="store_true",
                    help="replace report files an earlier run left in DIR (other files are never touched)")
-    p.add_argument("--warmup", type=int, default=3, metavar="N", help="function mode: unmeasured calls first (3)")
-    p.add_argument("--iters", type=int, default=20, metavar="N", help="function mode: measured calls (20)")
+    p.add_argument("--skip-steps", "--warmup", dest="skip_steps", type=int, default=None, metavar="K",
+                   help=f"steps to run before the measured window: the script's steps (found by themselves: "
+                        f"optimizer.step(), the outermost module's forward, or diagnose.mark_step()), or calls "
+                        f"of script.py:function ({DEFAULT_SKIP_STEPS})")
+    p.add_argument("--steps", "--iters", dest="steps", type=int, default=None, metavar="N",
+                   help=f"steps every pass measures after them; in script mode the script is then ended, like a "
+                        f"normal exit ({DEFAULT_STEPS})")
+    p.add_argument("--full-run", action="store_true",
+                   help="script mode: run and record the whole script in every pass (steps are still counted)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop a pass after this long; what it measured so far is kept")
     p.add_argument("--layers", metavar="NAMES", default=",".join(LAYERS),
                    help=f"comma-separated layers to run (default and choices: {','.join(LAYERS)})")
     p.add_argument("--profile-iters", type=int, default=20, metavar="N",
-                   help="function mode: record at most the last N iterations in the operator pass (20)")
+                   help="function mode: record at most the last N measured calls in the operator pass (20)")
     p.add_argument("--trace-max-events", type=int, default=100_000, metavar="N",
                    help="cap on events written to trace.json (100000)")
     p.add_argument("--callgraph-nodes", type=float, default=callgraph.NODE_THRES_PCT, metavar="PCT",
@@ -171,6 +179,19 @@ def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str],
     return own, script + tail
 
 
+def _shadowed_options(own: list[str], target: str | None, script: str) -> list[str]:
+    """diagnose's options given after the script that the script also defines (`--steps` in both)."""
+    if not target or target not in own:
+        return []
+    names = [t.split("=", 1)[0] for t in own[own.index(target) + 1:] if t.startswith("--")]
+    try:
+        with open(script, encoding="utf-8", errors="replace") as fh:
+            source = fh.read()
+    except OSError:
+        return []
+    return [n for n in dict.fromkeys(names) if f'"{n}"' in source or f"'{n}'" in source]
+
+
 def _load(args) -> int:
     from diagnose.render import markdown, terminal
     from diagnose.report import io as report_io
@@ -250,10 +271,16 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     if unknown:
         raise UsageError(f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
     script, function = parse_target_spec(args.target)
-    target = Target(script=script, argv=extra, function=function,
-                    warmup=args.warmup, iters=args.iters)
+    skip = DEFAULT_SKIP_STEPS if args.skip_steps is None else args.skip_steps
+    steps = DEFAULT_STEPS if args.steps is None else args.steps
+    if steps < 1 or skip < 0:
+        raise UsageError(f"--steps wants a number of steps >= 1 and --skip-steps one >= 0, not {steps} and {skip}")
+    if args.full_run and function:
+        raise UsageError("--full-run is for script mode; script.py:function measures --steps calls")
+    target = Target(script=script, argv=extra, function=function, warmup=skip, iters=steps)
     config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
                         profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
+                        skip_steps=skip, steps=steps, full_run=args.full_run,
                         callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
                                    "focus": args.callgraph_focus})
     config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats
@@ -348,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
                              f"({' '.join(own[:own.index(sub) + 1])})")
         if args.load:
             return _load(args)
+        from diagnose.target import parse_target_spec
+
+        for name in _shadowed_options(own, args.target, parse_target_spec(args.target)[0] if args.target else ""):
+            print(f"diagnose: note: {name} after the script is diagnose's own option; your script defines "
+                  f"{name} too: to give it to the script, put it after -- (diagnose {args.target} -- {name} ...)",
+                  file=sys.stderr)
         return _run_handling_sigterm(args, extra, subcommand)
     except DiagnoseError as exc:
         print(f"diagnose: error: {exc.message}", file=sys.stderr)

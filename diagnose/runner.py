@@ -7,10 +7,20 @@ raises, calls sys.exit or os._exit, or is interrupted. The parent never runs
 user code; this process exists so that whatever the target does cannot take
 the report down with it.
 
-result.json: pass, layer, exit_code, error, error_kind, traceback, wall_s,
-iteration_s, torch, raw (the layer's data), raw_error, overrides (sweep
-points), thread_calls (uninstrumented pass: the target's set_num_threads
-and set_num_interop_threads calls with their user line).
+In script mode the runner finds the script's steps and measures the window
+the spec asks for (diagnose/steps.py): the layer's recorder starts when the
+window begins and stops when it ends, and by default the target is then
+ended like a normal exit. A pass that does not know yet whether the script
+has steps (`expect_steps` not true) records from the workload's start and
+starts over when a window begins; a script without steps is measured whole.
+The markers observers wait for are in diagnose/markers.py.
+
+result.json: pass, layer, exit_code, error, error_kind, traceback, wall_s
+(the window, else the whole workload), iteration_s (function mode: each
+measured call; script mode: each step of the window), steps (script mode:
+StepClock.result()), torch, raw (the layer's data), raw_error, overrides
+(sweep points), thread_calls (uninstrumented pass: the target's
+set_num_threads and set_num_interop_threads calls with their user line).
 
 Under torchrun (the spec has `distributed`), every rank runs this module: it
 works in `rank<RANK>/` under the pass workdir, writes its result.json there
@@ -30,10 +40,12 @@ import time
 import traceback
 from typing import Any
 
+from diagnose import markers
+from diagnose.steps import StepClock, WindowComplete, WindowSpec
+
 # exit status of the runner itself when the function named in the spec is missing
 NO_FUNCTION = 97
-START_MARKER = "started"  # created in the pass workdir when the measured workload begins
-STOP_MARKER = "stopped"  # ... and when it ends (observers stop there, not at interpreter exit)
+FULL_RUN = WindowSpec(skip=0, steps=1 << 62, stop_after_window=False)  # --full-run: count steps, record all
 
 
 def _torch_info(torch) -> dict[str, Any]:
@@ -137,8 +149,10 @@ class Run:
             "torch": None, "raw": None, "raw_error": None, "overrides": {},
         }
         self.recorder = None
+        self.recording = False
         self.finished = False
         self.t0: float | None = None
+        self.clock: StepClock | None = None
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result["exit_code"] = code
@@ -166,53 +180,84 @@ class Run:
             from diagnose.layers import get
 
             self.recorder = get(spec["layer"]).recorder(spec)
+            self.recorder.prepare()  # hooks and modes in place before the target compiles anything
         script = spec["script"]
         sys.argv = [spec.get("display_script", script), *spec.get("argv", [])]
         sys.path[0] = os.path.dirname(script)
         if spec["mode"] == "script":
-            self._start()
-            runpy.run_path(script, run_name="__main__")
-            self._stop_clock()
-        else:
-            namespace = runpy.run_path(script, run_name="__diagnose_target__")
-            func = namespace.get(spec["function"])
-            if not callable(func):
-                self.record_exit(NO_FUNCTION, "no_function",
-                                 f"{spec.get('display_script', script)} has no function '{spec['function']}'")
-                return
-            for _ in range(spec.get("warmup", 0)):
-                func()
-            self._start()
-            times = self.result["iteration_s"]
-            for _ in range(spec["iters"]):
-                t = time.perf_counter()
-                func()
-                times.append(time.perf_counter() - t)
-                if self.recorder is not None:
-                    self.recorder.step()
-            self._stop_clock()
+            self._run_script(torch, script)
+            return
+        namespace = runpy.run_path(script, run_name="__diagnose_target__")
+        func = namespace.get(spec["function"])
+        if not callable(func):
+            self.record_exit(NO_FUNCTION, "no_function",
+                             f"{spec.get('display_script', script)} has no function '{spec['function']}'")
+            return
+        for _ in range(spec.get("warmup", 0)):
+            func()
+        self._start(record=True)
+        times = self.result["iteration_s"]
+        for _ in range(spec["iters"]):
+            t = time.perf_counter()
+            func()
+            times.append(time.perf_counter() - t)
+            if self.recorder is not None:
+                self.recorder.step()
+        self._stop_clock()
 
-    def _start(self) -> None:
-        # observers (the thread sampler) begin measuring when this file appears
-        with open(os.path.join(self.spec["workdir"], START_MARKER), "w"):
-            pass
-        if self.spec.get("rank"):  # a torchrun rank: the first one to start starts the observers
+    def _run_script(self, torch, script: str) -> None:
+        window = WindowSpec.from_json(self.spec.get("window"))
+        full_run = window is None
+        self.clock = StepClock(FULL_RUN if full_run else window,
+                               on_begin=None if full_run else self._begin_window,
+                               on_end=None if full_run else self._end_window)
+        self.clock.install(torch)
+        # a pass that knows the script has steps records only the window; others record from the start
+        self._start(record=full_run or not self.spec.get("expect_steps"))
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except WindowComplete:
+            pass  # the window is measured: the target ends here, like a normal exit
+        self._stop_clock()
+
+    def _start(self, record: bool) -> None:
+        # observers (the thread sampler) begin measuring when this marker appears
+        self._mark(markers.START)
+        if record and self.recorder is not None:
+            self.recorder.start()
+            self.recording = True
+        self.t0 = time.perf_counter()
+
+    def _mark(self, name: str) -> None:
+        markers.touch(self.spec["workdir"], name)
+        if self.spec.get("rank"):  # a torchrun rank: the first to start / the last to stop marks the pass
             from diagnose.distributed import launcher
 
-            launcher.mark(self.spec, START_MARKER, started=True)
+            launcher.mark(self.spec, name, started=name != markers.STOP)
+
+    def _begin_window(self) -> None:
+        """The window begins: observers and the recorder start over, the clock too."""
+        self._mark(markers.WINDOW)
         if self.recorder is not None:
+            if self.recording:
+                self.recorder.stop()
             self.recorder.start()
+            self.recording = True
         self.t0 = time.perf_counter()
+
+    def _end_window(self) -> None:
+        self._stop_clock()
+        self._stop_recorder()
+
+    def _stop_recorder(self) -> None:
+        if self.recording:
+            self.recording = False
+            self.recorder.stop()
 
     def _stop_clock(self) -> None:
         if self.t0 is not None and self.result["wall_s"] is None:
             self.result["wall_s"] = time.perf_counter() - self.t0
-            with open(os.path.join(self.spec["workdir"], STOP_MARKER), "w"):
-                pass
-            if self.spec.get("rank"):  # ... and the last local rank to stop stops them
-                from diagnose.distributed import launcher
-
-                launcher.mark(self.spec, STOP_MARKER, started=False)
+            self._mark(markers.STOP)
 
     def finish(self) -> None:
         """Stop recording and write result.json; safe to call twice."""
@@ -221,9 +266,19 @@ class Run:
         self.finished = True
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the results
         self._stop_clock()
+        if self.clock is not None:
+            self.clock.uninstall()
+            steps = self.clock.result()
+            self.result["steps"] = steps
+            if steps["window_began"]:
+                self.result["iteration_s"] = steps["step_s"]
+                if not steps["window_ended"] and steps["window_wall_s"]:
+                    # the script ended inside the window: its wall time is up to the last step
+                    self.result["wall_s"] = steps["window_wall_s"]
         if self.recorder is not None:
             try:
-                self.recorder.stop()
+                self._stop_recorder()
+                self.recorder.release()
                 self.result["raw"] = self.recorder.collect(self.spec["workdir"])
             except Exception as exc:  # noqa: BLE001 - reported as the layer's failure
                 self.result["raw_error"] = f"{type(exc).__name__}: {exc}"

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from diagnose.errors import TargetError
+from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
 
 
 @dataclass(frozen=True)
@@ -18,8 +19,8 @@ class Target:
     script: str  # as the user gave it
     argv: list[str] = field(default_factory=list)  # the script's own arguments
     function: str | None = None  # function mode when set
-    warmup: int = 3
-    iters: int = 20
+    warmup: int = DEFAULT_SKIP_STEPS  # function mode: calls before the measured ones (--skip-steps)
+    iters: int = DEFAULT_STEPS  # function mode: measured calls (--steps)
 
     @property
     def mode(self) -> str:
@@ -73,7 +74,7 @@ def validate(target: Target) -> None:
             hint = f" (functions defined there: {', '.join(funcs)})" if funcs else " (it defines no functions)"
             raise TargetError(f"{path} has no top-level function '{target.function}'{hint}")
         if target.iters < 1 or target.warmup < 0:
-            raise TargetError("--iters must be at least 1 and --warmup at least 0")
+            raise TargetError("--steps must be at least 1 and --skip-steps at least 0")
 
 
 def top_level_names(tree: ast.Module) -> dict[str, str]:

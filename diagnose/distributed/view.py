@@ -86,7 +86,7 @@ def _entry(d: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
 
 def record_pass(report: Any, pass_name: str, layer: str | None, ranks: list[dict[str, Any]]) -> None:
     """One pass's per-rank results into report.distributed."""
-    from diagnose.layers.operators import merge_rows
+    from diagnose.layers.operators.rows import merge_rows
 
     d = report.distributed
     for r in ranks:

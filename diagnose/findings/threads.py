@@ -183,7 +183,7 @@ def oversubscription(report: Report) -> list[Finding]:
         suggestion = (f"Use at most one thread per usable CPU: torch.set_num_threads({usable}) (or remove a "
                       f"hard-coded larger value; torch's default counts CPUs the affinity/cgroup may not give)."
                       + where
-                      + (f" Inter-op work runs beside it: torch.set_num_interop_threads(1) before any parallel work."
+                      + (" Inter-op work runs beside it: torch.set_num_interop_threads(1) before any parallel work."
                          if inter else "")
                       + _sweep_note(t))
     location = None

@@ -25,18 +25,36 @@ if TYPE_CHECKING:
     from diagnose.report.model import LayerStatus, Report
 
 
-class Recorder(Protocol):
-    """Child side of a layer: started after warm-up, stepped per iteration."""
+class Recorder:
+    """Child side of a layer (diagnose/runner.py drives it).
 
-    def start(self) -> None: ...
+    `prepare()` runs before the target's code (hooks and modes that must be in
+    place before anything is compiled); `start()`/`stop()` bracket what is
+    measured: the window of steps, the measured calls of function mode, or the
+    whole workload when the script has no steps; start() after a stop()
+    starts over, dropping what was recorded (a window began); `step()` follows
+    each measured call of function mode; `release()` undoes `prepare()` once
+    the target is done; `collect()` gives the raw JSON-able data for
+    `analyse` and may write artifacts into the workdir.
+    """
 
-    def step(self) -> None: ...
+    def prepare(self) -> None:
+        pass
 
-    def stop(self) -> None: ...
+    def start(self) -> None:
+        pass
+
+    def step(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
 
     def collect(self, workdir: str) -> dict[str, Any]:
-        """Raw JSON-able data for `analyse`; may write artifacts into workdir."""
-        ...
+        return {}
 
 
 class Observer(Protocol):

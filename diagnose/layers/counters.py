@@ -3,8 +3,10 @@
 CountersLayer observes the uninstrumented pass from outside, like the thread
 sampler: when the runner creates its start marker (the measured workload
 begins, torch already imported) a watcher thread starts
-`perf stat -x, -e cycles,instructions,... -p PID -o FILE`; at the stop
-marker (or when the pass ends) perf gets SIGINT and writes its counts.
+`perf stat -x, -e cycles,instructions,... -p PID -o FILE`; when a window of
+steps begins perf is started over (what it counted was setup and warm-up);
+at the stop marker (or when the pass ends) perf gets SIGINT and writes its
+counts (diagnose/markers.py).
 `analyse` turns them into `report.counters` (diagnose/tools/perf.py):
 
     {"source": "perf", "cpi", "ipc", "cache_miss_pct", "branch_miss_pct",
@@ -31,9 +33,9 @@ import subprocess
 import threading
 from typing import Any
 
-from diagnose.layers.base import Layer, last_line
+from diagnose import markers
+from diagnose.layers.base import Layer, Recorder, last_line
 from diagnose.report.model import LayerStatus, Report
-from diagnose.runner import STOP_MARKER
 from diagnose.tools import perf, vtune
 
 PERF_OUT = "perf-stat.csv"
@@ -74,23 +76,33 @@ class PerfStatObserver:
         self.log = None
 
     def attach(self, pid: int, start_marker: str) -> None:
-        stop_marker = os.path.join(os.path.dirname(start_marker), STOP_MARKER)
-        self.thread = threading.Thread(target=self._watch, args=(pid, start_marker, stop_marker), daemon=True)
+        folder = os.path.dirname(start_marker)
+        self.thread = threading.Thread(target=self._watch, args=(pid, folder), daemon=True)
         self.thread.start()
 
-    def _watch(self, pid: int, start_marker: str, stop_marker: str) -> None:
-        while not os.path.exists(start_marker):
+    def _watch(self, pid: int, folder: str) -> None:
+        start, window, stop = (os.path.join(folder, m) for m in (markers.START, markers.WINDOW, markers.STOP))
+        while not os.path.exists(start):
             if self.done.wait(MARKER_POLL_S) or not _alive(pid):
                 return
-        self.command = perf.stat_command(pid, os.path.join(self.workdir, PERF_OUT), perf=self.perf_exe)
-        self.log = open(os.path.join(self.workdir, PERF_LOG), "wb")
-        # own session: a Ctrl-C at the terminal reaches the target, perf is stopped by us
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        while not os.path.exists(stop_marker):
+        self._launch(pid)
+        restarted = False
+        while not os.path.exists(stop):
+            if not restarted and os.path.exists(window):  # setup and warm-up are not what is measured
+                restarted = True
+                self._stop()
+                self._launch(pid)
             if self.done.wait(MARKER_POLL_S) or self.proc.poll() is not None:
                 break
         self._stop()
+
+    def _launch(self, pid: int) -> None:
+        self.command = perf.stat_command(pid, os.path.join(self.workdir, PERF_OUT), perf=self.perf_exe)
+        if self.log is None:
+            self.log = open(os.path.join(self.workdir, PERF_LOG), "wb")
+        # own session: a Ctrl-C at the terminal reaches the target, perf is stopped by us
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def _stop(self) -> None:
         proc = self.proc
@@ -168,7 +180,7 @@ class CountersLayer(Layer):
 # ---------------------------------------------------------------- VTune
 
 
-class IttRecorder:
+class IttRecorder(Recorder):
     """Child side of the VTune pass: the measured workload inside emit_itt (aten ops become ITT tasks)."""
 
     def __init__(self) -> None:
@@ -179,9 +191,6 @@ class IttRecorder:
 
         self.ctx = torch.autograd.profiler.emit_itt()
         self.ctx.__enter__()
-
-    def step(self) -> None:
-        pass
 
     def stop(self) -> None:
         if self.ctx is not None:

@@ -27,10 +27,12 @@ from __future__ import annotations
 import os
 import pstats
 import re
+import sys
+import time
 from collections import defaultdict
 from typing import Any
 
-from diagnose.layers.base import Layer
+from diagnose.layers.base import Layer, Recorder
 from diagnose.report.model import LayerStatus, PythonFunction, Report
 from diagnose.tools import callgraph
 
@@ -43,29 +45,86 @@ USER_MIN_CUMULATIVE_PCT = 1.0
 MAX_OPERATORS_PER_FUNCTION = 8
 
 
-class PythonRecorder:
+class PythonRecorder(Recorder):
+    """cProfile over the measured part of the workload.
+
+    In script mode the window begins and ends inside the script's loop, so
+    cProfile never sees the frame running the loop (the script's `<module>`,
+    or the function holding the loop) being entered: its own time and its
+    calls would be missing. The recorder finds that frame (the innermost one
+    on the stack both when recording starts and when it stops) and adds it to
+    the stats as what it is: the caller of every function cProfile saw start
+    at the top, with the window's time not spent in them as its own time.
+    """
+
     def __init__(self, spec: dict[str, Any]):
         self.spec = spec
         self.profiler = None
+        self.start_frames: dict[int, Any] = {}
+        self.loop_frame = None
+        self.t0 = 0.0
+        self.wall_s = 0.0
 
     def start(self) -> None:
         import cProfile
 
         self.profiler = cProfile.Profile()
+        self.start_frames = _stack(sys._getframe(1)) if self.spec.get("mode") == "script" else {}
+        self.t0 = time.perf_counter()
         self.profiler.enable()
-
-    def step(self) -> None:
-        pass
 
     def stop(self) -> None:
         if self.profiler is not None:
             self.profiler.disable()
+            self.wall_s = time.perf_counter() - self.t0
+            self.loop_frame = _innermost_common(sys._getframe(1), self.start_frames)
+            self.start_frames = {}
 
     def collect(self, workdir: str) -> dict[str, Any]:
         if self.profiler is None:
             return {"pstats": None}
-        self.profiler.dump_stats(os.path.join(workdir, PSTATS))
-        return {"pstats": PSTATS, "callgraph": self.spec.get("options", {}).get("callgraph", {})}
+        stats = pstats.Stats(self.profiler)
+        root = None
+        if self.loop_frame is not None:
+            root = add_loop_frame(stats.stats, self.loop_frame, self.wall_s)
+            self.loop_frame = None
+        stats.dump_stats(os.path.join(workdir, PSTATS))
+        return {"pstats": PSTATS, "callgraph": self.spec.get("options", {}).get("callgraph", {}), "root": root}
+
+
+def _stack(frame) -> dict[int, Any]:
+    out = {}
+    while frame is not None:
+        out[id(frame)] = frame
+        frame = frame.f_back
+    return out
+
+
+def _innermost_common(frame, start_frames: dict[int, Any]):
+    """The innermost frame on both stacks that is the target's, not diagnose's or runpy's."""
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the diagnose package
+    while frame is not None:
+        if start_frames.get(id(frame)) is frame:
+            name = frame.f_code.co_filename
+            if name.startswith(own) or name.endswith("runpy.py") or name.startswith("<frozen"):
+                return None
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def add_loop_frame(stats: dict, frame, wall_s: float) -> list:
+    """Give the stats the frame that ran the window's loop (see PythonRecorder); returns its key."""
+    code = frame.f_code
+    key = (code.co_filename, code.co_firstlineno, code.co_name)
+    roots = [k for k, v in stats.items() if not v[4] and k != key]
+    own = max(0.0, wall_s - sum(v[2] for v in stats.values()))
+    for k in roots:
+        cc, nc, tt, ct, callers = stats[k]
+        callers[key] = (cc, nc, tt, ct)
+    cc, nc, tt, ct, callers = stats.get(key, (0, 0, 0.0, 0.0, {}))
+    stats[key] = (cc + 1, nc + 1, tt + own, ct + wall_s, callers)
+    return list(key)
 
 
 # --------------------------------------------------------------- parent side
@@ -194,8 +253,12 @@ def join_operators(rows: list[PythonFunction], report: Report) -> None:
         row.operators = found[:MAX_OPERATORS_PER_FUNCTION]
 
 
-def _entry_selector(stats: dict, report: Report, script_path: str) -> str | None:
-    """gprof2dot's name for the workload's entry, to root the graph there."""
+def _entry_selector(stats: dict, report: Report, script_path: str, root: list | None = None) -> str | None:
+    """gprof2dot's name for the workload's entry, to root the graph there: the frame that ran the
+    window's loop (script mode), else the script's <module> or the function of function mode."""
+    if root:
+        filename, line, name = root
+        return f"{os.path.splitext(os.path.basename(filename))[0]}:{line}:{name}"
     want = report.target.function or "<module>"
     real = os.path.realpath(script_path)
     for filename, line, name in stats:
@@ -237,7 +300,7 @@ class PythonLayer(Layer):
             node_thres_pct=opts.get("node_thres_pct", callgraph.NODE_THRES_PCT),
             edge_thres_pct=opts.get("edge_thres_pct", callgraph.EDGE_THRES_PCT),
             focus_paths=[os.path.dirname(script)] if opts.get("focus") == "user" else None,
-            root=_entry_selector(stats, report, script),
+            root=_entry_selector(stats, report, script, raw.get("root")),
         )
         summary["callgraph"] = {"node_thres_pct": options.node_thres_pct, "edge_thres_pct": options.edge_thres_pct,
                                 "focus": opts.get("focus", "all"), "root": options.root}

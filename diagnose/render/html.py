@@ -72,7 +72,7 @@ def _value(value: Any, limit: int = 160) -> str:
 def _status(report: Report, layer: str) -> str:
     s = report.layers.get(layer)
     if s is None:
-        return f'<p class="status skipped">not run (not among this run\'s layers)</p>'
+        return '<p class="status skipped">not run (not among this run\'s layers)</p>'
     if s.status == "ok":
         took = f" in {fmt.duration(s.elapsed_s)}" if s.elapsed_s is not None else ""
         return f'<p class="status ok">layer ok{_e(took)}</p>'

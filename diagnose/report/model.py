@@ -8,7 +8,9 @@ migration to io.MIGRATIONS):
   "1" - first version: target, machine, run, layers, operators,
         python_hotspots, threads, microbenchmarks, findings, artifacts;
         efficiency and counters added later (additive: no version bump);
-        distributed added later (additive, empty for a single process).
+        distributed added later (additive, empty for a single process);
+        steps added later (additive: script mode's step detection, window,
+        setup and data wait).
 """
 
 from __future__ import annotations
@@ -70,9 +72,9 @@ class Run:
     exit_code: int | None = None
     error: str | None = None
     traceback: list[str] = field(default_factory=list)
-    wall_s: float | None = None  # uninstrumented pass (measured iterations only, in function mode)
+    wall_s: float | None = None  # uninstrumented pass: the measured calls (function mode) or the window of steps
     instrumented_wall_s: float | None = None  # operator pass, same span
-    iterations: IterationStats | None = None  # uninstrumented, function mode
+    iterations: IterationStats | None = None  # uninstrumented: per call (function mode) or per step of the window
     instrumented_iterations: IterationStats | None = None
     interrupted: bool = False
     timed_out: bool = False
@@ -86,6 +88,36 @@ class Run:
         if self.iterations and self.instrumented_iterations:
             a, b = self.instrumented_iterations.median_s, self.iterations.median_s
         return a / b if a and b else None
+
+
+@dataclass
+class Steps:
+    """Script mode: the steps diagnose found and the window every pass measured (diagnose/steps.py).
+
+    Per-step times of the window are `run.iterations` (uninstrumented pass);
+    the window's wall time is `run.wall_s`.
+    """
+
+    detector: str | None = None  # optimizer, forward, mark_step; None: no step found (the whole run is measured)
+    detail: str | None = None  # e.g. "SGD.step()", "BertModel forward", "diagnose.mark_step() at train.py:40"
+    steps_seen: int = 0  # steps the uninstrumented pass ran (up to the window's end when it ended the target there)
+    skip_steps: int = 0  # requested: --skip-steps
+    steps: int = 0  # requested: --steps
+    window_first: int | None = None  # first and last step measured by every pass (1-based), None without a window
+    window_last: int | None = None
+    full_run: bool = False  # --full-run: every pass recorded the whole run
+    ended_target: bool = False  # the passes ended the target once their window was measured
+    batch_size: int | None = None  # dim 0 of the outermost module's first tensor input
+    setup_s: float | None = None  # from the workload's start (torch imported) to the first step's start
+    data_wait_s: float | None = None  # window: time inside DataLoader iterators' __next__
+    warmup_s: list[float] = field(default_factory=list)  # the skipped steps' times (at most 200), in order
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def window_steps(self) -> int:
+        if self.window_first is None or self.window_last is None:
+            return 0
+        return self.window_last - self.window_first + 1
 
 
 @dataclass
@@ -183,6 +215,7 @@ class Report:
     microbenchmarks: list[dict[str, Any]] = field(default_factory=list)
     efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline
     counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
+    steps: Steps | None = None  # script mode (None in function mode)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); empty for a single process
     distributed: dict[str, Any] = field(default_factory=dict)

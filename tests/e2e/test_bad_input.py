@@ -3,10 +3,8 @@ reports written for whatever ran, nothing of the user's overwritten."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import EXAMPLES, REPO, run_cli, line_of
+from conftest import EXAMPLES, run_cli, line_of
 
 MLP = EXAMPLES / "mlp.py"
 FORWARD = line_of(MLP, "logits = model(inputs)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from diagnose import cli
-from diagnose.errors import UsageError
 
 
 def split(*argv: str) -> tuple[list[str], list[str]]:

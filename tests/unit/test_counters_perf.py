@@ -12,7 +12,7 @@ import pytest
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.layers.counters import CountersLayer, PerfStatObserver, counters_from_perf, skip_reason
 from diagnose.report.model import Report, TargetInfo
-from diagnose.runner import START_MARKER, STOP_MARKER
+from diagnose.markers import START as START_MARKER, STOP as STOP_MARKER
 from diagnose.tools import perf
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "counters"

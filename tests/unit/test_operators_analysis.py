@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.layers.operators import merge_rows
+from diagnose.layers.operators.rows import merge_rows
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "operators_raw_mlp_step.json"
 

@@ -22,7 +22,9 @@ torch = pytest.importorskip("torch")
 
 from torch.autograd import DeviceType  # noqa: E402
 
-from diagnose.layers.operators import OperatorsRecorder, _reference_collect, reduce_kineto  # noqa: E402
+from diagnose.layers.operators.kineto import reduce_kineto  # noqa: E402
+from diagnose.layers.operators.recorder import OperatorsRecorder  # noqa: E402
+from operators_reference import _reference_collect  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "tests" / "data" / "operators" / "workload.py"
@@ -71,9 +73,11 @@ def assert_equivalent(fast, ref, fast_trace: Path, ref_trace: Path):
 def _record(spec, tmp_path, run):
     """Profile `run` under the recorder as the runner does; return (raw, reference)."""
     rec = OperatorsRecorder(spec)
+    rec.prepare()
     rec.start()
     run(rec)
     rec.stop()
+    rec.release()
     raw = rec.collect(str(tmp_path))
     assert rec.profile is not None and rec.results is not None
     ref = _reference_collect(rec.profile.events(), rec.results.events(),

@@ -29,7 +29,7 @@ def test_validate_function_names(tmp_path):
         validate(Target(script=str(path), function=name))
     with pytest.raises(TargetError, match="functions defined there: step"):
         validate(Target(script=str(path), function="nope"))
-    with pytest.raises(TargetError, match="--iters"):
+    with pytest.raises(TargetError, match="--steps"):
         validate(Target(script=str(path), function="step", iters=0))
 
 

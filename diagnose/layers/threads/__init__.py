@@ -3,7 +3,9 @@
 It has no pass of its own. It observes the uninstrumented pass from outside:
 when the pass's child starts, a sampler process (sampler.py) attaches to its
 pid, waits for the measured workload to begin (the runner's start marker),
-and follows it and every descendant through /proc until the workload ends;
+starts over when a window of steps begins (what it saw was setup and
+warm-up), and follows it and every descendant through /proc until the
+measured part ends (diagnose/markers.py);
 `analyse` turns that recording into `report.threads` (analysis.py) and adds
 the environment audit (environment.py). The findings that read it live in
 diagnose/findings/threads.py; the sweep (sweep.py) is run by the api when
@@ -20,8 +22,8 @@ import subprocess
 import sys
 from typing import Any
 
+from diagnose import markers
 from diagnose.layers.base import Layer, last_line
-from diagnose.runner import STOP_MARKER
 from diagnose.report.model import LayerStatus, Report
 
 RECORDING = "threads-recording.json"
@@ -39,10 +41,11 @@ class SamplerProcess:
         self.log = None
 
     def attach(self, pid: int, start_marker: str) -> None:
-        stop_marker = os.path.join(os.path.dirname(start_marker), STOP_MARKER)
+        folder = os.path.dirname(start_marker)
         cmd = [sys.executable, "-m", "diagnose.layers.threads.sampler", "--pid", str(pid),
                "--out", os.path.join(self.workdir, RECORDING), "--start-when", start_marker,
-               "--stop-when", stop_marker]
+               "--restart-when", os.path.join(folder, markers.WINDOW),
+               "--stop-when", os.path.join(folder, markers.STOP)]
         if self.interval_s:
             cmd += ["--interval", str(self.interval_s)]
         self.log = open(os.path.join(self.workdir, SAMPLER_LOG), "wb")

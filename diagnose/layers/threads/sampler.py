@@ -16,7 +16,10 @@ before its first sample: the runner creates it when the measured workload
 begins, so interpreter start-up and torch's import (seconds, one thread)
 do not dilute the averages; with --stop-when it takes a last sample and
 stops once that file exists (the runner creates it when the workload ends,
-before results are written and the interpreter shuts down).
+before results are written and the interpreter shuts down); with
+--restart-when it drops what it recorded and starts over, once, when that
+file appears (the runner creates it when the window of steps begins: what
+came before was setup and warm-up).
 
 It runs outside the target so the target's GIL, caches and thread pools are
 untouched (FIELD_NOTES). Each sample reads, per thread, `stat` and
@@ -449,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                              "or the process is gone")
     parser.add_argument("--stop-when", default=None, metavar="FILE",
                         help="take a last sample and stop once FILE exists (the workload has ended)")
+    parser.add_argument("--restart-when", default=None, metavar="FILE",
+                        help="drop the recording and start over, once, when FILE appears (the measured window begins)")
     parser.add_argument("--proc-root", default=procfs.PROC, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # A signal writes to this pipe, so the sleep returns at once and the last sample
@@ -456,23 +461,34 @@ def main(argv: list[str] | None = None) -> int:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
 
+    restart = {"pending": bool(args.restart_when), "now": False}
+
     def sleep(seconds: float) -> None:
-        if not args.stop_when:
+        if not args.stop_when and not restart["pending"]:
             select.select([wake_r], [], [], seconds)
             return
         end = time.monotonic() + seconds
-        while True:  # look for the stop marker every START_POLL_S
-            if os.path.exists(args.stop_when):
+        while True:  # look for the markers every START_POLL_S
+            if args.stop_when and os.path.exists(args.stop_when):
+                sampler.stop()
+                return
+            if restart["pending"] and os.path.exists(args.restart_when):
+                restart.update(pending=False, now=True)
                 sampler.stop()
                 return
             left = end - time.monotonic()
             if left <= 0 or select.select([wake_r], [], [], min(left, START_POLL_S))[0]:
                 return
 
-    sampler = Sampler(args.pid, interval_s=args.interval, max_snapshots=args.max_snapshots, proc_root=args.proc_root,
-                      sleep=sleep)
+    def new_sampler() -> Sampler:
+        return Sampler(args.pid, interval_s=args.interval, max_snapshots=args.max_snapshots,
+                       proc_root=args.proc_root, sleep=sleep)
+
+    sampler = new_sampler()
+    signalled = []
 
     def on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+        signalled.append(signum)
         sampler.stop()
 
     previous_fd = signal.set_wakeup_fd(wake_w)
@@ -485,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.ready, "w"):
                 pass
         recording = sampler.run(max_duration_s=args.max_duration)
+        if restart["now"] and not signalled and recording["health"]["stopped_by"] == "stop":
+            sampler = new_sampler()  # the window begins: what came before was setup and warm-up
+            recording = sampler.run(max_duration_s=args.max_duration)
     finally:
         # leave the process as found (main() also runs inside tests)
         for sig, handler in previous.items():

@@ -1,0 +1,65 @@
+"""Operators layer: torch.profiler with shapes, FLOPs, memory and source lines.
+
+- recorder.py (child side): profiles the measured part of the workload and
+  reduces the events to raw rows keyed by (operator, shapes, dtypes, source,
+  parent operator), plus a Chrome trace capped in size (kineto.py);
+- rows.py and `OperatorsLayer.analyse` (parent side): one row per (operator,
+  input shapes) for the report.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from diagnose.layers.base import Layer
+from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
+from diagnose.report.model import LayerStatus, Report
+
+
+class OperatorsLayer(Layer):
+    name = "operators"
+    description = "torch.profiler with shapes, FLOPs, memory and source lines"
+
+    def recorder(self, spec: dict[str, Any]):
+        from diagnose.layers.operators.recorder import OperatorsRecorder
+
+        return OperatorsRecorder(spec)
+
+    def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        raw = outcome.raw
+        if raw is None:
+            return LayerStatus("failed", outcome.failure_reason("the operator pass"))
+        rows = merge_rows(raw["rows"])
+        notes = []
+        if len(rows) > MAX_ROWS:
+            notes.append(f"kept the {MAX_ROWS} rows with most self CPU time of {len(rows)}")
+            rows = rows[:MAX_ROWS]
+        attach_functions(rows)
+        report.operators = rows
+        total_self_us = sum(r["self_cpu_us"] for r in raw["rows"])
+        attributed_us = sum(r["self_cpu_us"] for r in raw["rows"] if r["source"])
+        report.operator_summary = {
+            "total_self_cpu_us": round(total_self_us, 3),
+            "attributed_share": round(attributed_us / total_self_us, 4) if total_self_us else None,
+            "attribution_overhead_us": round(raw.get("attribution_overhead_us", 0.0), 3),
+            "events": raw.get("events"),
+            "memory": raw.get("memory", {}),
+            "window": raw.get("window"),
+            "trace": raw.get("trace"),
+        }
+        if raw.get("window"):
+            notes.append(raw["window"])
+        trace = raw.get("trace") or {}
+        if os.path.exists(os.path.join(workdir, "trace.json")):
+            report.artifacts["trace"] = "trace.json"
+            if trace.get("truncated"):
+                notes.append(
+                    f"trace.json holds the first {trace['events_written']} of {trace['events_total']} events "
+                    f"({trace['span_s']:.2f} s); use function mode (script.py:step) to record a window of iterations"
+                )
+        if outcome.status != "ok":
+            notes.append(f"the target did not finish this pass ({outcome.status}): rows cover what ran before")
+        if not rows:
+            return LayerStatus("skipped", "the target ran no torch operators", notes=notes)
+        return LayerStatus("ok", notes=notes)

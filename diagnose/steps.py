@@ -1,0 +1,344 @@
+"""Steps in script mode: how a pass finds the target's steps and measures a window of them (child side).
+
+A *step* is one iteration of the script's main loop, found without changing
+the script, by the first of these detectors that fires (a higher one takes
+over from a lower one as long as the window has not begun):
+
+1. `mark_step` - the script calls `diagnose.mark_step()` at the end of each
+   step (a no-op when not run under diagnose);
+2. `optimizer` - each `optimizer.step()` of any torch.optim optimizer ends a
+   step (torch.optim's global step post-hook);
+3. `forward` - each call of the outermost `nn.Module` ends a step. The
+   outermost module is the first one called outside any other module's
+   forward (found with torch's global forward pre-hook, removed at once so that
+   nothing else runs through the hook path, and before any compiled module
+   runs: torch.compile guards on the global hooks); from then on a hook on
+   that module alone counts its calls.
+
+Step i runs from the end of step i-1 to the end of step i; step 1 starts when
+the outermost module is first called (or at the first mark_step/optimizer
+boundary when no module was seen), and everything before it is *setup*.
+Time spent inside a DataLoader iterator's `__next__` is the step's *data
+wait*. The batch size is dim 0 of the outermost module's first tensor input.
+
+The *window* is steps `skip + 1 .. skip + steps` (`WindowSpec`). The clock
+calls `on_begin` when it begins (at the end of step `skip`) and `on_end` when
+it ends; with `min_window_s` the window also lasts at least that long (the
+uninstrumented pass uses it so that very short steps still give the thread
+sampler enough time; the later passes then measure the same number of
+steps). With `stop_after_window` the clock raises `WindowComplete` once the
+window is measured, and again at every later step: the target ends as if it
+had finished (a `BaseException`, so the script's `except Exception` does not
+catch it), which the runner treats as a normal end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+PRECEDENCE = {"forward": 1, "optimizer": 2, "mark_step": 3}
+# --skip-steps: the first steps pay for lazy initialisation (optimizer state, oneDNN primitive caches, the
+# allocator's first pools, torch.compile's compilation and its recompile on a new shape); they settle by then
+DEFAULT_SKIP_STEPS = 5
+DEFAULT_STEPS = 20  # --steps: enough for a per-step median and IQR
+# the first pass's window lasts at least this long: the thread findings need 0.5 s of samples
+MIN_WINDOW_S = 1.0
+TOO_FINE_S = 1e-3  # a step shorter than this is probably not the script's loop iteration
+KEPT_WARMUP_STEPS = 200  # per-step times kept for the skipped steps (the warm-up picture)
+MAX_WINDOW_STEP_TIMES = 100_000  # per-step times kept for the window (a --full-run of a long job)
+
+
+class WindowComplete(BaseException):
+    """Raised at a step boundary after the window: ends the target like a normal exit."""
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    skip: int = 5
+    steps: int = 20
+    min_window_s: float = 0.0
+    stop_after_window: bool = True
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "WindowSpec | None":
+        if not data:
+            return None
+        return cls(skip=int(data["skip"]), steps=int(data["steps"]), min_window_s=float(data.get("min_window_s", 0)),
+                   stop_after_window=bool(data.get("stop_after_window", True)))
+
+
+_active: "StepClock | None" = None  # the clock of this process's pass, if it runs under diagnose
+
+
+def mark_step() -> None:
+    """End a step of the script's loop (explicit step detector); does nothing outside diagnose."""
+    clock = _active
+    if clock is not None:
+        clock.boundary("mark_step", sys._getframe(1))
+
+
+class StepClock:
+    """Counts steps, times them and opens/closes the measured window (see the module docstring)."""
+
+    def __init__(self, window: WindowSpec | None, on_begin: Callable[[], None] | None = None,
+                 on_end: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.window = window
+        self.on_begin = on_begin
+        self.on_end = on_end
+        self.clock = clock
+        self.t_workload = clock()
+        self.detector: str | None = None
+        self.detail: str | None = None
+        self.count = 0  # steps of the current detector
+        self.first_start: float | None = None  # start of step 1 (first outermost forward)
+        self.last_end: float | None = None
+        self.step_s: list[float] = []  # the window's steps
+        self.warmup_s: list[float] = []  # the skipped steps, at most KEPT_WARMUP_STEPS
+        self.data_wait_s: list[float] = []  # per window step
+        self.batch_sizes: dict[int, int] = {}
+        self.switches: list[str] = []
+        self.began_at: float | None = None
+        self.ended_at: float | None = None
+        self.window_steps = 0
+        self.ignored: dict[str, int] = {}  # boundaries of lower detectors after a higher one took over
+        self._data_wait = 0.0
+        self._root = None
+        self._global_pre = None
+        self._handles: list[Any] = []
+        self._stopping = False
+
+    # ------------------------------------------------------------ wiring
+
+    def install(self, torch) -> None:
+        """Hook the detectors into torch (and make diagnose.mark_step() live)."""
+        global _active
+        _active = self
+        from torch.nn.modules import module as module_mod
+        from torch.optim import optimizer as optimizer_mod
+
+        self._handles.append(optimizer_mod.register_optimizer_step_post_hook(self._on_optimizer_step))
+        self._global_pre = module_mod.register_module_forward_pre_hook(self._on_any_forward)
+        self._handles.append(self._global_pre)
+        self._patch_dataloader()
+
+    def uninstall(self) -> None:
+        global _active
+        if _active is self:
+            _active = None
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _patch_dataloader(self) -> None:
+        try:
+            from torch.utils.data import dataloader
+        except ImportError:  # pragma: no cover - torch without data utilities
+            return
+        cls = dataloader._BaseDataLoaderIter  # noqa: SLF001 - every DataLoader iterator's __next__
+        real = cls.__next__
+        clock = self
+
+        def timed_next(it):
+            t = clock.clock()
+            try:
+                return real(it)
+            finally:
+                clock._data_wait += clock.clock() - t
+
+        cls.__next__ = timed_next
+        self._handles.append(_Restore(cls, "__next__", real))
+
+    # ------------------------------------------------------------ detectors
+
+    def _on_any_forward(self, module, args) -> None:
+        """Global pre-hook: the first module called outside any other's forward is the outermost one."""
+        import torch
+
+        if torch.compiler.is_compiling():
+            return
+        if self._root is not None:
+            return
+        self._root = module
+        # drop the global hook before this module's forward runs: nothing else pays for the hook path,
+        # and a module compiled later is never traced with it in place
+        self._global_pre.remove()
+        self._handles += [module.register_forward_pre_hook(self._on_root_pre, with_kwargs=True),
+                          module.register_forward_hook(self._on_root_post)]
+        self._on_root_pre(module, args, {})  # its own pre-hook did not exist yet for this call
+
+    def _on_root_pre(self, module, args, kwargs) -> None:
+        if self.first_start is None:
+            self.first_start = self.clock()
+            if self.window is not None and self.window.skip == 0 and self.began_at is None:
+                self._begin(self.first_start)
+        size = _batch_size(args, kwargs)
+        if size is not None:
+            self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
+        if self.detector is None:
+            self.detail = f"{type(module).__name__} forward"
+
+    def _on_root_post(self, module, args, output) -> None:
+        self.boundary("forward", None, detail=f"{type(module).__name__} forward")
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self.boundary("optimizer", None, detail=f"{type(optimizer).__name__}.step()")
+
+    # ------------------------------------------------------------ boundaries
+
+    def boundary(self, detector: str, frame, detail: str | None = None) -> None:
+        """The end of a step as `detector` sees it."""
+        now = self.clock()
+        if self.detector != detector:
+            if self.detector is not None and PRECEDENCE[detector] < PRECEDENCE[self.detector]:
+                self.ignored[detector] = self.ignored.get(detector, 0) + 1
+                return
+            if self.detector is not None:
+                if self.began_at is not None:  # the window runs on the first detector's steps: keep them
+                    self.ignored[detector] = self.ignored.get(detector, 0) + 1
+                    return
+                self.switches.append(f"{self.detector} -> {detector} after {self.count} steps")
+                self.warmup_s.clear()
+                self.count = 0
+            self.detector = detector
+            if detector == "mark_step":
+                where = _where(frame)
+                self.detail = f"diagnose.mark_step() at {where}" if where else "diagnose.mark_step()"
+            elif detail:
+                self.detail = detail
+        start = self.last_end if self.last_end is not None else (
+            self.first_start if self.first_start is not None else self.t_workload)
+        if self.first_start is None:
+            self.first_start = start
+        self.count += 1
+        self.last_end = now
+        duration = now - start
+        wait, self._data_wait = self._data_wait, 0.0
+        w = self.window
+        if self.began_at is not None and self.ended_at is None:
+            self.window_steps += 1
+            if len(self.step_s) < MAX_WINDOW_STEP_TIMES:
+                self.step_s.append(duration)
+                self.data_wait_s.append(wait)
+            if w is not None and self.window_steps >= w.steps and now - self.began_at >= w.min_window_s:
+                self._end(now)
+        elif self.began_at is None:
+            if len(self.warmup_s) < KEPT_WARMUP_STEPS:
+                self.warmup_s.append(duration)
+            if w is not None and self.count >= w.skip:
+                self._begin(now)
+        if self._stopping:
+            raise WindowComplete
+
+    def _begin(self, now: float) -> None:
+        self.began_at = now
+        self._data_wait = 0.0
+        if self.on_begin:
+            self.on_begin()
+
+    def _end(self, now: float) -> None:
+        self.ended_at = now
+        if self.on_end:
+            self.on_end()
+        self._stopping = bool(self.window and self.window.stop_after_window)
+
+    # ------------------------------------------------------------ result
+
+    def result(self) -> dict[str, Any]:
+        batch = max(self.batch_sizes, key=lambda k: self.batch_sizes[k]) if self.batch_sizes else None
+        first = (self.window.skip + 1) if self.window and self.began_at is not None else None
+        return {
+            "detector": self.detector,
+            "detail": self.detail,
+            "steps_seen": self.count,
+            "setup_s": (self.first_start - self.t_workload) if self.first_start is not None else None,
+            "warmup_s": self.warmup_s,
+            "step_s": self.step_s,
+            "data_wait_s": self.data_wait_s,
+            "batch_size": batch,
+            "window_began": self.began_at is not None,
+            "window_ended": self.ended_at is not None,
+            "window_first": first,
+            "window_steps": self.window_steps,
+            "window_wall_s": ((self.ended_at or self.last_end or self.began_at) - self.began_at)
+            if self.began_at is not None else None,
+            "stopped_target": self._stopping,
+            "switches": self.switches,
+            "ignored": self.ignored,
+        }
+
+
+class _Restore:
+    """A patched attribute put back by `remove()`, like torch's hook handles."""
+
+    def __init__(self, owner, name: str, value):
+        self.owner, self.name, self.value = owner, name, value
+
+    def remove(self) -> None:
+        setattr(self.owner, self.name, self.value)
+
+
+def _batch_size(args, kwargs) -> int | None:
+    import torch
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() else None
+        if isinstance(value, dict):  # a tokenizer's BatchEncoding, a dict of inputs
+            for v in value.values():
+                if isinstance(v, torch.Tensor) and v.dim():
+                    return int(v.shape[0])
+    return None
+
+
+def _where(frame) -> str | None:
+    if frame is None:
+        return None
+    path = frame.f_code.co_filename
+    try:
+        rel = os.path.relpath(path)
+        path = rel if not rel.startswith("..") else path
+    except ValueError:
+        pass
+    return f"{path}:{frame.f_lineno}"
+
+
+def notes(steps, seen: dict[str, Any], result: dict[str, Any] | None) -> list[str]:
+    """What a reader should know about how the steps were found and measured (report.steps.notes)."""
+    out = []
+    if steps.full_run:
+        out.append("--full-run: every pass recorded the whole run")
+    if steps.detector is None:
+        if not steps.full_run:
+            out.append("no step found (no optimizer.step(), no nn.Module call, no diagnose.mark_step()): every "
+                       "pass measured the whole run, and the operator pass stops recording at its event budget")
+        return out
+    if steps.full_run:
+        return out
+    if steps.window_first is None:
+        out.append(f"the script ran {steps.steps_seen} steps, not more than --skip-steps {steps.skip_steps}: "
+                   "there was no window to measure, so every pass measured the whole run, warm-up included")
+        return out
+    n = steps.window_steps
+    if n < steps.steps and not steps.ended_target:
+        out.append(f"the script ended after step {steps.window_last}, inside the window: "
+                   f"measured {n} steps, fewer than --steps {steps.steps}")
+    elif n > steps.steps:
+        out.append(f"the window has {n} steps, more than --steps {steps.steps}, so that it lasts at least "
+                   f"{MIN_WINDOW_S:g} s (the thread findings need 0.5 s of samples)")
+    if steps.ended_target:
+        out.append(f"each pass ended the script after step {steps.window_last}, once its window was measured "
+                   "(--full-run runs it to the end)")
+    times = sorted((result or {}).get("iteration_s") or [])
+    if times and times[len(times) // 2] < TOO_FINE_S:
+        out.append(f"a step ({steps.detail}) takes {times[len(times) // 2] * 1e6:.0f} µs: it may be finer than the "
+                   "script's loop (a small module called many times per iteration?); call diagnose.mark_step() at "
+                   "the end of the loop body to mark the steps yourself")
+    for name, count in sorted((seen.get("ignored") or {}).items()):
+        if PRECEDENCE[name] > PRECEDENCE[steps.detector]:
+            out.append(f"{count} {name} boundaries came after the window had begun on {steps.detector} steps "
+                       "and were not used")
+    return out
