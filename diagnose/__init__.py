@@ -6,3 +6,5 @@
 """
 
 __version__ = "0.1.0"
+
+from diagnose.steps import mark_step  # noqa: E402,F401 - `import diagnose; diagnose.mark_step()` in a script's loop

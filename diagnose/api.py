@@ -46,6 +46,7 @@ class Config:
     skip_steps: int = steps_mod.DEFAULT_SKIP_STEPS
     steps: int = steps_mod.DEFAULT_STEPS
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
+    max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
     reports_root: str = "reports"
     baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
     callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
@@ -147,9 +148,14 @@ class Window:
         return cls({"skip": config.skip_steps, "steps": config.steps, "min_window_s": steps_mod.MIN_WINDOW_S,
                     "stop_after_window": True})
 
+    def empty(self, result: dict[str, Any] | None) -> bool:
+        """The window began and the script ended before its first step was over."""
+        seen = (result or {}).get("steps") or {}
+        return self.spec is not None and bool(seen.get("window_began")) and not seen.get("window_steps")
+
     def after_first(self, result: dict[str, Any] | None) -> "Window":
         seen = (result or {}).get("steps") or {}
-        if self.spec is None or not seen.get("window_began"):
+        if self.spec is None or not seen.get("window_began") or not seen.get("window_steps"):
             return Window(None, expect_steps=False)
         return Window({**self.spec, "steps": max(1, int(seen.get("window_steps") or self.spec["steps"])),
                        "min_window_s": 0.0}, expect_steps=True)
@@ -164,6 +170,7 @@ def _spec(target: Target, config: Config, name: str, layer: str | None,
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
         "window": window.spec, "expect_steps": window.expect_steps,
         "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
+                    "max_recorded_calls": config.max_recorded_calls,
                     "callgraph": config.callgraph, "vtune_analysis": config.vtune},
         **({"distributed": {"nproc_per_node": config.nproc_per_node, "torchrun_args": list(config.torchrun_args)}}
            if config.nproc_per_node else {}),
@@ -315,14 +322,22 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
         captured = layer is not None
         progress.pass_started(index, steps, name, description, captured)
         workdir = os.path.join(workroot, name)
-        watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, markers.START))
-        try:
-            spec = _spec(target, config, name, layer.name if layer else None, window)
-            prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
-            outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
-                               on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix)
-        finally:
-            watching.detach()
+        while True:
+            watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, markers.START))
+            try:
+                spec = _spec(target, config, name, layer.name if layer else None, window)
+                prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
+                outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
+                                   on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix)
+            finally:
+                watching.detach()
+            if index == 1 and outcome.status == "ok" and window.empty(outcome.result):
+                # the script ended right where the window began: what the observers kept is its tail;
+                # measure the whole run instead, as the passes after this one will
+                shutil.rmtree(workdir, ignore_errors=True)
+                window = Window(None, expect_steps=False)
+                continue
+            break
         progress.pass_finished(name, outcome)
         if outcome.ranks is not None:  # a torchrun pass: what each rank measured
             from diagnose.distributed import view as distributed_view

@@ -26,6 +26,7 @@ import sys
 
 from diagnose import __version__
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
+from diagnose.layers.operators.recorder import MAX_RECORDED_CALLS
 from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
 
 EPILOG = """\
@@ -94,6 +95,9 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help="function mode: record at most the last N measured calls in the operator pass (20)")
     p.add_argument("--trace-max-events", type=int, default=100_000, metavar="N",
                    help="cap on events written to trace.json (100000)")
+    p.add_argument("--max-recorded-calls", type=int, default=MAX_RECORDED_CALLS, metavar="N",
+                   help=f"the operator pass's event budget: stop recording after N torch calls from Python "
+                        f"({MAX_RECORDED_CALLS}), or once recording grew the process by 1 GiB")
     p.add_argument("--callgraph-nodes", type=float, default=callgraph.NODE_THRES_PCT, metavar="PCT",
                    help=f"call graph: hide functions under PCT%% of the time ({callgraph.NODE_THRES_PCT:g})")
     p.add_argument("--callgraph-edges", type=float, default=callgraph.EDGE_THRES_PCT, metavar="PCT",
@@ -281,6 +285,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
                         profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
                         skip_steps=skip, steps=steps, full_run=args.full_run,
+                        max_recorded_calls=args.max_recorded_calls,
                         callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
                                    "focus": args.callgraph_focus})
     config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats

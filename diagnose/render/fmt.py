@@ -33,30 +33,64 @@ def size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def spread(stats: IterationStats | None) -> str:
+def spread(stats: IterationStats | None, unit: str = "iter") -> str:
     if stats is None:
         return ""
     noise = stats.iqr_over_median * 100
     warn = " (noisy)" if noise >= 10 else ""
-    return f"median {duration(stats.median_s)}/iter, IQR ±{noise:.1f}%{warn}, n={stats.n}"
+    return f"median {duration(stats.median_s)}/{unit}, IQR ±{noise:.1f}%{warn}, n={stats.n}"
 
 
 def timing_lines(report: Report) -> list[str]:
     """Wall times with their noise and the instrumentation overhead, in plain words."""
     run = report.run
+    unit = "step" if report.target.mode == "script" else "iter"
     lines = []
     if run.iterations:
-        lines.append(f"uninstrumented: {spread(run.iterations)}")
+        lines.append(f"uninstrumented: {spread(run.iterations, unit)}")
     elif run.wall_s is not None:
-        lines.append(f"uninstrumented: {duration(run.wall_s)} (one run: noise not measured; "
-                     "use script.py:function for repeated iterations)")
+        lines.append(f"uninstrumented: {duration(run.wall_s)} (one run, no steps: noise not measured; "
+                     "diagnose.mark_step() in the loop or script.py:function gives per-step numbers)")
     if run.instrumented_iterations:
-        lines.append(f"operator pass:  {spread(run.instrumented_iterations)}")
+        lines.append(f"operator pass:  {spread(run.instrumented_iterations, unit)}")
     elif run.instrumented_wall_s is not None:
         lines.append(f"operator pass:  {duration(run.instrumented_wall_s)}")
     ratio = run.overhead_ratio
     if ratio:
         lines.append(f"instrumentation overhead: {ratio:.2f}x (operator times below come from the instrumented pass)")
+    return lines
+
+
+def steps_lines(report: Report) -> list[str]:
+    """Script mode: how the steps were found, the window every pass measured, throughput, setup, data wait."""
+    st = report.steps
+    if st is None:
+        return []
+    if st.detector is None:
+        return [f"steps: {note}" for note in st.notes]
+    how = {"optimizer": "each optimizer step", "forward": "each call of the outermost module",
+           "mark_step": "each diagnose.mark_step()"}.get(st.detector, st.detector)
+    lines = [f"steps: {how} ends one ({st.detail}); the script ran {st.steps_seen}"
+             + (" before diagnose ended it" if st.ended_target else "")]
+    if st.window_first is not None:
+        n = st.window_steps
+        lines.append(f"window: steps {st.window_first}-{st.window_last} ({n}), measured by every pass")
+        wall = report.run.wall_s
+        if wall and n:
+            rate = f"throughput: {n / wall:.3g} steps/s"
+            if st.batch_size:
+                rate += f", {n * st.batch_size / wall:.4g} samples/s (batch {st.batch_size})"
+            lines.append(rate)
+        if st.data_wait_s is not None and wall:
+            lines.append(f"data wait: {duration(st.data_wait_s)} of the window ({100 * st.data_wait_s / wall:.0f}%) "
+                         "inside DataLoader iterators")
+    if st.setup_s is not None:
+        lines.append(f"setup: {duration(st.setup_s)} before the first step (model, data, weights; not in the "
+                     "operator or Python numbers)")
+    if st.warmup_s:
+        first = ", ".join(duration(x) for x in st.warmup_s[:5])
+        lines.append(f"skipped steps (warm-up): {first}" + (" ..." if len(st.warmup_s) > 5 else ""))
+    lines += [f"note: {n}" for n in st.notes]
     return lines
 
 

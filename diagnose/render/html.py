@@ -478,7 +478,7 @@ def render(report: Report, image_dir: str | None = None) -> str:
     trace = ""
     if report.run.traceback:
         trace = f'<pre class="trace">{_e(chr(10).join([*report.run.traceback, report.run.error or ""]))}</pre>'
-    timing = "".join(f"<div>{_e(line)}</div>" for line in fmt.timing_lines(report))
+    timing = "".join(f"<div>{_e(line)}</div>" for line in fmt.timing_lines(report) + fmt.steps_lines(report))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -31,9 +31,9 @@ def render(report: Report) -> str:
     out.append(f"**{fmt.outcome_line(report)}**")
     if report.run.traceback:
         out += ["", "```", *report.run.traceback, report.run.error or "", "```"]
-    out += [""] + [f"- {line}" for line in fmt.timing_lines(report)]
+    out += [""] + [f"- {line}" for line in fmt.timing_lines(report) + fmt.steps_lines(report)]
     argv = " ".join(t.argv)
-    out.append(f"- mode: {t.mode}" + (f", warmup {t.warmup}, iters {t.iters}" if t.function else "")
+    out.append(f"- mode: {t.mode}" + (f", skip {t.warmup} calls, measure {t.iters}" if t.function else "")
                + (f", arguments: `{argv}`" if argv else ""))
     out.append("")
 

@@ -19,7 +19,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
            fmt.outcome_line(report)]
     if report.run.traceback:
         out.append(f"  at {report.run.traceback[-1]}")
-    out += [f"  {line}" for line in fmt.timing_lines(report)]
+    out += [f"  {line}" for line in fmt.timing_lines(report) + fmt.steps_lines(report)]
     ops = report.operators[:TOP_OPERATORS]
     if ops:
         out.append("")

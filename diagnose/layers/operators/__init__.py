@@ -50,13 +50,15 @@ class OperatorsLayer(Layer):
         }
         if raw.get("window"):
             notes.append(raw["window"])
+        if raw.get("budget"):
+            notes.append(raw["budget"])
         trace = raw.get("trace") or {}
         if os.path.exists(os.path.join(workdir, "trace.json")):
             report.artifacts["trace"] = "trace.json"
             if trace.get("truncated"):
                 notes.append(
                     f"trace.json holds the first {trace['events_written']} of {trace['events_total']} events "
-                    f"({trace['span_s']:.2f} s); use function mode (script.py:step) to record a window of iterations"
+                    f"({trace['span_s']:.2f} s); fewer --steps (or --trace-max-events) keep the whole window"
                 )
         if outcome.status != "ok":
             notes.append(f"the target did not finish this pass ({outcome.status}): rows cover what ran before")
