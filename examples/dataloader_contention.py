@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Augmented(Dataset):
-    def __len__(self):
-        return 32
+    def __len__(self):  # enough batches that the workers keep computing through diagnose's window of steps
+        return 256
 
     def __getitem__(self, i):
         rng = np.random.default_rng(i)
