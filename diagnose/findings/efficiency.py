@@ -15,7 +15,10 @@ Thresholds:
   copy bandwidth), so nothing is raised there;
 - when the peaks were measured while other processes held the CPUs the roofs
   are low and efficiencies read high: the finding still fires below the
-  thresholds and the evidence says `peaks_contended`.
+  thresholds and the evidence says `peaks_contended`;
+- operators without a meaningful work model (random number generation,
+  sorting, allocation, views: roofline.no_verdict says which and why) get no
+  verdict, even from a report written before the efficiency layer withheld it.
 - Counters (report.counters, perf or VTune): CPI >= 1.0 over the run is
   `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; FIELD_NOTES);
   VTune spin + overhead time >= 20% of CPU time is `medium`.
@@ -27,7 +30,7 @@ import re
 from typing import Any
 
 from diagnose.findings.operators import suggestion_for
-from diagnose.layers.efficiency.roofline import tensor_dtypes
+from diagnose.layers.efficiency.roofline import no_verdict, tensor_dtypes
 from diagnose.report.model import Finding, Report
 
 HOT_SHARE_PCT = 10.0
@@ -111,7 +114,8 @@ def low_efficiency(report: Report) -> list[Finding]:
     peaks = eff.get("peaks") or {}
     for op in eff.get("operators") or []:
         pct, share = op.get("efficiency_pct"), float(op.get("share_pct") or 0.0)
-        if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL:
+        if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL \
+                or no_verdict(op["name"]):
             continue
         if pct >= MEDIUM_BELOW_PCT:
             continue
