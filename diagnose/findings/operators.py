@@ -10,10 +10,12 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   or from another copy, not the copies inside a compute kernel) >= 15% is
   `medium`, >= 30% `high`.
 - memory_churn: allocations >= 256 MiB in total and >= 1 GiB/s is `low`,
-  >= 2 GiB/s `medium`, >= 8 GiB/s `high`. The evidence adds the turnover
-  (bytes allocated over the most bytes alive at once); it is not a
-  threshold, since every training loop turns its activations over once per
-  step.
+  >= 2 GiB/s `medium`, >= 8 GiB/s `high`, the rate over the span the
+  operator pass recorded (stake.recorded_span: with --iters above
+  --profile-iters only the last iterations are recorded, and allocations
+  are counted over those alone). The evidence adds the turnover (bytes
+  allocated over the most bytes alive at once); it is not a threshold, since
+  every training loop turns its activations over once per step.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from diagnose.findings.stake import operator_stake
+from diagnose.findings.stake import operator_stake, recorded_span
 from diagnose.report.model import Finding, OperatorRow, Report
 
 HOT_MIN_PCT = 10.0
@@ -170,7 +172,7 @@ def copy_overhead(report: Report) -> list[Finding]:
 def memory_churn(report: Report) -> list[Finding]:
     mem = report.operator_summary.get("memory") or {}
     allocated = int(mem.get("allocated_bytes") or 0)
-    wall = report.run.instrumented_wall_s
+    wall, span_basis = recorded_span(report)
     if allocated < CHURN_MIN_BYTES or not wall:
         return []
     rate = allocated / wall
@@ -201,6 +203,8 @@ def memory_churn(report: Report) -> list[Finding]:
             "allocated_bytes": allocated,
             "allocations": int(mem.get("allocations") or 0),
             "bytes_per_s": round(rate),
+            "recorded_s": round(wall, 4),
+            "recorded_s_basis": span_basis,
             "threshold_bytes_per_s": next(limit for limit, sev in CHURN_RATES if sev == severity),
             "peak_live_bytes": peak or None,
             "turnover": round(turnover, 1) if turnover else None,

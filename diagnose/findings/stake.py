@@ -10,7 +10,8 @@ time), so this puts them on one scale:
   microbench and efficiency rules through `fill`): the operator share
   times `operator_wall_fraction`, the share of the run spent inside torch
   operators (the cProfile pass's torch built-in share when the python layer
-  ran, else operator self CPU time over the operator pass's wall time);
+  ran, else operator self CPU time over the recorded span of the operator
+  pass, `recorded_span`);
 - python_overhead: the function's share of the cProfile pass (that pass
   inflates Python, so this is an upper bound);
 - oversubscription: the throughput the thread sweep measured to gain, as
@@ -57,13 +58,23 @@ def _clamp(x: float) -> float:
     return max(0.0, min(1.0, x))
 
 
+def recorded_span(report: Report) -> tuple[float | None, str]:
+    """(seconds the operator pass recorded, how): in function mode with --iters above --profile-iters only
+    the last iterations are recorded (instrumented_iterations holds just those), so their count times
+    their median; otherwise the operator pass's wall time."""
+    it, iters = report.run.instrumented_iterations, report.target.iters
+    if it and iters and it.n < iters and it.median_s > 0:
+        return it.n * it.median_s, f"{it.n} recorded iterations x their median {it.median_s:.4g} s"
+    return report.run.instrumented_wall_s, "the operator pass's wall time"
+
+
 def operator_wall_fraction(report: Report) -> tuple[float, str]:
     """(share of the run spent in torch operators, 0..1; where that number comes from)."""
     s = report.python_summary or {}
     if s.get("total_s") and s.get("operator_share") is not None:
         return _clamp(float(s["operator_share"])), "operator share x torch built-ins' share of the cProfile pass"
     total_us = (report.operator_summary or {}).get("total_self_cpu_us")
-    span = report.run.instrumented_wall_s
+    span, _ = recorded_span(report)
     if total_us and span:
         return _clamp(total_us / (span * 1e6)), "operator share x operator self CPU time over the operator pass"
     return 1.0, "operator share (operators assumed to be the whole run)"

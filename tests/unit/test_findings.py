@@ -68,3 +68,26 @@ def test_findings_are_ranked_by_severity_then_share():
     rep = report(row("aten::div", 35), row("aten::mul", 20), row("aten::addmm", 45))
     assert [(f.severity, f.op) for f in findings.derive(rep)] == [
         ("high", "aten::div"), ("medium", "aten::mul"), ("low", "aten::addmm")]
+
+
+def test_memory_churn_rate_is_over_the_recorded_window():
+    # --iters 20 --profile-iters 5: the profiler recorded (and counted allocations over) the last 5
+    # iterations, 0.1 s each, while the operator pass's wall time covers all 20 (2.0 s)
+    from diagnose.report.model import IterationStats, TargetInfo
+
+    gib = 1 << 30
+    rep = report(row("aten::addmm", 60), row("aten::empty", 40, source="m.py:9", mem=3 * gib // 2),
+                 memory={"allocated_bytes": 3 * gib // 2, "allocations": 5_000})
+    rep.target = TargetInfo(script="m.py", mode="function", function="step", iters=20)
+    rep.run = Run(wall_s=1.9, instrumented_wall_s=2.0,
+                  instrumented_iterations=IterationStats(n=5, median_s=0.1, q1_s=0.09, q3_s=0.11, min_s=0.09,
+                                                         max_s=0.12))
+    (f,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+    # 1.5 GiB in 0.5 s = 3 GiB/s (medium); over the 2.0 s wall it read 0.75 GiB/s, under the 1 GiB/s floor
+    assert f.severity == "medium" and f.evidence["bytes_per_s"] == 3 * gib and f.evidence["recorded_s"] == 0.5
+    assert f.evidence["recorded_s_basis"].startswith("5 recorded iterations")
+    # every iteration recorded: the operator pass's wall time is the span
+    rep.target.iters = 5
+    rep.run.instrumented_wall_s = 0.5
+    (g,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+    assert g.evidence["recorded_s"] == 0.5 and g.evidence["recorded_s_basis"] == "the operator pass's wall time"
