@@ -4,8 +4,9 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
 - hot_operator: an (operator, shape) row among the top five at >= 10%.
   Compute kernels (matmul, convolution, attention) are where a healthy model
   spends its time, so only the top row gets a finding if it is one, `low`
-  (look at its efficiency); any other operator is `medium` at >= 10% and
-  `high` at >= 30%, since it usually means avoidable work.
+  and marked an observation (evidence `observation`: ranked after what there
+  is to fix; look at its efficiency); any other operator is `medium` at
+  >= 10% and `high` at >= 30%, since it usually means avoidable work.
 - copy_overhead: layout copies (copy_/clone/contiguous/to called from Python
   or from another copy, not the copies inside a compute kernel) >= 15% is
   `medium`, >= 30% `high`.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from diagnose.findings.stake import operator_stake, recorded_span
+from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
 from diagnose.report.model import Finding, OperatorRow, Report
 
 HOT_MIN_PCT = 10.0
@@ -112,6 +113,7 @@ def hot_operator(report: Report) -> list[Finding]:
                             for s in row.sources[:3]],
                 "threshold_pct": HOT_MIN_PCT if compute else (HOT_HIGH_PCT if severity == "high" else HOT_MIN_PCT),
                 "compute_kernel": compute,
+                "observation": compute,
                 "instrumentation_overhead": _overhead(report),
                 **operator_stake(report, row.self_pct),
             },
@@ -211,8 +213,7 @@ def memory_churn(report: Report) -> list[Finding]:
             "top_operators": [{"op": r.name, "input_shapes": r.input_shapes, "bytes": r.cpu_memory_bytes,
                                "source": r.source} for r in top_ops],
             "instrumentation_overhead": _overhead(report),
-            # an upper bound: the time of the operators that allocated, page faults and all
-            **operator_stake(report, sum(r.self_pct for r in report.operators if r.cpu_memory_bytes > 0)),
+            **_churn_stake(report),
         },
         suggestion="Reuse buffers instead of allocating per step: out= arguments and in-place operators, "
                    "tensors created once outside the loop, torch.inference_mode() for inference so autograd "
@@ -220,3 +221,9 @@ def memory_churn(report: Report) -> list[Finding]:
         layer="operators",
     )]
 
+
+def _churn_stake(report: Report) -> dict:
+    """The time of the operators that allocated, page faults and all: an upper bound on what reuse wins."""
+    out = operator_stake(report, sum(r.self_pct for r in report.operators if r.cpu_memory_bytes > 0))
+    out["time_at_stake_basis"] += f" ({UPPER_BOUND}: the allocating operators' whole time)"
+    return out
