@@ -7,6 +7,8 @@ Every finding carries the numbers that crossed its threshold in `evidence`,
 and `time_at_stake_pct`: the share of wall time a fix could win, with its
 `confidence` (stake.py says how both are estimated, how they bound the
 severity, and how findings are ranked by them and merged across layers).
+What to try for an operator comes from suggestions.py, one table per
+operator class.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.findings.efficiency import low_efficiency, matmul_dims
+from diagnose.findings.efficiency import low_efficiency
+from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
 from diagnose.render import plots
 from diagnose.report.model import OperatorRow, Report, TargetInfo
