@@ -160,6 +160,15 @@ COPY_TEXT = {
 COPY_LABEL = {"contiguous": ".contiguous()", "clone": ".clone()", "to": ".to() conversions",
               "reshape": "copying reshapes", "copy_": "explicit .copy_()", "indexed assignment": "indexed assignment",
               "internal": "kernels' internal copies"}
+BANDWIDTH_TEXT = {
+    "matmul": "More rows per call cost almost nothing extra here, since the weights are read once per call "
+              "whatever the number of rows: batch several sequences (or several tokens per step). Or read "
+              "fewer bytes: bfloat16 weights halve them (model.to(torch.bfloat16)), int8 dynamic quantisation "
+              "quarters them (torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, "
+              "dtype=torch.qint8)).",
+    "other": "Read fewer bytes per result: fuse it with its neighbours so the data is read once (torch.compile), "
+             "use a smaller dtype (bfloat16), or batch more work per call.",
+}
 
 
 def op_class(name: str) -> str:
