@@ -4,8 +4,11 @@ A rule is a function `rule(report) -> list[Finding]` that reads only the
 report (never a profiler), so it can be re-run on a loaded report.json.
 Adding a rule = a function in the module of its layer + an entry in RULES.
 Every finding carries the numbers that crossed its threshold in `evidence`,
-and `time_at_stake_pct`: the share of wall time a fix could win (stake.py says
-how it is estimated, how findings are ranked by it and merged across layers).
+and `time_at_stake_pct`: the share of wall time a fix could win, with its
+`confidence` (stake.py says how both are estimated, how they bound the
+severity, and how findings are ranked by them and merged across layers).
+What to try for an operator comes from suggestions.py, one table per
+operator class.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ SEVERITY_RANK = stake.SEVERITY_RANK
 
 
 def derive(report: Report) -> list[Finding]:
-    """All findings, most important first: high and medium by time at stake, then low ones;
-    one finding per line of code that several layers flagged."""
+    """All findings, most important first (by time at stake x confidence, observations last), severities
+    bounded by the stake; one finding per line of code that several layers flagged."""
     out: list[Finding] = []
     for rule in RULES:
         out.extend(stake.fill(f, report) for f in rule(report))

@@ -15,7 +15,10 @@ Thresholds:
   copy bandwidth), so nothing is raised there;
 - when the peaks were measured while other processes held the CPUs the roofs
   are low and efficiencies read high: the finding still fires below the
-  thresholds and the evidence says `peaks_contended`.
+  thresholds and the evidence says `peaks_contended`;
+- operators without a meaningful work model (random number generation,
+  sorting, allocation, views: roofline.no_verdict says which and why) get no
+  verdict, even from a report written before the efficiency layer withheld it.
 - Counters (report.counters, perf or VTune): CPI >= 1.0 over the run is
   `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; FIELD_NOTES);
   VTune spin + overhead time >= 20% of CPU time is `medium`.
@@ -23,11 +26,11 @@ Thresholds:
 
 from __future__ import annotations
 
-import re
+import math
 from typing import Any
 
-from diagnose.findings.operators import suggestion_for
-from diagnose.layers.efficiency.roofline import tensor_dtypes
+from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
+from diagnose.layers.efficiency.roofline import no_verdict
 from diagnose.report.model import Finding, Report
 
 HOT_SHARE_PCT = 10.0
@@ -37,37 +40,14 @@ MEDIUM_BELOW_PCT = 25.0
 SKINNY_DIM = 32  # a matmul dimension below this leaves most of a GEMM kernel's register tile empty
 CPI_LOW, CPI_MEDIUM = 1.0, 2.0
 SPIN_MEDIUM_PCT = 20.0
-MATMUL = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_mkl_linear)$")
-SOFTMAX = re.compile(r"^aten::(_?softmax|_?log_softmax)$")
 
 
 def _shape_text(shapes) -> str:
     return ", ".join(str(s).replace(" ", "") for s in shapes if s != []) or "scalars"
 
 
-def matmul_dims(name: str, shapes: list[list[int]]) -> tuple[int, int, int] | None:
-    """(M, N, K) of a matmul row from its input shapes, batch folded out."""
-    tensors = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
-    if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm") and len(tensors) >= 3:
-        tensors = tensors[1:]  # a 2-D or 3-D bias first (a 1-D one was never counted)
-    if name in ("aten::linear", "aten::_mkl_linear") and len(tensors) >= 2:
-        x, w = tensors[0], tensors[1]
-        return _prod(x[:-1]), w[0], x[-1]
-    if len(tensors) < 2:
-        return None
-    a, b = tensors[0], tensors[1]
-    return a[-2], b[-1], a[-1]
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
-
-
-def _suggestion(op: dict[str, Any], usable: int | None) -> str:
-    name = op["name"]
+def _suggestion(report: Report, op: dict[str, Any]) -> str:
+    name, usable = op["name"], report.machine.usable_cpus
     parts = []
     if op.get("contiguous") is False:
         parts.append("Its inputs are not contiguous, so the kernel strides through memory or copies first: "
@@ -79,28 +59,22 @@ def _suggestion(op: dict[str, Any], usable: int | None) -> str:
         parts.append(f"A skinny matmul (M={m}, N={n}, K={k}): a dimension this small leaves most of the GEMM "
                      "kernel idle. Batch the work: stack the small matrices into one larger mm/bmm (more rows per "
                      "call, e.g. a bigger batch), or fold repeated calls into one.")
-    if "double" in tensor_dtypes(op.get("input_shapes") or [], op.get("dtypes") or []):
-        parts.append("It runs in float64, at best half the fp32 rate and twice the bytes: use float32.")
     threads, bound = op.get("threads"), op.get("bound")
     if usable and threads and threads < usable and bound == "compute":
         parts.append(f"It ran with {threads} intra-op threads of {usable} usable CPUs: torch.set_num_threads({usable}).")
     if bound == "memory":
         text = (f"It is memory-bound and moves {op.get('achieved_gb_per_s'):.3g} GB/s of the "
                 f"{op.get('roof_gb_per_s'):.3g} GB/s this machine streams.")
-        out_mib = sum(_prod(s) for s in op.get("output_shapes") or []) * 4 / (1 << 20)
+        out_mib = sum(math.prod(s) for s in op.get("output_shapes") or []) * 4 / (1 << 20)
         short = name.split("::")[-1]
-        if SOFTMAX.match(name):
-            text += (" Softmax also pays for exp, counted here as one FLOP: fuse the scale and softmax into "
-                     "F.scaled_dot_product_attention, or torch.compile the block.")
-        else:
-            if out_mib >= 8 and not short.endswith("_"):
-                text += (f" Each call writes a fresh {out_mib:.0f} MiB output, which the kernel page-faults in "
-                         f"on first touch: write into a reused buffer (torch.{short}(..., out=buf)) or in place "
-                         f"(x.{short}_(...)) where the input is not needed again.")
-            text += " " + suggestion_for(name)
+        if op_class(name) == "softmax":
+            text += " Softmax also pays for exp, counted here as one FLOP."
+        elif out_mib >= 8 and not short.endswith("_"):
+            text += (f" Each call writes a fresh {out_mib:.0f} MiB output, which the kernel page-faults in "
+                     f"on first touch: write into a reused buffer (torch.{short}(..., out=buf)) or in place "
+                     f"(x.{short}_(...)) where the input is not needed again.")
         parts.append(text)
-    if not parts:
-        parts.append(suggestion_for(name))
+    parts.append(suggestion_for(report, name, op.get("input_shapes"), op.get("dtypes"), op.get("source")))
     parts.append("Check a fix with `microbench run` at this shape before and after.")
     return " ".join(parts)
 
@@ -111,7 +85,8 @@ def low_efficiency(report: Report) -> list[Finding]:
     peaks = eff.get("peaks") or {}
     for op in eff.get("operators") or []:
         pct, share = op.get("efficiency_pct"), float(op.get("share_pct") or 0.0)
-        if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL:
+        if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL \
+                or no_verdict(op["name"]):
             continue
         if pct >= MEDIUM_BELOW_PCT:
             continue
@@ -146,7 +121,7 @@ def low_efficiency(report: Report) -> list[Finding]:
                 "peaks_contended": bool(peaks.get("contended")),
                 "instrumentation_overhead": eff.get("instrumentation_overhead"),
             },
-            suggestion=_suggestion(op, report.machine.usable_cpus),
+            suggestion=_suggestion(report, op),
             layer="efficiency",
         ))
     out.extend(_counter_findings(report))

@@ -9,21 +9,46 @@ measured, which must be >= 2):
   work across threads (grain size), which is Python/dispatch overhead's
   story (python_overhead), not a sequential kernel's;
 - severity from the operator's share of operator CPU time in the operator
-  pass: `high` >= 30%, `medium` >= 10%, `low` >= 5%, nothing below;
+  pass: `high` >= 30%, `medium` >= 10%, `low` >= 5%, nothing below.
+
+Why it does not scale (evidence `cause`):
+- "memory_bandwidth": one thread already moves >= BANDWIDTH_BOUND_FRACTION
+  (60%) of the bandwidth this machine streams at that many threads (the
+  efficiency probe's memory roof, copy/triad), counting the micro-benchmark's
+  bytes (inputs + outputs once, a lower bound, so the real fraction is
+  higher). More threads cannot read memory faster: streaming kernels reach
+  50-90% of STREAM bandwidth, so from 60% up the headroom left (< 1.7x) is
+  what real kernels leave unused anyway. GPT-2's lm_head GEMV, mm
+  [2,256] x [256,8000], read its 8 MB of weights at 36 GB/s on one thread
+  where the machine streams 38.6 GB/s, and ran 0.97x on two. The kind stays
+  `sequential_operator` (the observation is the same: threads do not help at
+  this shape, and the CPUs idle while it runs), but the title says memory
+  bandwidth and the suggestion is to read fewer bytes per result: more rows
+  per call (batch sequences or tokens), smaller weights (bfloat16, int8).
+  low_efficiency cannot carry it: the kernel runs near its roof.
+- "sequential_kernel": otherwise.
+
+Doubts (evidence `doubts`, severity `low`, and stake.py halves its
+confidence), since the speedup itself is then uncertain:
 - a measurement microbench marked `contended` (other processes held the
-  CPUs) or `noisy` (IQR/median high) makes it `low`, with the reason, since
-  the speedup itself is then uncertain;
-- so does a matrix multiply (GEMM_OPS) when this machine's own GEMM probe
-  (the efficiency layer's peaks) scaled by >= PROBE_SCALES from 1 thread to
-  as many threads: torch's GEMMs run in parallel, so a flat speedup there
-  contradicts the machine's measurement (a disturbance /proc/stat did not
-  show, e.g. the hypervisor taking a vCPU) rather than showing a sequential kernel.
+  CPUs) or `noisy` (IQR/median high);
+- a matrix multiply whose M, N and K are all >= LARGE_GEMM_DIM (256) that is
+  not bandwidth-bound: oneDNN/MKL split such a GEMM's output into blocks
+  across threads (256 x 256 is at least 4 of their 128-wide blocks, 64 of
+  their 32-wide ones) and K is long enough to amortise packing; the probe's
+  own square GEMMs start at this size and scale there. A flat result at such
+  a shape is a disturbed measurement (e.g. the hypervisor taking a vCPU,
+  which /proc/stat does not show), not a sequential kernel. A skinny GEMM
+  (a dimension under 256: a GEMV, one token's projection) is judged like any
+  operator, bandwidth test included.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from diagnose.findings.suggestions import BANDWIDTH_TEXT, MATMUL, matmul_dims, suggestion_for
+from diagnose.layers.efficiency import probe
 from diagnose.report.model import Finding, Report
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
@@ -31,17 +56,21 @@ SHARE_HIGH_PCT = 30.0
 SHARE_MEDIUM_PCT = 10.0
 MIN_US = 200.0  # an op shorter than this alone is too small to split across threads, not a sequential kernel
 SHARE_MIN_PCT = 5.0  # below this share of operator time an idle CPU costs too little to report
-GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
-PROBE_SCALES = 1.5  # the probe's GEMM speedup from 1 thread to n that says GEMMs scale here
-AVOID = {  # what to do instead, for the sequential kernels users meet most
-    "sort": "torch.topk or torch.kthvalue when only the top k are used, or sort once outside the loop",
-    "argsort": "torch.topk when only the top k indices are used, or sort once outside the loop",
-    "unique": "torch.unique on a smaller input, or a bincount/one-hot formulation",
-}
+LARGE_GEMM_DIM = 256
+BANDWIDTH_BOUND_FRACTION = 0.6
 
 
 def _key(row: dict[str, Any]) -> tuple:
     return row.get("op"), repr(row.get("input_shapes")), repr(row.get("dtypes"))
+
+
+def gb_per_s(row: dict[str, Any]) -> float | None:
+    """A micro-benchmark row's achieved GB/s (its own, else its bytes over its median)."""
+    if row.get("gbytes_per_s"):
+        return float(row["gbytes_per_s"])
+    if row.get("bytes") and row.get("median_us"):
+        return row["bytes"] / (row["median_us"] * 1e3)
+    return None
 
 
 def sequential_operator(report: Report) -> list[Finding]:
@@ -49,6 +78,7 @@ def sequential_operator(report: Report) -> list[Finding]:
     for row in report.microbenchmarks:
         if row.get("median_us") and row.get("threads"):
             cases.setdefault(_key(row), []).append(row)
+    peaks = (report.efficiency or {}).get("peaks") or {}
     out = []
     for rows in cases.values():
         one = next((r for r in rows if r["threads"] == 1), None)
@@ -61,52 +91,61 @@ def sequential_operator(report: Report) -> list[Finding]:
         share = float(one.get("self_pct") or _share(report, one) or 0.0)
         if share < SHARE_MIN_PCT:
             continue
+        n, op = most["threads"], one.get("op") or ""
+        bandwidth, roof = gb_per_s(one), probe.bandwidth_peak(peaks, n)
+        fraction = bandwidth / roof if bandwidth and roof else None
+        bound = fraction is not None and fraction >= BANDWIDTH_BOUND_FRACTION
+        dims = matmul_dims(op, one.get("input_shapes") or []) if MATMUL.match(op) else None
         severity = "high" if share >= SHARE_HIGH_PCT else "medium" if share >= SHARE_MEDIUM_PCT else "low"
         doubts = [f"{r['threads']}-thread run contended by other processes" for r in (one, most) if r.get("contended")]
         doubts += [f"{r['threads']}-thread run noisy (IQR {r.get('noise_pct'):.0f}% of the median)"
                    for r in (one, most) if r.get("noisy")]
-        probe = _probe_speedup(report, most["threads"])
-        if one.get("op") in GEMM_OPS and probe is not None and probe >= PROBE_SCALES:
-            doubts.append(f"this machine's GEMM probe scaled {probe:.2f}x from 1 to {most['threads']} threads: "
-                          "torch's matrix multiplies run in parallel here, re-measure before trusting this one")
+        if dims and min(dims) >= LARGE_GEMM_DIM and not bound:
+            doubts.append(f"a GEMM with M, N, K all >= {LARGE_GEMM_DIM} (M={dims[0]}, N={dims[1]}, K={dims[2]}) "
+                          "splits across threads: a flat result says the measurement was disturbed; re-measure "
+                          "before trusting it")
         if doubts:
             severity = "low"
-        n = most["threads"]
         evidence = {
+            "cause": "memory_bandwidth" if bound else "sequential_kernel",
             "input_shapes": one.get("input_shapes"), "dtypes": one.get("dtypes"),
             "median_us_1_thread": round(one["median_us"], 1), f"median_us_{n}_threads": round(most["median_us"], 1),
             "threads": n, "speedup": round(speedup, 3), "parallel_efficiency": round(speedup / n, 3),
             "noise_pct_1_thread": one.get("noise_pct"), f"noise_pct_{n}_threads": most.get("noise_pct"),
             "threshold_speedup": SEQUENTIAL_MAX_SPEEDUP, "share_pct": round(share, 1),
+            "gb_per_s_1_thread": round(bandwidth, 2) if bandwidth else None,
+            "roof_gb_per_s": roof, "bandwidth_fraction": round(fraction, 3) if fraction is not None else None,
+            "threshold_bandwidth_fraction": BANDWIDTH_BOUND_FRACTION,
             "reproducer": one.get("reproducer"),
         }
+        if dims:
+            evidence.update(gemm_mnk=list(dims), threshold_gemm_dim=LARGE_GEMM_DIM)
+        if bound and peaks.get("contended"):
+            evidence["peaks_contended"] = True  # a low roof reads as saturated: stake.py halves the confidence
         if doubts:
             evidence["doubts"] = doubts
-        op = one.get("op")
-        short = (op or "").split("::")[-1]
+        short = op.split("::")[-1]
         shapes = ", ".join(str(x).replace(" ", "") for x in one.get("input_shapes") or [] if x != []) or "-"
-        avoid = AVOID.get(short, "a smaller input, or fewer calls")
-        out.append(Finding(
-            kind="sequential_operator", severity=severity,
-            title=(f"{op} at {shapes} does not speed up with threads: "
-                   f"{one['median_us'] / 1e3:.2f} ms on 1 thread vs {most['median_us'] / 1e3:.2f} ms on {n} "
-                   f"({speedup:.2f}x); it takes {share:.0f}% of operator time"),
-            op=op, location=one.get("source"), evidence=evidence,
-            suggestion=(f"While {short} runs, {n - 1} of the {n} CPUs idle: the kernel is sequential at this "
-                        f"shape. Avoid the work ({avoid}), overlap it with other work (torch.jit.fork, or move it into a DataLoader "
-                        f"worker), or split it into independent pieces that run in parallel. "
-                        f"{evidence['reproducer'] or 'The micro-benchmark'} reproduces it alone."),
-            layer="microbench"))
+        times = (f"{one['median_us'] / 1e3:.2f} ms on 1 thread vs {most['median_us'] / 1e3:.2f} ms on {n} "
+                 f"({speedup:.2f}x); it takes {share:.0f}% of operator time")
+        reproducer = f"{evidence['reproducer'] or 'The micro-benchmark'} reproduces it alone."
+        if bound:
+            title = (f"{op} at {shapes} is limited by memory bandwidth, not threads: one thread already moves "
+                     f"{bandwidth:.3g} GB/s, {fraction:.0%} of the {roof:.3g} GB/s this machine streams; {times}")
+            suggestion = (f"More threads cannot read memory faster: {short} moves at one thread "
+                          f"{fraction:.0%} of what {n} threads stream here. "
+                          + BANDWIDTH_TEXT["matmul" if dims else "other"] + " " + reproducer)
+        else:
+            title = f"{op} at {shapes} does not speed up with threads: {times}"
+            advice = suggestion_for(report, op, one.get("input_shapes"), one.get("dtypes"), one.get("source"))
+            suggestion = (f"While {short} runs, {n - 1} of the {n} CPUs idle: the kernel is sequential at this "
+                          f"shape. {advice} Or overlap it with other work (torch.jit.fork, or move it into a "
+                          f"DataLoader worker), or split it into independent pieces that run in parallel. "
+                          f"{reproducer}")
+        out.append(Finding(kind="sequential_operator", severity=severity, title=title, op=op or None,
+                           location=one.get("source"), evidence=evidence, suggestion=suggestion,
+                           layer="microbench"))
     return out
-
-
-def _probe_speedup(report: Report, threads: int) -> float | None:
-    """GEMM GFLOP/s at `threads` over 1 thread in the efficiency layer's probe, when it measured both."""
-    gemm = ((report.efficiency or {}).get("peaks") or {}).get("gemm_fp32") or []
-    rate = {g.get("threads"): g.get("gflops_per_s") for g in gemm if isinstance(g, dict)}
-    if rate.get(1) and rate.get(threads):
-        return rate[threads] / rate[1]
-    return None
 
 
 def _share(report: Report, row: dict[str, Any]) -> float | None:

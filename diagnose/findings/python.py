@@ -14,12 +14,13 @@ Python relative to operators; the evidence carries that pass's slowdown.
 
 from __future__ import annotations
 
+from diagnose.findings.stake import UPPER_BOUND
 from diagnose.report.model import Finding, PythonFunction, Report
 
 LEVELS = ((40.0, "high"), (20.0, "medium"), (10.0, "low"))
 FRAMEWORK_MIN_SHARE = 0.5
 # time at stake: the share of the cProfile pass, which inflates Python (an upper bound)
-STAKE_BASIS = "share of the cProfile pass (an upper bound: cProfile inflates Python)"
+STAKE_BASIS = f"share of the cProfile pass ({UPPER_BOUND}: cProfile inflates Python)"
 
 
 def python_overhead(report: Report) -> list[Finding]:

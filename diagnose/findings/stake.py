@@ -1,42 +1,74 @@
-"""Time at stake, ranking and de-duplication of findings.
+"""Time at stake, confidence, severity from the stake, ranking and de-duplication of findings.
 
-Every finding's evidence carries `time_at_stake_pct`: an estimate of the
-share of the run's (uninstrumented) wall time that fixing it could win, and
-`time_at_stake_basis`, how it was estimated. The layers measure shares of
-different things (operator self CPU time, the cProfile pass, thread runnable
-time), so this puts them on one scale:
+Time at stake. Every finding's evidence carries `time_at_stake_pct`: an
+estimate of the share of the run's (uninstrumented) wall time that fixing it
+could win, and `time_at_stake_basis`, how it was estimated. The layers
+measure shares of different things (operator self CPU time, the cProfile
+pass, thread runnable time), so this puts them on one scale:
 
 - operator findings (hot_operator, copy_overhead, memory_churn, and the
   microbench and efficiency rules through `fill`): the operator share
   times `operator_wall_fraction`, the share of the run spent inside torch
   operators (the cProfile pass's torch built-in share when the python layer
-  ran, else operator self CPU time over the operator pass's wall time);
+  ran, else operator self CPU time over the recorded span of the operator
+  pass, `recorded_span`);
 - python_overhead: the function's share of the cProfile pass (that pass
   inflates Python, so this is an upper bound);
 - oversubscription: the throughput the thread sweep measured to gain, as
-  wall time saved (1 - 1/(1 + gain)), else the run-queue wait share;
+  wall time saved (1 - 1/(1 + gain)), else the run-queue wait share (an
+  upper bound);
 - external_contention: the run-queue wait share; undersubscription: the
-  idle usable CPUs' share (perfect scaling, an upper bound).
+  idle usable CPUs' share (perfect scaling, an upper bound); memory_churn:
+  the time of the operators that allocated (an upper bound).
 
-Ranking (`rank`): findings a rule rated `high` or `medium` come first, by
-time at stake (largest first); `low` findings (a healthy compute kernel, a
-noisy measurement, framework overhead: things to look at rather than fix)
-follow, also by time at stake.
+Confidence (`confidence`, evidence `confidence` and `confidence_why`): the
+share of the stake to believe, 1.0 unless
+- the estimate is an upper bound (its basis says UPPER_BOUND): x 0.5, since
+  the bounds above are typically about twice the real win (cProfile's
+  slowdown of Python is 1.5-3x on the project's examples; perfect scaling
+  and "every allocating operator's whole time" are ceilings);
+- the measurement behind the finding is doubted (evidence `doubts`: a noisy
+  or contended micro-benchmark, a flat result where the shape says it should
+  scale; `peaks_contended`: roofs measured while other processes held the
+  CPUs): x 0.5.
+`expected_pct` = time_at_stake_pct x confidence is what ranking and severity
+use.
+
+Severity from the stake (`settle`, on every finding as its rule returns it):
+the rule's severity is its judgement of the cause; the stake bounds it so
+that the two never contradict:
+- expected < MEDIUM_MIN_PCT (5%, the smallest change `diagnose compare` can
+  tell from noise, compare.MIN_FLOOR_PCT): at most `low`, since a fix could
+  not be confirmed by a before/after run;
+- expected < HIGH_MIN_PCT (20%: a fifth of the run, a change no one needs a
+  statistic to see): at most `medium`;
+- expected >= HIGH_MIN_PCT: at least `medium`, unless the measurement is
+  doubted or the finding is an observation (evidence `observation`, set by
+  its rule: a healthy compute kernel's hot_operator, where a healthy model
+  spends its time; undersubscription from serial work, whose cause the
+  python and operators findings name).
+A finding without a stake keeps its rule's severity. Evidence
+`rule_severity` and `severity_basis` say when the stake changed it.
+`--fail-on` reads the settled severity.
+
+Ranking (`rank`): actionable findings first, by expected share (largest
+first), then severity; observations last, whatever their share: a large
+share of time in a healthy GEMM is where a model should spend it.
 
 De-duplication (`dedup`): findings at the same `location` (file:line)
 raised by two or more layers become one finding: the primary is the cause
 rather than the symptom (any kind before low_efficiency before hot_operator,
-then the larger time at stake); the others go to its evidence["also"] with
+then the larger expected share); the others go to its evidence["also"] with
 their own evidence; the merged severity is the group's highest (evidence
 "severity_from" names the piece it came from when that is not the primary)
-and its time at stake the group's largest (the pieces overlap, so they are
-not added), both over the pieces about the same time: the primary's own
-operator at its own input shapes (when both pieces record shapes), or the
-whole line when either has no operator (python_overhead). Another operator
-of the same statement (`tanh(x @ x)`: a low_efficiency tanh beside a
-healthy mm), or the same operator at other shapes (one `x @ w` line called
-with two batch sizes), rides along in "also" without lending the primary
-its severity or its stake.
+and its time at stake (with its confidence) the group's largest (the pieces
+overlap, so they are not added), both over the pieces about the same time:
+the primary's own operator at its own input shapes (when both pieces record
+shapes), or the whole line when either has no operator (python_overhead).
+Another operator of the same statement (`tanh(x @ x)`: a low_efficiency tanh
+beside a healthy mm), or the same operator at other shapes (one `x @ w` line
+called with two batch sizes), rides along in "also" without lending the
+primary its severity or its stake.
 Findings of one layer at one line (two hot operators of one statement) stay
 separate, and findings without a location are never merged.
 """
@@ -46,15 +78,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from diagnose.compare import MIN_FLOOR_PCT
 from diagnose.report.model import Finding, Report
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 OPERATOR_LAYERS = ("operators", "microbench", "efficiency")
 SYMPTOM_TIER = {"low_efficiency": 1, "hot_operator": 2}  # the rest are causes (tier 0)
+UPPER_BOUND = "an upper bound"  # in a time_at_stake_basis: the estimate is a ceiling
+UPPER_BOUND_FACTOR = 0.5
+DOUBTED_FACTOR = 0.5
+MEDIUM_MIN_PCT = MIN_FLOOR_PCT
+HIGH_MIN_PCT = 20.0
 
 
 def _clamp(x: float) -> float:
     return max(0.0, min(1.0, x))
+
+
+def recorded_span(report: Report) -> tuple[float | None, str]:
+    """(seconds the operator pass recorded, how): in function mode with --iters above --profile-iters only
+    the last iterations are recorded (instrumented_iterations holds just those), so their count times
+    their median; otherwise the operator pass's wall time."""
+    it, iters = report.run.instrumented_iterations, report.target.iters
+    if it and iters and it.n < iters and it.median_s > 0:
+        return it.n * it.median_s, f"{it.n} recorded iterations x their median {it.median_s:.4g} s"
+    return report.run.instrumented_wall_s, "the operator pass's wall time"
 
 
 def operator_wall_fraction(report: Report) -> tuple[float, str]:
@@ -63,7 +111,7 @@ def operator_wall_fraction(report: Report) -> tuple[float, str]:
     if s.get("total_s") and s.get("operator_share") is not None:
         return _clamp(float(s["operator_share"])), "operator share x torch built-ins' share of the cProfile pass"
     total_us = (report.operator_summary or {}).get("total_self_cpu_us")
-    span = report.run.instrumented_wall_s
+    span, _ = recorded_span(report)
     if total_us and span:
         return _clamp(total_us / (span * 1e6)), "operator share x operator self CPU time over the operator pass"
     return 1.0, "operator share (operators assumed to be the whole run)"
@@ -82,23 +130,78 @@ def stake(finding: Finding) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-def fill(finding: Finding, report: Report) -> Finding:
-    """Give a finding from a rule that does not estimate its time at stake a default one."""
-    if "time_at_stake_pct" in finding.evidence:
+def doubts(finding: Finding) -> list[str]:
+    """Why the measurement behind a finding may be wrong (not: why its stake is a ceiling)."""
+    out = [str(d) for d in finding.evidence.get("doubts") or []]
+    if finding.evidence.get("peaks_contended"):
+        out.append("the machine's peaks were measured while other processes held CPUs")
+    return out
+
+
+def confidence(finding: Finding) -> tuple[float, list[str]]:
+    """(share of the stake to believe, why it is below 1)."""
+    factor, why = 1.0, []
+    basis = str(finding.evidence.get("time_at_stake_basis") or "")
+    if UPPER_BOUND in basis:
+        factor *= UPPER_BOUND_FACTOR
+        why.append("the time at stake is an upper bound")
+    if doubts(finding):
+        factor *= DOUBTED_FACTOR
+        why.append("the measurement is doubted: " + "; ".join(doubts(finding)))
+    return factor, why
+
+
+def expected(finding: Finding) -> float:
+    """Time at stake x its confidence: what ranking and severity use."""
+    c = finding.evidence.get("confidence")
+    return stake(finding) * (float(c) if isinstance(c, (int, float)) else confidence(finding)[0])
+
+
+def observation(finding: Finding) -> bool:
+    """A finding that describes where the time goes rather than what to fix (its rule sets evidence
+    `observation`: a healthy compute kernel's hot_operator, serial work's undersubscription)."""
+    return bool(finding.evidence.get("observation"))
+
+
+def settle(finding: Finding) -> Finding:
+    """Record the confidence and bound the rule's severity by the expected share (module docstring)."""
+    factor, why = confidence(finding)
+    finding.evidence["confidence"] = factor
+    if why:
+        finding.evidence["confidence_why"] = why
+    if not isinstance(finding.evidence.get("time_at_stake_pct"), (int, float)):
         return finding
-    share = finding.evidence.get("share_pct")
-    if finding.layer in OPERATOR_LAYERS:
-        finding.evidence.update(operator_stake(report, share))
-    elif isinstance(share, (int, float)):
-        finding.evidence.update(time_at_stake_pct=round(float(share), 2),
-                                time_at_stake_basis=f"the {finding.layer or 'rule'}'s share")
-    else:
-        finding.evidence.update(time_at_stake_pct=None, time_at_stake_basis="unknown")
+    value, severity = expected(finding), finding.severity
+    if value < MEDIUM_MIN_PCT:
+        severity, basis = "low", f"under the {MEDIUM_MIN_PCT:g}% a medium finding needs"
+    elif value < HIGH_MIN_PCT and severity == "high":
+        severity, basis = "medium", f"under the {HIGH_MIN_PCT:g}% a high finding needs"
+    elif value >= HIGH_MIN_PCT and severity == "low" and not doubts(finding) and not observation(finding):
+        severity, basis = "medium", f"at least the {HIGH_MIN_PCT:g}% that makes a finding medium or more"
+    if severity != finding.severity:
+        finding.evidence["rule_severity"] = finding.severity
+        finding.evidence["severity_basis"] = (f"{value:.3g}% of wall time expected at stake "
+                                              f"({stake(finding):.3g}% x confidence {factor:g}), {basis}")
+        finding.severity = severity
     return finding
 
 
+def fill(finding: Finding, report: Report) -> Finding:
+    """Give a finding from a rule that does not estimate its time at stake a default one, then settle it."""
+    if "time_at_stake_pct" not in finding.evidence:
+        share = finding.evidence.get("share_pct")
+        if finding.layer in OPERATOR_LAYERS:
+            finding.evidence.update(operator_stake(report, share))
+        elif isinstance(share, (int, float)):
+            finding.evidence.update(time_at_stake_pct=round(float(share), 2),
+                                    time_at_stake_basis=f"the {finding.layer or 'rule'}'s share")
+        else:
+            finding.evidence.update(time_at_stake_pct=None, time_at_stake_basis="unknown")
+    return settle(finding)
+
+
 def rank_key(f: Finding) -> tuple:
-    return (f.severity == "low", -stake(f), SEVERITY_RANK.get(f.severity, 3))
+    return (observation(f), -expected(f), SEVERITY_RANK.get(f.severity, 3))
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
@@ -111,6 +214,9 @@ def _same_time(a: Finding, b: Finding) -> bool:
         return True
     shapes_a, shapes_b = a.evidence.get("input_shapes"), b.evidence.get("input_shapes")
     return a.op == b.op and (shapes_a is None or shapes_b is None or shapes_a == shapes_b)
+
+
+STAKE_KEYS = ("time_at_stake_pct", "time_at_stake_basis", "confidence", "confidence_why")
 
 
 def dedup(findings: list[Finding]) -> list[Finding]:
@@ -132,11 +238,12 @@ def dedup(findings: list[Finding]) -> list[Finding]:
                              "evidence": {k: v for k, v in f.evidence.items() if k != "also"}}
                             for f in others]
         same = [f for f in group if _same_time(f, primary)]
-        stakes = [f.evidence.get("time_at_stake_pct") for f in same
-                  if isinstance(f.evidence.get("time_at_stake_pct"), (int, float))]
-        if stakes and max(stakes) > stake(primary):
-            best = max(same, key=stake)
-            evidence["time_at_stake_pct"] = best.evidence["time_at_stake_pct"]
+        best = max(same, key=stake)
+        if stake(best) > stake(primary):
+            for key in STAKE_KEYS:
+                evidence.pop(key, None)
+                if key in best.evidence:
+                    evidence[key] = best.evidence[key]
             evidence["time_at_stake_basis"] = f"{best.kind}: {best.evidence.get('time_at_stake_basis')}"
         worst = min(same, key=lambda f: SEVERITY_RANK.get(f.severity, 3))
         severity = worst.severity if SEVERITY_RANK.get(worst.severity, 3) < SEVERITY_RANK.get(primary.severity, 3) \

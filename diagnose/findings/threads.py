@@ -34,13 +34,16 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   when /proc/stat's CPUs are the usable ones), and no
   queueing (wait share < 0.2). `medium` when the intra-op setting is below
   the usable CPUs (raise it) and at least half the CPUs sit idle, else
-  `low` (the work itself is serial: Python, small ops).
+  `low` (the work itself is serial: Python, small ops), then marked an
+  observation (evidence `observation`, see stake.py): the python and
+  operators findings name the serial work's cause.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from diagnose.findings.stake import UPPER_BOUND
 from diagnose.report.model import Finding, Report
 
 WAIT_SHARE_MEDIUM = 0.2
@@ -197,7 +200,7 @@ def oversubscription(report: Report) -> list[Finding]:
     rec = (t.get("sweep") or {}).get("recommendation") if isinstance(t.get("sweep"), dict) else None
     gain = (rec or {}).get("gain_vs_configured_pct")
     evidence.update(time_at_stake_pct=round(100 * share, 1),
-                    time_at_stake_basis="run-queue wait share (an upper bound)")
+                    time_at_stake_basis=f"run-queue wait share ({UPPER_BOUND})")
     if gain is not None:
         evidence["sweep_gain_pct"] = gain
         # throughput gained -> wall time saved
@@ -296,6 +299,9 @@ def undersubscription(report: Report) -> list[Finding]:
                   "share_pct": round(100 * idle / usable, 1),
                   "processes": _process_evidence(compute), "method": t.get("method"),
                   "time_at_stake_pct": round(100 * idle / usable, 1),
-                  "time_at_stake_basis": "idle usable CPUs' share (perfect scaling, an upper bound)"},
+                  "time_at_stake_basis": f"idle usable CPUs' share (perfect scaling, {UPPER_BOUND})",
+                  # serial work (Python, small operators) leaves the CPUs idle: a consequence the python
+                  # and operators findings name the cause of, not a setting to fix
+                  "observation": not configured_low},
         suggestion=suggestion, layer="threads",
     )]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.findings.efficiency import low_efficiency, matmul_dims
+from diagnose.findings.efficiency import low_efficiency
+from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
 from diagnose.render import plots
 from diagnose.report.model import OperatorRow, Report, TargetInfo
@@ -151,3 +152,50 @@ def test_roofline_png_says_why_not():
     assert "peaks" in plots.roofline_png(rep, "/nonexistent/x.png")
     rep = eff_report(30.0, intensity_flop_per_byte=None)
     assert "FLOP count" in plots.roofline_png(rep, "/nonexistent/x.png")
+
+
+def test_rng_sort_allocation_and_views_get_no_roofline_verdict():
+    # BERT's embedding init: aten::normal_ on [30522,256] (31 MB written per call) measured as "3% of this
+    # machine's memory roof"; a generator step per element is compute the bytes do not describe
+    normal = row("aten::normal_", [[30522, 256], [], [], []], 50_000, 40.0, calls=1)
+    p = roofline.place(normal, {"flops": None, "bytes": 31_254_528}, roofline.roofs(PEAKS, 2, 2))
+    assert p["efficiency_pct"] is None and p["bound"] is None and "random number generation" in p["reason"]
+    for name, word in (("aten::sort", "sorting"), ("aten::empty", "allocation"), ("aten::transpose", "a view")):
+        q = roofline.place(row(name, [[1024, 1024]], 1000, 5.0), {"flops": None, "bytes": 1 << 23},
+                           roofline.roofs(PEAKS, 2, 2))
+        assert q["efficiency_pct"] is None and q["reason"].startswith(word), name
+    # write-only operators keep their bytes model: fill_ writes every byte once, as a streaming store does
+    fill = roofline.place(row("aten::fill_", [[10 ** 7], []], 10_000, 12.0, calls=1),
+                          {"flops": None, "bytes": 4 * 10 ** 7}, roofline.roofs(PEAKS, 2, 2))
+    assert fill["efficiency_pct"] == 20.0 and fill["reason"] is None
+
+
+def test_low_efficiency_gives_no_verdict_on_rng_even_from_an_older_report():
+    # a report written before the efficiency layer withheld it still carries normal_'s 3%
+    assert low_efficiency(eff_report(3.0, name="aten::normal_", input_shapes=[[30522, 256], [], [], []],
+                                     bound="memory", roof_gflops_per_s=None, us_per_call=50_000)) == []
+    assert len(low_efficiency(eff_report(3.0, name="aten::add", input_shapes=[[30522, 256], [30522, 256]]))) == 1
+
+
+def test_the_rng_set_covers_every_seeded_sampling_operator_of_this_torch():
+    # torch tags operators that draw from the generator `nondeterministic_seeded`; the ones outside RNG are
+    # kernels with a FLOP model whose dropout is optional (attention, RNNs)
+    torch = pytest.importorskip("torch")
+    seeded = set()
+    for name in torch.ops.aten:
+        packet = getattr(torch.ops.aten, name)
+        if any(torch.Tag.nondeterministic_seeded in getattr(packet, o).tags for o in packet.overloads()):
+            seeded.add(name)
+    with_flops = {n for n in seeded if "attention" in n or n in {"lstm", "gru", "rnn_tanh", "rnn_relu", "_cudnn_rnn",
+                                                                 "miopen_rnn"}}
+    assert seeded - with_flops <= roofline.RNG, seeded - with_flops - roofline.RNG
+    assert {"normal_", "uniform_", "bernoulli_", "randn", "native_dropout", "multinomial"} <= seeded
+
+
+def test_the_views_are_views_in_torchs_schemas():
+    torch = pytest.importorskip("torch")
+    for name in roofline.VIEWS - {"_unsafe_view"}:  # _unsafe_view aliases by construction; its schema hides it
+        packet = getattr(torch.ops.aten, name)
+        schemas = [getattr(packet, o)._schema for o in packet.overloads()]
+        assert any(s.returns and s.returns[0].alias_info is not None and not s.returns[0].alias_info.is_write
+                   for s in schemas), name

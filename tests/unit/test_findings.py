@@ -68,3 +68,70 @@ def test_findings_are_ranked_by_severity_then_share():
     rep = report(row("aten::div", 35), row("aten::mul", 20), row("aten::addmm", 45))
     assert [(f.severity, f.op) for f in findings.derive(rep)] == [
         ("high", "aten::div"), ("medium", "aten::mul"), ("low", "aten::addmm")]
+
+
+def test_a_contiguous_after_a_transpose_is_a_low_copy_finding_from_5_percent():
+    # a .contiguous() after a transpose at one line took 11% of operator time: under the old 15% threshold
+    chain = [row("aten::contiguous", 0.5, source="m.py:7"),
+             row("aten::clone", 0.5, source="m.py:7", called_by={"aten::contiguous": 50.0}),
+             row("aten::copy_", 10.0, source="m.py:7", called_by={"aten::clone": 1000.0})]
+    (f,) = [f for f in findings.derive(report(row("aten::addmm", 89), *chain)) if f.kind == "copy_overhead"]
+    assert (f.severity, f.location, f.evidence["copy"], f.evidence["threshold_pct"]) == (
+        "low", "m.py:7", "contiguous", 5.0)
+    assert f.evidence["share_pct"] == 10.5  # clone's and copy_'s self time: the copy's body
+    assert f.title == ("Copies your code asks for take 10% of operator CPU time, most of it .contiguous() at m.py:7 "
+                       "(10%)")
+    assert ".contiguous()" in f.suggestion and "transpose" in f.suggestion
+    small = [row("aten::copy_", 4.9, source="m.py:7", called_by={"aten::clone": 490.0}), row("aten::addmm", 95.1)]
+    assert [k for k in kinds(report(*small)) if k[0] == "copy_overhead"] == []
+
+
+def test_indexed_assignment_is_not_a_layout_copy_and_is_not_told_to_drop_contiguous():
+    # out[i] = v in a loop: select and copy_, both called from Python at the same line
+    rows = [row("aten::copy_", 25, source="m.py:18"), row("aten::select", 8, source="m.py:18"),
+            row("aten::addmm", 67, source="m.py:20")]
+    fs = findings.derive(report(*rows))
+    assert [f for f in fs if f.kind == "copy_overhead"] == []
+    (hot,) = [f for f in fs if f.op == "aten::copy_"]
+    assert hot.kind == "hot_operator" and "Indexed assignment (out[i] = v)" in hot.suggestion
+    assert ".contiguous()" not in hot.suggestion
+    # the same copy_ without an indexing view at its line is an explicit .copy_() the code asks for
+    fs = findings.derive(report(row("aten::copy_", 25, source="m.py:18"), row("aten::addmm", 75, source="m.py:20")))
+    (copy,) = [f for f in fs if f.kind == "copy_overhead"]
+    assert (copy.severity, copy.evidence["copy"]) == ("medium", "copy_") and "out=" in copy.suggestion
+
+
+def test_the_row_loop_reports_no_layout_copy():
+    # examples/fix/row_loop_before.py:28, `out[i] = (row - row.mean()) / (row.std() + 1e-5)`: its copies are
+    # div_'s and add's conversions of Python scalars (to -> _to_copy -> copy_ under aten::div_ / aten::add)
+    # and the indexed assignment; the report once said "Layout copies take 15%" and suggested .contiguous()
+    from pathlib import Path
+
+    from diagnose.findings.operators import copy_overhead
+    from diagnose.report import io
+
+    rep = io.load(str(Path(__file__).resolve().parents[1] / "data" / "compare" / "row_loop_before.json"))
+    assert copy_overhead(rep) == []
+
+
+def test_memory_churn_rate_is_over_the_recorded_window():
+    # --iters 20 --profile-iters 5: the profiler recorded (and counted allocations over) the last 5
+    # iterations, 0.1 s each, while the operator pass's wall time covers all 20 (2.0 s)
+    from diagnose.report.model import IterationStats, TargetInfo
+
+    gib = 1 << 30
+    rep = report(row("aten::addmm", 60), row("aten::empty", 40, source="m.py:9", mem=3 * gib // 2),
+                 memory={"allocated_bytes": 3 * gib // 2, "allocations": 5_000})
+    rep.target = TargetInfo(script="m.py", mode="function", function="step", iters=20)
+    rep.run = Run(wall_s=1.9, instrumented_wall_s=2.0,
+                  instrumented_iterations=IterationStats(n=5, median_s=0.1, q1_s=0.09, q3_s=0.11, min_s=0.09,
+                                                         max_s=0.12))
+    (f,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+    # 1.5 GiB in 0.5 s = 3 GiB/s (medium); over the 2.0 s wall it read 0.75 GiB/s, under the 1 GiB/s floor
+    assert f.severity == "medium" and f.evidence["bytes_per_s"] == 3 * gib and f.evidence["recorded_s"] == 0.5
+    assert f.evidence["recorded_s_basis"].startswith("5 recorded iterations")
+    # every iteration recorded: the operator pass's wall time is the span
+    rep.target.iters = 5
+    rep.run.instrumented_wall_s = 0.5
+    (g,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+    assert g.evidence["recorded_s"] == 0.5 and g.evidence["recorded_s_basis"] == "the operator pass's wall time"

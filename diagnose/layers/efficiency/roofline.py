@@ -21,6 +21,28 @@ Contract
   cache, so it can run above the DRAM roof (efficiency > 100%).
 - The peaks are fp32 GEMM: a float64 kernel's real roof is about half, a
   bfloat16/float16 one's can be higher; `roof_note` says so on those rows.
+- `no_verdict(name)`: operators whose time neither roof describes get no
+  efficiency (efficiency_pct None, `reason` says why; the row stays in the
+  table), so no low_efficiency finding:
+  - random number generation (RNG: normal_, uniform_, bernoulli, rand*,
+    dropout, multinomial ...; torch tags them `nondeterministic_seeded`): each
+    element costs a generator step (Philox / Mersenne twister, tens of
+    instructions), compute the FLOP counter does not see; measured against the
+    bytes it writes, BERT's init `normal_` on [30522, 256] read as "3% of the
+    memory roof" while it ran at the generator's speed;
+  - sorting and selection (sort, argsort, topk, kthvalue, unique, median,
+    mode): n log n comparisons and data-dependent branches, no FLOPs, and
+    bytes say nothing about comparisons;
+  - allocation (empty, empty_like, empty_strided, resize_, set_): they touch
+    no data (the page faults land on the first operator that writes), so
+    neither FLOPs nor bytes describe them;
+  - views (view, reshape, select, slice, transpose, permute, expand, t,
+    squeeze, unsqueeze, ...): metadata only, no data moves; their time is
+    per-call dispatch. (A reshape that must copy does it in a clone/copy_
+    child, which has its own row.)
+  Write-only operators keep their bytes model: fill_, zero_, zeros, ones,
+  full write every output byte once, which is what a streaming store costs,
+  so the memory roof is the right yardstick for them.
 """
 
 from __future__ import annotations
@@ -35,6 +57,29 @@ MAX_ROWS = 12
 WRAPPER_SELF_FRACTION = 0.5
 ATEN = re.compile(r"^[a-z_][a-z0-9_]*::\w+$")
 NOT_KERNELS = ("autograd", "profiler", "torch", "Optimizer")
+RNG = {"bernoulli", "bernoulli_", "binomial", "cauchy", "cauchy_", "dropout", "alpha_dropout", "feature_dropout",
+       "feature_alpha_dropout", "native_dropout", "_fused_dropout", "exponential", "exponential_", "geometric",
+       "geometric_", "log_normal", "log_normal_", "multinomial", "normal", "normal_", "poisson", "rand",
+       "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "random", "random_",
+       "rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise_functional", "_standard_gamma",
+       "_sample_dirichlet", "uniform", "uniform_"}
+SORTING = {"sort", "argsort", "msort", "topk", "kthvalue", "unique", "_unique", "_unique2", "unique_consecutive",
+           "unique_dim", "unique_dim_consecutive", "mode", "median", "nanmedian"}
+ALLOCATION = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
+VIEWS = {"alias", "as_strided", "chunk", "detach", "diagonal", "expand", "expand_as", "flatten", "lift_fresh",
+         "movedim", "narrow", "permute", "reshape", "_reshape_alias", "select", "slice", "split",
+         "split_with_sizes", "squeeze", "swapaxes", "t", "transpose", "unbind", "unflatten", "unfold", "unsqueeze",
+         "view", "view_as", "_unsafe_view"}
+NO_VERDICT = (
+    (RNG, "random number generation: each element costs a generator step, compute that neither the FLOP count "
+          "nor the bytes written describe, so there is no roofline verdict"),
+    (SORTING, "sorting/selection: comparisons and data-dependent branches, no FLOPs; bytes say nothing about "
+              "them, so there is no roofline verdict"),
+    (ALLOCATION, "allocation: touches no data (the first writer pays the page faults), so there is no roofline "
+                 "verdict"),
+    (VIEWS, "a view: metadata only, no data moves (its time is per-call dispatch), so there is no roofline "
+            "verdict"),
+)
 
 
 def select_rows(operators: list[Any]) -> list[Any]:
@@ -48,6 +93,12 @@ def select_rows(operators: list[Any]) -> list[Any]:
             continue
         out.append(row)
     return out
+
+
+def no_verdict(name: str) -> str | None:
+    """Why an operator gets no roofline verdict (see the module docstring), or None when it gets one."""
+    base = name.split("::")[-1].split(".")[0]
+    return next((why for names, why in NO_VERDICT if base in names), None)
 
 
 def roofs(peaks: dict[str, Any], threads: int | None, usable: int | None) -> dict[str, Any]:
@@ -81,6 +132,9 @@ def place(row: Any, work: dict[str, Any], roof: dict[str, Any]) -> dict[str, Any
         "efficiency_pct": None, "roof_note": _roof_note(tensor_dtypes(row.input_shapes, row.dtypes)),
         "reason": work.get("reason"),
     }
+    if no_verdict(row.name):
+        out["reason"] = no_verdict(row.name)
+        return out
     if seconds <= 0 or not row.calls:
         out["reason"] = out["reason"] or "no self time recorded"
         return out

@@ -25,7 +25,10 @@ Contract
   the compulsory traffic, a LOWER bound on what the kernel moves (a matmul
   re-reads tiles that miss the cache), so the intensity is an upper bound.
   For out-of-place writes into an argument (copy_, fill_, zero_, normal_ ...)
-  the destination counts as written, not read.
+  the destination counts as written, not read. A gather (embedding,
+  index_select, gather, take, index) reads only the rows it picks from its
+  source, as many elements as it writes, not the whole table: an embedding
+  lookup of 2 tokens in a [30522, 256] table reads 2 rows, not 31 MB.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ SOFTMAX_FAMILY = {"_softmax", "softmax", "_log_softmax", "log_softmax", "_softma
                   "_log_softmax_backward_data"}
 REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std", "prod",
               "logsumexp", "var_mean", "std_mean", "argmax", "argmin", "all", "any"}
+GATHERS = {"embedding", "index_select", "gather", "take", "index"}  # the source is their first tensor
 FLOPS_PER_ELEMENT = {"softmax": 5, "reduction": 1, "pointwise": 1}
 
 
@@ -112,8 +116,12 @@ def estimate(row: dict[str, Any]) -> dict[str, Any]:
     read = [t for t in tensors]
     if opname in WRITE_ONLY_FIRST_ARG and read:
         read = read[1:]
-    in_bytes = sum(_distinct_elements(list(t.shape), st) * t.element_size() for t, st in read)
+    read_bytes = [_distinct_elements(list(t.shape), st) * t.element_size() for t, st in read]
     out_bytes = sum(t.numel() * t.element_size() for t in outputs)
+    if opname in GATHERS and read_bytes and outputs:
+        source = read[0][0]
+        read_bytes[0] = min(read_bytes[0], outputs[0].numel() * source.element_size())
+    in_bytes = sum(read_bytes)
     out["bytes"] = int(in_bytes + out_bytes)
     out["bytes_source"] = "inputs read once + outputs written once (compulsory traffic, a lower bound)"
     out_elems = sum(t.numel() for t in outputs)

@@ -1,0 +1,268 @@
+"""What an operator is and what to try about it: the one place for operator classes and suggestion texts.
+
+`op_class(name)` puts an ATen operator in a class (CLASSES, first match);
+`suggestion_for(report, name, input_shapes, dtypes, source)` gives the
+class's text, sharpened by what the report shows about this call:
+- float64 tensors: use float32;
+- convolution, pooling and batch norm on a 4-D input in the default NCHW
+  layout (its recorded strides, else assumed): channels_last, once, for the
+  model and the input;
+- aten::cat at a line where another operator runs at many shapes whose one
+  dimension grows step by step (`growth_at`: a generation loop; the profiler
+  records no member shapes of cat's TensorList, so the cat itself cannot
+  show it): a preallocated / static KV cache;
+- a copy (copy_, clone, _to_copy): what the user wrote to cause it
+  (diagnose/findings/copies.py): .contiguous(), .clone(), .to(), a copying
+  reshape, an explicit .copy_(), indexed assignment, or a kernel's internal
+  copy.
+hot_operator, low_efficiency and sequential_operator all take their
+operator-specific advice from here (low_efficiency and sequential_operator
+add what their own measurements show: skinny matmul, fresh output, memory
+bandwidth).
+
+GROWTH_MIN_STEPS (4): the fewest distinct, consecutive values of the one
+varying dimension that count as "grows step by step"; two or three shapes
+are as often two batch sizes or a last partial batch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnose.findings import copies
+from diagnose.layers.efficiency.roofline import RNG, VIEWS, tensor_dtypes
+from diagnose.report.model import OperatorRow, Report
+
+GROWTH_MIN_STEPS = 4
+
+GEMMS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_mkl_linear", "mkldnn_linear")
+
+
+def _names(*names: str) -> re.Pattern:
+    return re.compile(r"^aten::(" + "|".join(names) + r")$")
+
+
+MATMUL = _names(*GEMMS)  # matrix multiplies whose (M, N, K) matmul_dims reads from the input shapes
+CLASSES: list[tuple[str, re.Pattern]] = [
+    ("matmul", _names(*GEMMS, "einsum", "mkldnn_matmul")),
+    ("attention", _names(r"_?scaled_dot_product\w*", r"_flash_attention\w*", r"_efficient_attention\w*")),
+    ("convolution", _names(r"_?convolution\w*", r"conv\w*", r"mkldnn_convolution\w*", r"_slow_conv\w*",
+                           r"thnn_conv\w*", r"_nnpack\w*")),
+    ("rnn", _names(r"lstm\w*", r"gru\w*", r"rnn_tanh\w*", r"rnn_relu\w*", r"_thnn_fused_\w*", r"mkldnn_rnn\w*")),
+    ("pooling", _names(r"max_pool\w*", r"avg_pool\w*", r"adaptive_\w*pool\w*", r"mkldnn_max_pool\w*")),
+    ("batch_norm", _names(r"native_batch_norm\w*", r"batch_norm\w*", r"_batch_norm\w*",
+                          r"_native_batch_norm_legit\w*")),
+    ("layer_norm", _names(r"native_layer_norm\w*", r"layer_norm", r"native_group_norm\w*", r"group_norm",
+                          r"rms_norm", r"_fused_rms_norm\w*")),
+    ("softmax", _names(r"_?softmax", r"_?log_softmax", r"_softmax_backward_data", r"_log_softmax_backward_data")),
+    ("activation_chain", _names(r"tanh_?", r"pow_?", r"erf_?", r"gelu_?", r"gelu_backward", r"tanh_backward")),
+    ("reduction", _names(r"sum", r"mean", r"std", r"var", r"std_mean", r"var_mean", r"amax", r"amin", r"norm",
+                         r"linalg_vector_norm", r"logsumexp", r"prod", r"argmax", r"argmin")),
+    ("sort", _names(r"sort", r"argsort", r"msort", r"topk", r"kthvalue", r"_?unique\w*", r"mode", r"median",
+                    r"nanmedian")),
+    ("scan", _names(r"cumsum_?", r"cumprod_?", r"cummax", r"cummin", r"nonzero\w*", r"searchsorted",
+                    r"bucketize")),
+    ("gather", _names(r"embedding\w*", r"_embedding_bag\w*", r"index_select", r"gather", r"take\w*",
+                      r"index", r"index_add_?", r"scatter\w*", r"masked_select")),
+    ("cat", _names(r"cat", r"_cat", r"stack")),
+    ("copy", re.compile(r"^aten::(copy_|clone|contiguous|_to_copy|to)$")),
+    ("rng", _names(*(re.escape(n) for n in sorted(RNG)))),
+    ("creation", _names(r"empty\w*", r"zeros\w*", r"ones\w*", r"full\w*", r"fill_", r"zero_", r"arange",
+                        r"linspace", r"new_\w+")),
+    ("pad", _names(r"pad", r"constant_pad_nd", r"reflection_pad\w*", r"replication_pad\w*")),
+]
+COMPUTE_CLASSES = {"matmul", "attention", "convolution", "rnn"}  # where a healthy model spends its time
+CHANNELS_LAST_CLASSES = {"convolution", "pooling", "batch_norm"}
+
+CHECK_TEXT = ("Check it runs efficiently: intra-op threads vs usable CPUs (torch.set_num_threads), contiguous "
+              "inputs, and bfloat16 (torch.autocast('cpu', dtype=torch.bfloat16)) on CPUs with AVX512-BF16/AMX; "
+              "micro-benchmark it at this shape.")
+COMPUTE_TEXT = "This is the model's core compute. " + CHECK_TEXT
+TEXT = {
+    "matmul": COMPUTE_TEXT,
+    "attention": "Fused attention is the model's core compute and grows with the sequence length. " + CHECK_TEXT,
+    "convolution": COMPUTE_TEXT,
+    "rnn": COMPUTE_TEXT + " Recurrent layers run step by step in time: a larger batch is the main lever.",
+    "pooling": "Pooling is memory-bound: it reads every input element once; torch.compile can fuse it with the "
+               "activation before it.",
+    "batch_norm": "Batch norm is memory-bound (it reads and writes the whole activation). For inference, fold it "
+                  "into the preceding convolution (model.eval(), then torch.ao.quantization.fuse_modules or "
+                  "torch.compile).",
+    "layer_norm": "Layer/group norm is memory-bound: two passes over each row for a few FLOPs per element. Fuse it "
+                  "with the elementwise operators around it (torch.compile); bfloat16 activations halve its bytes. "
+                  "Per-token calls in a generation loop are mostly per-call overhead: more sequences per step.",
+    "softmax": "Softmax outside fused attention: when it is softmax(QK^T)V, call "
+               "F.scaled_dot_product_attention (one fused kernel that never writes the [L, L] scores); otherwise "
+               "fuse it with its scale and mask (torch.compile).",
+    "activation_chain": "Part of an activation written as a chain of elementwise operators (e.g. GELU's tanh "
+                        "approximation 0.5*x*(1+tanh(c*(x+0.044715*x**3))): pow, mul, add, tanh, mul), each "
+                        "reading and writing the whole tensor. Use the fused F.gelu(x, approximate='tanh') / "
+                        "nn.GELU, or torch.compile the block so the chain runs as one kernel.",
+    "reduction": "Reductions are memory-bound: one pass over the input for one FLOP per element. Get several "
+                 "statistics from one pass (torch.var_mean / torch.std_mean instead of separate mean and std), "
+                 "reduce whole batches at once (dim=, keepdim=True) rather than row by row, and fuse with the "
+                 "neighbouring elementwise operators (torch.compile).",
+    "sort": "Sorting is n log n comparisons and parallelises poorly on CPU: torch.topk or torch.kthvalue when only "
+            "the top k (or one quantile) is used, sort once outside the loop, or sort smaller pieces.",
+    "scan": "Scans (cumsum, nonzero, searchsorted) are sequential along their dimension: work on a smaller input, "
+            "hoist them out of the loop, or batch several rows into one call.",
+    "gather": "Gather/scatter (embedding lookups, index_select) is memory-bound and pays per call: batch the indices "
+              "into one call (more tokens or sequences per step), keep index tensors contiguous int64, use "
+              "nn.EmbeddingBag when the looked-up rows are summed, and bfloat16 tables halve the bytes.",
+    "cat": "Concatenation copies every input into a new tensor: preallocate the output and write the pieces into "
+           "its slices, or restructure so the pieces are produced in place.",
+    "rng": "Random number generation costs a generator step per element. Draw once outside the loop and reuse, "
+           "or draw a smaller tensor. If it is weight initialisation (normal_/uniform_ while a model is built), "
+           "build the model once outside the measured code, or skip the init when loading weights "
+           "(`with torch.device('meta'):` then model.load_state_dict(state, assign=True)).",
+    "creation": "Tensor creation in the hot path: allocate once outside the loop and reuse it (out=, in-place "
+                "fill_/zero_).",
+    "pad": "Padding copies the whole tensor: pad once (e.g. in the data pipeline) or use a convolution's own "
+           "padding= argument.",
+    "view": "A view: no data moves, its time is per-call dispatch overhead. Fewer, larger calls (batch the work) "
+            "or torch.compile remove it.",
+    "elementwise": "Elementwise operators are memory-bound: each reads and writes whole tensors. Fuse chains of "
+                   "them (torch.compile), use in-place variants where safe, and check the inputs are contiguous.",
+}
+FLOAT64_TEXT = ("It runs in float64: half the fp32 SIMD rate and twice the bytes. Use float32 (model.float(), "
+                "x.float(), and no torch.set_default_dtype(torch.float64)) unless you need the precision.")
+CHANNELS_LAST_TEXT = ("Its input is a 4-D tensor in the default NCHW layout; oneDNN's convolution, pooling and "
+                      "batch-norm kernels run faster in channels_last (NHWC) and reorder NCHW inputs on every "
+                      "call. Convert once: `model = model.to(memory_format=torch.channels_last)` and "
+                      "`x = x.to(memory_format=torch.channels_last)`.")
+GROWING_CACHE_TEXT = (
+    "This line runs {op} at {steps} shapes whose one dimension grows step by step ({lo} -> {hi}), as in "
+    "token-by-token generation. If this cat grows a cache (a KV cache), it copies all of it at every step "
+    "(quadratic in the length): preallocate the cache at the final length and write each step into its slot, "
+    "a static KV cache (transformers: model.generate(..., cache_implementation=\"static\")), or in your own "
+    "loop cache[:, :, t] = kv into a tensor allocated once.")
+COPY_TEXT = {
+    "contiguous": ".contiguous() on a transposed/permuted/sliced tensor copies all of it. Keep the layout the next "
+                  "operator accepts (matmul and linear take transposed inputs without a copy), transpose weights "
+                  "once when the model is built, or move the .contiguous() out of the loop.",
+    "clone": ".clone() copies the whole tensor: drop it where the original is not modified afterwards, or clone "
+             "once outside the loop.",
+    "to": "A dtype/memory-format conversion (.to(), .float(), .double(), .type()) on every call: convert once, "
+          "outside the loop (the model with model.to(...), the inputs where they are produced), and keep one "
+          "dtype through the computation.",
+    "reshape": "reshape/flatten of a non-contiguous tensor (after a transpose or permute) copies it: reorder the "
+               "operations so the reshape sees a contiguous tensor, or keep the data in the layout you reshape to.",
+    "copy_": "An explicit .copy_(): have the producer write into the destination directly (out=...), or use the "
+             "source tensor itself if the destination is only read afterwards.",
+    "indexed assignment": "Indexed assignment (out[i] = v) copies one slice per call, not a layout copy: in a "
+                          "loop it is one small copy_ per row. Build the whole result in one operation: compute "
+                          "all rows at once (broadcasting, dim= arguments), torch.stack/torch.cat the pieces "
+                          "once, or index_copy_/index_put_ with all indices in one call.",
+    "internal": "This is {via}'s own internal copy (a kernel copying its inputs or output), not a copy your code "
+                "asks for: give {via} contiguous inputs in the dtype it computes in, or see {via}'s own row.",
+}
+COPY_LABEL = {"contiguous": ".contiguous()", "clone": ".clone()", "to": ".to() conversions",
+              "reshape": "copying reshapes", "copy_": "explicit .copy_()", "indexed assignment": "indexed assignment",
+              "internal": "kernels' internal copies"}
+BANDWIDTH_TEXT = {
+    "matmul": "More rows per call cost almost nothing extra here, since the weights are read once per call "
+              "whatever the number of rows: batch several sequences (or several tokens per step). Or read "
+              "fewer bytes: bfloat16 weights halve them (model.to(torch.bfloat16)), int8 dynamic quantisation "
+              "quarters them (torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, "
+              "dtype=torch.qint8)).",
+    "other": "Read fewer bytes per result: fuse it with its neighbours so the data is read once (torch.compile), "
+             "use a smaller dtype (bfloat16), or batch more work per call.",
+}
+
+
+def op_class(name: str) -> str:
+    for cls, pattern in CLASSES:
+        if pattern.match(name or ""):
+            return cls
+    return "view" if (name or "").split("::")[-1] in VIEWS else "elementwise"
+
+
+def is_compute(name: str) -> bool:
+    return op_class(name) in COMPUTE_CLASSES
+
+
+def matmul_dims(name: str, shapes: list[list[int]]) -> tuple[int, int, int] | None:
+    """(M, N, K) of a matmul row from its input shapes, batch folded out."""
+    tensors = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
+    if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm") and len(tensors) >= 3:
+        tensors = tensors[1:]  # a 2-D or 3-D bias first (a 1-D one was never counted)
+    if name in ("aten::linear", "aten::_mkl_linear", "aten::mkldnn_linear") and len(tensors) >= 2:
+        x, w = tensors[0], tensors[1]
+        m = 1
+        for d in x[:-1]:
+            m *= int(d)
+        return m, w[0], x[-1]
+    if len(tensors) < 2:
+        return None
+    a, b = tensors[0], tensors[1]
+    return a[-2], b[-1], a[-1]
+
+
+def _row(report: Report, name: str, input_shapes) -> OperatorRow | None:
+    return next((r for r in report.operators if r.name == name and r.input_shapes == input_shapes), None)
+
+
+def _nchw(report: Report, name: str, input_shapes) -> bool:
+    """The first tensor input is 4-D and not channels_last (by its recorded strides; the default layout if none)."""
+    first = next((s for s in input_shapes or [] if isinstance(s, list) and s and isinstance(s[0], int)), None)
+    if first is None or len(first) != 4:
+        return False
+    if first[1] == 1 or first[2] * first[3] == 1:
+        return False  # one channel, or 1x1 pixels: both layouts are the same bytes in the same order
+    row = _row(report, name, input_shapes)
+    strides = next((s for s in (row.input_strides or []) if isinstance(s, list) and len(s) == 4), None) \
+        if row else None
+    return strides is None or strides[1] != 1
+
+
+def growth_at(report: Report, source: str | None) -> dict[str, Any] | None:
+    """An operator at `source` seen at >= GROWTH_MIN_STEPS shapes that differ in one growing value, or None.
+
+    Rows of one operator at one line with the same shape structure are compared number by number. For
+    each position that varies, rows are grouped by their numbers with that position's value masked
+    wherever it occurs in the row (k and v of attention grow together; a prefill row whose query has
+    the same length falls into a group of its own); a group whose masked values are >= GROWTH_MIN_STEPS
+    consecutive integers grew one step per iteration."""
+    if not source:
+        return None
+    groups: dict[tuple, list[list[int]]] = {}
+    for r in report.operators:
+        if source != r.source and source not in {s.location for s in r.sources}:
+            continue
+        flat = [d for s in r.input_shapes or [] if isinstance(s, list) for d in s if isinstance(d, int)]
+        structure = tuple(len(s) if isinstance(s, list) else -1 for s in r.input_shapes or [])
+        groups.setdefault((r.name, structure), []).append(flat)
+    best = None
+    for (name, _), shapes in groups.items():
+        varying = [i for i in range(len(shapes[0])) if len({s[i] for s in shapes}) > 1]
+        runs: dict[tuple, set[int]] = {}
+        for i in varying:
+            for s in shapes:
+                masked = tuple("*" if x == s[i] else x for x in s)
+                runs.setdefault((i, masked), set()).add(s[i])
+        for values in runs.values():
+            lo, hi = min(values), max(values)
+            if len(values) >= GROWTH_MIN_STEPS and hi - lo == len(values) - 1 \
+                    and (best is None or len(values) > best["steps"]):
+                best = {"op": name, "steps": len(values), "lo": lo, "hi": hi}
+    return best
+
+
+def suggestion_for(report: Report, name: str, input_shapes=None, dtypes=None, source: str | None = None) -> str:
+    """What to try for this operator at these shapes (see the module docstring)."""
+    cls = op_class(name)
+    parts = []
+    if "double" in tensor_dtypes(input_shapes or [], dtypes or []):
+        parts.append(FLOAT64_TEXT)
+    if cls in CHANNELS_LAST_CLASSES and _nchw(report, name, input_shapes):
+        parts.append(CHANNELS_LAST_TEXT)
+    growth = growth_at(report, source) if cls == "cat" else None
+    if growth:
+        parts.append(GROWING_CACHE_TEXT.format(**growth))
+    elif cls == "copy":
+        kind, via = copies.row_kind(report, name, input_shapes)
+        parts.append(COPY_TEXT[kind].format(via=via or "the calling operator"))
+    else:
+        parts.append(TEXT[cls])
+    return " ".join(parts)
