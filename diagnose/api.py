@@ -382,6 +382,7 @@ def _steps(target: Target, config: Config, window: Window, result: dict[str, Any
         out.window_last = out.window_first + int(seen.get("window_steps") or 0) - 1
         waits = seen.get("data_wait_s") or []
         out.data_wait_s = round(sum(waits), 6) if waits else None
+        out.data_wait_at = seen.get("data_wait_at")
     out.notes = steps_mod.notes(out, seen, result)
     return out
 

@@ -47,7 +47,7 @@ DEFAULT_SKIP_STEPS = 5
 DEFAULT_STEPS = 20  # --steps: enough for a per-step median and IQR
 # the first pass's window lasts at least this long: the thread findings need 0.5 s of samples
 MIN_WINDOW_S = 1.0
-TOO_FINE_S = 1e-3  # a step shorter than this is probably not the script's loop iteration
+TOO_FINE_S = 1e-4  # a step shorter than this (100 µs) is probably not the script's loop iteration
 KEPT_WARMUP_STEPS = 200  # per-step times kept for the skipped steps (the warm-up picture)
 MAX_WINDOW_STEP_TIMES = 100_000  # per-step times kept for the window (a --full-run of a long job)
 
@@ -105,6 +105,7 @@ class StepClock:
         self.ended_at: float | None = None
         self.window_steps = 0
         self.ignored: dict[str, int] = {}  # boundaries of lower detectors after a higher one took over
+        self.data_sites: dict[str | None, float] = {}  # window: data wait per line that iterates a DataLoader
         self._data_wait = 0.0
         self._root = None
         self._global_pre = None
@@ -147,7 +148,11 @@ class StepClock:
             try:
                 return real(it)
             finally:
-                clock._data_wait += clock.clock() - t
+                spent = clock.clock() - t
+                clock._data_wait += spent
+                if clock.began_at is not None and clock.ended_at is None:
+                    site = _where(sys._getframe(1))
+                    clock.data_sites[site] = clock.data_sites.get(site, 0.0) + spent
 
         cls.__next__ = timed_next
         self._handles.append(_Restore(cls, "__next__", real))
@@ -258,6 +263,7 @@ class StepClock:
             "warmup_s": self.warmup_s,
             "step_s": self.step_s,
             "data_wait_s": self.data_wait_s,
+            "data_wait_at": max(self.data_sites, key=lambda k: self.data_sites[k]) if self.data_sites else None,
             "batch_size": batch,
             "window_began": self.began_at is not None,
             "window_ended": self.ended_at is not None,

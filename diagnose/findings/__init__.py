@@ -13,7 +13,7 @@ operator class.
 
 from __future__ import annotations
 
-from diagnose.findings import efficiency, microbench, operators, python, stake, threads
+from diagnose.findings import efficiency, microbench, operators, python, stake, steps, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -26,6 +26,7 @@ RULES = [
     threads.external_contention,
     microbench.sequential_operator,
     efficiency.low_efficiency,
+    steps.data_wait,
 ]
 
 SEVERITY_RANK = stake.SEVERITY_RANK

@@ -67,7 +67,12 @@ def threads_png(report: Report, path: str) -> str | None:
         ax.set_ylim(bottom=0)
     top.set_ylabel("runnable threads")
     bottom.set_ylabel("CPUs used")
-    bottom.set_xlabel("seconds since the measured workload began")
+    st = report.steps
+    if st is not None and st.window_first is not None:
+        bottom.set_xlabel(f"seconds since the window began (steps {st.window_first}-{st.window_last}; "
+                          "setup and warm-up not shown)")
+    else:
+        bottom.set_xlabel("seconds since the measured workload began")
     wait = t.get("runqueue_wait_share")
     title = f"Threads of {report.target.script}: mean runnable {t.get('mean_runnable') or 0:.2f} on {usable} usable CPUs"
     if wait is not None:

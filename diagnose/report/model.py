@@ -110,6 +110,7 @@ class Steps:
     batch_size: int | None = None  # dim 0 of the outermost module's first tensor input
     setup_s: float | None = None  # from the workload's start (torch imported) to the first step's start
     data_wait_s: float | None = None  # window: time inside DataLoader iterators' __next__
+    data_wait_at: str | None = None  # "file.py:LINE" that iterates the DataLoader (most of the wait)
     warmup_s: list[float] = field(default_factory=list)  # the skipped steps' times (at most 200), in order
     notes: list[str] = field(default_factory=list)
 
