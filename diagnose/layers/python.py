@@ -9,7 +9,10 @@ reads it back with `pstats`, renders `callgraph.dot` with gprof2dot and
 - every function is classed `user` (the user's files, see usercode.py),
   `library` (other Python: torch's Python layers, stdlib), `torch` (a torch
   built-in: time spent in it is operator work, including intra-op threads the
-  caller waits for) or `builtin` (any other C function);
+  caller waits for), `wait` (a built-in that blocks: sleep, a lock, a pipe or
+  socket read, select/poll, waiting for a child process: the process is idle,
+  which is neither Python nor operator work) or `builtin` (any other C
+  function);
 - the run's split into operator work vs Python between operators is the sum
   of self times per class;
 - per user function, `loop_overhead_s` is its own time plus the time of the
@@ -130,12 +133,18 @@ def add_loop_frame(stats: dict, frame, wall_s: float) -> list:
 # --------------------------------------------------------------- parent side
 
 _TORCH_BUILTIN = re.compile(r"torch")
+# cProfile's names of built-ins that block the calling thread
+_WAIT_BUILTIN = re.compile(r"time\.sleep|'acquire' of '_thread|posix\.wait|select\.|'(poll|select|control)' of "
+                           r"'select\.|posix\.read\b|'(recv\w*|accept)' of '_socket|'get' of '_queue|"
+                           r"'wait' of|_thread\.lock|builtins\.input")
 
 
 def classify(func: tuple[str, int, str], usercode) -> str:
     filename, _line, name = func
     if filename == "~":
-        return "torch" if _TORCH_BUILTIN.search(name) else "builtin"
+        if _TORCH_BUILTIN.search(name):
+            return "torch"
+        return "wait" if _WAIT_BUILTIN.search(name) else "builtin"
     return "user" if usercode.is_user(filename) else "library"
 
 
@@ -158,7 +167,7 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
     tiny: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
     large_torch: dict[tuple, float] = defaultdict(float)
     for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
-        if kinds[callee] == "user":
+        if kinds[callee] in ("user", "wait"):  # waiting is not the cost of driving torch from Python
             continue
         for caller, (_c, nc, _t, ct) in callers.items():
             if nc and kinds.get(caller) == "user" and ct * 1e6 / nc < TINY_CALL_US:
@@ -186,9 +195,9 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
     summary = {
         "total_s": round(total_s, 6),
         "functions": len(stats),
-        "split_s": {k: round(split.get(k, 0.0), 6) for k in ("torch", "user", "library", "builtin")},
+        "split_s": {k: round(split.get(k, 0.0), 6) for k in ("torch", "user", "library", "builtin", "wait")},
         "operator_share": round(split.get("torch", 0.0) / total_s, 4),
-        "python_share": round(1 - split.get("torch", 0.0) / total_s, 4),
+        "python_share": round(1 - (split.get("torch", 0.0) + split.get("wait", 0.0)) / total_s, 4),
     }
     return keep, summary
 
@@ -225,7 +234,7 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: dict[str, Any]
         split["user"] = round(max(0.0, split.get("user", 0.0) - moved), 6)
         split["torch"] = round(split.get("torch", 0.0) + moved, 6)
         summary["operator_share"] = round(split["torch"] / summary["total_s"], 4)
-        summary["python_share"] = round(1 - summary["operator_share"], 4)
+        summary["python_share"] = round(1 - (split["torch"] + split.get("wait", 0.0)) / summary["total_s"], 4)
         summary["hidden_operator_s"] = round(moved, 6)
 
 

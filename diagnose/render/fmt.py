@@ -114,7 +114,8 @@ def python_split_line(report: Report) -> str | None:
     total = s["total_s"]
     parts = ", ".join(f"{label} {100 * split.get(key, 0.0) / total:.0f}%"
                       for key, label in (("user", "your code"), ("library", "library Python"),
-                                         ("builtin", "other built-ins")))
+                                         ("builtin", "other built-ins"), ("wait", "waiting"))
+                      if key != "wait" or split.get(key))
     line = f"operators (torch built-ins) {100 * s.get('operator_share', 0):.0f}% vs Python {100 * s.get('python_share', 0):.0f}% ({parts})"
     ratio = s.get("overhead_ratio")
     if ratio:

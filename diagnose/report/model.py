@@ -144,7 +144,7 @@ class PythonFunction:
 
     function: str
     location: str  # "file.py:LINE" of its first line; "~" for built-ins
-    kind: str  # user, library, torch (a torch built-in: operator work), builtin
+    kind: str  # user, library, torch (a torch built-in: operator work), wait (a blocking built-in), builtin
     calls: int
     self_s: float
     cumulative_s: float

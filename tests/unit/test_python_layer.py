@@ -120,3 +120,35 @@ def test_operator_work_hidden_in_a_functions_self_time_goes_back_to_operators():
     assert step.loop_overhead_s == pytest.approx(0.2)
     assert loop.hidden_operator_s is None and loop.loop_overhead_s == 0.45  # tiny calls stay overhead
     assert summary["split_s"]["torch"] == pytest.approx(1.8) and summary["operator_share"] == pytest.approx(0.8571)
+
+
+def test_blocking_built_ins_are_waiting_not_python(tmp_path):
+    """A process that sleeps, waits for a child and for a thread is idle: none of it is Python overhead."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    def idle_parent():
+        time.sleep(0.1)
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(0.2)"], check=True)
+        worker = threading.Thread(target=time.sleep, args=(0.1,))
+        worker.start()
+        worker.join()
+
+    prof = cProfile.Profile()
+    prof.enable()
+    idle_parent()
+    prof.disable()
+    path = tmp_path / "idle.pstats"
+    prof.dump_stats(str(path))
+    stats = pstats.Stats(str(path)).stats
+    usercode = UserCode(__file__)
+    waits = {name for (f, _, name) in stats if f == "~" and classify((f, 0, name), usercode) == "wait"}
+    assert "<built-in method time.sleep>" in waits
+    assert any("acquire" in w for w in waits)  # Thread.join waits on a lock
+    rows, summary = hotspots(stats, usercode, FunctionSpans())
+    assert summary["split_s"]["wait"] >= 0.35  # 0.1 + ~0.2 (+ start-up of the child) + 0.1 s
+    assert summary["python_share"] < 0.2  # what is left is Python's own: spawning, bookkeeping
+    report = Report(target=TargetInfo(script=__file__), python_hotspots=rows, python_summary=summary)
+    assert not [f for f in python_overhead(report) if "framework" in f.title]
