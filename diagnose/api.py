@@ -9,6 +9,7 @@ measured; the exit code says how the target fared.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -47,6 +48,7 @@ class Config:
     steps: int = steps_mod.DEFAULT_STEPS
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
     max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
+    fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
     reports_root: str = "reports"
     baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
     callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
@@ -100,23 +102,48 @@ def default_output_dir(target: Target, root: str, now: float | None = None) -> s
     return path
 
 
+REPRODUCER_FILE = re.compile(r"^\d\d_[\w.-]+\.py$")  # microbench/reproducer.py's names
+
+
 def prepare_output_dir(path: str, force: bool) -> None:
-    """Create (or accept) the output directory without endangering user files."""
+    """Create (or accept) the output directory without endangering user files.
+
+    With `force`, an earlier report's own files are removed first (report
+    files, pictures, the trace, reproducer scripts by their names), so that
+    nothing of an earlier run is shown as this one's; anything else in the
+    directory, or in reproducers/, stays.
+    """
     if os.path.lexists(path) and not os.path.isdir(path):
         raise OutputError(f"output directory {path} exists and is not a directory; nothing was written")
-    if os.path.isdir(path) and not force:
-        clashes = [n for n in ARTIFACT_NAMES if os.path.lexists(os.path.join(path, n))]
-        if clashes:
-            raise OutputError(
-                f"{path} already holds {', '.join(clashes)} from an earlier report; "
-                "choose another -o, or add --force to replace those files"
-            )
+    clashes = [n for n in ARTIFACT_NAMES if os.path.lexists(os.path.join(path, n))] if os.path.isdir(path) else []
+    if clashes and not force:
+        raise OutputError(
+            f"{path} already holds {', '.join(clashes)} from an earlier report; "
+            "choose another -o, or add --force to replace those files"
+        )
+    for name in clashes:
+        _remove_own(os.path.join(path, name))
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".diagnose-write-test-"):
             pass
     except OSError as exc:
         raise OutputError(f"cannot write to {path}: {exc.strerror or exc}") from None
+
+
+def _remove_own(path: str) -> None:
+    """Remove one of diagnose's artifacts: a file, or reproducers/ minus whatever a user put there."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            for name in os.listdir(path):
+                if REPRODUCER_FILE.match(name) and os.path.isfile(os.path.join(path, name)):
+                    os.unlink(os.path.join(path, name))
+            if not os.listdir(path):
+                os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        raise OutputError(f"cannot replace {path}: {exc.strerror or exc}") from None
 
 
 def _stats(samples: list[float]) -> IterationStats | None:
@@ -289,14 +316,15 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
             passes.append(("vtune", vtune_layer))
 
     workroot = tempfile.mkdtemp(prefix="diagnose-")
+    server = _LazyServer(config.fork_server and not config.nproc_per_node)
     try:
         try:
             window = _run_passes(target, config, report, passes, observers, workroot, output_dir, created,
-                                 progress, steps=len(passes) + len(derived))
+                                 progress, steps=len(passes) + len(derived), server=server)
             for i, layer in enumerate(derived, 1):
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
                              len(passes) + len(derived), {"microbench_budget": config.microbench_budget,
-                                                          "microbench_top": config.microbench_top})
+                                                          "microbench_top": config.microbench_top}, server)
             if config.sweep and not report.run.interrupted:
                 _sweep(target, config, report, workroot, progress, window)
         except KeyboardInterrupt:  # between passes: keep what was measured
@@ -306,12 +334,34 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
         report.findings = findings.derive(report)
         write_report(report, output_dir)
     finally:
+        server.close()
         shutil.rmtree(workroot, ignore_errors=True)
     return Result(report=report, output_dir=output_dir, exit_code=exit_code_for(report))
 
 
+class _LazyServer:
+    """The run's fork server, started when the first pass needs it (it imports torch: seconds)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.server = None
+
+    def get(self):
+        if self.enabled and self.server is None:
+            from diagnose.forkserver import ForkServer
+
+            self.server = ForkServer.start()
+            self.enabled = self.server is not None  # could not start: every pass is a fresh process
+        return self.server
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
 def _run_passes(target, config, report, passes, observers, workroot, output_dir, created, progress,
-                steps: int) -> Window:
+                steps: int, server: _LazyServer) -> Window:
     """Every pass in turn; returns the window the passes after the first measured."""
     window = Window.first(target, config)
     for index, (name, layer) in enumerate(passes, 1):
@@ -328,7 +378,8 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
                 spec = _spec(target, config, name, layer.name if layer else None, window)
                 prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
                 outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
-                                   on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix)
+                                   on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix,
+                                   server=server.get())
             finally:
                 watching.detach()
             if index == 1 and outcome.status == "ok" and window.empty(outcome.result):
@@ -392,7 +443,7 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 
 
 def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, progress: Progress,
-                 index: int, total: int, options: dict[str, Any]) -> None:
+                 index: int, total: int, options: dict[str, Any], server: _LazyServer) -> None:
     """A layer computed from the others' results (it may run its own probe, never the target)."""
     if report.run.interrupted:
         report.layers[layer.name] = LayerStatus("skipped", "diagnose was interrupted before this layer")
@@ -402,7 +453,8 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
     progress.pass_started(index, total, layer.name, layer.description, True)
     t0 = time.monotonic()
     try:
-        status = layer.analyse(DerivedContext(options=options, tick=progress.tick), report, workdir)
+        status = layer.analyse(DerivedContext(options=options, tick=progress.tick, server=server.get()), report,
+                               workdir)
     except KeyboardInterrupt:
         report.run.interrupted = True
         status = LayerStatus("skipped", "interrupted (Ctrl-C or SIGTERM) while this layer ran")
@@ -502,8 +554,12 @@ class _Watching:
 def _move_artifacts(report: Report, workdir: str, output_dir: str) -> None:
     for key, fname in list(report.artifacts.items()):
         src = os.path.join(workdir, fname)
-        if os.path.exists(src):
-            shutil.move(src, os.path.join(output_dir, fname))
+        dst = os.path.join(output_dir, fname)
+        if os.path.isdir(src) and os.path.isdir(dst):  # a reproducers/ a user kept files in: merge into it
+            for name in os.listdir(src):
+                os.replace(os.path.join(src, name), os.path.join(dst, name))
+        elif os.path.exists(src):
+            shutil.move(src, dst)
 
 
 def _discard(output_dir: str, created: bool) -> None:

@@ -22,7 +22,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from diagnose.forkserver import ForkServer
 
 GRACE_S = 20.0  # time the child gets to write its results after SIGINT
 
@@ -99,11 +102,15 @@ def run_pass(
     on_start: Callable[[int], None] | None = None,
     extra_env: dict[str, str] | None = None,
     command_prefix: list[str] | None = None,
+    server: "ForkServer | None" = None,
 ) -> PassOutcome:
     """Run one pass; never raises for anything the target does.
 
     A KeyboardInterrupt in this process is forwarded to the child, which
     writes what it measured; the outcome then has status "interrupted".
+    With a fork server the child is forked from it (torch already imported),
+    unless the pass needs a fresh process: another environment at load time
+    (extra_env), a command prefix, or torchrun (diagnose/forkserver.py).
     """
     os.makedirs(workdir, exist_ok=True)
     spec = {**spec, "workdir": workdir}
@@ -111,8 +118,9 @@ def run_pass(
     with open(spec_path, "w") as fh:
         json.dump(spec, fh)
     log_path = os.path.join(workdir, "output.log")
-    out = None if passthrough else open(log_path, "wb")
     dist = spec.get("distributed")
+    forked = server is not None and not (dist or command_prefix or extra_env)
+    out = None if passthrough or forked else open(log_path, "wb")
     if dist:
         from diagnose.distributed import launcher
 
@@ -121,13 +129,17 @@ def run_pass(
         cmd = [sys.executable, "-m", "diagnose.runner", spec_path]
     cmd = [*(command_prefix or []), *cmd]  # e.g. `vtune -collect hotspots -r DIR --`
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        stdin=None if passthrough else subprocess.DEVNULL,
-        stdout=out, stderr=subprocess.STDOUT if out else None,
-        start_new_session=True,
-        env={**os.environ, **extra_env} if extra_env else None,
-    )
+    if forked:
+        proc = server.spawn("diagnose.runner:main", [spec_path], log=None if passthrough else log_path,
+                            stdin_null=not passthrough)
+    else:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=None if passthrough else subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT if out else None,
+            start_new_session=True,
+            env={**os.environ, **extra_env} if extra_env else None,
+        )
     if on_start:
         on_start(proc.pid)
     status = None

@@ -17,6 +17,7 @@ the pass outcome: the run's options and a progress tick.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -73,6 +74,7 @@ class Observer(Protocol):
 class DerivedContext:
     options: dict[str, Any] = field(default_factory=dict)
     tick: Callable[[float], None] | None = None  # elapsed seconds, for progress lines
+    server: Any = None  # the run's fork server, for helper processes (run_helper), or None
 
 
 class Layer:
@@ -105,35 +107,58 @@ def last_line(path: str, default: str = "no output") -> str:
 
 
 def run_helper(cmd: list[str], log_path: str, timeout_s: float, tick: Callable[[float], None] | None = None,
-               t0: float | None = None, capture_stdout: bool = False) -> tuple[int | None, bytes]:
+               t0: float | None = None, capture_stdout: bool = False, server=None) -> tuple[int | None, bytes]:
     """Run one of diagnose's own helper processes (never the target) with progress ticks.
 
     stderr, and stdout unless captured, go to `log_path`. Returns (exit code,
     captured stdout); the exit code is None when it was killed after
     `timeout_s` seconds (counted from `t0`, default now). Ctrl-C kills it and
-    propagates.
+    propagates. A `python -m MODULE ...` helper is forked from the run's fork
+    server when there is one (torch already imported: diagnose/forkserver.py).
     """
     import subprocess
+    import sys
     import time
 
     t0 = time.monotonic() if t0 is None else t0
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE if capture_stdout else log,
-                                stderr=log if capture_stdout else subprocess.STDOUT)
-        try:
-            while True:
-                try:
-                    out, _ = proc.communicate(timeout=0.25)
-                    return proc.returncode, out or b""
-                except subprocess.TimeoutExpired:
-                    if tick:
-                        tick(time.monotonic() - t0)
-                    if time.monotonic() - t0 > timeout_s:
-                        proc.kill()
-                        proc.communicate()
-                        return None, b""
-        except KeyboardInterrupt:
+    out_path = log_path + ".stdout"
+    if server is not None and cmd[:2] == [sys.executable, "-m"]:
+        proc = server.spawn(None, cmd[3:], module=cmd[2], log=log_path, stdin_null=True,
+                            stdout=out_path if capture_stdout else None)
+    else:
+        with open(log_path, "wb") as log, open(out_path, "wb") as out:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out if capture_stdout else log,
+                                    stderr=log)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                if tick:
+                    tick(time.monotonic() - t0)
+                if time.monotonic() - t0 > timeout_s:
+                    _kill(proc)
+                    return None, b""
+    except KeyboardInterrupt:
+        _kill(proc)
+        raise
+    try:
+        with open(out_path, "rb") as fh:
+            captured = fh.read() if capture_stdout else b""
+    except OSError:
+        captured = b""
+    return proc.returncode, captured
+
+
+def _kill(proc) -> None:
+    import signal
+
+    try:
+        if hasattr(proc, "kill"):
             proc.kill()
-            proc.wait()
-            raise
+        else:  # a child of the fork server: its own process group
+            os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

@@ -44,7 +44,8 @@ class MicrobenchLayer(Layer):
         cmd = [sys.executable, "-m", "microbench", "from-report", source, "--top", str(top),
                "--budget", f"{budget:g}", "--json", out, "--reproducers", os.path.join(workdir, REPRODUCERS), "-q"]
         log_path = os.path.join(workdir, "microbench.log")
-        code, _ = run_helper(cmd, log_path, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None))
+        code, _ = run_helper(cmd, log_path, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None),
+                             server=getattr(context, "server", None))
         if not os.path.exists(out):
             how = f"exit code {code}" if code is not None else f"stopped after {budget + START_UP_ALLOWANCE_S:g} s"
             return LayerStatus("failed", f"microbench wrote no results ({how}): {last_line(log_path)}")

@@ -58,8 +58,9 @@ class EfficiencyLayer(Layer):
         if not rows:
             return LayerStatus("skipped", f"no ATen operator takes >= {roofline.MIN_SHARE_PCT:g}% of operator time")
         t0 = time.monotonic()
-        works = _estimate_work(rows, workdir, tick, t0)
-        peaks, how = _peaks(report, workdir, tick, t0, refresh=bool(options.get("probe_refresh")),
+        server = getattr(context, "server", None)
+        works = _estimate_work(rows, workdir, tick, t0, server)
+        peaks, how = _peaks(report, workdir, tick, t0, server, refresh=bool(options.get("probe_refresh")),
                             quick=bool(options.get("probe_quick")))
         m = report.machine
         result = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus)
@@ -84,9 +85,9 @@ class EfficiencyLayer(Layer):
         return status
 
 
-def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float, server=None) -> subprocess.CompletedProcess:
     """A helper process with progress ticks; stdout captured, stderr to a log; raises when it fails."""
-    code, out = run_helper(cmd, log_path, timeout_s, tick, t0, capture_stdout=True)
+    code, out = run_helper(cmd, log_path, timeout_s, tick, t0, capture_stdout=True, server=server)
     if code is None:
         raise RuntimeError(f"{cmd[2]} took more than {timeout_s:g} s")
     if code:
@@ -94,7 +95,7 @@ def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float) -> su
     return subprocess.CompletedProcess(cmd, code, out)
 
 
-def _estimate_work(rows, workdir: str, tick, t0: float) -> list[dict[str, Any]]:
+def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[dict[str, Any]]:
     if all(r.work is not None for r in rows):  # estimated in the operator pass (operators.attach_work)
         return [r.work for r in rows]
     src, out = os.path.join(workdir, "rows.json"), os.path.join(workdir, "work.json")
@@ -103,12 +104,12 @@ def _estimate_work(rows, workdir: str, tick, t0: float) -> list[dict[str, Any]]:
                     "input_strides": r.input_strides, "contiguous": r.contiguous,
                     "concrete_inputs": r.concrete_inputs} for r in rows], fh)
     _run([sys.executable, "-m", "diagnose.layers.efficiency.work", src, out], os.path.join(workdir, "work.log"),
-         WORK_TIMEOUT_S, tick, t0)
+         WORK_TIMEOUT_S, tick, t0, server)
     with open(out) as fh:
         return json.load(fh)
 
 
-def _peaks(report: Report, workdir: str, tick, t0: float, refresh: bool, quick: bool):
+def _peaks(report: Report, workdir: str, tick, t0: float, server, refresh: bool, quick: bool):
     from diagnose.layers.efficiency import probe
 
     m = report.machine
@@ -120,7 +121,7 @@ def _peaks(report: Report, workdir: str, tick, t0: float, refresh: bool, quick: 
     cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--json"]
     cmd += ["--refresh"] if refresh else []
     cmd += ["--quick"] if quick else []
-    done = _run(cmd, os.path.join(workdir, "probe.log"), PROBE_TIMEOUT_S, tick, t0)
+    done = _run(cmd, os.path.join(workdir, "probe.log"), PROBE_TIMEOUT_S, tick, t0, server)
     data = json.loads(done.stdout.decode())
     how = {"cached": bool(data.pop("cached", False)), "cache_path": data.pop("cache_path", None)}
     return data, how
