@@ -22,7 +22,7 @@ from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
-from diagnose.render import markdown, plots
+from diagnose.render import fmt, markdown, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import IterationStats, LayerStatus, Report, Steps, TargetInfo
 from diagnose.runner import NO_FUNCTION
@@ -31,7 +31,7 @@ from diagnose.target import Target
 # Files diagnose writes into an output directory; never replaced without --force.
 ARTIFACT_NAMES = (
     "report.json", "report.md", "report.html", "trace.json", "callgraph.png", "callgraph.dot",
-    "profile.pstats", "threads.png", "roofline.png", "reproducers",
+    "profile.pstats", "threads.png", "roofline.png", "reproducers", "flamegraph.png", "stacks.folded",
 )
 
 
@@ -251,7 +251,8 @@ def exit_code_for(report: Report) -> ExitCode:
 
 def write_report(report: Report, output_dir: str) -> None:
     pictures = ((report.threads.get("timeline"), plots.threads_png, "threads", "threads.png"),
-                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"))
+                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"),
+                (report.stacks, plots.flame_png, "operators", "flamegraph.png"))
     for data, draw, layer, name in pictures:  # a picture that cannot be drawn is named missing, with why
         if not data:
             continue
@@ -260,6 +261,10 @@ def write_report(report: Report, output_dir: str) -> None:
             report.artifacts[name.replace(".", "_")] = name
         elif layer in report.layers:
             report.layers[layer].missing[name] = why
+    if report.stacks:  # flamegraph.pl and speedscope read it
+        with open(os.path.join(output_dir, "stacks.folded"), "w", encoding="utf-8") as fh:
+            fh.write(fmt.folded_stacks(report))
+        report.artifacts["stacks"] = "stacks.folded"
     report.artifacts["report_json"] = "report.json"
     report.artifacts["report_md"] = "report.md"
     report.artifacts["report_html"] = "report.html"

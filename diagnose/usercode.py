@@ -4,10 +4,17 @@
 packages (site-packages, torch itself) and diagnose; the target script and
 the files beside it always count, even when the script lives inside
 site-packages. Used to attribute operators and Python time to the user's lines.
+
+The *library line* of a torch call is the innermost frame outside torch
+itself, diagnose and the standard library: in a transformers model the line
+of `modeling_bert.py` that called the layer or the operator, in the user's
+own model the user's line. Library files are shown relative to the
+site-packages folder holding them (`transformers/models/bert/modeling_bert.py`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -26,6 +33,18 @@ def _library_roots() -> list[str]:
     return sorted(roots)
 
 
+def _torch_root() -> str | None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    return os.path.realpath(os.path.dirname(spec.origin))
+
+
+def _stdlib_roots() -> list[str]:
+    paths = sysconfig.get_paths()
+    return sorted({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k)})
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -40,6 +59,12 @@ class UserCode:
         self.library_roots = _library_roots()
         self._script_dir_is_library = any(_under(self.script_dir, r) for r in self.library_roots)
         self._cache: dict[str, bool] = {}
+        self._own = [r for r in (_torch_root(), os.path.realpath(os.path.dirname(os.path.abspath(__file__))))
+                     if r] + _stdlib_roots()
+        self._site = sorted((r for r in self.library_roots if os.path.basename(r) in ("site-packages",
+                                                                                     "dist-packages")),
+                            key=len, reverse=True)
+        self._library: dict[str, str | None] = {}  # filename -> display name as a library line, None: skip it
 
     def is_user(self, filename: str) -> bool:
         hit = self._cache.get(filename)
@@ -70,6 +95,34 @@ class UserCode:
                 return f"{self.display(code.co_filename)}:{frame.f_lineno}"
             frame = frame.f_back
         return None
+
+    def locations(self, frame) -> tuple[str | None, str | None]:
+        """(innermost user line, library line: the innermost frame outside torch, diagnose and the
+        standard library) at or above `frame`, each as `file.py:LINE`."""
+        library = None
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if library is None:
+                shown = self._library.get(filename, "?")
+                if shown == "?":
+                    shown = self._library[filename] = self._library_name(filename)
+                if shown is not None:
+                    library = f"{shown}:{frame.f_lineno}"
+            if self.is_user(filename):
+                return f"{self.display(filename)}:{frame.f_lineno}", library
+            frame = frame.f_back
+        return None, library
+
+    def _library_name(self, filename: str) -> str | None:
+        if not filename or filename.startswith("<"):
+            return None
+        if self.is_user(filename):
+            return self.display(filename)
+        path = os.path.realpath(filename)
+        site = next((root for root in self._site if _under(path, root)), None)
+        if any(_under(path, r) for r in self._own if site is None or _under(r, site)):
+            return None  # torch, diagnose, or the standard library (which may hold site-packages)
+        return os.path.relpath(path, site) if site else path
 
 
 class FunctionSpans:

@@ -13,7 +13,7 @@ operator class.
 
 from __future__ import annotations
 
-from diagnose.findings import efficiency, microbench, operators, python, stake, steps, threads
+from diagnose.findings import efficiency, microbench, operators, place, python, stake, steps, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -37,5 +37,5 @@ def derive(report: Report) -> list[Finding]:
     bounded by the stake; one finding per line of code that several layers flagged."""
     out: list[Finding] = []
     for rule in RULES:
-        out.extend(stake.fill(f, report) for f in rule(report))
+        out.extend(stake.fill(place.annotate(f, report), report) for f in rule(report))
     return stake.rank(stake.dedup(stake.rank(out)))

@@ -117,14 +117,27 @@ def _innermost_common(frame, start_frames: dict[int, Any]):
 
 
 def add_loop_frame(stats: dict, frame, wall_s: float) -> list:
-    """Give the stats the frame that ran the window's loop (see PythonRecorder); returns its key."""
+    """Give the stats the frame that ran the window's loop (see PythonRecorder); returns its key.
+
+    cProfile records a call's caller only when it saw the caller entered, so
+    the calls the loop frame made are counted in their functions' totals but
+    under no caller: for each function, the calls its callers do not account
+    for are the loop frame's, with their share of its time (its primitive
+    calls' share of its cumulative time: for a recursive function such as
+    nn.Module's __call__ the outermost calls, which are the loop's, hold it
+    all). The loop frame's own time is the window's time in no function.
+    """
     code = frame.f_code
     key = (code.co_filename, code.co_firstlineno, code.co_name)
-    roots = [k for k, v in stats.items() if not v[4] and k != key]
     own = max(0.0, wall_s - sum(v[2] for v in stats.values()))
-    for k in roots:
-        cc, nc, tt, ct, callers = stats[k]
-        callers[key] = (cc, nc, tt, ct)
+    for k, (cc, nc, tt, ct, callers) in list(stats.items()):
+        if k == key:
+            continue
+        missing = nc - sum(c[0] for c in callers.values())  # a caller's entry is (nc, cc, tt, ct)
+        if missing <= 0:
+            continue
+        primitive = min(missing, cc)
+        callers[key] = (missing, primitive, tt * missing / nc if nc else 0.0, ct * primitive / cc if cc else 0.0)
     cc, nc, tt, ct, callers = stats.get(key, (0, 0, 0.0, 0.0, {}))
     stats[key] = (cc + 1, nc + 1, tt + own, ct + wall_s, callers)
     return list(key)
@@ -169,7 +182,7 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
     for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
         if kinds[callee] in ("user", "wait"):  # waiting is not the cost of driving torch from Python
             continue
-        for caller, (_c, nc, _t, ct) in callers.items():
+        for caller, (nc, _cc, _t, ct) in callers.items():  # (nc, cc, tt, ct), as cProfile writes them
             if nc and kinds.get(caller) == "user" and ct * 1e6 / nc < TINY_CALL_US:
                 tiny[caller][0] += ct
                 tiny[caller][1] += nc

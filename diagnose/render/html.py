@@ -37,11 +37,15 @@ SECTION_OF_KIND = {"hot_operator": "operators", "copy_overhead": "operators", "m
                    "python_overhead": "python", "oversubscription": "threads", "undersubscription": "threads",
                    "external_contention": "threads", "sequential_operator": "microbench",
                    "low_efficiency": "efficiency"}
-SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("python", "Python"), ("threads", "Threads"),
+SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("modules", "Modules"), ("python", "Python"),
+            ("threads", "Threads"),
             ("efficiency", "Efficiency"), ("microbench", "Micro-benchmarks"), ("counters", "Counters"),
             ("machine", "Machine and run"))
 LAYER_SECTIONS = ("operators", "python", "threads", "efficiency", "microbench", "counters")
-IMAGES = {"callgraph_png": "callgraph.png", "threads_png": "threads.png", "roofline_png": "roofline.png"}
+IMAGES = {"callgraph_png": "callgraph.png", "threads_png": "threads.png", "roofline_png": "roofline.png",
+          "flamegraph_png": "flamegraph.png"}
+MODULE_TREE_OPEN_DEPTH = 2  # the tree opens this many levels; deeper ones on a click
+MODULE_TREE_MIN_PCT = 0.5  # modules under this share of operator time are left out of the tree
 
 
 def _e(value: Any) -> str:
@@ -236,25 +240,28 @@ def _operators(report: Report) -> str:
                f'shape or source" aria-label="filter operators"> <span id="op-count">{len(shown)} of '
                f"{len(shown)} rows</span></div>")
     cols = [("operator", False), ("input shapes", False), ("dtypes", False), ("calls", True), ("self", True),
-            ("share", True), ("total", True), ("µs/call", True), ("GFLOP/s", True), ("source", False)]
+            ("share", True), ("total", True), ("per call: min / mean / max", True), ("self memory", True),
+            ("GFLOP/s", True), ("source", False), ("module", False), ("library line", False)]
     head = "".join(f'<th data-type="{"num" if n else "text"}"{" class=num" if n else ""} tabindex="0">{_e(c)}</th>'
                    for c, n in cols)
     body = []
     for i, r in enumerate(shown):
         dtypes = ",".join(d for d in r.dtypes if d and not d.startswith("Scalar")) or "-"
         shape = fmt.shapes(r.input_shapes, 80)
-        search = f"{r.name} {shape} {r.source or ''}".lower()
+        where, library = fmt.module_where(r) or "", fmt.library_where(r) or ""
+        search = f"{r.name} {shape} {r.source or ''} {where} {library}".lower()
         per_call = r.self_cpu_us / r.calls if r.calls else 0.0
         cells = [
             (r.name, f"<code>{_e(r.name)}</code>"), (shape, f"<code>{_e(shape)}</code>"),
             (dtypes, _e(dtypes)),
             (r.calls, str(r.calls)), (r.self_cpu_us, _e(fmt.us(r.self_cpu_us))),
             (r.self_pct, f'{r.self_pct:.1f}%<div class="mini"><div style="width:{min(100.0, r.self_pct):.1f}%"></div></div>'),
-            (r.total_cpu_us, _e(fmt.us(r.total_cpu_us))), (per_call, f"{per_call:.1f}"),
+            (r.total_cpu_us, _e(fmt.us(r.total_cpu_us))), (per_call, _e(fmt.per_call(r))),
+            (r.cpu_memory_bytes, _e(fmt.size(r.cpu_memory_bytes)) if r.cpu_memory_bytes else "-"),
             (r.gflops_per_s or 0, f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-"),
-            (r.source or "", _code(r.source)),
+            (r.source or "", _code(r.source)), (where, _e(where) if where else "-"), (library, _code(library or None)),
         ]
-        tds = "".join(f'<td data-v="{_e(v)}"{" class=num" if cols[j][1] else " class=loc" if j == 9 else ""}>{h}</td>'
+        tds = "".join(f'<td data-v="{_e(v)}"{" class=num" if cols[j][1] else " class=loc" if j >= 10 else ""}>{h}</td>'
                       for j, (v, h) in enumerate(cells))
         body.append(f'<tr id="op-{i}" data-search="{_e(search)}">{tds}</tr>')
     out.append(f'<div class="scroll"><table id="operators-table" class="sortable"><thead><tr>{head}</tr></thead>'
@@ -269,6 +276,51 @@ def _operators(report: Report) -> str:
                    + ".</p>")
     out.append(_notes(report, "operators"))
     return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------- modules
+
+def _modules(report: Report, image_dir: str | None) -> str:
+    m = report.modules
+    if m is None:
+        why = ("no nn.Module ran in the recorded window: operator time by module needs a model made of modules"
+               if report.operators else "no operators were recorded")
+        return f"<p>{_e(why)}.</p>"
+    out = ["<p>Operator self CPU time (forward, and backward mapped to the module whose forward produced it) by "
+           "nn.Module. By class, all instances summed:</p>",
+           "<ul>" + "".join(f"<li>{_e(l)}</li>" for l in fmt.module_class_lines(report, 12)) + "</ul>",
+           "<h3>Module tree</h3><p>Each module: its share with its submodules, and of its own operators; click to "
+           f"open. Modules under {MODULE_TREE_MIN_PCT:g}% are left out.</p>", _module_tree(report)]
+    out += [f"<p class=note>{_e(n)}</p>" for n in m.notes]
+    out.append(_image(report, image_dir, "flamegraph_png", "operator time by your line, module and operator"))
+    if report.artifacts.get("stacks"):
+        out.append("<p><code>stacks.folded</code> holds the same stacks for speedscope (speedscope.app, drag the "
+                   "file in) or flamegraph.pl.</p>")
+    return "".join(out)
+
+
+def _module_tree(report: Report) -> str:
+    rows = [r for r in report.modules.rows if r.total_pct >= MODULE_TREE_MIN_PCT]
+    total = report.modules.total_cpu_us or 1.0
+    html, depth = [], -1
+    for i, r in enumerate(rows):
+        while depth >= r.depth:
+            html.append("</details>" if depth >= 0 else "")
+            depth -= 1
+        has_children = i + 1 < len(rows) and rows[i + 1].depth > r.depth
+        label = (f'<code>{_e(r.path.rsplit(".", 1)[-1] if r.path else "(outermost)")}</code> {_e(r.module_class)} '
+                 f'<span class=num>{r.total_pct:.1f}%</span> <span class=muted>own {100 * r.self_cpu_us / total:.1f}%, '
+                 f'{r.calls} calls, {_e(r.path)}</span>')
+        if has_children:
+            html.append(f'<details class="mod"{" open" if r.depth < MODULE_TREE_OPEN_DEPTH else ""}><summary>{label}'
+                        f"</summary>")
+            depth = r.depth
+        else:
+            html.append(f'<div class="mod leaf">{label}</div>')
+    while depth >= 0:
+        html.append("</details>")
+        depth -= 1
+    return f'<div class="tree">{"".join(html)}</div>'
 
 
 # ----------------------------------------------------------------------------------------- python
@@ -460,6 +512,7 @@ def render(report: Report, image_dir: str | None = None) -> str:
     builders: dict[str, Callable[[], str]] = {
         "verdict": lambda: _verdict(report),
         "operators": lambda: _operators(report),
+        "modules": lambda: _modules(report, image_dir),
         "python": lambda: _python(report, image_dir),
         "threads": lambda: _threads(report, image_dir),
         "efficiency": lambda: _efficiency(report, image_dir),
@@ -511,6 +564,8 @@ def _nav_status(report: Report, section: str) -> str:
 
 
 CSS = """
+.tree details.mod,.tree div.mod{margin-left:18px}.tree>details.mod{margin-left:0}
+.tree summary{cursor:pointer}.tree .leaf{padding-left:14px}.muted{color:var(--muted);font-size:12px}
 :root{--fg:#1f2328;--muted:#656d76;--line:#d0d7de;--bg:#f6f8fa;--accent:#0969da;
 --high:#cf222e;--high-bg:#ffebe9;--medium:#bc4c00;--medium-bg:#fff1e5;--low:#57606a;--low-bg:#eef1f4;--ok:#1a7f37}
 *{box-sizing:border-box}

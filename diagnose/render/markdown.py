@@ -67,13 +67,15 @@ def render(report: Report) -> str:
                    f"total {fmt.us(summary.get('total_self_cpu_us', 0))}, "
                    f"{(summary.get('attributed_share') or 0) * 100:.0f}% of it attributed to a line of your code.")
         out.append("")
-        out.append("| operator | input shapes | dtypes | calls | self | share | GFLOP/s | source |")
-        out.append("|---|---|---|---:|---:|---:|---:|---|")
+        out.append("| operator | input shapes | dtypes | calls | self | share | per call (min / mean / max) "
+                   "| GFLOP/s | source | module | library line |")
+        out.append("|---|---|---|---:|---:|---:|---:|---:|---|---|---|")
         for r in report.operators[:TOP_OPERATORS]:
             out.append("| " + " | ".join([
                 _code(r.name), _code(fmt.shapes(r.input_shapes, 60)), _cell(",".join(d for d in r.dtypes if d) or "-"),
-                str(r.calls), fmt.us(r.self_cpu_us), f"{r.self_pct:.1f}%",
+                str(r.calls), fmt.us(r.self_cpu_us), f"{r.self_pct:.1f}%", _cell(fmt.per_call(r)),
                 f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", _code(r.source),
+                _cell(fmt.module_where(r) or "-"), _code(fmt.library_where(r)),
             ]) + " |")
         if len(report.operators) > TOP_OPERATORS:
             out.append(f"\n_{len(report.operators) - TOP_OPERATORS} more rows in report.json._")
@@ -86,6 +88,7 @@ def render(report: Report) -> str:
     if layer and layer.notes:
         out += [f"- {n}" for n in layer.notes] + [""]
 
+    out += _modules(report)
     out += _python(report)
     out += _threads(report)
     out += _distributed(report)
@@ -114,6 +117,23 @@ def render(report: Report) -> str:
         out += ["## Files", ""] + [f"- `{v}`" for v in report.artifacts.values()] + [""]
     out.append(f"_diagnose {report.run.diagnose_version}, schema {report.schema_version}, {report.run.started_at}_")
     return "\n".join(out) + "\n"
+
+
+def _modules(report: Report) -> list[str]:
+    lines = fmt.module_class_lines(report, 10)
+    if not lines:
+        return []
+    out = ["## Modules", "", "Operator time (forward and backward) by nn.Module class, all instances summed:", ""]
+    out += [f"- {_cell(l)}" for l in lines]
+    hot = fmt.hot_modules(report, 8)
+    if hot:
+        out += ["", "Hottest modules by their own operators (instances at one place in the model summed):", "",
+                "| module | class | instances | its own operators |", "|---|---|---:|---:|"]
+        out += [f"| {_code(path)} | {_cell(cls)} | {n} | {pct:.1f}% |" for path, cls, n, pct in hot]
+    out += [f"- {_cell(n)}" for n in report.modules.notes]
+    if report.artifacts.get("stacks"):
+        out += ["", "Folded stacks in `stacks.folded` (speedscope, flamegraph.pl); `flamegraph.png` draws them."]
+    return out + [""]
 
 
 def _python(report: Report) -> list[str]:

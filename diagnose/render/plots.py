@@ -170,3 +170,66 @@ def roofline_png(report: Report, path: str) -> str | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
+
+
+FLAME_MIN_FRACTION = 0.002  # frames narrower than this share of the total are not drawn
+FLAME_ROW_IN = 0.24
+
+
+def flame_png(report: Report, path: str) -> str | None:
+    """flamegraph.png: report.stacks as a flame graph, the user's lines at the bottom, operators on top.
+
+    Drawn with matplotlib, which the project already uses for its other
+    pictures: flamegraph.pl would need Perl and writes SVG, which the report
+    cannot embed as an image everywhere; speedscope reads stacks.folded for an
+    interactive view. Each frame's width is its share of the operator pass's
+    self CPU time; colours tell user lines, modules and operators apart.
+    """
+    stacks = [s for s in report.stacks if s.self_cpu_us > 0]
+    if not stacks:
+        return "the operator pass recorded no operator time to draw"
+    try:
+        plt = _pyplot()
+        from matplotlib.patches import Rectangle
+    except ImportError as exc:
+        return f"matplotlib is not importable ({exc}); pip install matplotlib"
+    total = sum(s.self_cpu_us for s in stacks)
+    tree: dict[str, Any] = {"w": 0.0, "c": {}}
+    for s in stacks:
+        node = tree
+        node["w"] += s.self_cpu_us
+        for frame in s.frames:
+            node = node["c"].setdefault(frame, {"w": 0.0, "c": {}})
+            node["w"] += s.self_cpu_us
+    depth = max(len(s.frames) for s in stacks)
+    fig_h = max(2.5, 1.0 + depth * FLAME_ROW_IN)
+    fig, ax = plt.subplots(figsize=(12, fig_h), constrained_layout=True)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, depth)
+    ax.axis("off")
+    colours = {"line": "#e8a05c", "module": "#8fb8de", "op": "#e06c5f"}
+    width_px = fig.get_size_inches()[0] * fig.dpi
+
+    def draw(node: dict[str, Any], x0: float, level: int) -> None:
+        x = x0
+        for frame, child in sorted(node["c"].items(), key=lambda kv: -kv[1]["w"]):
+            w = child["w"] / total
+            if w < FLAME_MIN_FRACTION:
+                x += w
+                continue
+            kind = "line" if level == 0 else ("op" if not child["c"] and "::" in frame else "module")
+            ax.add_patch(Rectangle((x, level), w, 0.95, facecolor=colours[kind], edgecolor="white", linewidth=0.5))
+            chars = int(w * width_px / 6.5)
+            if chars >= 4:
+                text = f"{frame} {100 * w:.0f}%"
+                ax.text(x + 0.002, level + 0.45, text if len(text) <= chars else text[:chars - 1] + "…",
+                        va="center", ha="left", fontsize=7, clip_on=True)
+            draw(child, x, level + 1)
+            x += w
+
+    draw(tree, 0.0, 0)
+    ax.set_title(f"Operator time of {report.target.script} by your line, module and operator "
+                 "(width: share of self CPU time in the operator pass)", fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

@@ -24,11 +24,14 @@ def render(report: Report, output_dir: str | None = None) -> str:
     if ops:
         out.append("")
         out.append("Top operators by self CPU time")
-        rows = [("operator", "input shapes", "calls", "self", "share", "GFLOP/s", "source")]
+        rows = [("operator", "input shapes", "calls", "self", "share", "GFLOP/s", "source", "module")]
         for r in ops:
+            where = fmt.module_where(r) or "-"
             rows.append((r.name, fmt.shapes(r.input_shapes, 40), str(r.calls), fmt.us(r.self_cpu_us),
-                         f"{r.self_pct:.1f}%", f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", r.source or "-"))
+                         f"{r.self_pct:.1f}%", f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", r.source or "-",
+                         where if len(where) <= 48 else "…" + where[-47:]))
         out += _table(rows)
+    out += _modules(report)
     op_layer = report.layers.get("operators")
     if op_layer and op_layer.status != "ok":
         out.append("")
@@ -69,6 +72,18 @@ def render(report: Report, output_dir: str | None = None) -> str:
         files = ", ".join(sorted(report.artifacts.values()))
         out.append(f"Report: {os.path.join(output_dir, 'report.md')}  ({files})")
     return "\n".join(out) + "\n"
+
+
+def _modules(report: Report) -> list[str]:
+    lines = fmt.module_class_lines(report, TOP_FUNCTIONS + 1)
+    if not lines:
+        return []
+    out = ["", "Modules (operator time by nn.Module class, forward and backward)"] + [f"  {l}" for l in lines]
+    hot = fmt.hot_modules(report, TOP_FUNCTIONS)
+    if hot:
+        out.append("  hottest modules by their own operators:")
+        out += [f"    {path} ({cls}{f', {n} instances' if n > 1 else ''}): {pct:.1f}%" for path, cls, n, pct in hot]
+    return out
 
 
 def _python(report: Report) -> list[str]:

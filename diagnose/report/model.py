@@ -10,7 +10,9 @@ migration to io.MIGRATIONS):
         efficiency and counters added later (additive: no version bump);
         distributed added later (additive, empty for a single process);
         steps added later (additive: script mode's step detection, window,
-        setup and data wait).
+        setup and data wait); operator rows' module path, library line,
+        per-call min/max, `modules` (the module time table) and `stacks`
+        (folded stacks) added later (additive).
 """
 
 from __future__ import annotations
@@ -139,6 +141,62 @@ class SourceShare:
 
 
 @dataclass
+class ModuleShare:
+    """The part of an operator row run inside one module's forward (or its backward), from one library line."""
+
+    module: str | None  # module path from the outermost module ("" is that module itself); None: outside any
+    module_class: str | None
+    library_line: str | None  # innermost frame outside torch (a library's line, or yours in your own model)
+    calls: int
+    self_cpu_us: float
+
+
+@dataclass
+class ModuleRow:
+    """One module (a path from the outermost module) in the operator pass's window."""
+
+    path: str  # "" is the outermost module; "encoder.layer.3.attention.self"
+    module_class: str
+    calls: int  # forward calls in the window
+    self_cpu_us: float  # operators its own forward ran, and their backward
+    total_cpu_us: float  # with its submodules
+    total_pct: float  # share of all operator self CPU time
+    depth: int
+
+
+@dataclass
+class ModuleClassRow:
+    """All instances of one module class: "12 BertSelfAttention: 41%"."""
+
+    module_class: str
+    instances: int
+    calls: int
+    self_cpu_us: float
+    total_cpu_us: float  # an instance nested in another of its class is counted once
+    total_pct: float
+
+
+@dataclass
+class Modules:
+    """Where operator time goes by nn.Module (layers/operators/modules.py)."""
+
+    root_class: str | None = None  # the outermost module's class
+    rows: list[ModuleRow] = field(default_factory=list)  # depth-first, children by total time
+    classes: list[ModuleClassRow] = field(default_factory=list)  # by total time
+    outside_cpu_us: float = 0.0  # operators outside any module's forward (optimizer, functional code, glue)
+    total_cpu_us: float = 0.0  # all operator self CPU time: the module totals of the roots plus outside_cpu_us
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FoldedStack:
+    """One line of stacks.folded: user line; modules, outermost first; operator - weighted by self time."""
+
+    frames: list[str]
+    self_cpu_us: float
+
+
+@dataclass
 class PythonFunction:
     """One function of the call-graph (cProfile) pass; times are instrumented."""
 
@@ -188,6 +246,35 @@ class OperatorRow:
     # per call, from the shapes (layers/efficiency/work.py): flops, bytes moved, how each was counted
     work: dict[str, Any] | None = None
     bytes: int | None = None  # bytes moved over all calls (inputs read + outputs written once: a lower bound)
+    # where it ran: the module whose forward called it (the largest share) and the library line that did
+    module: str | None = None
+    module_class: str | None = None
+    library_line: str | None = None
+    modules: list[ModuleShare] = field(default_factory=list)  # by self time, largest first
+    min_self_us: float | None = None  # per call
+    max_self_us: float | None = None
+
+    def where_module(self) -> str | None:
+        """The module that ran it, `encoder.layer.*.intermediate.dense (Linear)`: its instances' differing
+        indices as `*`; None when it ran outside every module."""
+        shares = [s for s in self.modules if s.module is not None]
+        if not shares:
+            return None
+        top = shares[0]
+        parts = (top.module or "").split(".")
+        same = [s for s in shares if s.module_class == top.module_class
+                and len((s.module or "").split(".")) == len(parts)]
+        for s in same[1:]:
+            for i, (a, b) in enumerate(zip(parts, (s.module or "").split("."))):
+                if a != b:
+                    parts[i] = "*"
+        path = ".".join(parts) if top.module else "(outermost module)"
+        cls = f" ({top.module_class})" if top.module_class else ""
+        return f"{path}{cls}" + (f" +{len(shares) - len(same)} other" if len(shares) > len(same) else "")
+
+    def library_elsewhere(self) -> str | None:
+        """The library line that ran most of it, when it is not its own user line."""
+        return self.library_line if self.library_line and self.library_line != self.source else None
 
 
 @dataclass
@@ -217,6 +304,8 @@ class Report:
     efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline
     counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
     steps: Steps | None = None  # script mode (None in function mode)
+    modules: Modules | None = None  # operator time per nn.Module (None: no module ran, or an older report)
+    stacks: list[FoldedStack] = field(default_factory=list)  # the operator pass's folded stacks (stacks.folded)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); empty for a single process
     distributed: dict[str, Any] = field(default_factory=dict)

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from diagnose.layers.operators.kineto import MEMORY_EVENT, SOURCE_PREFIX, _jsonable
+from diagnose.layers.operators.kineto import MEMORY_EVENT, SOURCE_PREFIX, Label, _jsonable, source_span
 
 
 def memory_totals(kineto_events) -> dict[str, int]:
@@ -56,32 +56,36 @@ def _parent_op(e) -> str:
     return ""
 
 
-def _source_of(e, memo: dict[int, str | None]) -> str | None:
-    """The label of the nearest source annotation above the event."""
-    chain = []
+def _label_of(e) -> tuple | None:
+    """The nearest source annotation above the event, parsed (user, library, module)."""
     node = e.cpu_parent
-    found = None
     while node is not None:
-        key = id(node)
-        if key in memo:
-            found = memo[key]
-            break
         if node.name.startswith(SOURCE_PREFIX):
-            found = node.name[len(SOURCE_PREFIX):]
-            break
-        chain.append(key)
+            return Label.parse(node.name)
         node = node.cpu_parent
-    for key in chain:
-        memo[key] = found
-    if found == "?":
+    return None
+
+
+def _context(e, forward: dict) -> tuple | None:
+    """The event's (user, library, module): its label's, with the library line and module of the forward op
+    of the same sequence number for a backward node and what runs under it (events come in time order)."""
+    ctx = _label_of(e)
+    if ctx is None:
         return None
-    return found
+    node = e
+    while node is not None and not node.name.startswith(SOURCE_PREFIX):
+        if node.sequence_nr >= 0 and node.fwd_thread:
+            fwd = forward.get((node.fwd_thread, node.sequence_nr))
+            if fwd is not None:
+                return (ctx[0], *fwd)
+        node = node.cpu_parent
+    return ctx
 
 
 def _aggregate(events) -> tuple[list[dict[str, Any]], float]:
-    """Reduce FunctionEvents to raw rows keyed by (name, shapes, dtypes, source, parent op)."""
-    memo: dict[int, str | None] = {}
+    """Reduce FunctionEvents to raw rows keyed by (name, shapes, dtypes, context, parent op)."""
     acc: dict[tuple, list] = {}
+    forward: dict[tuple, tuple] = {}
     attribution_us = 0.0
     for e in events:
         if e.name == MEMORY_EVENT:
@@ -89,38 +93,47 @@ def _aggregate(events) -> tuple[list[dict[str, Any]], float]:
         if e.name.startswith(SOURCE_PREFIX):
             attribution_us += e.self_cpu_time_total
             continue
+        ctx = _context(e, forward)
+        if ctx is not None and e.sequence_nr >= 0 and not e.fwd_thread:
+            forward.setdefault((e.thread, e.sequence_nr), ctx[1:])
         if not _is_operator(e):
             continue
-        source = _source_of(e, memo)
         key = (
             e.name,
             json.dumps(_jsonable(e.input_shapes)),
             json.dumps(list(getattr(e, "input_dtypes", None) or [])),
-            source,
+            ctx or (None, None, None),
             _parent_op(e),
         )
         row = acc.get(key)
         if row is None:
-            row = acc[key] = [0, 0.0, 0.0, 0, 0]
+            row = acc[key] = [0, 0.0, 0.0, 0, 0, e.self_cpu_time_total, e.self_cpu_time_total]
         row[0] += 1
         row[1] += e.self_cpu_time_total
         row[2] += e.cpu_time_total
         row[3] += int(e.flops or 0)
         row[4] += int(e.self_cpu_memory_usage or 0)
+        row[5] = min(row[5], e.self_cpu_time_total)
+        row[6] = max(row[6], e.self_cpu_time_total)
     rows = [
         {
             "name": name,
             "input_shapes": json.loads(shapes),
             "dtypes": json.loads(dtypes),
-            "source": source,
+            "source": user,
+            "library": library,
+            "module": module,
             "parent": parent,
             "calls": calls,
             "self_cpu_us": self_us,
             "total_cpu_us": total_us,
+            "min_self_us": lo,
+            "max_self_us": hi,
             "flops": flops,
             "cpu_memory_bytes": mem,
         }
-        for (name, shapes, dtypes, source, parent), (calls, self_us, total_us, flops, mem) in acc.items()
+        for (name, shapes, dtypes, (user, library, module), parent), (calls, self_us, total_us, flops, mem, lo, hi)
+        in acc.items()
     ]
     return rows, attribution_us
 
@@ -142,8 +155,10 @@ def _write_chrome_trace(events, path: str, max_events: int) -> dict[str, Any]:
     trace_events = []
     for start, e in kept:
         if e.name.startswith(SOURCE_PREFIX):
-            trace_events.append({"name": e.name[len(SOURCE_PREFIX):], "cat": "user_code", "ph": "X",
-                                 "ts": start, "dur": e.time_range.elapsed_us(), "pid": pid, "tid": e.thread})
+            name, args = source_span(Label.parse(e.name))
+            trace_events.append({"name": name, "cat": "user_code", "ph": "X",
+                                 "ts": start, "dur": e.time_range.elapsed_us(), "pid": pid, "tid": e.thread,
+                                 "args": args})
         else:
             trace_events.append({
                 "name": e.name, "cat": "cpu_op", "ph": "X", "ts": start, "dur": e.time_range.elapsed_us(),

@@ -87,7 +87,8 @@ def test_sections_in_reading_order_with_the_verdict_first():
     rep = io.load(str(DATA / "compare" / "row_loop_before.json"))
     page = html.render(rep)
     ids = [attrs["id"] for t, attrs in parse(page).tags if t == "section"]
-    assert ids == ["verdict", "operators", "python", "threads", "efficiency", "microbench", "counters", "machine"]
+    assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "counters",
+                   "machine"]
     verdict = page.index('id="verdict"')
     assert verdict < page.index('id="finding-1"') < page.index('id="operators"')
 
@@ -154,10 +155,10 @@ def test_the_operator_table_is_sortable_with_numeric_keys():
     rep = io.load(str(DATA / "compare" / "row_loop_before.json"))
     tags = parse(html.render(rep)).tags
     heads = [attrs.get("data-type") for t, attrs in tags if t == "th" and "data-type" in attrs]
-    assert heads == ["text", "text", "text", "num", "num", "num", "num", "num", "num", "text"]
+    assert heads == ["text", "text", "text", "num", "num", "num", "num", "num", "num", "num", "text", "text", "text"]
     rows = [attrs for t, attrs in tags if t == "tr" and attrs.get("id", "").startswith("op-")]
     assert len(rows) == len(rep.operators)
-    first_cells = [attrs for t, attrs in tags if t == "td" and "data-v" in attrs][:10]
+    first_cells = [attrs for t, attrs in tags if t == "td" and "data-v" in attrs][:13]
     assert float(first_cells[4]["data-v"]) == rep.operators[0].self_cpu_us
 
 

@@ -39,7 +39,8 @@ def _line(text):
 
 
 def _key(row):
-    return (row["name"], json.dumps(row["input_shapes"]), json.dumps(row["dtypes"]), row["source"], row["parent"])
+    return (row["name"], json.dumps(row["input_shapes"]), json.dumps(row["dtypes"]), row["source"], row["library"],
+            row["module"], row["parent"])
 
 
 def assert_equivalent(fast, ref, fast_trace: Path, ref_trace: Path):
@@ -52,6 +53,8 @@ def assert_equivalent(fast, ref, fast_trace: Path, ref_trace: Path):
         assert f["cpu_memory_bytes"] == r["cpu_memory_bytes"], _key(f)
         assert f["self_cpu_us"] == pytest.approx(r["self_cpu_us"], rel=1e-9, abs=1e-6), _key(f)
         assert f["total_cpu_us"] == pytest.approx(r["total_cpu_us"], rel=1e-9, abs=1e-6), _key(f)
+        assert f["min_self_us"] == pytest.approx(r["min_self_us"], rel=1e-9, abs=1e-6), _key(f)
+        assert f["max_self_us"] == pytest.approx(r["max_self_us"], rel=1e-9, abs=1e-6), _key(f)
     assert fast["memory"] == ref["memory"]
     assert fast["events"] == ref["events"]
     assert fast["attribution_overhead_us"] == pytest.approx(ref["attribution_overhead_us"], rel=1e-9, abs=1e-6)
@@ -158,11 +161,12 @@ class FakeEvent:
     _next_id = 1
 
     def __init__(self, name, start, end=None, tid=1, end_tid=None, shapes=(), dtypes=(), flops=0, nbytes=0,
-                 user=False, python=False, device=DeviceType.CPU, hidden=False, is_async=False):
+                 user=False, python=False, device=DeviceType.CPU, hidden=False, is_async=False, seq=-1, fwd_tid=0):
         self._name, self._start, self._end = name, BASE + start, BASE + (start if end is None else end)
         self._tid, self._end_tid = tid, tid if end_tid is None else end_tid
         self._shapes, self._dtypes, self._flops, self._nbytes = [list(s) for s in shapes], list(dtypes), flops, nbytes
         self._user, self._python, self._device, self._hidden, self._async = user, python, device, hidden, is_async
+        self._seq, self._fwd_tid = seq, fwd_tid
         self._id = FakeEvent._next_id
         FakeEvent._next_id += 1
 
@@ -182,6 +186,8 @@ class FakeEvent:
     def flops(self): return self._flops
     def nbytes(self): return self._nbytes
     def correlation_id(self): return self._id
+    def sequence_nr(self): return self._seq
+    def fwd_thread_id(self): return self._fwd_tid
 
     def __getattr__(self, attr):
         if attr in _DEFAULTS:

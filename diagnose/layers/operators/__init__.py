@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from diagnose.layers.base import Layer
+from diagnose.layers.operators import modules
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
 from diagnose.report.model import LayerStatus, Report
 
@@ -30,7 +31,8 @@ class OperatorsLayer(Layer):
         raw = outcome.raw
         if raw is None:
             return LayerStatus("failed", outcome.failure_reason("the operator pass"))
-        rows = merge_rows(raw["rows"])
+        seen = raw.get("modules") or {}
+        rows = merge_rows(raw["rows"], {path: m["class"] for path, m in seen.items()})
         notes = []
         if len(rows) > MAX_ROWS:
             notes.append(f"kept the {MAX_ROWS} rows with most self CPU time of {len(rows)}")
@@ -48,6 +50,8 @@ class OperatorsLayer(Layer):
             "window": raw.get("window"),
             "trace": raw.get("trace"),
         }
+        report.modules = modules.build(raw["rows"], seen, raw.get("module_roots") or [])
+        report.stacks = modules.stacks(raw["rows"], seen, raw.get("module_roots") or [])
         if raw.get("window"):
             notes.append(raw["window"])
         if raw.get("budget"):

@@ -15,8 +15,25 @@ import json
 import os
 from typing import Any
 
-SOURCE_PREFIX = "diagnose@"  # record_function label of a user line (recorder.py)
+SOURCE_PREFIX = "diagnose@"  # record_function label of a user call (recorder.py)
 MEMORY_EVENT = "[memory]"
+
+
+class Label:
+    """The name of the record_function range the recorder opens around each torch call from Python:
+    `diagnose@USER<TAB>LIBRARY<TAB>MODULE`, the user line, the library line, and `~` + the module path
+    ("" when no module's forward runs; `~` alone is the outermost module itself)."""
+
+    @staticmethod
+    def text(user: str | None, library: str | None, module: str | None) -> str:
+        return f"{SOURCE_PREFIX}{user or '?'}\t{library or ''}\t{'' if module is None else '~' + module}"
+
+    @staticmethod
+    def parse(name: str) -> tuple[str | None, str | None, str | None]:
+        """(user line, library line, module path) of a label; None where unknown."""
+        user, _, rest = name[len(SOURCE_PREFIX):].partition("\t")
+        library, _, module = rest.partition("\t")
+        return (None if user == "?" else user), (library or None), (module[1:] if module else None)
 
 _FILTERED_NAMES = frozenset({
     "profiler::_record_function_enter",
@@ -30,7 +47,9 @@ OOM_EVENT = "[OutOfMemory]"
 _OTHER, _OP, _SOURCE = 0, 1, 2
 _TRACE_CHUNK = 5000
 # Trace spans as json.dump writes them (floats and ints by repr, ", " and ": " separators).
-_SOURCE_SPAN = '{"name": %s, "cat": "user_code", "ph": "X", "ts": %r, "dur": %r, "pid": %d, "tid": %d}'
+_SOURCE_SPAN = ('{"name": %s, "cat": "user_code", "ph": "X", "ts": %r, "dur": %r, "pid": %d, "tid": %d, '
+                '"args": %s}')
+_NO_CONTEXT = (None, None, None)
 _OP_SPAN = '{"name": %s, "cat": "cpu_op", "ph": "X", "ts": %r, "dur": %r, "pid": %d, "tid": %d, "args": %s}'
 
 
@@ -97,7 +116,9 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         k_hidden = getattr(kt, "is_hidden_event", None)
         k_user, k_python = kt.is_user_annotation, kt.is_python_function
         k_shapes, k_dtypes, k_flops, k_nbytes = kt.shapes, kt.dtypes, kt.flops, kt.nbytes
+        k_seq, k_fwd_tid = kt.sequence_nr, kt.fwd_thread_id
     add_node = nodes.append
+    parsed: dict[str, tuple] = {}
     for k in events:
         raw = k_name(k)
         if raw == MEMORY_EVENT:
@@ -118,22 +139,22 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         tid = k_tid(k)
         cpu = k_device(k) == cpu_device
         in_tree = cpu and not (k_async(k) or tid != k_end_tid(k))
-        # (name, label, kind, start, end, thread, cpu, in_tree, shapes, dtypes, flops)
+        # (name, label, kind, start, end, thread, cpu, in_tree, shapes, dtypes, flops, seq, fwd_tid)
         if name.startswith(SOURCE_PREFIX):
-            add_node((name, name[len(SOURCE_PREFIX):], _SOURCE, k_start(k), k_end(k), tid, cpu, in_tree,
-                      None, None, 0))
+            label = parsed.get(name) or parsed.setdefault(name, Label.parse(name))
+            add_node((name, label, _SOURCE, k_start(k), k_end(k), tid, cpu, in_tree, None, None, 0, -1, 0))
         elif k_python(k) or k_user(k):
             # what _is_operator excludes; its "ProfilerStep#" test never matches a
             # renamed step, which is a user annotation anyway
-            add_node((name, None, _OTHER, k_start(k), k_end(k), tid, cpu, in_tree, None, None, 0))
+            add_node((name, None, _OTHER, k_start(k), k_end(k), tid, cpu, in_tree, None, None, 0, -1, 0))
         else:
             op_event[len(nodes)] = k
             add_node((name, None, _OP, k_start(k), k_end(k), tid, cpu, in_tree,
-                      k_shapes(k), k_dtypes(k), int(k_flops(k) or 0)))
+                      k_shapes(k), k_dtypes(k), int(k_flops(k) or 0), k_seq(k), k_fwd_tid(k)))
     n_regular = len(nodes)
-    columns = [list(c) for c in zip(*nodes)] if nodes else [[] for _ in range(11)]
+    columns = [list(c) for c in zip(*nodes)] if nodes else [[] for _ in range(13)]
     del nodes
-    names, labels, kinds, starts, ends, threads, is_cpu, in_tree, shapes, dtypes, flops = columns
+    names, labels, kinds, starts, ends, threads, is_cpu, in_tree, shapes, dtypes, flops, seqs, fwd_tids = columns
 
     # ---- memory records: totals, and bytes per event by time window
     count = allocated = freed = 0
@@ -188,6 +209,8 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         shapes.append([])
         dtypes.append([])
         flops.append(0)
+        seqs.append(-1)
+        fwd_tids.append(0)
         mem_usage.append(k_nbytes(k) if k_device(k) in memory_devices else 0)
 
     n = len(names)
@@ -236,8 +259,12 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             children_us[p] = children_us[i]
             children_mem[p] = children_mem[i]
 
-    # ---- rows, attribution overhead and trace, in list order
-    source: list[str | None] = [None] * n
+    # ---- rows, attribution overhead and trace, in list order. An operator's context is the
+    # label above it (user line, library line, module); a backward node (an autograd
+    # function run for the op with the same sequence number on its forward thread) and
+    # what runs under it take the library line and module of that forward op.
+    context: list[tuple | None] = [None] * n
+    forward: dict[tuple[int, int], tuple] = {}  # (thread, sequence nr) -> (library, module) of a forward op
     parent_op: list[str] = [""] * n
     signature: list[tuple | None] = [None] * n  # reprs of shapes and dtypes, for operators
     acc_rows: dict[tuple, list] = {}
@@ -253,8 +280,16 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         if p >= 0:
             if removed[p]:
                 p = parent[p]
-            source[i] = labels[p] if kinds[p] == _SOURCE else source[p]
+            context[i] = labels[p] if kinds[p] == _SOURCE else context[p]
             parent_op[i] = names[p] if kinds[p] == _OP else parent_op[p]
+        seq = seqs[i]
+        if seq >= 0 and context[i] is not None:
+            if fwd_tids[i]:
+                fwd = forward.get((fwd_tids[i], seq))
+                if fwd is not None:
+                    context[i] = (context[i][0], *fwd)
+            else:
+                forward.setdefault((threads[i], seq), context[i][1:])
         if kind == _OTHER:
             continue
         traced.append(i)
@@ -262,32 +297,41 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         if kind == _SOURCE:
             attribution_us += self_us
             continue
-        src = source[i]
+        ctx = context[i] or _NO_CONTEXT
         sig = signature[i] = (repr(shapes[i]), repr(dtypes[i]))
-        key = (names[i], sig, None if src == "?" else src, parent_op[i])
+        key = (names[i], sig, ctx, parent_op[i])
         row = acc_rows.get(key)
         if row is None:
-            row = acc_rows[key] = [0, 0.0, 0.0, 0, 0, i]
+            row = acc_rows[key] = [0, 0.0, 0.0, 0, 0, i, self_us, self_us]
         row[0] += 1
         row[1] += self_us
         row[2] += dur_us[i] if is_cpu[i] else 0
         row[3] += flops[i]
         row[4] += mem_usage[i] - children_mem[i] if in_tree[i] else 0
+        if self_us < row[6]:
+            row[6] = self_us
+        elif self_us > row[7]:
+            row[7] = self_us
     rows = [
         {
             "name": name,
             "input_shapes": _jsonable(shapes[first]),
             "dtypes": list(dtypes[first] or []),
-            "source": src,
+            "source": user,
+            "library": library,
+            "module": module,
             "parent": parent_name,
             "calls": calls,
             "self_cpu_us": self_us,
             "total_cpu_us": total_us,
+            "min_self_us": lo,
+            "max_self_us": hi,
             "flops": flop_count,
             "cpu_memory_bytes": mem,
             **_layout(op_event.get(first)),
         }
-        for (name, _, src, parent_name), (calls, self_us, total_us, flop_count, mem, first) in acc_rows.items()
+        for (name, _, (user, library, module), parent_name), (calls, self_us, total_us, flop_count, mem, first, lo, hi)
+        in acc_rows.items()
     ]
 
     # ---- trace.json: operator and source spans by start time (the list order).
@@ -304,9 +348,9 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             lines = []
             for i in kept[c:c + _TRACE_CHUNK]:
                 if kinds[i] == _SOURCE:
-                    label = labels[i]
-                    name_json = quoted.get(label) or quoted.setdefault(label, json.dumps(label))
-                    lines.append(_SOURCE_SPAN % (name_json, start_us[i], dur_us[i], pid, threads[i]))
+                    label = names[i]
+                    span = quoted.get(label) or quoted.setdefault(label, _source_span_json(labels[i]))
+                    lines.append(_SOURCE_SPAN % (span[0], start_us[i], dur_us[i], pid, threads[i], span[1]))
                 else:
                     name = names[i]
                     name_json = quoted.get(name) or quoted.setdefault(name, json.dumps(name))
@@ -328,6 +372,17 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         "events": n_events,
         "trace": trace,
     }
+
+
+def source_span(label: tuple) -> tuple[str, dict[str, Any]]:
+    """A user call in trace.json: named after the user line, with its library line and module as args."""
+    user, library, module = label
+    return user or "?", {"library": library, "module": module}
+
+
+def _source_span_json(label: tuple) -> tuple[str, str]:
+    name, args = source_span(label)
+    return json.dumps(name), json.dumps(args)
 
 
 def _layout(event) -> dict[str, Any]:

@@ -4,12 +4,17 @@
 TorchFunctionMode installed before the target runs (so that torch.compile
 sees it from the start and nothing recompiles when the window begins) labels
 every torch call made from Python, while the window is recorded, with a
-`record_function` range named after the innermost user frame and its current
-line; every operator below that label in the event tree belongs to that line.
-Backward and optimizer ops land on the `loss.backward()` / `opt.step()` line.
+`record_function` range whose name (kineto.Label) carries the innermost user
+frame and its current line, the library line (the innermost frame outside
+torch: `transformers/models/bert/modeling_bert.py:LINE` inside a library
+model, the user's line inside the user's own model) and the module whose
+forward is running; every operator below that label in the event tree belongs
+to them. Backward and optimizer ops land on the `loss.backward()` /
+`opt.step()` line (kineto.py gives backward ops their forward op's module).
 torch 2.13's own `with_stack` frames carry each function's *definition* line,
 and its Python tracer combined with record_function corrupts event names now
-and then, hence the mode.
+and then, hence the mode; its `with_modules` covers TorchScript only, hence
+`ModuleTracker`.
 
 At the end `collect()` reduces the raw kineto events (kineto.py) to raw rows
 and writes trace.json, and estimates per-call work of the hot rows while
@@ -25,7 +30,7 @@ from collections import defaultdict
 from typing import Any
 
 from diagnose.layers.base import Recorder
-from diagnose.layers.operators.kineto import SOURCE_PREFIX, reduce_kineto
+from diagnose.layers.operators.kineto import Label, reduce_kineto
 
 # Calls that never run an operator; skipping them keeps the mode cheap.
 _NO_OP_CALLS = frozenset(
@@ -51,7 +56,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
 
     record_function = torch.profiler.record_function
     is_compiling = torch.compiler.is_compiling
-    location = recorder.usercode.location
+    locations = recorder.usercode.locations
+    tracker = recorder.modules
 
     class SourceMode(TorchFunctionMode):
         """Labels each torch call with the user line that made it, while the recorder records.
@@ -68,8 +74,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
             if recorder.calls % _BUDGET_CHECK_EVERY == 0 and recorder.over_budget():
                 recorder.stop()
                 return func(*args, **kwargs)
-            loc = location(sys._getframe(1))
-            with record_function(SOURCE_PREFIX + (loc or "?")):
+            user, library = locations(sys._getframe(1))
+            with record_function(Label.text(user, library, tracker.current())):
                 return func(*args, **kwargs)
 
     return SourceMode()
@@ -81,6 +87,87 @@ def _rss_bytes() -> int:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+class ModuleTracker:
+    """Which nn.Module's forward runs, as a path from the outermost module: `encoder.layer.3.attention.self`.
+
+    Global forward pre- and post-hooks, installed for the whole run (so that
+    torch.compile traces them, as no-ops, from its first call), keep a stack
+    of module paths. The first module called outside any other's forward is
+    the main root, whose own path is ""; its submodules are named as
+    `named_modules()` names them (`_orig_mod.` of a torch.compile'd module
+    left out). Another module called outside any forward is a root of its own,
+    named after its class (`CrossEntropyLoss`), and a module its root does not
+    hold is named `<Class>` under the module that called it. Inside a compiled
+    or scripted region no hook runs: its operators belong to the module that
+    called the region. `calls` counts each path's forwards while counting.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.names: dict[int, str] = {}  # id(module) -> path
+        self.roots: dict[int, str] = {}  # id(root module) -> its path
+        self.calls: dict[str, list] = {}  # path -> [class name, forward calls while counting]
+        self.counting = False
+        self.handles: list[Any] = []
+
+    def install(self) -> None:
+        import torch
+        from torch.nn.modules import module as module_mod
+
+        is_compiling = torch.compiler.is_compiling
+        stack, names, calls = self.stack, self.names, self.calls
+
+        def pre(module, args):
+            if is_compiling():
+                return
+            path = names.get(id(module))
+            if path is None or (not stack and id(module) not in self.roots):
+                path = self._learn(module)
+            stack.append(path)
+            if self.counting:
+                entry = calls.get(path)
+                if entry is None:
+                    calls[path] = [type(module).__name__, 1]
+                else:
+                    entry[1] += 1
+
+        def post(module, args, output):
+            if not is_compiling() and stack:
+                stack.pop()
+
+        self.handles = [module_mod.register_module_forward_pre_hook(pre),
+                        module_mod.register_module_forward_hook(post, always_call=True)]
+
+    def uninstall(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def current(self) -> str | None:
+        return self.stack[-1] if self.stack else None
+
+    def _learn(self, module) -> str:
+        if self.stack:  # a module its root does not hold, called inside a forward
+            path = f"{self.stack[-1]}.<{type(module).__name__}>" if self.stack[-1] else f"<{type(module).__name__}>"
+            self.names[id(module)] = path
+            return path
+        if id(module) in self.names:  # a submodule of a known root, called on its own
+            return self.names[id(module)]
+        prefix = "" if not self.roots else type(module).__name__
+        while prefix and prefix in self.roots.values():
+            prefix += "'"
+        self.roots[id(module)] = prefix
+        for name, sub in module.named_modules(remove_duplicate=False):
+            parts = [p for p in name.split(".") if p and p != "_orig_mod"]
+            path = ".".join([prefix] + parts if prefix else parts)
+            self.names.setdefault(id(sub), path)
+        self.names[id(module)] = prefix
+        return prefix
+
+    def result(self) -> dict[str, Any]:
+        return {path: {"class": cls, "calls": n} for path, (cls, n) in self.calls.items()}
 
 
 class OperatorsRecorder(Recorder):
@@ -99,6 +186,7 @@ class OperatorsRecorder(Recorder):
         self.calls = 0
         self.budget_note = None
         self.rss0 = 0
+        self.modules = ModuleTracker()
         # The recorded profile and its raw kineto results, kept from the
         # profiler's stop until collect() reduces them.
         self.profile = None
@@ -107,6 +195,7 @@ class OperatorsRecorder(Recorder):
         self.schedule_note = None
 
     def prepare(self) -> None:
+        self.modules.install()
         self.mode = _source_mode(self)
         self.mode.__enter__()
 
@@ -114,6 +203,7 @@ class OperatorsRecorder(Recorder):
         mode, self.mode = self.mode, None
         if mode is not None:
             mode.__exit__(None, None, None)
+        self.modules.uninstall()
 
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
@@ -141,6 +231,8 @@ class OperatorsRecorder(Recorder):
             on_trace_ready=self._ready if sched else None,
         )
         self.prof.__enter__()
+        self.modules.calls.clear()
+        self.modules.counting = True
         self.active = True
 
     def over_budget(self) -> bool:
@@ -167,6 +259,7 @@ class OperatorsRecorder(Recorder):
 
     def stop(self) -> None:
         self.active = False
+        self.modules.counting = False
         prof, self.prof = self.prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
@@ -186,6 +279,8 @@ class OperatorsRecorder(Recorder):
             "recorded_iters": self.window if self.schedule_note else None,
             "recorded_calls": self.calls,
             "budget": self.budget_note,
+            "modules": self.modules.result(),
+            "module_roots": sorted(set(self.modules.roots.values())),
         }
 
 

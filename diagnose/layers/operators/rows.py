@@ -6,13 +6,14 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from diagnose.report.model import OperatorRow, SourceShare
+from diagnose.report.model import ModuleShare, OperatorRow, SourceShare
 
 MAX_ROWS = 1000
 
 
-def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
-    """One row per (operator, input shapes), most self CPU time first."""
+def merge_rows(raw_rows: list[dict[str, Any]], classes: dict[str, str] | None = None) -> list[OperatorRow]:
+    """One row per (operator, input shapes), most self CPU time first; `classes` names the module paths."""
+    classes = classes or {}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in raw_rows:
         groups[(r["name"], json.dumps(r["input_shapes"]))].append(r)
@@ -20,6 +21,7 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
     rows = []
     for (name, shapes), parts in groups.items():
         by_source: dict[str | None, list] = defaultdict(lambda: [0, 0.0])
+        by_module: dict[tuple, list] = defaultdict(lambda: [0, 0.0])
         called_by: dict[str, float] = defaultdict(float)
         dtypes: list[str] = []
         layout: dict[str, Any] = {}
@@ -31,12 +33,22 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
             called_by[p.get("parent", "")] += p["self_cpu_us"]
             by_source[p["source"]][0] += p["calls"]
             by_source[p["source"]][1] += p["self_cpu_us"]
+            where = by_module[(p.get("module"), p.get("library"))]
+            where[0] += p["calls"]
+            where[1] += p["self_cpu_us"]
             if not dtypes:
                 dtypes = p["dtypes"]
         sources = sorted(
             (SourceShare(location=loc, calls=c, self_cpu_us=round(s, 3)) for loc, (c, s) in by_source.items()),
             key=lambda s: (s.location is None, -s.self_cpu_us, -s.calls),
         )
+        modules = sorted(
+            (ModuleShare(module=m, module_class=classes.get(m) if m is not None else None, library_line=lib,
+                         calls=c, self_cpu_us=round(us, 3)) for (m, lib), (c, us) in by_module.items()),
+            key=lambda s: (-s.self_cpu_us, -s.calls))
+        top = next((s for s in modules if s.module is not None or s.library_line), None)
+        lows = [p["min_self_us"] for p in parts if p.get("min_self_us") is not None]
+        highs = [p["max_self_us"] for p in parts if p.get("max_self_us") is not None]
         calls = sum(p["calls"] for p in parts)
         self_us = sum(p["self_cpu_us"] for p in parts)
         total_us = sum(p["total_cpu_us"] for p in parts)
@@ -60,6 +72,12 @@ def merge_rows(raw_rows: list[dict[str, Any]]) -> list[OperatorRow]:
             concrete_inputs=layout.get("concrete_inputs"),
             work=layout.get("work"),
             bytes=(layout["work"]["bytes"] * calls) if (layout.get("work") or {}).get("bytes") else None,
+            module=top.module if top else None,
+            module_class=top.module_class if top else None,
+            library_line=top.library_line if top else None,
+            modules=modules if any(s.module is not None or s.library_line for s in modules) else [],
+            min_self_us=round(min(lows), 3) if lows else None,
+            max_self_us=round(max(highs), 3) if highs else None,
         ))
     rows.sort(key=lambda r: (-r.self_cpu_us, r.name))
     return rows
