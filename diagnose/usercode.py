@@ -45,6 +45,12 @@ def _stdlib_roots() -> list[str]:
     return sorted({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k)})
 
 
+def _generated(filename: str) -> bool:
+    """Code torch generated (torch.compile's inductor cache), which nobody wrote."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return "/torchinductor_" in filename or bool(cache and filename.startswith(cache))
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -73,7 +79,7 @@ class UserCode:
         return hit
 
     def _decide(self, filename: str) -> bool:
-        if not filename or filename.startswith("<"):
+        if not filename or filename.startswith("<") or _generated(filename):
             return False
         path = os.path.realpath(filename)
         if path == self.script:
@@ -114,7 +120,7 @@ class UserCode:
         return None, library
 
     def _library_name(self, filename: str) -> str | None:
-        if not filename or filename.startswith("<"):
+        if not filename or filename.startswith("<") or _generated(filename):
             return None
         if self.is_user(filename):
             return self.display(filename)

@@ -268,7 +268,10 @@ class OperatorRow:
             for i, (a, b) in enumerate(zip(parts, (s.module or "").split("."))):
                 if a != b:
                     parts[i] = "*"
-        path = ".".join(parts) if top.module else "(outermost module)"
+        if not top.module:  # the outermost module itself: its class says it
+            return (top.module_class or "the outermost module") + (
+                f" +{len(shares) - 1} other" if len(shares) > 1 else "")
+        path = ".".join(parts)
         cls = f" ({top.module_class})" if top.module_class else ""
         return f"{path}{cls}" + (f" +{len(shares) - len(same)} other" if len(shares) > len(same) else "")
 

@@ -68,7 +68,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not recorder.active or getattr(func, "__name__", "") in _NO_OP_CALLS or is_compiling():
+            if is_compiling() or not recorder.active or getattr(func, "__name__", "") in _NO_OP_CALLS:
+                # is_compiling() first: under dynamo it is a constant, so nothing after it becomes a guard
                 return func(*args, **kwargs)
             recorder.calls += 1
             if recorder.calls % _BUDGET_CHECK_EVERY == 0 and recorder.over_budget():
@@ -89,6 +90,13 @@ def _rss_bytes() -> int:
         return 0
 
 
+def _class_name(module) -> str:
+    inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule around the user's module
+    if type(module).__name__ == "OptimizedModule" and inner is not None:
+        return f"{type(inner).__name__} (compiled)"
+    return type(module).__name__
+
+
 class ModuleTracker:
     """Which nn.Module's forward runs, as a path from the outermost module: `encoder.layer.3.attention.self`.
 
@@ -102,9 +110,15 @@ class ModuleTracker:
     hold is named `<Class>` under the module that called it. Inside a compiled
     or scripted region no hook runs: its operators belong to the module that
     called the region. `calls` counts each path's forwards while counting.
+
+    While recording, a call of a root module from Python is itself labelled
+    (kineto.Label) with the calling lines: what runs inside without passing
+    through the source mode (a torch.compile'd module's generated kernels, a
+    scripted module) still gets the user's line and the module.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, label=None) -> None:
+        self.label = label  # (module path) -> a record_function to open around a root's call, or None
         self.stack: list[str] = []
         self.names: dict[int, str] = {}  # id(module) -> path
         self.roots: dict[int, str] = {}  # id(root module) -> its path
@@ -119,23 +133,32 @@ class ModuleTracker:
         is_compiling = torch.compiler.is_compiling
         stack, names, calls = self.stack, self.names, self.calls
 
+        opened: list[Any] = []  # root calls' open labels
+
         def pre(module, args):
             if is_compiling():
                 return
             path = names.get(id(module))
-            if path is None or (not stack and id(module) not in self.roots):
+            root = not stack
+            if path is None or (root and id(module) not in self.roots):
                 path = self._learn(module)
+            if root and self.counting and self.label is not None:
+                rf = self.label(path)
+                rf.__enter__()
+                opened.append((len(stack), rf))
             stack.append(path)
             if self.counting:
                 entry = calls.get(path)
                 if entry is None:
-                    calls[path] = [type(module).__name__, 1]
+                    calls[path] = [_class_name(module), 1]
                 else:
                     entry[1] += 1
 
         def post(module, args, output):
             if not is_compiling() and stack:
                 stack.pop()
+                if opened and opened[-1][0] == len(stack):
+                    opened.pop()[1].__exit__(None, None, None)
 
         self.handles = [module_mod.register_module_forward_pre_hook(pre),
                         module_mod.register_module_forward_hook(post, always_call=True)]
@@ -186,7 +209,7 @@ class OperatorsRecorder(Recorder):
         self.calls = 0
         self.budget_note = None
         self.rss0 = 0
-        self.modules = ModuleTracker()
+        self.modules = ModuleTracker(self._root_label)
         # The recorded profile and its raw kineto results, kept from the
         # profiler's stop until collect() reduces them.
         self.profile = None
@@ -195,6 +218,12 @@ class OperatorsRecorder(Recorder):
         self.schedule_note = None
 
     def prepare(self) -> None:
+        try:  # torch.compile's C++ kernels get a profiler range each, named after what they fuse
+            import torch._inductor.config as inductor_config
+
+            inductor_config.cpp.enable_kernel_profile = True
+        except (ImportError, AttributeError):
+            pass
         self.modules.install()
         self.mode = _source_mode(self)
         self.mode.__enter__()
@@ -234,6 +263,13 @@ class OperatorsRecorder(Recorder):
         self.modules.calls.clear()
         self.modules.counting = True
         self.active = True
+
+    def _root_label(self, path: str):
+        """The label of a root module's call from Python (ModuleTracker)."""
+        import torch
+
+        user, library = self.usercode.locations(sys._getframe(1))  # torch's and diagnose's frames are skipped
+        return torch.profiler.record_function(Label.text(user, library, path))
 
     def over_budget(self) -> bool:
         grown = _rss_bytes() - self.rss0
