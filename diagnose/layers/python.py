@@ -251,8 +251,12 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: dict[str, Any]
         summary["hidden_operator_s"] = round(moved, 6)
 
 
-def join_operators(rows: list[PythonFunction], report: Report) -> None:
-    """List, per user function, the operators called from its lines (operator pass)."""
+def join_operators(rows: list[PythonFunction], report: Report, spans=None) -> None:
+    """List, per user function, the operators called from its lines (operator pass); a script's `<module>`
+    holds the lines outside every function of its file (a loop at module scope)."""
+    from diagnose.usercode import FunctionSpans
+
+    spans = spans or FunctionSpans()
     by_file: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
     for op in report.operators:
         for share in op.sources:
@@ -260,13 +264,15 @@ def join_operators(rows: list[PythonFunction], report: Report) -> None:
             if path and line.isdigit():
                 by_file[os.path.realpath(path)].append((int(line), share.location, (op, share)))
     for row in rows:
-        if row.kind != "user" or row.end_line is None:
+        module_scope = row.kind == "user" and row.function == "<module>"
+        if row.kind != "user" or (row.end_line is None and not module_scope):
             continue
         path, _, first = row.location.rpartition(":")
-        first_line = int(first)
+        real, first_line = os.path.realpath(path), int(first)
         found = []
-        for line, location, (op, share) in by_file.get(os.path.realpath(path), []):
-            if first_line <= line <= row.end_line:
+        for line, location, (op, share) in by_file.get(real, []):
+            inside = spans.enclosing(real, line) is None if module_scope else first_line <= line <= row.end_line
+            if inside:
                 found.append({"op": op.name, "input_shapes": op.input_shapes, "location": location,
                               "calls": share.calls, "self_cpu_us": share.self_cpu_us})
                 if share.calls and share.self_cpu_us / share.calls >= TINY_CALL_US:
@@ -307,8 +313,9 @@ class PythonLayer(Layer):
         stats = pstats.Stats(pstats_path).stats
         script = os.path.abspath(report.target.script)
         usercode = UserCode(script)
-        rows, summary = hotspots(stats, usercode, FunctionSpans())
-        join_operators(rows, report)
+        spans = FunctionSpans()
+        rows, summary = hotspots(stats, usercode, spans)
+        join_operators(rows, report, spans)
         correct_hidden_operators(rows, summary, report)
         wall = (outcome.result or {}).get("wall_s")
         summary["wall_s"] = wall
