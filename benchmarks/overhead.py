@@ -1,32 +1,37 @@
-"""What diagnosing costs, side by side with plain runs and other profilers, on the same workloads.
+"""What a default `diagnose script.py` costs next to `python script.py`, in wall time and peak memory.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 3] [--workloads mlp,python_row_loop]
-        [--write benchmarks/RESULTS.md]
+    .venv/bin/python benchmarks/overhead.py [--rounds 3] [--peers-python PATH] [--write benchmarks/RESULTS.md]
 
-Per workload (examples/NAME.py, run as a script), each round runs, in an
-order rotated from round to round so drift hits all alike:
+Cases (examples/mlp.py, a 3-layer MLP training loop, ~20 ms a step here):
+- `long`: 3000 steps, about a minute plain: diagnose measures its window of
+  steps and ends the script there, so it should cost less than the run;
+- `short`: 30 steps: the whole script is barely longer than the window;
+- `row loop`: examples/python_row_loop.py, many tiny operators (the
+  profiler's worst case; it has no steps, so it is measured whole).
 
-- `plain`: `python script.py`, end to end (interpreter, torch import, work);
-- `cprofile`: `python -m cProfile -o FILE script.py`, end to end;
-- `pyinstrument`, `py-spy record`: the same, where installed;
-- `diagnose`: the full `diagnose script.py --microbench-budget 0`, end to end
-  (three passes, each its own process, call graph drawn, report written);
-- `sampler` and `no sampler`: the workload's own wall time (torch imported
-  first, as diagnose's runner does) in diagnose's uninstrumented pass, with
-  the thread sampler watching (`diagnose threads`) and without it
-  (`diagnose --layers operators`), from report.json's run.wall_s.
+Each round runs `plain` and the full default `diagnose` (every layer,
+micro-benchmarks on: what a user runs) back to back, in alternating order,
+and takes their ratio: paired per round, so a slow round slows both. The
+verdict uses the worst round's ratio, not the median, so it holds across the
+spread. Peak memory is the largest proportional set size (PSS, from
+/proc/PID/smaps_rollup: shared pages split between the processes sharing
+them, so a fork server and its children are not counted twice) summed over
+the whole process tree, sampled every 0.1 s, for both commands.
 
-Results: medians over rounds, as ratios to `plain` (end to end) and, for the
-sampler, to `no sampler` (the same pass without the observer), with the
-rounds' spread. Targets: sampler pass < 2% over the pass without it; full
-diagnose (no micro-benchmarks) < 4x the plain run.
+The cost of one more step of the job is (diagnose's wall at 3000 steps -
+at 30) / 2970: since diagnose ends the script after its window, it should be
+about zero, against plain's own seconds per step.
+
+Peers, with `--peers-python` (a Python with torch 2.13 and pyinstrument,
+py-spy, scalene installed: their own venv, not this project's dependencies):
+`examples/mlp.py --steps 300` (~7 s plain) under each, whole process wall
+and peak memory over the plain run, as a user would run them.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -34,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,136 +50,194 @@ from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
 
 HEADING = "## Overhead of diagnosing, against plain runs and other profilers"
 PY = sys.executable
+MLP = REPO / "examples" / "mlp.py"
+ROWLOOP = REPO / "examples" / "python_row_loop.py"
+CASES = {  # name -> (script, its arguments, wall target, memory target)
+    "long": (MLP, ["--steps", "3000"], 0.75, 1.5),
+    "short": (MLP, ["--steps", "30"], 3.0, None),
+    "row loop": (ROWLOOP, [], None, None),
+}
+SAMPLE_S = 0.1
 
 
-def _timed(cmd: list[str], cwd: Path) -> float:
+def _tree(root: int) -> list[int]:
+    """root and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def run(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak PSS of the process tree in MiB) of one command."""
+    peak = [0]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    elapsed = time.perf_counter() - t0
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(SAMPLE_S):
+            peak[0] = max(peak[0], sum(_pss_kib(p) for p in _tree(proc.pid)))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    done.set()
+    watcher.join()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
-    return elapsed
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip()[-400:]}")
+    return wall, peak[0] / 1024
 
 
-def _pass_wall(args: list[str], tmp: Path) -> float:
-    out = tmp / f"r{time.monotonic_ns()}"
-    _timed([PY, "-m", "diagnose", "-q", "-o", str(out), "--microbench-budget", "0", *args], REPO)
-    wall = json.loads((out / "report.json").read_text())["run"]["wall_s"]
-    shutil.rmtree(out, ignore_errors=True)
-    return wall
+def _diagnose_cmd(script: Path, args: list[str], out: Path) -> list[str]:
+    return [PY, "-m", "diagnose", "-q", "-o", str(out), "--force", str(script), "--", *args]
 
 
-def tools() -> dict[str, object]:
-    """name -> function(script path, tmp dir) -> seconds."""
-    found: dict[str, object] = {
-        "plain": lambda s, t: _timed([PY, str(s)], REPO),
-        "cprofile": lambda s, t: _timed([PY, "-m", "cProfile", "-o", str(t / "p.pstats"), str(s)], REPO),
-        "diagnose": lambda s, t: _full(s, t),
-        "no sampler": lambda s, t: _pass_wall(["--layers", "operators", str(s)], t),
-        "sampler": lambda s, t: _threads(s, t),
+def measure_cases(rounds: int, tmp: Path) -> dict[str, list[dict[str, float]]]:
+    results: dict[str, list[dict[str, float]]] = {}
+    for name, (script, args, _, _) in CASES.items():
+        run([PY, str(script), *args])  # warm the file cache
+        results[name] = []
+        for r in range(rounds):
+            order = ("plain", "diagnose") if r % 2 == 0 else ("diagnose", "plain")
+            row: dict[str, float] = {}
+            for tool in order:
+                cmd = [PY, str(script), *args] if tool == "plain" else _diagnose_cmd(script, args, tmp / "out")
+                row[f"{tool}_s"], row[f"{tool}_mib"] = run(cmd)
+                print(f"{name} round {r + 1}: {tool} {row[f'{tool}_s']:.2f} s, {row[f'{tool}_mib']:.0f} MiB",
+                      file=sys.stderr)
+            results[name].append(row)
+    return results
+
+
+def measure_peers(python: str, rounds: int, tmp: Path) -> dict[str, list[tuple[float, float]]]:
+    script, args = str(MLP), ["--steps", "300"]
+    commands = {
+        "plain": [python, script, *args],
+        "cProfile": [python, "-m", "cProfile", "-o", str(tmp / "p.pstats"), script, *args],
+        "pyinstrument": [python, "-m", "pyinstrument", "-o", str(tmp / "p.txt"), script, *args],
+        "py-spy record": [str(Path(python).parent / "py-spy"), "record", "-o", str(tmp / "p.svg"), "--", python,
+                          script, *args],
+        "Scalene": [python, "-m", "scalene", "--cli", "--outfile", str(tmp / "s.txt"), "--cpu", "--memory",
+                    script, *args],
+        "diagnose": _diagnose_cmd(MLP, args, tmp / "peer-out"),
     }
-    if subprocess.run([PY, "-c", "import pyinstrument"], capture_output=True).returncode == 0:
-        found["pyinstrument"] = lambda s, t: _timed([PY, "-m", "pyinstrument", "-o", str(t / "p.txt"), str(s)], REPO)
-    if shutil.which("py-spy"):
-        found["py-spy"] = lambda s, t: _timed(["py-spy", "record", "-o", str(t / "p.svg"), "--", PY, str(s)], REPO)
-    return found
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
+    for r in range(rounds):
+        names = list(commands)
+        names = names[r % len(names):] + names[:r % len(names)]
+        for name in names:
+            try:
+                out[name].append(run(commands[name]))
+            except (SystemExit, OSError) as exc:
+                print(f"peer {name}: {exc}", file=sys.stderr)
+    return out
 
 
-def _full(script: Path, tmp: Path) -> float:
-    out = tmp / f"full{time.monotonic_ns()}"
-    seconds = _timed([PY, "-m", "diagnose", "-q", "-o", str(out), "--microbench-budget", "0", str(script)], REPO)
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds
+def _med(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
-def _threads(script: Path, tmp: Path) -> float:
-    out = tmp / f"thr{time.monotonic_ns()}"
-    _timed([PY, "-m", "diagnose", "threads", "-q", "-o", str(out), str(script)], REPO)
-    wall = json.loads((out / "report.json").read_text())["run"]["wall_s"]
-    shutil.rmtree(out, ignore_errors=True)
-    return wall
-
-
-def _half_range(values: list[float]) -> float:
-    """Half the range over rounds, relative to the median."""
-    med = statistics.median(values)
-    return (max(values) - min(values)) / 2 / med if len(values) > 1 and med else 0.0
-
-
-def _spread(values: list[float]) -> str:
-    med = statistics.median(values)
-    return f"±{100 * (max(values) - min(values)) / 2 / med:.1f}%" if len(values) > 1 and med else "-"
+def report(results, peers, rounds: int, took_s: float) -> str:
+    lines = [
+        HEADING, "",
+        f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
+        f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}. Took {took_s:.0f} s.",
+        f"- The full default `diagnose script.py` (every layer, micro-benchmarks on, its fork server and thread "
+        f"sampler) against `python script.py`, whole commands as a user waits for them, {rounds} rounds, paired: "
+        "each round runs both back to back in alternating order and takes their ratio. Peak memory: the largest "
+        "PSS summed over the process tree (sampled every 0.1 s). The verdict uses the worst round.",
+        "",
+        "| case | plain | diagnose | wall ratio (median, min-max) | peak memory plain / diagnose | memory ratio "
+        "(median, min-max) | target | verdict |",
+        "| --- | ---: | ---: | --- | --- | --- | --- | --- |",
+    ]
+    for name, rows in results.items():
+        _, args, wall_target, mem_target = CASES[name]
+        ratios = [r["diagnose_s"] / r["plain_s"] for r in rows]
+        mems = [r["diagnose_mib"] / r["plain_mib"] for r in rows]
+        targets, ok = [], True
+        if wall_target:
+            targets.append(f"wall <= {wall_target:g}x")
+            ok &= max(ratios) <= wall_target
+        if mem_target:
+            targets.append(f"memory <= {mem_target:g}x")
+            ok &= max(mems) <= mem_target
+        verdict = ("met" if ok else "NOT met") if targets else "reference"
+        lines.append(
+            f"| {name} ({' '.join(args) or 'as is'}) | {_med([r['plain_s'] for r in rows]):.2f} s | "
+            f"{_med([r['diagnose_s'] for r in rows]):.2f} s | {_med(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
+            f"| {_med([r['plain_mib'] for r in rows]):.0f} / {_med([r['diagnose_mib'] for r in rows]):.0f} MiB | "
+            f"{_med(mems):.2f}x ({min(mems):.2f}-{max(mems):.2f}) | {', '.join(targets) or '-'} | {verdict} |")
+    if "long" in results and "short" in results:
+        d_long, d_short = _med([r["diagnose_s"] for r in results["long"]]), _med(
+            [r["diagnose_s"] for r in results["short"]])
+        p_long, p_short = _med([r["plain_s"] for r in results["long"]]), _med(
+            [r["plain_s"] for r in results["short"]])
+        lines += ["", f"- One more step of the job costs diagnose {1e3 * (d_long - d_short) / 2970:+.2f} ms "
+                      f"(median wall at 3000 steps minus at 30, over 2970 steps), against "
+                      f"{1e3 * (p_long - p_short) / 2970:.2f} ms for the plain run: diagnose ends the script after "
+                      "its window, so the job's length costs it nothing beyond the window."]
+    if peers:
+        plain_s = _med([w for w, _ in peers["plain"]])
+        plain_m = _med([m for _, m in peers["plain"]])
+        lines += ["", "Peers on `examples/mlp.py --steps 300` (whole process, as a user runs each; medians of "
+                      f"{rounds} rounds in rotated order; peak PSS of the process tree):", "",
+                  "| tool | wall | vs plain | peak memory | vs plain |", "| --- | ---: | ---: | ---: | ---: |"]
+        for name, values in peers.items():
+            if not values:
+                lines.append(f"| {name} | failed | - | - | - |")
+                continue
+            w, m = _med([v[0] for v in values]), _med([v[1] for v in values])
+            lines.append(f"| {name} | {w:.2f} s | {w / plain_s:.2f}x | {m:.0f} MiB | {m / plain_m:.2f}x |")
+        lines.append("- The peers profile Python (and Scalene memory); diagnose runs three passes (uninstrumented "
+                     "with the thread sampler, operators, cProfile), micro-benchmarks and the roofline, each pass on "
+                     "the window of steps.")
+    lines += ["", f"- Reproduce: `.venv/bin/python benchmarks/overhead.py --rounds {rounds} --peers-python "
+                  "PEERS/bin/python --write benchmarks/RESULTS.md` on a quiet machine, PEERS a venv with "
+                  "`torch==2.13.0 pyinstrument py-spy scalene`.", ""]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workloads", default="mlp,python_row_loop")
-    parser.add_argument("--write", default=None, help="replace this benchmark's section in a RESULTS.md")
+    parser.add_argument("--cases", default=",".join(CASES), help="which cases (default: all)")
+    parser.add_argument("--peers-python", help="a Python with pyinstrument, py-spy and scalene: measure them too")
+    parser.add_argument("--write", help="replace this benchmark's section in a RESULTS.md")
     args = parser.parse_args()
-    runners = tools()
-    names = list(runners)
-    results: dict[str, dict[str, list[float]]] = {}
+    for name in [c for c in CASES if c not in args.cases.split(",")]:
+        del CASES[name]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="diagnose-overhead-") as tmpdir:
         tmp = Path(tmpdir)
-        for workload in args.workloads.split(","):
-            script = REPO / "examples" / f"{workload}.py"
-            runners["plain"](script, tmp)  # warm the file cache before timing anything
-            results[workload] = {n: [] for n in names}
-            for r in range(args.rounds):
-                order = names[r % len(names):] + names[:r % len(names)]
-                for name in order:
-                    seconds = runners[name](script, tmp)
-                    results[workload][name].append(seconds)
-                    print(f"{workload} round {r + 1}: {name} {seconds:.3f} s", file=sys.stderr)
-    lines = [
-        HEADING,
-        "",
-        f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
-        f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}.",
-        f"- {args.rounds} rounds per workload, tools in rotated order; medians, spread = half the range over rounds. "
-        f"Took {time.monotonic() - started:.0f} s.",
-        "- End to end: the whole command's wall time, interpreter start and `import torch` included, as a user waits "
-        "for it. Pass: the workload's own wall time inside diagnose's uninstrumented pass (torch imported before the "
-        "clock starts).",
-        "",
-        "| workload | tool | measures | median | spread | ratio | target |",
-        "| --- | --- | --- | ---: | ---: | ---: | --- |",
-    ]
-    verdicts = []
-    for workload, by_tool in results.items():
-        plain = statistics.median(by_tool["plain"])
-        base = statistics.median(by_tool["no sampler"])
-        for name, values in by_tool.items():
-            med = statistics.median(values)
-            if name in ("sampler", "no sampler"):
-                ratio, measures = med / base, "pass"
-                target = "< 1.02 (vs no sampler)" if name == "sampler" else "reference"
-                if name == "sampler":
-                    verdicts.append((workload, "sampler", ratio, ratio < 1.02, _half_range(values) + _half_range(
-                        by_tool["no sampler"])))
-            else:
-                ratio, measures = med / plain, "end to end"
-                target = "< 4x (vs plain)" if name == "diagnose" else ("reference" if name == "plain" else "-")
-                if name == "diagnose":
-                    verdicts.append((workload, "diagnose", ratio, ratio < 4.0, _half_range(values)))
-            lines.append(f"| {workload} | {name} | {measures} | {med:.3f} s | {_spread(values)} | {ratio:.3f} "
-                         f"| {target} |")
-    lines.append("")
-    for workload, what, ratio, ok, noise in verdicts:
-        resolved = abs(ratio - 1) > noise if what == "sampler" else True
-        verdict = ("met" if ok else "NOT met") if resolved else \
-            f"not resolved: the difference is inside the rounds' spread (±{100 * noise:.0f}%)"
-        lines.append(f"- {workload}: {what} {ratio:.3f}x: {verdict}.")
-    lines += [
-        "- The sampler's ratio is within the rounds' spread unless that spread is smaller than the difference; "
-        "its own CPU cost, which bounds what it takes from the workload, is in \"Thread sampler overhead\" above.",
-        f"- Reproduce: `.venv/bin/python benchmarks/overhead.py --rounds {args.rounds} --workloads {args.workloads} "
-        "--write benchmarks/RESULTS.md` on a quiet machine.",
-        "",
-    ]
-    text = "\n".join(lines)
+        results = measure_cases(args.rounds, tmp)
+        peers = measure_peers(args.peers_python, args.rounds, tmp) if args.peers_python else {}
+        shutil.rmtree(tmp / "out", ignore_errors=True)
+    text = report(results, peers, args.rounds, time.monotonic() - started)
     print(text)
     if args.write:
         from results import replace_section  # benchmarks/results.py, beside this script

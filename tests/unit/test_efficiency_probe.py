@@ -35,6 +35,13 @@ def test_cache_is_per_machine_key(tmp_path):
         assert probe.cached_peaks(other, str(tmp_path)) is None
 
 
+def test_a_quick_probe_is_never_taken_for_the_full_one(tmp_path):
+    quick = {**PEAKS, "mode": "quick", "key": probe.machine_key("Test CPU", 4, "2.13.0", "quick")}
+    probe.save_peaks(quick, str(tmp_path))
+    assert probe.cached_peaks(probe.machine_key("Test CPU", 4, "2.13.0", "full"), str(tmp_path)) is None
+    assert probe.cached_peaks(quick["key"], str(tmp_path)) == quick
+
+
 def test_a_cache_file_of_another_format_is_measured_again(tmp_path):
     path = probe.save_peaks({**PEAKS, "format": probe.CACHE_FORMAT + 1}, str(tmp_path))
     assert probe.cached_peaks(PEAKS["key"], str(tmp_path)) is None

@@ -50,7 +50,6 @@ class EfficiencyLayer(Layer):
     def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
         from diagnose.layers.efficiency import roofline
 
-        options = getattr(context, "options", None) or {}
         tick = getattr(context, "tick", None)
         if not report.operators:
             return LayerStatus("skipped", "the operator pass recorded no operators (it needs the operators layer)")
@@ -60,8 +59,7 @@ class EfficiencyLayer(Layer):
         t0 = time.monotonic()
         server = getattr(context, "server", None)
         works = _estimate_work(rows, workdir, tick, t0, server)
-        peaks, how = _peaks(report, workdir, tick, t0, server, refresh=bool(options.get("probe_refresh")),
-                            quick=bool(options.get("probe_quick")))
+        peaks, how = _peaks(report, workdir, tick, t0, server)
         m = report.machine
         result = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus)
         overhead = report.run.overhead_ratio
@@ -109,18 +107,17 @@ def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[dic
         return json.load(fh)
 
 
-def _peaks(report: Report, workdir: str, tick, t0: float, server, refresh: bool, quick: bool):
+def _peaks(report: Report, workdir: str, tick, t0: float, server):
+    """The full probe's peaks for this machine: from the cache, else measured (and cached)."""
     from diagnose.layers.efficiency import probe
 
     m = report.machine
-    if m.torch_version and not refresh:
-        key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version)
+    if m.torch_version:
+        key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version, "full")
         hit = probe.cached_peaks(key)
         if hit is not None:
             return hit, {"cached": True, "cache_path": probe.cache_path(key)}
     cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--json"]
-    cmd += ["--refresh"] if refresh else []
-    cmd += ["--quick"] if quick else []
     done = _run(cmd, os.path.join(workdir, "probe.log"), PROBE_TIMEOUT_S, tick, t0, server)
     data = json.loads(done.stdout.decode())
     how = {"cached": bool(data.pop("cached", False)), "cache_path": data.pop("cache_path", None)}
