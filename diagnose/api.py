@@ -256,7 +256,10 @@ def write_report(report: Report, output_dir: str) -> None:
     for data, draw, layer, name in pictures:  # a picture that cannot be drawn is named missing, with why
         if not data:
             continue
-        why = draw(report, os.path.join(output_dir, name))
+        try:
+            why = draw(report, os.path.join(output_dir, name))
+        except Exception as exc:  # noqa: BLE001 - a picture must not take the report down
+            why = f"drawing it failed: {type(exc).__name__}: {exc}"
         if why is None:
             report.artifacts[name.replace(".", "_")] = name
         elif layer in report.layers:
@@ -417,7 +420,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
             report.run.interrupted = True
         if layer.name == "operators":  # the contract's instrumented_wall_s is the operator pass
             _apply_instrumented(report, outcome)
-        status = layer.analyse(outcome, report, workdir)
+        status = _analysed(layer, outcome, report, workdir)
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status
         _move_artifacts(report, workdir, output_dir)
@@ -551,9 +554,24 @@ class _Watching:
     def analyse(self, layer: Any, outcome: PassOutcome, report: Report) -> LayerStatus:
         if layer.name in self.errors:
             return LayerStatus("failed", f"the {layer.name} observer {self.errors[layer.name]}")
-        status = layer.analyse(outcome, report, self.workdir(layer))
+        status = _analysed(layer, outcome, report, self.workdir(layer))
         status.elapsed_s = round(outcome.elapsed_s, 3)
         return status
+
+
+def _analysed(layer: Any, outcome: Any, report: Report, workdir: str) -> LayerStatus:
+    """A layer's analysis; a crash in it fails that layer, with the reason, not the report."""
+    try:
+        return layer.analyse(outcome, report, workdir)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every other layer and the report are still written
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return LayerStatus("failed", f"its analysis failed: {type(exc).__name__}: {exc} "
+                                     f"({os.path.basename(where.filename)}:{where.lineno}; a bug in diagnose, "
+                                     "please report it)")
 
 
 def _move_artifacts(report: Report, workdir: str, output_dir: str) -> None:

@@ -88,13 +88,8 @@ def render(report: Report) -> str:
     if layer and layer.notes:
         out += [f"- {n}" for n in layer.notes] + [""]
 
-    out += _modules(report)
-    out += _python(report)
-    out += _threads(report)
-    out += _distributed(report)
-    out += _microbench(report)
-    out += _efficiency(report)
-    out += _counters(report)
+    for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _counters):
+        out += _guard(section, report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
     for name, s in report.layers.items():
@@ -117,6 +112,14 @@ def render(report: Report) -> str:
         out += ["## Files", ""] + [f"- `{v}`" for v in report.artifacts.values()] + [""]
     out.append(f"_diagnose {report.run.diagnose_version}, schema {report.schema_version}, {report.run.started_at}_")
     return "\n".join(out) + "\n"
+
+
+def _guard(section, report: Report) -> list[str]:
+    """A section drawn from partial or unexpected data says so instead of losing the report."""
+    try:
+        return section(report)
+    except Exception as exc:  # noqa: BLE001 - one section must not take the report down
+        return [f"_could not write the {section.__name__.strip('_')} section: {type(exc).__name__}: {exc}_", ""]
 
 
 def _modules(report: Report) -> list[str]:
