@@ -1,10 +1,14 @@
 """Planted control: a hot loop at module scope (no function), and no Python problem.
 
 Notebook-style code: the loop that does the work sits at the top level of
-the script, not in a function. Each iteration is one 1024 x 1024 x 1024
-matmul (2.1 GFLOP, ~15-20 ms at this machine's GEMM peak) and a tanh over
-its output: two Python lines per ~20 ms of operator time, so Python is a
-rounding error. The profilers see the loop's lines as `<module>` code.
+the script, not in a function. Each iteration is one [512, 4096] x
+[4096, 4096] matmul (17 GFLOP, ~130-150 ms at this machine's GEMM peak) and
+a ReLU over its [512, 4096] output (a millisecond or two; b is He-scaled so
+the values neither grow nor decay): two Python lines per ~150 ms of operator
+time, so Python is a rounding error. The profilers see the loop's lines as
+`<module>` code. (The matmul is large so that the element-wise op after it
+stays a small share: at 1024 x 1024 x 1024 the operator pass measured the
+ReLU at 13-26% of operator time, a tanh at ~28%.)
 
 A good diagnosis must say: aten::mm is the hot operator (near the GEMM
 peak on the roofline), at the `c = a @ b` line, nothing above `low`.
@@ -17,12 +21,12 @@ It must NOT say: python_overhead at medium or high (the time spent "in
 
 import torch
 
-N, STEPS = 1024, 120
+ROWS, N, STEPS = 512, 4096, 20
 
 torch.manual_seed(0)
-a = torch.randn(N, N)
-b = torch.randn(N, N) / N**0.5  # keeps tanh out of saturation
+a = torch.randn(ROWS, N)
+b = torch.randn(N, N) * (2 / N) ** 0.5  # He scaling: relu(a @ b) keeps a's scale
 for _ in range(STEPS):
     c = a @ b
-    a = torch.tanh(c)
+    a = torch.relu(c)
 print(f"after {STEPS} steps: mean {a.mean().item():.4f}")
