@@ -446,6 +446,8 @@ def _arg_specs(op_name, args, input_shapes, dtypes, kinds, strides, contiguous, 
         if recorded is not None and kind in ("scalar", "list"):
             if base == "ScalarType" and isinstance(recorded, int) and recorded in _SCALAR_TYPE_CODES:
                 recorded = Code(f"torch.{_SCALAR_TYPE_CODES[recorded]}")
+            elif recorded in ("inf", "-inf", "nan"):  # a non-finite float, as diagnose's report writes it
+                recorded = Code(f"float({recorded!r})")
             specs.append(ArgSpec(a.name, a.kwarg_only, value=recorded))
             continue
         if kind == "scalar" and base == "ScalarType":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
@@ -21,6 +22,9 @@ MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {}
 
 
 def to_dict(obj: Any) -> Any:
+    """Plain JSON data; a non-finite float (nowhere expected, never fatal) is written as "inf"/"-inf"/"nan"."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)
     if dataclasses.is_dataclass(obj):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):

@@ -94,6 +94,19 @@ def test_concrete_inputs_are_used_when_present(report):
     assert out.shape == (1, 1024)
 
 
+def test_a_non_finite_scalar_from_the_report_is_rebuilt():
+    # transformers masks logits with torch.where(mask, -inf, scores); diagnose's report writes -inf as "-inf"
+    from diagnose.layers.operators.kineto import _jsonable
+
+    row = {"name": "aten::clamp_min", "input_shapes": [[4, 8], []], "dtypes": ["float", "Scalar"],
+           "concrete_inputs": _jsonable([[], float("-inf")])}
+    assert row["concrete_inputs"] == [[], "-inf"]
+    case = C.case_from_row(row)
+    assert "float('-inf')" in case.stmt()
+    out, _ = run_case(case)
+    assert out.shape == (4, 8)
+
+
 @pytest.mark.parametrize("row, reason", [
     ({"name": "AddmmBackward0", "input_shapes": [[256, 1024]], "dtypes": ["float"]}, "not an ATen operator"),
     ({"name": "autograd::engine::evaluate_function: AddmmBackward0", "input_shapes": [], "dtypes": []},

@@ -12,6 +12,7 @@ counts and trace.
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -404,10 +405,14 @@ def _layout(event) -> dict[str, Any]:
 
 
 def _jsonable(shapes) -> list:
+    """Shapes, strides or recorded arguments as JSON data: a non-finite float (`torch.where(mask, -inf, x)`)
+    becomes the string "inf", "-inf" or "nan" (JSON has no such numbers; microbench reads them back)."""
     out = []
     for s in shapes or []:
         if isinstance(s, (list, tuple)):
-            out.append([_jsonable(x) if isinstance(x, (list, tuple)) else x for x in s])
+            out.append(_jsonable(s))
+        elif isinstance(s, float) and not math.isfinite(s):
+            out.append(repr(s))
         else:
             out.append(s)
     return out
