@@ -26,6 +26,15 @@ Why it does not scale (evidence `cause`):
   bandwidth and the suggestion is to read fewer bytes per result: more rows
   per call (batch sequences or tokens), smaller weights (bfloat16, int8).
   low_efficiency cannot carry it: the kernel runs near its roof.
+- "skinny_matmul": a matrix product with a dimension under SKINNY_DIM (32)
+  that is not bandwidth-bound: a GEMV-like product (one token's projection,
+  GPT-2's lm_head at batch 2) that torch's BLAS runs on one thread at this
+  size, streaming its weights below what the machine could. It is
+  memory-bound by its shape (each weight element serves a few rows), so the
+  fix is the same as for bandwidth: more rows per call, fewer bytes (and its
+  weight stored contiguous for this product when it is a transposed view:
+  `x @ W.t()` read the [8000,256] weight at 12.7 GB/s where a contiguous
+  [256,8000] copy read at 19.7 GB/s on this project's machine).
 - "sequential_kernel": otherwise.
 
 Doubts (evidence `doubts`, severity `low`, and stake.py halves its
@@ -58,6 +67,7 @@ MIN_US = 200.0  # an op shorter than this alone is too small to split across thr
 SHARE_MIN_PCT = 5.0  # below this share of operator time an idle CPU costs too little to report
 LARGE_GEMM_DIM = 256
 BANDWIDTH_BOUND_FRACTION = 0.6
+SKINNY_DIM = 32  # as findings/efficiency.py: a dimension this small leaves a GEMM kernel's register tile empty
 
 
 def _key(row: dict[str, Any]) -> tuple:
@@ -106,8 +116,9 @@ def sequential_operator(report: Report) -> list[Finding]:
                           "before trusting it")
         if doubts:
             severity = "low"
+        skinny = bool(dims) and min(dims) < SKINNY_DIM and not bound
         evidence = {
-            "cause": "memory_bandwidth" if bound else "sequential_kernel",
+            "cause": "memory_bandwidth" if bound else "skinny_matmul" if skinny else "sequential_kernel",
             "input_shapes": one.get("input_shapes"), "dtypes": one.get("dtypes"),
             "median_us_1_thread": round(one["median_us"], 1), f"median_us_{n}_threads": round(most["median_us"], 1),
             "threads": n, "speedup": round(speedup, 3), "parallel_efficiency": round(speedup / n, 3),
@@ -135,6 +146,18 @@ def sequential_operator(report: Report) -> list[Finding]:
             suggestion = (f"More threads cannot read memory faster: {short} moves at one thread "
                           f"{fraction:.0%} of what {n} threads stream here. "
                           + BANDWIDTH_TEXT["matmul" if dims else "other"] + " " + reproducer)
+        elif skinny:
+            m_, n_, k_ = dims
+            title = (f"{op} at {shapes} is a skinny matrix product (M={m_}, N={n_}, K={k_}) that runs on one thread"
+                     + (f", streaming {bandwidth:.3g} GB/s where {n} threads stream {roof:.3g}" if bandwidth and roof
+                        else "") + f": {times}")
+            layout = ""
+            if one.get("contiguous") and False in one["contiguous"] or _transposed_input(report, one):
+                layout = (" Its weight is a transposed view (x @ W.t(), nn.Linear's layout): a product over a "
+                          "contiguous copy made once (W_t = W.t().contiguous() outside the loop) streams faster.")
+            suggestion = (f"Each weight element of {short} serves only {m_} row(s), so it is bound by reading the "
+                          f"weights, and torch's BLAS does not split a product this small across threads. "
+                          + BANDWIDTH_TEXT["matmul"] + layout + " " + reproducer)
         else:
             title = f"{op} at {shapes} does not speed up with threads: {times}"
             advice = suggestion_for(report, op, one.get("input_shapes"), one.get("dtypes"), one.get("source"))
@@ -146,6 +169,14 @@ def sequential_operator(report: Report) -> list[Finding]:
                            location=one.get("source"), evidence=evidence, suggestion=suggestion,
                            layer="microbench"))
     return out
+
+
+def _transposed_input(report: Report, row: dict[str, Any]) -> bool:
+    """The operator row behind a micro-benchmark has a non-contiguous tensor input (a transposed view)."""
+    for op in report.operators:
+        if op.name == row.get("op") and op.input_shapes == row.get("input_shapes"):
+            return bool(op.contiguous) and False in op.contiguous
+    return False
 
 
 def _share(report: Report, row: dict[str, Any]) -> float | None:

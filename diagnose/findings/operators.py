@@ -5,8 +5,12 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   Compute kernels (matmul, convolution, attention, RNN) are where a healthy
   model spends its time, so only the top row gets a finding if it is one,
   `low` and marked an observation (evidence `observation`: ranked after what
-  there is to fix; look at its efficiency); any other operator is `medium` at
-  >= 10% and `high` at >= 30%, since it usually means avoidable work.
+  there is to fix; look at its efficiency). A fused activation function
+  (gelu, relu, silu, sigmoid, ...) is part of what a model computes too: under
+  30% it is `low` and an observation (BERT's GELU took 11%); at 30% or more
+  it is `medium` (something slows it: page faults of fresh outputs, a tiny
+  tensor per call). Any other operator is `medium` at >= 10% and `high` at
+  >= 30%, since it usually means avoidable work.
 - copy_overhead: copies your code asks for (.contiguous(), .clone(), .to(),
   a reshape/flatten that must copy, an explicit .copy_(); copies.py names
   each copy's origin) >= 5% is `low` (a fifth of a hot operator's 10%
@@ -32,7 +36,7 @@ from collections import defaultdict
 
 from diagnose.findings import copies
 from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
-from diagnose.findings.suggestions import COPY_LABEL, COPY_TEXT, is_compute, suggestion_for
+from diagnose.findings.suggestions import ACTIVATION_CLASSES, COPY_LABEL, COPY_TEXT, is_compute, op_class, suggestion_for
 from diagnose.report.model import Finding, Report
 
 HOT_MIN_PCT = 10.0
@@ -61,7 +65,11 @@ def hot_operator(report: Report) -> list[Finding]:
         compute = is_compute(row.name)
         if compute and i > 0:
             continue  # a healthy model's compute: one low finding for the top row is enough
-        severity = "low" if compute else ("high" if row.self_pct >= HOT_HIGH_PCT else "medium")
+        activation = op_class(row.name) in ACTIVATION_CLASSES
+        if compute or (activation and row.self_pct < HOT_HIGH_PCT):
+            severity = "low"
+        else:
+            severity = "high" if row.self_pct >= HOT_HIGH_PCT and not activation else "medium"
         where = f" at {row.source}" if row.source else ""
         out.append(Finding(
             kind="hot_operator",
@@ -81,7 +89,7 @@ def hot_operator(report: Report) -> list[Finding]:
                             for s in row.sources[:3]],
                 "threshold_pct": HOT_MIN_PCT if compute else (HOT_HIGH_PCT if severity == "high" else HOT_MIN_PCT),
                 "compute_kernel": compute,
-                "observation": compute,
+                "observation": compute or (activation and severity == "low"),
                 "instrumentation_overhead": _overhead(report),
                 **operator_stake(report, row.self_pct),
             },

@@ -7,9 +7,23 @@ Python relative to operators; the evidence carries that pass's slowdown.
   it makes directly, see layers/python.py) is >= 10% of the pass is `low`,
   >= 20% `medium`, >= 40% `high`. Its location is the line inside it that
   calls the most operators (from the operator pass), else its first line.
-- Python as a whole (everything but torch built-ins) >= 50% of the pass with
-  no user function to blame is `low`: framework overhead, located at the
-  user function with the largest cumulative time.
+- Framework overhead, with no user function to blame: the step's work at
+  this machine's roofs (each operator row's FLOPs over the GEMM peak or its
+  bytes over the memory bandwidth, whichever is longer, summed per step: a
+  lower bound, as no kernel reaches the probe's peaks) is under
+  STEP_AT_ROOFS_MEDIUM (25%) of the uninstrumented step's median time:
+  `medium`, under 10% `high`, when the step's operator calls are small: the
+  step's time over its calls from Python is at most SMALL_CALL_US (100 µs;
+  dispatching one costs ~5-20 µs). The rest of the step is then the fixed
+  cost of each operator call (dispatch, small kernels) and the Python
+  between them: a small model run one token or one sample at a time. (Large
+  calls far from the roofs are the operators' own story: low_efficiency,
+  memory_churn.) Its time at stake is
+  the step's time not explained by the roofs (an upper bound). Located at
+  the user line whose operators take most time (`model.generate(...)`).
+  Without the machine's peaks (no efficiency layer) the older test stands:
+  Python (everything but torch built-ins and waiting) >= 50% of the
+  call-graph pass is `low`.
 """
 
 from __future__ import annotations
@@ -19,6 +33,8 @@ from diagnose.report.model import Finding, PythonFunction, Report
 
 LEVELS = ((40.0, "high"), (20.0, "medium"), (10.0, "low"))
 FRAMEWORK_MIN_SHARE = 0.5
+STEP_AT_ROOFS_MEDIUM, STEP_AT_ROOFS_HIGH = 0.25, 0.10  # the same bounds as low_efficiency's (findings/efficiency)
+SMALL_CALL_US = 100.0
 # time at stake: the share of the cProfile pass, which inflates Python (an upper bound)
 STAKE_BASIS = f"share of the cProfile pass ({UPPER_BOUND}: cProfile inflates Python)"
 
@@ -55,6 +71,10 @@ def python_overhead(report: Report) -> list[Finding]:
                        "on index tensors) so each operator runs once on the whole batch; what must stay a loop "
                        "can be fused with torch.compile.",
         ))
+    if not out:
+        framework = _framework_overhead(report)
+        if framework is not None:
+            return [framework]
     if not out and summary.get("python_share", 0) >= FRAMEWORK_MIN_SHARE and user:
         top = max(user, key=lambda r: r.cumulative_s)
         share = 100.0 * summary["python_share"]
@@ -70,6 +90,53 @@ def python_overhead(report: Report) -> list[Finding]:
                        "torch.compile to cut framework overhead, or torch.inference_mode() for inference.",
         ))
     return out
+
+
+def step_at_roofs(report: Report) -> dict | None:
+    """The step's work at this machine's roofs against the step's time (see the module docstring)."""
+    it, recorded = report.run.iterations, report.run.instrumented_iterations
+    roofs = (report.efficiency or {}).get("roofs") or {}
+    gflops, gbs = roofs.get("gflops_per_s"), roofs.get("gb_per_s")
+    if not it or not recorded or not recorded.n or not gflops or not gbs or it.median_s <= 0:
+        return None
+    work_s = sum(max((r.flops or 0) / (gflops * 1e9), (r.bytes or 0) / (gbs * 1e9)) for r in report.operators)
+    calls = sum(r.calls for r in report.operators if r.name.startswith("aten::") and "" in r.called_by)
+    per_step = work_s / recorded.n
+    return {"work_s_per_step": per_step, "step_s": it.median_s, "fraction": per_step / it.median_s,
+            "operator_calls_per_step": calls / recorded.n, "flops_per_step": sum(r.flops or 0 for r in report.operators)
+            / recorded.n, "roof_gflops_per_s": gflops, "roof_gb_per_s": gbs, "threads": roofs.get("threads")}
+
+
+def _framework_overhead(report: Report) -> Finding | None:
+    at = step_at_roofs(report)
+    if at is None or at["fraction"] >= STEP_AT_ROOFS_MEDIUM or not at["operator_calls_per_step"]:
+        return None
+    at["us_per_operator_call"] = 1e6 * at["step_s"] / at["operator_calls_per_step"]
+    if at["us_per_operator_call"] > SMALL_CALL_US:
+        return None
+    unit = "step" if report.target.mode == "script" else "call"
+    top = report.operators[0] if report.operators else None
+    from diagnose.render.fmt import duration
+
+    title = (f"Each {unit} holds {duration(at['work_s_per_step'])} of work at this machine's roofs but takes "
+             f"{duration(at['step_s'])} ({100 * at['fraction']:.0f}%): the rest is the fixed cost of its "
+             f"{at['operator_calls_per_step']:.0f} operator calls from Python and the Python between them "
+             "(framework overhead, not compute)")
+    return Finding(
+        kind="python_overhead", severity="high" if at["fraction"] < STEP_AT_ROOFS_HIGH else "medium",
+        layer="python", title=title, op=None, location=top.source if top else None,
+        evidence={**{k: (round(v, 6) if isinstance(v, float) else v) for k, v in at.items()},
+                  "cause": "framework", "threshold_fraction": STEP_AT_ROOFS_MEDIUM,
+                  "threshold_us_per_operator_call": SMALL_CALL_US,
+                  "time_at_stake_pct": round(100 * (1 - at["fraction"]), 1),
+                  "time_at_stake_basis": f"the step's time beyond its work at the roofs ({UPPER_BOUND}: no kernel "
+                                         "reaches the probe's peaks)"},
+        suggestion=("Fewer, larger operator calls: batch more samples or sequences per step (an operator's fixed "
+                    "cost does not grow with its rows), torch.compile the model (it fuses operators and drops the "
+                    "per-call Python and dispatch; for generate, a static KV cache: "
+                    "model.generate(..., cache_implementation=\"static\") with the forward compiled), and "
+                    "torch.inference_mode() around inference."),
+    )
 
 
 def _busiest_line(row: PythonFunction) -> tuple[str, int | None]:

@@ -56,7 +56,10 @@ first), then severity; observations last, whatever their share: a large
 share of time in a healthy GEMM is where a model should spend it.
 
 De-duplication (`dedup`): findings at the same `location` (file:line)
-raised by two or more layers become one finding: the primary is the cause
+and the same library line (evidence `library_line`, findings/place.py: inside a
+library model every finding sits at the user's one line that calls the model,
+and only the library line tells two places apart) raised by two or more
+layers become one finding: the primary is the cause
 rather than the symptom (any kind before low_efficiency before hot_operator,
 then the larger expected share); the others go to its evidence["also"] with
 their own evidence; the merged severity is the group's highest (evidence
@@ -221,10 +224,10 @@ STAKE_KEYS = ("time_at_stake_pct", "time_at_stake_basis", "confidence", "confide
 
 def dedup(findings: list[Finding]) -> list[Finding]:
     """Merge findings of two or more layers at the same location (see the module docstring)."""
-    groups: dict[str, list[Finding]] = {}
+    groups: dict[tuple, list[Finding]] = {}
     for f in findings:
-        if f.location:
-            groups.setdefault(f.location, []).append(f)
+        if f.location:  # inside a library model every finding is at the one line calling it: the library line tells
+            groups.setdefault((f.location, f.evidence.get("library_line")), []).append(f)
     merged: dict[int, Finding] = {}  # id of the group's first finding -> the merged one
     dropped: set[int] = set()
     for group in groups.values():

@@ -56,7 +56,10 @@ CLASSES: list[tuple[str, re.Pattern]] = [
     ("layer_norm", _names(r"native_layer_norm\w*", r"layer_norm", r"native_group_norm\w*", r"group_norm",
                           r"rms_norm", r"_fused_rms_norm\w*")),
     ("softmax", _names(r"_?softmax", r"_?log_softmax", r"_softmax_backward_data", r"_log_softmax_backward_data")),
-    ("activation_chain", _names(r"tanh_?", r"pow_?", r"erf_?", r"gelu_?", r"gelu_backward", r"tanh_backward")),
+    ("activation", _names(r"gelu_?", r"gelu_backward", r"relu_?", r"threshold_backward", r"silu_?",
+                          r"silu_backward", r"sigmoid_?", r"sigmoid_backward", r"hardswish_?", r"mish_?",
+                          r"leaky_relu_?", r"elu_?", r"clamp_min_?")),
+    ("activation_chain", _names(r"tanh_?", r"pow_?", r"erf_?", r"tanh_backward")),
     ("reduction", _names(r"sum", r"mean", r"std", r"var", r"std_mean", r"var_mean", r"amax", r"amin", r"norm",
                          r"linalg_vector_norm", r"logsumexp", r"prod", r"argmax", r"argmin")),
     ("sort", _names(r"sort", r"argsort", r"msort", r"topk", r"kthvalue", r"_?unique\w*", r"mode", r"median",
@@ -73,6 +76,8 @@ CLASSES: list[tuple[str, re.Pattern]] = [
     ("pad", _names(r"pad", r"constant_pad_nd", r"reflection_pad\w*", r"replication_pad\w*")),
 ]
 COMPUTE_CLASSES = {"matmul", "attention", "convolution", "rnn"}  # where a healthy model spends its time
+# a fused activation function: part of a healthy model's time, though it only reads and writes its tensor
+ACTIVATION_CLASSES = {"activation"}
 CHANNELS_LAST_CLASSES = {"convolution", "pooling", "batch_norm"}
 
 CHECK_TEXT = ("Check it runs efficiently: intra-op threads vs usable CPUs (torch.set_num_threads), contiguous "
@@ -95,6 +100,10 @@ TEXT = {
     "softmax": "Softmax outside fused attention: when it is softmax(QK^T)V, call "
                "F.scaled_dot_product_attention (one fused kernel that never writes the [L, L] scores); otherwise "
                "fuse it with its scale and mask (torch.compile).",
+    "activation": "An activation function, already one fused kernel: part of what a model computes. It reads "
+                  "and writes the whole tensor, so it is memory-bound: fuse it into the matmul or convolution before "
+                  "it (torch.compile does, and so do oneDNN's fused Linear+GELU paths), or run the block in "
+                  "bfloat16 to halve its bytes.",
     "activation_chain": "Part of an activation written as a chain of elementwise operators (e.g. GELU's tanh "
                         "approximation 0.5*x*(1+tanh(c*(x+0.044715*x**3))): pow, mul, add, tanh, mul), each "
                         "reading and writing the whole tensor. Use the fused F.gelu(x, approximate='tanh') / "

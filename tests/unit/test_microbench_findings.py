@@ -97,17 +97,19 @@ def test_a_gemv_that_saturates_memory_on_one_thread_is_bandwidth_bound_not_seque
 
 def test_bandwidth_is_judged_against_this_machines_roof():
     # the same GEMV where one thread moves 36.5 GB/s of a 200 GB/s server's bandwidth (18%): threads could
-    # read faster, so a flat result is the kernel's (it is skinny: not doubted either)
+    # read faster, but BLAS runs a product this skinny (M=2) on one thread: the shape's story, not a doubt
     (f,) = sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0, share=13.1, roof_gb_per_s=200.0))
-    assert f.evidence["cause"] == "sequential_kernel" and f.evidence["bandwidth_fraction"] == 0.183
-    assert "does not speed up with threads" in f.title and f.severity == "medium" and "doubts" not in f.evidence
+    assert f.evidence["cause"] == "skinny_matmul" and f.evidence["bandwidth_fraction"] == 0.183
+    assert "skinny matrix product (M=2, N=8000, K=256) that runs on one thread" in f.title
+    assert "batch several sequences" in f.suggestion and "bfloat16" in f.suggestion
+    assert f.severity == "medium" and "doubts" not in f.evidence
     # just under and at the 60% threshold
     assert sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0, roof_gb_per_s=61.0))[0] \
-        .evidence["cause"] == "sequential_kernel"
+        .evidence["cause"] == "skinny_matmul"
     assert sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0, roof_gb_per_s=60.9))[0] \
         .evidence["cause"] == "memory_bandwidth"
-    # without the efficiency layer's peaks there is no bandwidth to compare with: judged as a kernel
-    assert sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0))[0].evidence["cause"] == "sequential_kernel"
+    # without the efficiency layer's peaks there is no bandwidth to compare with: the shape still says skinny
+    assert sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0))[0].evidence["cause"] == "skinny_matmul"
 
 
 def test_a_flat_large_gemm_is_doubted_a_flat_skinny_one_is_not():

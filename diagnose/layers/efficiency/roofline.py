@@ -40,6 +40,12 @@ Contract
     squeeze, unsqueeze, ...): metadata only, no data moves; their time is
     per-call dispatch. (A reshape that must copy does it in a clone/copy_
     child, which has its own row.)
+- transcendental element-wise functions (gelu, tanh, sigmoid, silu, erf,
+  exp, log, softplus, ... and their backward): a vectorised exp or erf is a
+  polynomial of some 10-30 FLOPs per element, so the one-FLOP-per-element
+  count calls them memory-bound while a plain run shows them compute-bound
+  (tanh over 1M floats took ~3 ms whether it wrote a fresh or a reused
+  output, against 0.3 ms of memory traffic): no verdict either way.
   Write-only operators keep their bytes model: fill_, zero_, zeros, ones,
   full write every output byte once, which is what a streaming store costs,
   so the memory roof is the right yardstick for them.
@@ -66,6 +72,12 @@ RNG = {"bernoulli", "bernoulli_", "binomial", "cauchy", "cauchy_", "dropout", "a
 SORTING = {"sort", "argsort", "msort", "topk", "kthvalue", "unique", "_unique", "_unique2", "unique_consecutive",
            "unique_dim", "unique_dim_consecutive", "mode", "median", "nanmedian"}
 ALLOCATION = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
+TRANSCENDENTAL = {f + s for f in ("gelu", "tanh", "sigmoid", "silu", "mish", "erf", "erfc", "erfinv", "exp", "exp2",
+                                  "expm1", "log", "log2", "log10", "log1p", "softplus", "elu", "selu", "celu",
+                                  "logsigmoid", "log_sigmoid_forward", "sin", "cos", "tan", "atan", "asin", "acos",
+                                  "sinh", "cosh", "asinh", "acosh", "atanh", "pow", "rsqrt", "sqrt", "lgamma",
+                                  "digamma", "hardswish", "hardsigmoid")
+                  for s in ("", "_", "_backward")}
 VIEWS = {"alias", "as_strided", "chunk", "detach", "diagonal", "expand", "expand_as", "flatten", "lift_fresh",
          "movedim", "narrow", "permute", "reshape", "_reshape_alias", "select", "slice", "split",
          "split_with_sizes", "squeeze", "swapaxes", "t", "transpose", "unbind", "unflatten", "unfold", "unsqueeze",
@@ -79,6 +91,8 @@ NO_VERDICT = (
                  "verdict"),
     (VIEWS, "a view: metadata only, no data moves (its time is per-call dispatch), so there is no roofline "
             "verdict"),
+    (TRANSCENDENTAL, "a transcendental element-wise function: some 10-30 FLOPs per element that the FLOP count "
+                     "does not see, so neither roof describes it: no roofline verdict"),
 )
 
 

@@ -1,0 +1,64 @@
+"""The finding rules on the real-model gallery's recorded reports: the first finding is the one an expert
+would name, and nothing medium or high is a false alarm (examples/README.md says what each must say)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose import findings
+from diagnose.findings.python import step_at_roofs
+from diagnose.report import io
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "findings"
+
+
+def derived(name: str):
+    report = io.load(str(DATA / f"{name}_window_report.json"))
+    report.findings = findings.derive(report)
+    return report
+
+
+def loud(report) -> list[tuple[str, str, str | None]]:
+    return [(f.kind, f.severity, f.op) for f in report.findings if f.severity != "low"]
+
+
+def test_gpt2_generate_is_framework_overhead_first():
+    r = derived("gpt2_generate")
+    first = r.findings[0]
+    assert (first.kind, first.evidence["cause"]) == ("python_overhead", "framework")
+    assert first.severity in ("medium", "high") and first.evidence["fraction"] < 0.25
+    assert first.evidence["us_per_operator_call"] <= 100 and first.location == "examples/gpt2_generate.py:42"
+    assert "cache_implementation" in first.suggestion and "torch.compile" in first.suggestion
+    # the lm_head GEMV is named for its shape, with its module and library line, not as a slow kernel
+    lm = next(f for f in r.findings if f.kind == "sequential_operator")
+    assert lm.evidence["cause"] == "skinny_matmul" and lm.evidence["module"] == "lm_head (Linear)"
+    assert lm.evidence["library_line"].startswith("transformers/models/gpt2/modeling_gpt2.py:")
+    assert "the kernel is sequential" not in lm.suggestion and "batch several sequences" in lm.suggestion
+
+
+def test_bert_inference_has_nothing_above_low():
+    r = derived("bert_infer")
+    assert loud(r) == []
+    at = step_at_roofs(r)  # near the roofs: no framework overhead
+    assert at["fraction"] > 0.5
+    # GELU is an activation: an observation, and no roofline verdict for a transcendental function
+    gelu = [f for f in r.findings if f.op == "aten::gelu"]
+    assert gelu and all(f.severity == "low" and f.kind == "hot_operator" for f in gelu)
+    assert gelu[0].evidence["module"] == "encoder.layer.*.intermediate.intermediate_act_fn (GELUActivation)"
+    top = r.findings[0]
+    assert top.op == "aten::addmm" and top.evidence["observation"]
+
+
+@pytest.mark.parametrize("name", ["bert_infer", "gpt2_generate", "resnet_train"])
+def test_no_roofline_verdict_on_rng_or_transcendental_functions(name):
+    r = derived(name)
+    judged = {f.op for f in r.findings if f.kind == "low_efficiency"}
+    assert not judged & {"aten::gelu", "aten::tanh", "aten::normal_", "aten::uniform_", "aten::erf"}
+
+
+def test_resnet_training_is_not_called_framework_overhead():
+    # large operator calls (a step's 229 calls average ~400 µs): far from the roofs is the operators' story
+    r = derived("resnet_train")
+    assert not [f for f in r.findings if f.evidence.get("cause") == "framework"]
