@@ -24,7 +24,9 @@ from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
 from diagnose.render import fmt, markdown, plots
 from diagnose.report import io as report_io
-from diagnose.report.model import IterationStats, LayerStatus, Report, Steps, TargetInfo
+from diagnose.report.model import (
+    Compile, GraphBreak, IterationStats, LayerStatus, Recompile, Report, Steps, TargetInfo,
+)
 from diagnose.runner import NO_FUNCTION
 from diagnose.target import Target
 
@@ -408,6 +410,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
                 raise TargetError(outcome.result["error"])
             _apply_outcome(report, outcome)
             report.steps = _steps(target, config, window, outcome.result)
+            report.compile = _compile((outcome.result or {}).get("compile"))
             window = window.after_first(outcome.result)
         if layer is None:
             _apply_baseline(report, outcome)
@@ -444,6 +447,18 @@ def _steps(target: Target, config: Config, window: Window, result: dict[str, Any
         out.data_wait_at = seen.get("data_wait_at")
     out.notes = steps_mod.notes(out, seen, result)
     return out
+
+
+def _compile(data: dict[str, Any] | None) -> Compile | None:
+    """report.compile from the first pass's torch._dynamo counters (runner.compile_info)."""
+    if not data:
+        return None
+    return Compile(compile_s=_round(data.get("compile_s")), in_window_s=_round(data.get("in_window_s")),
+                   frames=int(data.get("frames") or 0), graphs=int(data.get("graphs") or 0),
+                   graph_breaks=[GraphBreak(b["reason"], int(b["count"])) for b in data.get("graph_breaks") or []],
+                   recompiles=[Recompile(r["code"], list(r["reasons"]), int(r["count"]))
+                               for r in data.get("recompiles") or []],
+                   error=data.get("error"))
 
 
 def _round(x: float | None, digits: int = 6) -> float | None:

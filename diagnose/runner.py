@@ -116,6 +116,33 @@ def _record_thread_calls(torch, script: str, cwd: str) -> list[dict[str, Any]]:
     return calls
 
 
+def compile_info() -> dict[str, Any] | None:
+    """torch.compile's work in this process so far: its compile time, frames and graphs, graph breaks and
+    recompiles with their reasons (torch._dynamo's own counters); None when nothing was compiled."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        counters = utils.counters
+        frames = int((counters.get("frames") or {}).get("total", 0))
+        if not frames:
+            return None
+        names, values = utils.compile_times(repr="csv", aggregate=True)
+        times = dict(zip(names, values))
+        breaks = sorted(((str(r).strip().splitlines()[0][:300] if r else "?", int(n))
+                         for r, n in (counters.get("graph_break") or {}).items()), key=lambda x: -x[1])
+        recompiles = []
+        for code, reasons in list(utils.guard_failures.items())[:20]:
+            where = f"{os.path.relpath(code.co_filename)}:{code.co_firstlineno}" if hasattr(code, "co_filename") else str(code)
+            recompiles.append({"code": f"{getattr(code, 'co_name', '?')} at {where}",
+                               "reasons": [str(r)[:300] for r in reasons[:5]], "count": len(reasons)})
+        return {"compile_s": float(times.get("_compile.compile_inner", 0.0)), "frames": frames,
+                "graphs": int((counters.get("stats") or {}).get("unique_graphs", 0)),
+                "graph_breaks": [{"reason": r, "count": n} for r, n in breaks[:20]], "recompiles": recompiles}
+    except Exception as exc:  # noqa: BLE001 - torch's internals move between versions: say so, lose nothing else
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def _pin_workers(workers: int) -> dict[str, Any]:
     """Sweep point: every DataLoader gets `workers` worker processes."""
     from torch.utils.data import DataLoader
@@ -153,6 +180,7 @@ class Run:
         self.finished = False
         self.t0: float | None = None
         self.clock: StepClock | None = None
+        self.compile_before: float | None = None  # torch.compile seconds spent when the window began
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result["exit_code"] = code
@@ -238,6 +266,7 @@ class Run:
     def _begin_window(self) -> None:
         """The window begins: observers and the recorder start over, the clock too."""
         self._mark(markers.WINDOW)
+        self.compile_before = (compile_info() or {}).get("compile_s", 0.0)
         if self.recorder is not None:
             if self.recording:
                 self.recorder.stop()
@@ -266,6 +295,11 @@ class Run:
         self.finished = True
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the results
         self._stop_clock()
+        compiled = compile_info()
+        if compiled:
+            if self.compile_before is not None and "compile_s" in compiled:
+                compiled["in_window_s"] = max(0.0, compiled["compile_s"] - self.compile_before)
+            self.result["compile"] = compiled
         if self.clock is not None:
             self.clock.uninstall()
             steps = self.clock.result()

@@ -99,12 +99,23 @@ def step_at_roofs(report: Report) -> dict | None:
     gflops, gbs = roofs.get("gflops_per_s"), roofs.get("gb_per_s")
     if not it or not recorded or not recorded.n or not gflops or not gbs or it.median_s <= 0:
         return None
-    work_s = sum(max((r.flops or 0) / (gflops * 1e9), (r.bytes or 0) / (gbs * 1e9)) for r in report.operators)
+    work_s = sum(max((r.flops or 0) / (gflops * 1e9), (r.bytes or 0) / (gbs * 1e9)) for r in report.operators
+                 if _kernel(r))
     calls = sum(r.calls for r in report.operators if r.name.startswith("aten::") and "" in r.called_by)
     per_step = work_s / recorded.n
     return {"work_s_per_step": per_step, "step_s": it.median_s, "fraction": per_step / it.median_s,
             "operator_calls_per_step": calls / recorded.n, "flops_per_step": sum(r.flops or 0 for r in report.operators)
             / recorded.n, "roof_gflops_per_s": gflops, "roof_gb_per_s": gbs, "threads": roofs.get("threads")}
+
+
+def _kernel(row) -> bool:
+    """A row whose own work counts: not a wrapper whose work is its children's rows (aten::linear over its
+    addmm), not a view or an allocation (no data moves)."""
+    from diagnose.layers.efficiency.roofline import ALLOCATION, VIEWS, WRAPPER_SELF_FRACTION
+
+    if row.name.split("::")[-1] in VIEWS | ALLOCATION:
+        return False
+    return not (row.total_cpu_us > 0 and row.self_cpu_us < WRAPPER_SELF_FRACTION * row.total_cpu_us)
 
 
 def _framework_overhead(report: Report) -> Finding | None:

@@ -62,7 +62,12 @@ def timing_lines(report: Report) -> list[str]:
 
 
 def steps_lines(report: Report) -> list[str]:
-    """Script mode: how the steps were found, the window every pass measured, throughput, setup, data wait."""
+    """How the steps were found, the window every pass measured, throughput, setup, data wait (script mode),
+    and torch.compile's phase."""
+    return _steps_only(report) + compile_lines(report)
+
+
+def _steps_only(report: Report) -> list[str]:
     st = report.steps
     if st is None:
         return []
@@ -91,6 +96,26 @@ def steps_lines(report: Report) -> list[str]:
         first = ", ".join(duration(x) for x in st.warmup_s[:5])
         lines.append(f"skipped steps (warm-up): {first}" + (" ..." if len(st.warmup_s) > 5 else ""))
     lines += [f"note: {n}" for n in st.notes]
+    return lines
+
+
+def compile_lines(report: Report) -> list[str]:
+    """torch.compile as a phase: its one-time cost, graphs, graph breaks and recompiles with their reasons."""
+    c = report.compile
+    if c is None:
+        return []
+    if c.error:
+        return [f"torch.compile: its counters could not be read ({c.error})"]
+    when = ""
+    if c.in_window_s:
+        when = f", {duration(c.in_window_s)} of it inside the window (a recompile: the window's times include it)"
+    elif report.steps is not None and report.steps.window_first is not None:
+        when = " before the window (a one-time cost, not in the measured steps)"
+    lines = [f"torch.compile: {duration(c.compile_s)} compiling {c.frames} frame(s) into {c.graphs} graph(s)"
+             f"{when}; {sum(b.count for b in c.graph_breaks)} graph break(s), "
+             f"{sum(r.count for r in c.recompiles)} recompile(s)"]
+    lines += [f"  graph break x{b.count}: {b.reason}" for b in c.graph_breaks[:3]]
+    lines += [f"  recompiled {r.code}: {r.reasons[0] if r.reasons else '?'}" for r in c.recompiles[:3]]
     return lines
 
 

@@ -12,7 +12,8 @@ migration to io.MIGRATIONS):
         steps added later (additive: script mode's step detection, window,
         setup and data wait); operator rows' module path, library line,
         per-call min/max, `modules` (the module time table) and `stacks`
-        (folded stacks) added later (additive).
+        (folded stacks) added later (additive); compile (torch.compile's
+        compile time, graph breaks, recompiles) added later (additive).
 """
 
 from __future__ import annotations
@@ -121,6 +122,32 @@ class Steps:
         if self.window_first is None or self.window_last is None:
             return 0
         return self.window_last - self.window_first + 1
+
+
+@dataclass
+class GraphBreak:
+    reason: str  # torch._dynamo's first line for it
+    count: int
+
+
+@dataclass
+class Recompile:
+    code: str  # "forward at model.py:12": the function torch.compile compiled again
+    reasons: list[str]  # the guards that failed, as torch._dynamo words them
+    count: int
+
+
+@dataclass
+class Compile:
+    """torch.compile in the uninstrumented pass: a phase of its own, a one-time cost, never an operator."""
+
+    compile_s: float | None = None  # torch._dynamo's compile time, all frames (compile_inner)
+    in_window_s: float | None = None  # of which inside the measured window (a recompile there)
+    frames: int = 0
+    graphs: int = 0
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
+    error: str | None = None  # torch's counters could not be read
 
 
 @dataclass
@@ -308,6 +335,7 @@ class Report:
     counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
     steps: Steps | None = None  # script mode (None in function mode)
     modules: Modules | None = None  # operator time per nn.Module (None: no module ran, or an older report)
+    compile: Compile | None = None  # torch.compile's work in the uninstrumented pass (None: nothing compiled)
     stacks: list[FoldedStack] = field(default_factory=list)  # the operator pass's folded stacks (stacks.folded)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); empty for a single process

@@ -199,3 +199,20 @@ def test_the_views_are_views_in_torchs_schemas():
         schemas = [getattr(packet, o)._schema for o in packet.overloads()]
         assert any(s.returns and s.returns[0].alias_info is not None and not s.returns[0].alias_info.is_write
                    for s in schemas), name
+
+
+def test_a_transposed_matmul_operand_is_not_a_layout_problem():
+    # nn.Linear: addmm(bias, x, weight.t()); the weight's view has strides (1, 256): BLAS reads it as is
+    linear = OperatorRow(name="aten::addmm", input_shapes=[[256], [8, 256], [256, 256]], dtypes=["float"] * 3,
+                         calls=1, self_cpu_us=50.0, total_cpu_us=50.0, self_pct=50.0, source=None,
+                         input_strides=[[1], [256, 1], [1, 256]], contiguous=[True, True, False])
+    assert roofline._contiguous(linear, {}) is None
+    # a gathered column slice is: the kernel strides through memory
+    sliced = OperatorRow(name="aten::addmm", input_shapes=[[256], [8, 256], [256, 256]], dtypes=["float"] * 3,
+                         calls=1, self_cpu_us=50.0, total_cpu_us=50.0, self_pct=50.0, source=None,
+                         input_strides=[[1], [512, 2], [256, 1]], contiguous=[True, False, True])
+    assert roofline._contiguous(sliced, {}) is False
+    # an element-wise op on a transposed view strides through memory too
+    relu = OperatorRow(name="aten::relu", input_shapes=[[256, 256]], dtypes=["float"], calls=1, self_cpu_us=5.0,
+                       total_cpu_us=5.0, self_pct=5.0, source=None, input_strides=[[1, 256]], contiguous=[False])
+    assert roofline._contiguous(relu, {}) is False

@@ -184,10 +184,28 @@ def place(row: Any, work: dict[str, Any], roof: dict[str, Any]) -> dict[str, Any
 
 
 def _contiguous(row: Any, work: dict[str, Any]) -> bool | None:
+    """False when an input strides through memory the kernel must copy or gather; a matrix product's 2-D
+    operand transposed as a whole (nn.Linear's weight.t(): strides (1, rows)) is not that: BLAS reads a
+    transposed operand natively."""
     flags = getattr(row, "contiguous", None)
     if isinstance(flags, list) and any(f is False for f in flags):
-        return False
+        strides = getattr(row, "input_strides", None) or []
+        shapes = getattr(row, "input_shapes", None) or []
+        matmul = row.name.split("::")[-1] in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm")
+        odd = [i for i, f in enumerate(flags) if f is False
+               and not (matmul and _transposed(shapes[i] if i < len(shapes) else None,
+                                               strides[i] if i < len(strides) else None))]
+        if odd:
+            return False
     return work.get("contiguous")
+
+
+def _transposed(shape: Any, stride: Any) -> bool:
+    """A matrix (or a batch of them) whose last two dimensions are swapped: a transposed, dense view."""
+    if not isinstance(shape, list) or not isinstance(stride, list) or len(shape) < 2 or len(shape) != len(stride):
+        return False
+    rows, cols = shape[-2], shape[-1]
+    return stride[-2] == 1 and stride[-1] == max(rows, 1)
 
 
 def tensor_dtypes(shapes: list[Any], dtypes: list[str]) -> set[str]:

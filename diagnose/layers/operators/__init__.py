@@ -18,6 +18,9 @@ from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_row
 from diagnose.report.model import LayerStatus, Report
 
 
+COMPILE_EVENT = "(dynamo_timed)"  # torch.compile's own phases as the profiler names them
+
+
 class OperatorsLayer(Layer):
     name = "operators"
     description = "torch.profiler with shapes, FLOPs, memory and source lines"
@@ -32,8 +35,14 @@ class OperatorsLayer(Layer):
         if raw is None:
             return LayerStatus("failed", outcome.failure_reason("the operator pass"))
         seen = raw.get("modules") or {}
-        rows = merge_rows(raw["rows"], {path: m["class"] for path, m in seen.items()})
         notes = []
+        compiling = [r for r in raw["rows"] if r["name"].endswith(COMPILE_EVENT)]
+        if compiling:  # torch.compile at work inside the window: a phase (report.compile), never an operator
+            raw["rows"] = [r for r in raw["rows"] if not r["name"].endswith(COMPILE_EVENT)]
+            notes.append(f"torch.compile compiled inside the window ({sum(r['self_cpu_us'] for r in compiling) / 1e3:.1f}"
+                         " ms of its own events, left out of the operator rows): a recompile; see torch.compile "
+                         "in the report's header for why")
+        rows = merge_rows(raw["rows"], {path: m["class"] for path, m in seen.items()})
         if len(rows) > MAX_ROWS:
             notes.append(f"kept the {MAX_ROWS} rows with most self CPU time of {len(rows)}")
             rows = rows[:MAX_ROWS]
