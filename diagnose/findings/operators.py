@@ -32,6 +32,8 @@ Suggestions come from suggestions.py (one place for every operator class).
 
 from __future__ import annotations
 
+import re
+
 from collections import defaultdict
 
 from diagnose.findings import copies
@@ -39,6 +41,8 @@ from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
 from diagnose.findings.suggestions import ACTIVATION_CLASSES, COPY_LABEL, COPY_TEXT, is_compute, op_class, suggestion_for
 from diagnose.report.model import Finding, Report
 
+# an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
+KERNEL_NAME = re.compile(r"^(\w+::\w+|(graph_\d+_)?(cpp|triton)_\w+|\w+_fused_\w+)$")
 HOT_MIN_PCT = 10.0
 HOT_HIGH_PCT = 30.0
 COPY_LEVELS = ((30.0, "high"), (15.0, "medium"), (5.0, "low"))
@@ -62,6 +66,8 @@ def hot_operator(report: Report) -> list[Finding]:
     for i, row in enumerate(report.operators[:5]):
         if row.self_pct < HOT_MIN_PCT:
             break
+        if not KERNEL_NAME.match(row.name):
+            continue  # torch.compile's runtime (guard checks, region markers): framework overhead's story
         compute = is_compute(row.name)
         if compute and i > 0:
             continue  # a healthy model's compute: one low finding for the top row is enough

@@ -204,7 +204,7 @@ def _transposed(shape: Any, stride: Any) -> bool:
     """A matrix (or a batch of them) whose last two dimensions are swapped: a transposed, dense view."""
     if not isinstance(shape, list) or not isinstance(stride, list) or len(shape) < 2 or len(shape) != len(stride):
         return False
-    rows, cols = shape[-2], shape[-1]
+    rows = shape[-2]
     return stride[-2] == 1 and stride[-1] == max(rows, 1)
 
 
