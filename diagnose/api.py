@@ -228,6 +228,7 @@ def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
     res = outcome.result or {}
     report.run.wall_s = res.get("wall_s")
     report.run.iterations = _stats(res.get("iteration_s") or [])
+    report.run.minor_faults = res.get("minor_faults")
     if res.get("thread_calls"):
         report.threads["thread_calls"] = res["thread_calls"]
 
@@ -236,6 +237,7 @@ def _apply_instrumented(report: Report, outcome: PassOutcome) -> None:
     res = outcome.result or {}
     if res.get("wall_s") is not None:
         report.run.instrumented_wall_s = res["wall_s"]
+        report.run.instrumented_minor_faults = res.get("minor_faults")
         times = res.get("iteration_s") or []
         recorded = (res.get("raw") or {}).get("recorded_iters")
         if recorded:  # with a profiler schedule only the last iterations are instrumented

@@ -143,6 +143,16 @@ def compile_info() -> dict[str, Any] | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def minor_faults() -> int | None:
+    """This process's minor page faults so far (/proc/self/stat, field 10): pages it touched for the first
+    time, fresh memory from the allocator among them."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _pin_workers(workers: int) -> dict[str, Any]:
     """Sweep point: every DataLoader gets `workers` worker processes."""
     from torch.utils.data import DataLoader
@@ -181,6 +191,7 @@ class Run:
         self.t0: float | None = None
         self.clock: StepClock | None = None
         self.compile_before: float | None = None  # torch.compile seconds spent when the window began
+        self.faults0: int | None = None  # this process's minor page faults when the measured part began
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result["exit_code"] = code
@@ -255,6 +266,7 @@ class Run:
             self.recorder.start()
             self.recording = True
         self.t0 = time.perf_counter()
+        self.faults0 = minor_faults()
 
     def _mark(self, name: str) -> None:
         markers.touch(self.spec["workdir"], name)
@@ -273,6 +285,7 @@ class Run:
             self.recorder.start()
             self.recording = True
         self.t0 = time.perf_counter()
+        self.faults0 = minor_faults()
 
     def _end_window(self) -> None:
         self._stop_clock()
@@ -286,6 +299,9 @@ class Run:
     def _stop_clock(self) -> None:
         if self.t0 is not None and self.result["wall_s"] is None:
             self.result["wall_s"] = time.perf_counter() - self.t0
+            faults = minor_faults()
+            if faults is not None and self.faults0 is not None:
+                self.result["minor_faults"] = faults - self.faults0
             self._mark(markers.STOP)
 
     def finish(self) -> None:

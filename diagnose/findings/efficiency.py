@@ -19,6 +19,21 @@ Thresholds:
 - operators without a meaningful work model (random number generation,
   sorting, allocation, views: roofline.no_verdict says which and why) get no
   verdict, even from a report written before the efficiency layer withheld it.
+- In the model vs alone: the operator pass times each call in its context
+  (fresh outputs, cold caches, other threads, and the profiler's own heap
+  fragmentation, which hands large temporaries fresh pages). When the
+  operator was also micro-benchmarked alone at the run's thread count and
+  its mean call in the model is >= CONTEXT_RATIO (2x) the alone median and
+  at least CONTEXT_MIN_US (20 µs, the profiler's per-call cost with room)
+  longer, the verdict rests on the alone time: if the kernel alone reaches
+  25% of its roof, the finding is that the model's context slows it (cause
+  `context`, with the page faults per step of both passes as evidence),
+  not that the kernel is inefficient; if it is slow alone too, the usual
+  verdict stands, from the alone time. Without an alone measurement, a
+  memory-bound verdict is doubted when the operator pass page-faulted at
+  least FAULTS_RATIO (2x) as often per step as the uninstrumented run (and
+  >= 1000 times a step more): its times then carry faults the real run
+  does not have.
 - Counters (report.counters, perf or VTune): CPI >= 1.0 over the run is
   `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; FIELD_NOTES);
   VTune spin + overhead time >= 20% of CPU time is `medium`.
@@ -40,6 +55,9 @@ MEDIUM_BELOW_PCT = 25.0
 SKINNY_DIM = 32  # a matmul dimension below this leaves most of a GEMM kernel's register tile empty
 CPI_LOW, CPI_MEDIUM = 1.0, 2.0
 SPIN_MEDIUM_PCT = 20.0
+CONTEXT_RATIO = 2.0
+CONTEXT_MIN_US = 20.0
+FAULTS_RATIO, FAULTS_MIN_EXTRA = 2.0, 1000
 
 
 def _shape_text(shapes) -> str:
@@ -88,6 +106,17 @@ def low_efficiency(report: Report) -> list[Finding]:
         if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL \
                 or no_verdict(op["name"]):
             continue
+        alone = _alone(report, op)
+        context = None
+        if alone is not None:
+            ratio = op["us_per_call"] / alone
+            if ratio >= CONTEXT_RATIO and op["us_per_call"] - alone >= CONTEXT_MIN_US:
+                context = {"in_model_us_per_call": op["us_per_call"], "alone_us_per_call": round(alone, 3),
+                           "in_model_vs_alone": round(ratio, 2), "efficiency_pct_alone": round(pct * ratio, 3)}
+                if pct * ratio >= MEDIUM_BELOW_PCT:
+                    out.append(_context_finding(report, op, context, share))
+                    continue
+                pct = pct * ratio  # slow alone too: judge the kernel by its own time
         if pct >= MEDIUM_BELOW_PCT:
             continue
         severity = "high" if pct < HIGH_BELOW_PCT else "medium"
@@ -120,12 +149,80 @@ def low_efficiency(report: Report) -> list[Finding]:
                 "threshold_pct": HIGH_BELOW_PCT if severity == "high" else MEDIUM_BELOW_PCT,
                 "peaks_contended": bool(peaks.get("contended")),
                 "instrumentation_overhead": eff.get("instrumentation_overhead"),
+                **(context or {}),
+                **_fault_doubt(report, op, context),
             },
             suggestion=_suggestion(report, op),
             layer="efficiency",
         ))
     out.extend(_counter_findings(report))
     return out
+
+
+def _alone(report: Report, op: dict[str, Any]) -> float | None:
+    """The operator's median µs per call micro-benchmarked alone at the run's thread count, if measured."""
+    rows = [r for r in report.microbenchmarks if r.get("op") == op["name"]
+            and r.get("input_shapes") == op.get("input_shapes") and r.get("median_us")]
+    same = [r for r in rows if r.get("threads") == op.get("threads")]
+    return float(same[0]["median_us"]) if same else None
+
+
+def faults_per_step(report: Report) -> tuple[float | None, float | None]:
+    """Minor page faults per step (or measured call): uninstrumented, operator pass."""
+    run = report.run
+    steps = run.iterations.n if run.iterations else None
+    recorded = report.target.iters or (run.instrumented_iterations.n if run.instrumented_iterations else None)
+    plain = run.minor_faults / steps if run.minor_faults is not None and steps else None
+    instrumented = run.instrumented_minor_faults / recorded if run.instrumented_minor_faults is not None \
+        and recorded else None
+    return plain, instrumented
+
+
+def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> dict[str, Any]:
+    plain, instrumented = faults_per_step(report)
+    if context or op.get("bound") != "memory" or plain is None or instrumented is None:
+        return {}
+    if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
+        return {"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented),
+                "doubts": [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} "
+                           "uninstrumented: a memory-bound operator's time there carries faults the real run "
+                           "does not have"]}
+    return {}
+
+
+def _context_finding(report: Report, op: dict[str, Any], context: dict[str, Any], share: float) -> Finding:
+    from diagnose.findings.stake import operator_stake
+
+    plain, instrumented = faults_per_step(report)
+    ratio = context["in_model_vs_alone"]
+    faults = ""
+    if plain is not None:
+        faults = f"; {plain:.0f} minor page faults a step uninstrumented"
+        if instrumented is not None:
+            faults += f", {instrumented:.0f} in the operator pass"
+    where = f" at {op['source']}" if op.get("source") else ""
+    return Finding(
+        kind="low_efficiency", severity="medium" if share >= HOT_SHARE_PCT else "low", layer="efficiency",
+        title=(f"{op['name']} on {_shape_text(op.get('input_shapes') or [])} takes {ratio:.1f}x longer a call in "
+               f"the model than alone ({context['in_model_us_per_call']:.0f} vs {context['alone_us_per_call']:.0f} "
+               f"µs), where it reaches {context['efficiency_pct_alone']:.3g}% of this machine's roof: the context "
+               f"slows it, not the kernel{where}"),
+        op=op["name"], location=op.get("source"),
+        evidence={"cause": "context", **context, "share_pct": share, "input_shapes": op.get("input_shapes"),
+                  "threads": op.get("threads"), "bound": op.get("bound"),
+                  "minor_faults_per_step": round(plain) if plain is not None else None,
+                  "minor_faults_per_step_operator_pass": round(instrumented) if instrumented is not None else None,
+                  "threshold_ratio": CONTEXT_RATIO,
+                  **operator_stake(report, share * (1 - 1 / ratio))},
+        suggestion=("The same call runs faster alone, so look at what surrounds it in the model" + faults + ": "
+                    "fresh outputs page-faulting in (glibc gives large temporaries fresh pages every step: reuse "
+                    "buffers with out= or in-place ops, or an allocator that keeps pages, LD_PRELOAD jemalloc with "
+                    "MALLOC_CONF=oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,"
+                    "muzzy_decay_ms:-1), inputs coming cold from memory (the operator before it wrote a tensor "
+                    "larger than the caches: fuse them, torch.compile), or other threads competing for the CPUs "
+                    "(see Threads). The operator pass's own profiler adds faults, so compare with the "
+                    "uninstrumented count first."),
+    )
 
 
 def _counter_findings(report: Report) -> list[Finding]:

@@ -79,6 +79,10 @@ class Run:
     instrumented_wall_s: float | None = None  # operator pass, same span
     iterations: IterationStats | None = None  # uninstrumented: per call (function mode) or per step of the window
     instrumented_iterations: IterationStats | None = None
+    # minor page faults of the target's process over the same span (fresh pages touched): uninstrumented,
+    # and in the operator pass, whose profiler fragments the heap into fresh pages for large temporaries
+    minor_faults: int | None = None
+    instrumented_minor_faults: int | None = None
     interrupted: bool = False
     timed_out: bool = False
     started_at: str = ""
