@@ -167,19 +167,8 @@ def _alone(report: Report, op: dict[str, Any]) -> float | None:
     return float(same[0]["median_us"]) if same else None
 
 
-def faults_per_step(report: Report) -> tuple[float | None, float | None]:
-    """Minor page faults per step (or measured call): uninstrumented, operator pass."""
-    run = report.run
-    steps = run.iterations.n if run.iterations else None
-    recorded = report.target.iters or (run.instrumented_iterations.n if run.instrumented_iterations else None)
-    plain = run.minor_faults / steps if run.minor_faults is not None and steps else None
-    instrumented = run.instrumented_minor_faults / recorded if run.instrumented_minor_faults is not None \
-        and recorded else None
-    return plain, instrumented
-
-
 def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> dict[str, Any]:
-    plain, instrumented = faults_per_step(report)
+    plain, instrumented = report.faults_per_step()
     if context or op.get("bound") != "memory" or plain is None or instrumented is None:
         return {}
     if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
@@ -193,7 +182,7 @@ def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> di
 def _context_finding(report: Report, op: dict[str, Any], context: dict[str, Any], share: float) -> Finding:
     from diagnose.findings.stake import operator_stake
 
-    plain, instrumented = faults_per_step(report)
+    plain, instrumented = report.faults_per_step()
     ratio = context["in_model_vs_alone"]
     faults = ""
     if plain is not None:

@@ -58,9 +58,7 @@ def timing_lines(report: Report) -> list[str]:
     ratio = run.overhead_ratio
     if ratio:
         lines.append(f"instrumentation overhead: {ratio:.2f}x (operator times below come from the instrumented pass)")
-    from diagnose.findings.efficiency import faults_per_step
-
-    plain, instrumented = faults_per_step(report)
+    plain, instrumented = report.faults_per_step()
     if plain is not None:
         lines.append(f"minor page faults: {plain:.0f} per {unit} uninstrumented"
                      + (f", {instrumented:.0f} in the operator pass" if instrumented is not None else ""))

@@ -347,3 +347,13 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
+
+    def faults_per_step(self) -> tuple[float | None, float | None]:
+        """Minor page faults per step (or measured call): uninstrumented, and in the operator pass."""
+        run = self.run
+        steps = run.iterations.n if run.iterations else None
+        recorded = self.target.iters or (run.instrumented_iterations.n if run.instrumented_iterations else None)
+        plain = run.minor_faults / steps if run.minor_faults is not None and steps else None
+        instrumented = (run.instrumented_minor_faults / recorded
+                        if run.instrumented_minor_faults is not None and recorded else None)
+        return plain, instrumented
