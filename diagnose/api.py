@@ -28,6 +28,7 @@ from diagnose.report.model import (
     Compile, GraphBreak, IterationStats, LayerStatus, Recompile, Report, Steps, TargetInfo,
 )
 from diagnose.runner import NO_FUNCTION
+from diagnose.stall import STALL_AFTER_S
 from diagnose.target import Target
 
 # Files diagnose writes into an output directory; never replaced without --force.
@@ -51,6 +52,7 @@ class Config:
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
     max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
     fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
+    stall_after_s: float = STALL_AFTER_S  # a pass whose tree used no CPU this long is hung (0: never; diagnose/stall.py)
     reports_root: str = "reports"
     baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
     callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
@@ -391,7 +393,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
                 prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
                 outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
                                    on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix,
-                                   server=server.get())
+                                   server=server.get(), stall_after_s=config.stall_after_s or None)
             finally:
                 watching.detach()
             if index == 1 and outcome.status == "ok" and window.empty(outcome.result):
@@ -402,6 +404,12 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
                 continue
             break
         progress.pass_finished(name, outcome)
+        if outcome.stall is not None:  # hung: its stacks, and the run did not end well
+            from diagnose.hangs import hangs
+            from diagnose.usercode import UserCode
+
+            report.hangs += hangs(name, outcome.stall, UserCode(target.path))
+            report.run.error = report.run.error or outcome.error
         if outcome.ranks is not None:  # a torchrun pass: what each rank measured
             from diagnose.distributed import view as distributed_view
 
@@ -509,7 +517,7 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
         spec = _spec(target, config, name, None, window)
         spec["options"].update(intra_op_threads=threads, dataloader_workers=workers)
         outcome = run_pass(spec, os.path.join(workroot, name), passthrough=False, timeout_s=config.timeout_s,
-                           on_tick=progress.tick,
+                           on_tick=progress.tick, stall_after_s=config.stall_after_s or None,
                            extra_env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
         progress.pass_finished("sweep", outcome)
         if outcome.status == "interrupted":

@@ -25,6 +25,7 @@ import os
 import sys
 
 from diagnose import __version__
+from diagnose.stall import STALL_AFTER_S
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
 from diagnose.layers.operators.recorder import MAX_RECORDED_CALLS
 from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
@@ -89,6 +90,10 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help="script mode: run and record the whole script in every pass (steps are still counted)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop a pass after this long; what it measured so far is kept")
+    p.add_argument("--stall-after", type=float, default=STALL_AFTER_S, metavar="SECONDS",
+                   help=f"a pass whose processes used no CPU (under 2%% of one) this long is hung: dump its "
+                        f"threads' stacks, stop it keeping what it measured, go on ({STALL_AFTER_S:g}; 0: never, "
+                        f"for targets that wait on input)")
     p.add_argument("--layers", metavar="NAMES", default=",".join(LAYERS),
                    help=f"comma-separated layers to run (default and choices: {','.join(LAYERS)})")
     p.add_argument("--profile-iters", type=int, default=20, metavar="N",
@@ -285,10 +290,12 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
                         profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
                         skip_steps=skip, steps=steps, full_run=args.full_run,
-                        max_recorded_calls=args.max_recorded_calls,
+                        max_recorded_calls=args.max_recorded_calls, stall_after_s=args.stall_after,
                         callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
                                    "focus": args.callgraph_focus})
     config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats
+    if args.stall_after < 0:
+        raise UsageError("--stall-after wants seconds >= 0 (0 turns stall detection off)")
     if args.microbench_budget < 0 or args.microbench_top < 1:
         raise UsageError("--microbench-budget wants seconds >= 0 and --microbench-top a count >= 1")
     config.microbench_budget, config.microbench_top = args.microbench_budget, args.microbench_top

@@ -24,22 +24,27 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from diagnose.stall import StallWatch
+
 if TYPE_CHECKING:
     from diagnose.forkserver import ForkServer
 
 GRACE_S = 20.0  # time the child gets to write its results after SIGINT
+STALLED_GRACE_S = 5.0  # ... when it is hung: a deadlock in C++ ignores SIGINT, so do not wait long
 
 
 @dataclass
 class PassOutcome:
     name: str
-    status: str  # ok | target_failed | crashed | timeout | interrupted
+    status: str  # ok | target_failed | crashed | timeout | stalled | interrupted
     result: dict[str, Any] | None
     returncode: int | None
     elapsed_s: float
     output_tail: list[str] = field(default_factory=list)
     timeout_s: float | None = None
     ranks: list[dict[str, Any]] | None = None  # under torchrun: one entry per rank (distributed/collect.py)
+    # a stalled pass (diagnose/stall.py): {"idle_s", "stacks": [{"rank", "pid", "text"}]}
+    stall: dict[str, Any] | None = None
 
     @property
     def raw(self) -> dict[str, Any] | None:
@@ -49,6 +54,9 @@ class PassOutcome:
     def error(self) -> str | None:
         if self.status == "timeout":  # the child saw our SIGINT as KeyboardInterrupt
             return f"timed out after {self.timeout_s:g} s (--timeout)"
+        if self.status == "stalled":
+            return (f"its process tree used no CPU for {self.stall['idle_s']:.0f} s in the {self.name} pass "
+                    "(--stall-after); its stacks are in the hang finding")
         if self.result and self.result.get("error"):
             return self.result["error"]
         if self.status == "crashed":
@@ -103,6 +111,7 @@ def run_pass(
     extra_env: dict[str, str] | None = None,
     command_prefix: list[str] | None = None,
     server: "ForkServer | None" = None,
+    stall_after_s: float | None = None,
 ) -> PassOutcome:
     """Run one pass; never raises for anything the target does.
 
@@ -143,6 +152,8 @@ def run_pass(
     if on_start:
         on_start(proc.pid)
     status = None
+    stall = None
+    watch = StallWatch(proc.pid, stall_after_s) if stall_after_s else None
     try:
         while True:
             try:
@@ -155,6 +166,10 @@ def run_pass(
                 if timeout_s is not None and elapsed > timeout_s:
                     status = "timeout"
                     _stop(proc)
+                    break
+                if watch is not None and watch.stalled():
+                    status, stall = "stalled", {"idle_s": watch.idle_s(), "stacks": _dump_stacks(proc, workdir, dist)}
+                    _stop(proc, grace_s=STALLED_GRACE_S)
                     break
     except KeyboardInterrupt:
         status = "interrupted"
@@ -185,14 +200,42 @@ def run_pass(
             status = "ok"
     return PassOutcome(
         name=spec["pass"], status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
-        output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s, ranks=ranks,
+        output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s, ranks=ranks, stall=stall,
     )
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _dump_stacks(proc, workdir: str, dist: dict | None) -> list[dict[str, Any]]:
+    """Every runner of a stalled pass writes its threads' stacks (diagnose/stall.py); their texts."""
+    from diagnose.stall import STACKS_FILE, request_dumps
+
+    if dist:
+        from diagnose.distributed import launcher
+
+        runners = []
+        for rank, path in launcher.rank_dirs(workdir):
+            try:
+                with open(os.path.join(path, launcher.PID_FILE)) as fh:
+                    runners.append((rank, int(fh.read().strip()), path))
+            except (OSError, ValueError):
+                continue
+    else:
+        runners = [(None, proc.pid, workdir)]
+    request_dumps([pid for _, pid, _ in runners])
+    out = []
+    for rank, pid, path in runners:
+        try:
+            with open(os.path.join(path, STACKS_FILE), encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            text = ""
+        out.append({"rank": rank, "pid": pid, "text": text[-200_000:]})
+    return out
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     _signal_group(proc, signal.SIGINT)
     try:
-        proc.wait(timeout=GRACE_S)
+        proc.wait(timeout=grace_s)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or a second Ctrl-C
         _signal_group(proc, signal.SIGKILL)
         proc.wait()

@@ -143,6 +143,23 @@ def compile_info() -> dict[str, Any] | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+_stack_file = None  # kept open for faulthandler, which writes to its file descriptor from a signal handler
+
+
+def install_stack_dump(workdir: str) -> None:
+    """SIGUSR1 writes every Python thread's stack into stacks.txt (diagnose/stall.py asks when a pass hangs)."""
+    global _stack_file
+    import faulthandler
+
+    from diagnose.stall import STACKS_FILE
+
+    try:
+        _stack_file = open(os.path.join(workdir, STACKS_FILE), "w")
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
+    except (OSError, RuntimeError, ValueError):
+        pass  # no dump then; the hang is still detected and reported
+
+
 def minor_faults() -> int | None:
     """This process's minor page faults so far (/proc/self/stat, field 10): pages it touched for the first
     time, fresh memory from the allocator among them."""
@@ -290,6 +307,7 @@ class Run:
     def _end_window(self) -> None:
         self._stop_clock()
         self._stop_recorder()
+        self._write(final=False)  # a checkpoint: the measurement survives a hang at exit
 
     def _stop_recorder(self) -> None:
         if self.recording:
@@ -311,13 +329,20 @@ class Run:
         self.finished = True
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the results
         self._stop_clock()
+        self._write(final=True)
+
+    def _write(self, final: bool) -> None:
+        """Gather what was measured and write result.json. Once the window is measured this runs before the
+        target goes on (a checkpoint), so that a target hanging at exit (a destructor deadlock) leaves its
+        results; the final write adds how the target ended."""
         compiled = compile_info()
         if compiled:
             if self.compile_before is not None and "compile_s" in compiled:
                 compiled["in_window_s"] = max(0.0, compiled["compile_s"] - self.compile_before)
             self.result["compile"] = compiled
         if self.clock is not None:
-            self.clock.uninstall()
+            if final:
+                self.clock.uninstall()
             steps = self.clock.result()
             self.result["steps"] = steps
             if steps["window_began"]:
@@ -325,13 +350,16 @@ class Run:
                 if not steps["window_ended"] and steps["window_wall_s"]:
                     # the script ended inside the window: its wall time is up to the last step
                     self.result["wall_s"] = steps["window_wall_s"]
-        if self.recorder is not None:
+        if self.recorder is not None and self.result["raw"] is None and self.result["raw_error"] is None:
             try:
                 self._stop_recorder()
-                self.recorder.release()
+                if final:
+                    self.recorder.release()
                 self.result["raw"] = self.recorder.collect(self.spec["workdir"])
             except Exception as exc:  # noqa: BLE001 - reported as the layer's failure
                 self.result["raw_error"] = f"{type(exc).__name__}: {exc}"
+        elif self.recorder is not None and final:
+            self.recorder.release()
         try:
             import torch
 
@@ -339,7 +367,7 @@ class Run:
         except Exception:  # noqa: BLE001
             pass
         if self.spec.get("rank"):
-            self.result["rank"] = {**self.spec["rank"], "finished_at": time.time()}
+            self.result["rank"] = {**self.spec["rank"], **({"finished_at": time.time()} if final else {})}
         path = os.path.join(self.spec["workdir"], "result.json")
         with open(path + ".tmp", "w") as fh:
             json.dump(self.result, fh, default=str)
@@ -353,6 +381,7 @@ def main(argv: list[str]) -> int:
         from diagnose.distributed import launcher
 
         spec = launcher.enter_rank(spec)
+    install_stack_dump(spec["workdir"])
     os.chdir(spec.get("cwd") or os.getcwd())
     run = Run(spec)
     runner_file = os.path.realpath(__file__)

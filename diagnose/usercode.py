@@ -119,6 +119,18 @@ class UserCode:
             frame = frame.f_back
         return None, library
 
+    def short(self, filename: str) -> str:
+        """A file as reports show it: the user's relative to the working directory, an installed package's
+        relative to its site-packages (torch/distributed/distributed_c10d.py), anything else in full."""
+        if self.is_user(filename):
+            return self.display(filename)
+        path = os.path.realpath(filename)
+        site = next((root for root in self._site if _under(path, root)), None)
+        if site:
+            return os.path.relpath(path, site)
+        stdlib = next((root for root in _stdlib_roots() if _under(path, root)), None)
+        return os.path.relpath(path, stdlib) if stdlib else filename
+
     def _library_name(self, filename: str) -> str | None:
         if not filename or filename.startswith("<") or _generated(filename):
             return None

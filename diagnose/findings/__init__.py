@@ -13,10 +13,11 @@ operator class.
 
 from __future__ import annotations
 
-from diagnose.findings import efficiency, microbench, operators, place, python, stake, steps, threads
+from diagnose.findings import efficiency, hangs, microbench, operators, place, python, stake, steps, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
+    hangs.hang,
     operators.hot_operator,
     operators.copy_overhead,
     operators.memory_churn,

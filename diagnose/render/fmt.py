@@ -125,6 +125,8 @@ def compile_lines(report: Report) -> list[str]:
 
 def outcome_line(report: Report) -> str:
     run = report.run
+    if report.hangs:
+        return f"the target hung: {run.error or 'its process tree stopped using the CPU'}"
     if run.interrupted:
         return "interrupted: the report holds what was measured before Ctrl-C or SIGTERM"
     if run.timed_out:

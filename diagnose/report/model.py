@@ -13,7 +13,8 @@ migration to io.MIGRATIONS):
         setup and data wait); operator rows' module path, library line,
         per-call min/max, `modules` (the module time table) and `stacks`
         (folded stacks) added later (additive); compile (torch.compile's
-        compile time, graph breaks, recompiles) added later (additive).
+        compile time, graph breaks, recompiles) added later (additive);
+        hangs (stalled passes with their stacks) added later (additive).
 """
 
 from __future__ import annotations
@@ -152,6 +153,25 @@ class Compile:
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     recompiles: list[Recompile] = field(default_factory=list)
     error: str | None = None  # torch's counters could not be read
+
+
+@dataclass
+class ThreadStack:
+    thread: str  # faulthandler's id, 0x...
+    main: bool  # the target's main thread (the one running the script)
+    frames: list[str]  # "file.py:LINE in function", innermost first
+
+
+@dataclass
+class Hang:
+    """A pass whose process tree stopped using the CPU (diagnose/stall.py), and where each thread stood."""
+
+    pass_name: str
+    idle_s: float
+    rank: int | None = None  # under torchrun
+    location: str | None = None  # the innermost line of the user's code in the main thread
+    stuck_in: str | None = None  # the main thread's innermost frame: where it waits
+    threads: list[ThreadStack] = field(default_factory=list)
 
 
 @dataclass
@@ -340,6 +360,7 @@ class Report:
     steps: Steps | None = None  # script mode (None in function mode)
     modules: Modules | None = None  # operator time per nn.Module (None: no module ran, or an older report)
     compile: Compile | None = None  # torch.compile's work in the uninstrumented pass (None: nothing compiled)
+    hangs: list[Hang] = field(default_factory=list)  # passes stopped because the target hung
     stacks: list[FoldedStack] = field(default_factory=list)  # the operator pass's folded stacks (stacks.folded)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); empty for a single process

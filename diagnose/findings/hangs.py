@@ -1,0 +1,58 @@
+"""Rule on hung passes (report.hangs, diagnose/stall.py): hang.
+
+A pass whose process tree used under 2% of one CPU for --stall-after
+seconds is hung: one finding per place the main thread stood (the same line
+in several passes or ranks is one finding), `high`: the script does not
+finish. Located at the innermost line of the user's code in the main
+thread's stack; the evidence holds where it waits (`stuck_in`, usually a
+library frame), the passes and ranks, how long they sat idle, and every
+thread's stack. A known deadlock gets its workaround: torch 2.13 with gloo
+can deadlock in `dist.destroy_process_group()` right after the last backward
+(the process group's destructor holds the GIL while a gloo thread frees the
+last all-reduce's autograd context); a `dist.barrier()` first avoids it.
+"""
+
+from __future__ import annotations
+
+from diagnose.report.model import Finding, Report
+
+DESTROY = "destroy_process_group"
+GLOO_WORKAROUND = ("A known torch 2.13 + gloo deadlock: the process group's destructor holds the GIL while a gloo "
+                   "thread still frees the last all-reduce's autograd context. Call dist.barrier() before "
+                   "dist.destroy_process_group() (examples/ddp_train.py does).")
+
+
+def hang(report: Report) -> list[Finding]:
+    places: dict[tuple, list] = {}
+    for h in report.hangs:
+        places.setdefault((h.location, h.stuck_in), []).append(h)
+    out = []
+    for (location, stuck_in), group in places.items():
+        first = group[0]
+        main = next((t for t in first.threads if t.main), None)
+        frames = main.frames if main else []
+        passes = sorted({h.pass_name for h in group})
+        ranks = sorted({h.rank for h in group if h.rank is not None})
+        gloo = any(DESTROY in f for h in group for t in h.threads for f in t.frames)
+        where = f" at {location}" if location else ""
+        inside = f", waiting in {stuck_in}" if stuck_in else ""
+        title = (f"The script hung{where}{inside}: no CPU use for {first.idle_s:.0f} s in the {', '.join(passes)} "
+                 f"pass{'es' if len(passes) > 1 else ''}" + (f" (rank{'s' if len(ranks) > 1 else ''} "
+                                                               f"{', '.join(map(str, ranks))})" if ranks else ""))
+        suggestion = (GLOO_WORKAROUND if gloo else
+                      "Something waits that never comes: a lock, a queue, a child process, a collective the other "
+                      "ranks never call, input on stdin. The main thread's stack (evidence) shows where; the other "
+                      "threads show who might hold what it waits for. A target that waits on purpose (a server, "
+                      "input) runs with --stall-after 0.")
+        out.append(Finding(
+            kind="hang", severity="high", layer="hang", title=title, op=None, location=location,
+            evidence={"stuck_in": stuck_in, "passes": passes, "ranks": ranks, "idle_s": first.idle_s,
+                      "main_thread": frames[:20],
+                      "other_threads": [{"thread": t.thread, "frames": t.frames[:8]}
+                                        for t in first.threads if not t.main][:8],
+                      "known_deadlock": "gloo destroy_process_group" if gloo else None,
+                      "time_at_stake_pct": 100.0,
+                      "time_at_stake_basis": "the script does not finish"},
+            suggestion=suggestion,
+        ))
+    return out
