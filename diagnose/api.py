@@ -256,6 +256,15 @@ def exit_code_for(report: Report) -> ExitCode:
 
 
 def write_report(report: Report, output_dir: str) -> None:
+    """Every file of the report into output_dir; a disk that fills up (or any write error) is an OutputError
+    with the reason, never a traceback."""
+    try:
+        _write_report(report, output_dir)
+    except OSError as exc:
+        raise OutputError(f"cannot write the report into {output_dir}: {exc.strerror or exc}") from None
+
+
+def _write_report(report: Report, output_dir: str) -> None:
     pictures = ((report.threads.get("timeline"), plots.threads_png, "threads", "threads.png"),
                 (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"),
                 (report.stacks, plots.flame_png, "operators", "flamegraph.png"))
@@ -390,6 +399,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
             watching = _Watching(observers if layer is None else [], workroot, os.path.join(workdir, markers.START))
             try:
                 spec = _spec(target, config, name, layer.name if layer else None, window)
+                spec["wait_for"] = watching.ready_files()
                 prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
                 outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
                                    on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix,
@@ -561,6 +571,10 @@ class _Watching:
     def workdir(self, layer: Any) -> str:
         return os.path.join(self.root, layer.name)
 
+    def ready_files(self) -> list[str]:
+        """Files the runner waits for before the workload begins (markers.wait_for)."""
+        return [o.ready_file for o in self.observers.values() if getattr(o, "ready_file", None)]
+
     def attach(self, pid: int) -> None:
         self._each("attach", pid, self.start_marker)
 
@@ -600,6 +614,13 @@ def _analysed(layer: Any, outcome: Any, report: Report, workdir: str) -> LayerSt
 
 
 def _move_artifacts(report: Report, workdir: str, output_dir: str) -> None:
+    try:
+        _move(report, workdir, output_dir)
+    except OSError as exc:
+        raise OutputError(f"cannot write into {output_dir}: {exc.strerror or exc}") from None
+
+
+def _move(report: Report, workdir: str, output_dir: str) -> None:
     for key, fname in list(report.artifacts.items()):
         src = os.path.join(workdir, fname)
         dst = os.path.join(output_dir, fname)

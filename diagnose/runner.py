@@ -277,7 +277,8 @@ class Run:
         self._stop_clock()
 
     def _start(self, record: bool) -> None:
-        # observers (the thread sampler) begin measuring when this marker appears
+        # observers (the thread sampler) begin measuring when this marker appears, once they watch for it
+        markers.wait_for(self.spec.get("wait_for") or [])
         self._mark(markers.START)
         if record and self.recorder is not None:
             self.recorder.start()

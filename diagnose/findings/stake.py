@@ -240,7 +240,8 @@ def dedup(findings: list[Finding]) -> list[Finding]:
                              "title": f.title, "suggestion": f.suggestion,
                              "evidence": {k: v for k, v in f.evidence.items() if k != "also"}}
                             for f in others]
-        same = [f for f in group if _same_time(f, primary)]
+        # pieces about the same time lend stake and severity; an observation (a healthy GEMM) has nothing to fix
+        same = [f for f in group if _same_time(f, primary) and (f is primary or not observation(f))]
         best = max(same, key=stake)
         if stake(best) > stake(primary):
             for key in STAKE_KEYS:

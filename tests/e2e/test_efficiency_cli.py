@@ -17,10 +17,11 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """A quick probe in a private cache dir, as `diagnose probe --quick` leaves it."""
+    """A probe in a private cache dir, as `diagnose probe` leaves it (a quick one would not do: diagnose
+    never takes a quick probe for the full roofs)."""
     path = tmp_path_factory.mktemp("cache")
     env = {**os.environ, "DIAGNOSE_CACHE_DIR": str(path)}
-    out = subprocess.run([sys.executable, "-m", "diagnose.layers.efficiency.probe", "--quick", "--json"],
+    out = subprocess.run([sys.executable, "-m", "diagnose.layers.efficiency.probe", "--json"],
                          capture_output=True, text=True, env=env, check=True, timeout=120, cwd=REPO).stdout
     peaks = json.loads(out)
     if peaks.pop("cache_path") is None:  # contended by other processes: the probe declined to cache it

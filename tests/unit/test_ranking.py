@@ -254,3 +254,19 @@ def test_the_same_operator_at_other_shapes_lends_neither_its_severity_nor_its_st
     assert merged.kind == "sequential_operator"
     assert (merged.severity, merged.evidence["time_at_stake_pct"]) == ("low", 12.0)
     assert [a["evidence"]["input_shapes"][1] for a in merged.evidence["also"]] == [[256, 1024], [256, 512]]
+
+
+def test_a_healthy_kernel_lends_no_stake_to_a_finding_merged_at_its_line():
+    # examples/too_many_threads.py in CI: a low python_overhead at the step's line merged with the healthy mm
+    # there (an observation, 53% of the run) ranked above the high oversubscription (63% wait share)
+    loop = Finding(kind="python_overhead", severity="low", title="step() spends 19%", op="aten::mm",
+                   location="m.py:17", layer="python", suggestion="",
+                   evidence={"time_at_stake_pct": 18.8, "time_at_stake_basis": "share of the cProfile pass"})
+    mm = Finding(kind="hot_operator", severity="low", title="mm 67%", op="aten::mm", location="m.py:17",
+                 layer="operators", suggestion="", evidence={"time_at_stake_pct": 53.1, "time_at_stake_basis": "x",
+                                                             "observation": True, "input_shapes": [[512, 512]]})
+    threads = _settled("oversubscription", "high", 63.1, basis="run-queue wait share (an upper bound)")
+    ranked = stake.rank(stake.dedup(stake.rank([stake.settle(loop), stake.settle(mm), threads])))
+    assert ranked[0].kind == "oversubscription"
+    merged = next(f for f in ranked if f.location == "m.py:17")
+    assert merged.evidence["time_at_stake_pct"] == 18.8 and merged.evidence["also"][0]["kind"] == "hot_operator"

@@ -39,13 +39,16 @@ class SamplerProcess:
         self.interval_s = interval_s
         self.proc: subprocess.Popen | None = None
         self.log = None
+        self.ready_file = os.path.join(workdir, "sampler.ready")  # the runner waits for it (markers.py)
+        if os.path.exists(self.ready_file):  # from an earlier attempt at this pass
+            os.unlink(self.ready_file)
 
     def attach(self, pid: int, start_marker: str) -> None:
         folder = os.path.dirname(start_marker)
         cmd = [sys.executable, "-m", "diagnose.layers.threads.sampler", "--pid", str(pid),
                "--out", os.path.join(self.workdir, RECORDING), "--start-when", start_marker,
                "--restart-when", os.path.join(folder, markers.WINDOW),
-               "--stop-when", os.path.join(folder, markers.STOP)]
+               "--stop-when", os.path.join(folder, markers.STOP), "--ready", self.ready_file]
         if self.interval_s:
             cmd += ["--interval", str(self.interval_s)]
         self.log = open(os.path.join(self.workdir, SAMPLER_LOG), "wb")

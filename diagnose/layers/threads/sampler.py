@@ -7,8 +7,10 @@ samples PID and all its descendants until they are all gone, or until it gets
 SIGTERM/SIGINT (then it takes one last sample), and writes FILE atomically
 (a temporary file in the same folder, then os.replace). It can start on a
 process that already runs: the first sample is the baseline. With --ready it
-creates that file once the first sample is taken (a parent can wait for it
-before letting the workload start). Exit status 1 when PID does not exist
+creates that file once the first sample is taken, or with --start-when once
+it watches for the start marker (the runner waits for it before the workload
+begins: a pass forked from the fork server starts in milliseconds, faster
+than this process). Exit status 1 when PID does not exist
 (the recording is still written, with health.error).
 
 With --start-when it waits (polling every 10 ms) until that file exists
@@ -495,8 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if args.start_when:
+            if args.ready:  # watching for the start marker from now on: the workload may begin
+                with open(args.ready, "w"):
+                    pass
             _wait_for(args.start_when, args.pid, args.proc_root, sleep)
-        if args.ready:
+        elif args.ready:
             sampler.sample()
             with open(args.ready, "w"):
                 pass
