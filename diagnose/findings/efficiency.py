@@ -168,8 +168,10 @@ def _alone(report: Report, op: dict[str, Any]) -> float | None:
 
 
 def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> dict[str, Any]:
+    """A doubt on a memory-bound verdict, or on a context finding, when the operator pass page-faulted far more
+    per step than the uninstrumented run: the operator's time there carries faults the real run does not have."""
     plain, instrumented = report.faults_per_step()
-    if context or op.get("bound") != "memory" or plain is None or instrumented is None:
+    if (op.get("bound") != "memory" and not context) or plain is None or instrumented is None:
         return {}
     if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
         return {"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented),
@@ -202,7 +204,8 @@ def _context_finding(report: Report, op: dict[str, Any], context: dict[str, Any]
                   "minor_faults_per_step": round(plain) if plain is not None else None,
                   "minor_faults_per_step_operator_pass": round(instrumented) if instrumented is not None else None,
                   "threshold_ratio": CONTEXT_RATIO,
-                  **operator_stake(report, share * (1 - 1 / ratio))},
+                  **operator_stake(report, share * (1 - 1 / ratio)),
+                  **_fault_doubt(report, op, context)},
         suggestion=("The same call runs faster alone, so look at what surrounds it in the model" + faults + ": "
                     "fresh outputs page-faulting in (glibc gives large temporaries fresh pages every step: reuse "
                     "buffers with out= or in-place ops, or an allocator that keeps pages, LD_PRELOAD jemalloc with "

@@ -178,7 +178,7 @@ class ModuleTracker:
             return path
         if id(module) in self.names:  # a submodule of a known root, called on its own
             return self.names[id(module)]
-        prefix = "" if not self.roots else type(module).__name__
+        prefix = "" if not self.roots else _class_name(module).split(" ")[0]
         while prefix and prefix in self.roots.values():
             prefix += "'"
         self.roots[id(module)] = prefix
