@@ -116,6 +116,9 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         "its CPI, spin and overhead time go into counters (default analysis: hotspots)")
     p.add_argument("--microbench-top", type=int, default=3, metavar="K",
                    help="how many of the top operators to micro-benchmark (3)")
+    p.add_argument("--callgraph-timeout", type=float, default=callgraph.DOT_TIMEOUT_S, metavar="S",
+                   help=f"call graph: stop gprof2dot or graphviz's dot after S seconds, and say so "
+                        f"({callgraph.DOT_TIMEOUT_S:g})")
     p.add_argument("--callgraph-focus", choices=("all", "user"), default="all",
                    help="call graph: all functions, or only those in your script's directory (all)")
     p.add_argument("--sweep", action="store_true",
@@ -292,7 +295,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
                         skip_steps=skip, steps=steps, full_run=args.full_run,
                         max_recorded_calls=args.max_recorded_calls, stall_after_s=args.stall_after,
                         callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
-                                   "focus": args.callgraph_focus})
+                                   "focus": args.callgraph_focus, "timeout_s": args.callgraph_timeout})
     config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats
     if args.stall_after < 0:
         raise UsageError("--stall-after wants seconds >= 0 (0 turns stall detection off)")

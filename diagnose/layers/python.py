@@ -330,6 +330,7 @@ class PythonLayer(Layer):
             edge_thres_pct=opts.get("edge_thres_pct", callgraph.EDGE_THRES_PCT),
             focus_paths=[os.path.dirname(script)] if opts.get("focus") == "user" else None,
             root=_entry_selector(stats, report, script, raw.get("root")),
+            timeout_s=opts.get("timeout_s", callgraph.DOT_TIMEOUT_S),
         )
         summary["callgraph"] = {"node_thres_pct": options.node_thres_pct, "edge_thres_pct": options.edge_thres_pct,
                                 "focus": opts.get("focus", "all"), "root": options.root}
@@ -337,7 +338,7 @@ class PythonLayer(Layer):
         try:
             callgraph.pstats_to_dot(pstats_path, os.path.join(workdir, DOT), options)
             report.artifacts["callgraph_dot"] = DOT
-            callgraph.dot_to_png(os.path.join(workdir, DOT), os.path.join(workdir, PNG))
+            callgraph.dot_to_png(os.path.join(workdir, DOT), os.path.join(workdir, PNG), options.timeout_s)
             report.artifacts["callgraph_png"] = PNG
         except callgraph.ToolError as exc:
             status.missing[PNG] = str(exc)

@@ -26,6 +26,7 @@ class CallgraphOptions:
     edge_thres_pct: float = EDGE_THRES_PCT
     focus_paths: list[str] | None = None  # keep only functions under these directories (gprof2dot -p)
     root: str | None = None  # gprof2dot -z selector ("module:line:function")
+    timeout_s: float = DOT_TIMEOUT_S  # gprof2dot and dot each, before they are stopped
 
 
 class ToolError(Exception):
@@ -43,21 +44,21 @@ def pstats_to_dot(pstats_path: str, dot_path: str, options: CallgraphOptions) ->
         cmd += ["-p", path]
     if options.root:
         cmd += ["-z", options.root]
-    _run(cmd, "gprof2dot")
+    _run(cmd, "gprof2dot", options.timeout_s)
 
 
-def dot_to_png(dot_path: str, png_path: str) -> None:
+def dot_to_png(dot_path: str, png_path: str, timeout_s: float = DOT_TIMEOUT_S) -> None:
     dot = dot_program()
     if dot is None:
         raise ToolError(f"graphviz's dot is not on PATH; {INSTALL_HINT}")
-    _run([dot, "-Tpng", dot_path, "-o", png_path], "dot")
+    _run([dot, "-Tpng", dot_path, "-o", png_path], "dot", timeout_s)
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _run(cmd: list[str], what: str, timeout_s: float = DOT_TIMEOUT_S) -> None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOT_TIMEOUT_S)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise ToolError(f"{what} took longer than {DOT_TIMEOUT_S:g} s") from None
+        raise ToolError(f"{what} took longer than {timeout_s:g} s (--callgraph-timeout)") from None
     except OSError as exc:
         raise ToolError(f"{what} could not start: {exc}") from None
     if proc.returncode != 0:

@@ -86,10 +86,10 @@ def _fake_dot(tmp_path, body: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("body, why", [("echo 'dot: out of memory' >&2; exit 1", "out of memory"),
-                                       ("sleep 600", "took longer than")])
+                                       ("sleep 600", "took longer than 5 s")])
 def test_a_crashing_or_hanging_dot_costs_the_picture_only(tmp_path, body, why):
-    run = run_cli("--layers", "python", "tests/data/faults/steady_steps.py", outdir=tmp_path / "r",
-                  env=_fake_dot(tmp_path, body), timeout=300)
+    run = run_cli("--layers", "python", "--callgraph-timeout", "5", "tests/data/faults/steady_steps.py",
+                  outdir=tmp_path / "r", env=_fake_dot(tmp_path, body), timeout=300)
     assert run.code == 0, run.stderr
     r = run.report
     assert r["layers"]["python"]["status"] == "ok" and why in r["layers"]["python"]["missing"]["callgraph.png"]
@@ -150,3 +150,19 @@ def test_a_target_that_moves_closes_stdout_or_escapes_the_session(tmp_path, name
     assert any(o["name"] == "aten::mm" for o in r["operators"])
     assert time.monotonic() - t0 < 150
     assert shutil.which("python3")  # sanity: nothing above removed the environment
+
+
+def test_three_forced_runs_into_one_directory_leave_one_report(tmp_path):
+    out = tmp_path / "r"
+    (tmp_path / "r").mkdir()
+    (out / "notes.txt").write_text("mine")  # a user's file beside the report: never touched
+    for i in range(3):
+        run = run_cli("--force", "--layers", "operators,microbench", "--microbench-budget", "8",
+                      "--microbench-top", "1", "tests/data/faults/steady_steps.py", outdir=out)
+        assert run.code == 0, (i, run.stderr)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["notes.txt", "report.json", "report.md", "report.html", "trace.json", "reproducers",
+                            "flamegraph.png", "stacks.folded"]), names
+    reproducers = sorted(p.name for p in (out / "reproducers").iterdir())
+    assert len(reproducers) == 1 and reproducers[0].endswith(".py")  # not nested, not piled up
+    assert (out / "notes.txt").read_text() == "mine"
