@@ -106,9 +106,9 @@ def _python(report: Report) -> list[str]:
 def _threads(report: Report) -> list[str]:
     lines = fmt.threads_lines(report)
     rows, recommendation = fmt.sweep_rows(report)
-    if not lines and not rows and not recommendation:
-        return []
     layer = report.layers.get("threads")
+    if not lines and not rows and not recommendation and not (layer and layer.notes):
+        return []
     out = ["", "Threads"] + [f"  {line}" for line in lines] + [f"  note: {n}" for n in (layer.notes if layer else [])]
     if rows:
         out += ["", "  Thread sweep (uninstrumented, interleaved runs)"] + _table(rows)

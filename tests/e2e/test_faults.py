@@ -166,3 +166,21 @@ def test_three_forced_runs_into_one_directory_leave_one_report(tmp_path):
     reproducers = sorted(p.name for p in (out / "reproducers").iterdir())
     assert len(reproducers) == 1 and reproducers[0].endswith(".py")  # not nested, not piled up
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_distributed_hang_is_reported_per_rank(tmp_path):
+    t0 = time.monotonic()
+    run = run_cli("--nproc-per-node", "2", "--layers", "operators", "--stall-after", "5",
+                  "tests/data/faults/ddp_waits_for_a_peer.py", outdir=tmp_path / "r", timeout=400)
+    assert run.code == 3, run.stderr[-2000:]
+    r = run.report
+    by_rank = {h["rank"]: h for h in r["hangs"] if h["pass_name"] == "baseline"}
+    assert set(by_rank) == {0, 1}
+    assert "barrier" in by_rank[0]["stuck_in"]  # rank 0 waits for rank 1 in the collective
+    assert " in wait" in by_rank[1]["stuck_in"]  # rank 1 waits for its event
+    hangs = [f for f in r["findings"] if f["kind"] == "hang"]
+    assert {tuple(f["evidence"]["ranks"]) for f in hangs} == {(0,), (1,)}
+    barrier_line = line_of(DATA / "ddp_waits_for_a_peer.py", "dist.barrier()")
+    assert any(f["location"] == f"tests/data/faults/ddp_waits_for_a_peer.py:{barrier_line}" for f in hangs)
+    assert r["layers"]["operators"]["status"] in ("ok", "failed")  # whatever it measured is kept
+    assert time.monotonic() - t0 < 300

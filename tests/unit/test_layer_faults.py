@@ -17,7 +17,7 @@ class Crashing:
 def test_a_crash_in_a_layers_analysis_fails_that_layer_with_the_reason(tmp_path):
     status = api._analysed(Crashing(), None, Report(target=TargetInfo(script="m.py")), str(tmp_path))
     assert isinstance(status, LayerStatus) and status.status == "failed"
-    assert "its analysis failed: KeyError: 'missing'" in status.reason and "test_faults.py" in status.reason
+    assert "its analysis failed: KeyError: 'missing'" in status.reason and "test_layer_faults.py" in status.reason
 
 
 def test_a_crash_in_a_markdown_section_leaves_the_rest(monkeypatch):

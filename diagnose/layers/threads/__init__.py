@@ -102,8 +102,13 @@ class ThreadsLayer(Layer):
         threads: dict[str, Any] = analysis.analyse(recording, usable)
         threads["environment"] = environment.audit(report.machine, processes=threads.get("compute_processes") or 1)
         report.threads.update(threads)
+        seconds = threads.get("duration_s") or 0
+        short = (f"the run lasted {seconds} s, under the {MIN_DURATION_S} s the thread findings need: "
+                 "no oversubscription or idle-CPU verdict from so few samples; "
+                 "a longer run (more iterations or steps) gets one")
         if threads.get("mean_runnable") is None:
-            return LayerStatus("failed", threads.get("reason") or "too few samples to measure anything")
+            return LayerStatus("failed", threads.get("reason") or "too few samples to measure anything",
+                               notes=[short] if seconds < MIN_DURATION_S else [])
         status = LayerStatus("ok")
         health = threads.get("health") or {}
         if health.get("unreadable_files"):
@@ -111,11 +116,8 @@ class ThreadsLayer(Layer):
         if not threads.get("schedstat_available"):
             status.notes.append("schedstat reads 0 0 0 here: runnable time from sampled thread states "
                                 "(coarser, underestimates short waits)")
-        seconds = threads.get("duration_s") or 0
         if seconds < MIN_DURATION_S:
-            status.notes.append(f"the run lasted {seconds} s, under the {MIN_DURATION_S} s the thread findings need: "
-                                "no oversubscription or idle-CPU verdict from so few samples; "
-                                "a longer run (more iterations or steps) gets one")
+            status.notes.append(short)
         elif seconds < 1.0:
             status.notes.append(f"the run lasted {seconds} s: few samples, coarse numbers; "
                                 "a longer run (more iterations) gives steadier ones")
