@@ -9,6 +9,8 @@ from diagnose.report.model import Hang, ThreadStack
 from diagnose.stall import parse
 
 RUNNER = os.path.join("diagnose", "runner.py")
+EXIT = ("the interpreter's exit, after the script ended and its results were written (a destructor waits: with "
+        "torch.distributed, the process group's)")
 OWN = os.path.dirname(os.path.abspath(__file__))  # diagnose's own frames (runner, fork server) are not the target's
 
 
@@ -19,6 +21,8 @@ def hangs(pass_name: str, stall: dict[str, Any], usercode) -> list[Hang]:
         threads = parse(dump.get("text") or "")
         main = next((t for t in threads if any(f[0].endswith(RUNNER) for f in t["frames"])), None)
         hang = Hang(pass_name=pass_name, idle_s=round(float(stall.get("idle_s") or 0.0), 1), rank=dump.get("rank"))
+        if not threads and dump.get("finished"):  # no Python left to dump: it hung in the interpreter's exit
+            hang.stuck_in = EXIT
         for t in threads:
             frames = [f for f in t["frames"] if not os.path.abspath(f[0]).startswith(OWN + os.sep)
                       and "/runpy.py" not in f[0] and not f[0].startswith("<frozen")]

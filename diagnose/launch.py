@@ -228,7 +228,8 @@ def _dump_stacks(proc, workdir: str, dist: dict | None) -> list[dict[str, Any]]:
                 text = fh.read()
         except OSError:
             text = ""
-        out.append({"rank": rank, "pid": pid, "text": text[-200_000:]})
+        out.append({"rank": rank, "pid": pid, "text": text[-200_000:],
+                    "finished": os.path.exists(os.path.join(path, "result.json"))})
     return out
 
 

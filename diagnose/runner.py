@@ -209,6 +209,7 @@ class Run:
         self.clock: StepClock | None = None
         self.compile_before: float | None = None  # torch.compile seconds spent when the window began
         self.faults0: int | None = None  # this process's minor page faults when the measured part began
+        self.ended_after_window = False
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result["exit_code"] = code
@@ -273,7 +274,7 @@ class Run:
         try:
             runpy.run_path(script, run_name="__main__")
         except WindowComplete:
-            pass  # the window is measured: the target ends here, like a normal exit
+            self.ended_after_window = True  # the window is measured: the target ends here, like a normal exit
         self._stop_clock()
 
     def _start(self, record: bool) -> None:
@@ -423,6 +424,11 @@ def main(argv: list[str]) -> int:
         run.finish()
     sys.stdout.flush()
     sys.stderr.flush()
+    if spec.get("rank") and run.ended_after_window:
+        # a torchrun rank whose window is measured and written: leave without the interpreter's finalisation,
+        # where torch 2.13's gloo process group destructor can deadlock (the script's own clean-up, after the
+        # window, was skipped anyway; every rank ends at the same step, after its last collective)
+        os._exit(code)
     return code
 
 

@@ -33,7 +33,8 @@ def hang(report: Report) -> list[Finding]:
         frames = main.frames if main else []
         passes = sorted({h.pass_name for h in group})
         ranks = sorted({h.rank for h in group if h.rank is not None})
-        gloo = any(DESTROY in f for h in group for t in h.threads for f in t.frames)
+        gloo = any(DESTROY in f for h in group for t in h.threads for f in t.frames) or (
+            any(h.rank is not None for h in group) and (stuck_in or "").startswith("the interpreter's exit"))
         where = f" at {location}" if location else ""
         inside = f", waiting in {stuck_in}" if stuck_in else ""
         title = (f"The script hung{where}{inside}: no CPU use for {first.idle_s:.0f} s in the {', '.join(passes)} "

@@ -43,6 +43,7 @@ from diagnose.report.model import Finding, Report
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
 KERNEL_NAME = re.compile(r"^(\w+::\w+|(graph_\d+_)?(cpp|triton)_\w+|\w+_fused_\w+)$")
+NOT_KERNELS = {"c10d", "gloo", "profiler", "autograd", "torch", "Optimizer"}  # the distributed view covers collectives
 HOT_MIN_PCT = 10.0
 HOT_HIGH_PCT = 30.0
 COPY_LEVELS = ((30.0, "high"), (15.0, "medium"), (5.0, "low"))
@@ -66,8 +67,8 @@ def hot_operator(report: Report) -> list[Finding]:
     for i, row in enumerate(report.operators[:5]):
         if row.self_pct < HOT_MIN_PCT:
             break
-        if not KERNEL_NAME.match(row.name):
-            continue  # torch.compile's runtime (guard checks, region markers): framework overhead's story
+        if not KERNEL_NAME.match(row.name) or row.name.split("::")[0] in NOT_KERNELS:
+            continue  # torch.compile's runtime, collectives (time waiting for other ranks): other findings' story
         compute = is_compute(row.name)
         if compute and i > 0:
             continue  # a healthy model's compute: one low finding for the top row is enough
