@@ -7,7 +7,8 @@ usable CPU busy, the worst case for a sampler that needs a CPU too) does a
 fixed number of iterations, calibrated once to take about --work-s seconds,
 and reports its own wall time for them. Each round runs it twice, alone and
 watched by the sampler (`python -m diagnose.layers.threads.sampler`, default
-interval), in ABBA order across rounds so drift hits both alike. The sampler
+interval, started as diagnose starts it: polling its start, window and stop
+markers every 10 ms), in ABBA order across rounds so drift hits both alike. The sampler
 attaches after torch is imported and the workload warmed up, and the timed
 work starts once the sampler has its first sample, so only the watched part
 is timed. Result: the median over rounds of watched/alone wall time, with a
@@ -79,20 +80,24 @@ def run_once(iters: int, watched: bool, workdir: Path) -> tuple[float, dict | No
                             stdout=subprocess.PIPE, text=True)
     sampler = None
     out = workdir / "rec.json"
-    ready = workdir / "ready"
-    for f in (out, ready):
+    ready, start, window, stop = (workdir / n for n in ("ready", "started", "window", "stopped"))
+    for f in (out, ready, start, window, stop):
         if f.exists():
             f.unlink()
     try:
         assert proc.stdout.readline().strip() == "ready"
-        if watched:
+        if watched:  # as diagnose runs it: polling its start, window and stop markers every 10 ms
             sampler = subprocess.Popen([sys.executable, "-m", "diagnose.layers.threads.sampler", "--pid",
-                                        str(proc.pid), "--out", str(out), "--ready", str(ready)], cwd=REPO)
+                                        str(proc.pid), "--out", str(out), "--ready", str(ready),
+                                        "--start-when", str(start), "--restart-when", str(window),
+                                        "--stop-when", str(stop)], cwd=REPO)
             while not ready.exists():
                 time.sleep(0.005)
+            start.touch()
         proc.stdin.write("go\n")
         proc.stdin.flush()
         elapsed = float(proc.stdout.readline())
+        stop.touch()
         proc.wait(timeout=60)
         rec = None
         if sampler is not None:

@@ -52,6 +52,7 @@ class Config:
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
     max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
     fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
+    track_modules: bool = True  # the operator pass's module tracking (benchmarks/modules_overhead.py turns it off)
     stall_after_s: float = STALL_AFTER_S  # a pass whose tree used no CPU this long is hung (0: never; diagnose/stall.py)
     reports_root: str = "reports"
     baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
@@ -201,7 +202,7 @@ def _spec(target: Target, config: Config, name: str, layer: str | None,
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
         "window": window.spec, "expect_steps": window.expect_steps,
         "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
-                    "max_recorded_calls": config.max_recorded_calls,
+                    "max_recorded_calls": config.max_recorded_calls, "track_modules": config.track_modules,
                     "callgraph": config.callgraph, "vtune_analysis": config.vtune},
         **({"distributed": {"nproc_per_node": config.nproc_per_node, "torchrun_args": list(config.torchrun_args)}}
            if config.nproc_per_node else {}),

@@ -224,7 +224,8 @@ class OperatorsRecorder(Recorder):
             inductor_config.cpp.enable_kernel_profile = True
         except (ImportError, AttributeError):
             pass
-        self.modules.install()
+        if self.spec.get("options", {}).get("track_modules", True):
+            self.modules.install()
         self.mode = _source_mode(self)
         self.mode.__enter__()
 
