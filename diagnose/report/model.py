@@ -14,7 +14,9 @@ migration to io.MIGRATIONS):
         per-call min/max, `modules` (the module time table) and `stacks`
         (folded stacks) added later (additive); compile (torch.compile's
         compile time, graph breaks, recompiles) added later (additive);
-        hangs (stalled passes with their stacks) added later (additive).
+        hangs (stalled passes with their stacks) added later (additive);
+        doctor (environment checks and measured trials) added later
+        (additive).
 """
 
 from __future__ import annotations
@@ -172,6 +174,56 @@ class Hang:
     location: str | None = None  # the innermost line of the user's code in the main thread
     stuck_in: str | None = None  # the main thread's innermost frame: where it waits
     threads: list[ThreadStack] = field(default_factory=list)
+
+
+@dataclass
+class Fact:
+    """One reading behind a doctor check: what was read, its value and unit, and where from."""
+
+    name: str  # "minor faults per step", "allocator", "nr_throttled"
+    value: str | float | int | None
+    unit: str = ""  # "", "faults", "%", "us", ...
+    source: str = ""  # "/proc/PID/maps", "/sys/fs/cgroup/cpu.stat", "operator pass", ...
+
+
+@dataclass
+class DoctorCheck:
+    """One environment check (diagnose/doctor/checks.py): what it read and what it concluded."""
+
+    name: str  # page_faults, denormals, openmp_runtimes, blas_threads, cpu_quota, topology, low_precision
+    status: str  # "ok" (nothing wrong), "warn" (a problem, see summary), "skipped" (could not read; summary says why)
+    summary: str  # one line
+    facts: list[Fact] = field(default_factory=list)
+    suggestion: str | None = None  # what to change (a trial measures it where it can be tried from outside)
+    trial: str | None = None  # name of the Trial that measures the suggestion, if any
+    at_stake_pct: float | None = None  # share of the step time the problem may cost (estimate), for ranking
+
+
+@dataclass
+class Trial:
+    """An A/B of the user's own workload with one change applied from outside (diagnose/doctor/trials.py)."""
+
+    name: str  # "jemalloc", "glibc_malloc_thresholds", "flush_denormal", ...
+    change: str  # the exact change: a launch line (`LD_PRELOAD=... python train.py`) or a line of code
+    env: dict[str, str] = field(default_factory=dict)  # environment the variant ran with
+    rounds: int = 0  # ABBA rounds (each: baseline, variant, variant, baseline passes)
+    baseline_step_s: float | None = None  # median step (or call) time, baseline passes
+    variant_step_s: float | None = None
+    speedup: float | None = None  # baseline / variant (>1: the change is faster)
+    ci_low: float | None = None  # 95% interval of the speedup
+    ci_high: float | None = None
+    noise_floor_pct: float | None = None  # same-setting variation between passes
+    verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
+    reason: str | None = None  # why skipped or failed
+
+
+@dataclass
+class Doctor:
+    """The environment doctor: checks from /proc, sysfs and the profile, and the measured trials."""
+
+    checks: list[DoctorCheck] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+    launch: str | None = None  # the launch line with every winning change, None when none won
 
 
 @dataclass
@@ -361,6 +413,7 @@ class Report:
     modules: Modules | None = None  # operator time per nn.Module (None: no module ran, or an older report)
     compile: Compile | None = None  # torch.compile's work in the uninstrumented pass (None: nothing compiled)
     hangs: list[Hang] = field(default_factory=list)  # passes stopped because the target hung
+    doctor: Doctor | None = None  # environment checks and measured trials (None: an older report)
     stacks: list[FoldedStack] = field(default_factory=list)  # the operator pass's folded stacks (stacks.folded)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); empty for a single process
