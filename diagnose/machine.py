@@ -33,21 +33,41 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
 
 def cgroup_cpu_limit(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup") -> float | None:
     """CPUs allowed by the cgroup CPU quota, or None when there is no quota."""
-    paths = _own_cgroup_paths(proc_self_cgroup)
-    # v2: <root>/<path>/cpu.max = "max 100000" or "200000 100000"
-    for rel in paths.get("", []) + [""]:
-        limit = _read_cpu_max(os.path.join(root, rel.lstrip("/"), "cpu.max"))
-        if limit is not None:
-            return limit
-    # v1: <root>/cpu,cpuacct/<path>/cpu.cfs_quota_us and cpu.cfs_period_us
-    for ctrl in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        for rel in paths.get(ctrl, []) + [""]:
-            base = os.path.join(root, ctrl, rel.lstrip("/"))
-            quota = _read_int(os.path.join(base, "cpu.cfs_quota_us"))
-            period = _read_int(os.path.join(base, "cpu.cfs_period_us"))
+    for version, folder in own_cgroup_dirs(root, proc_self_cgroup):
+        if version == 2:  # cpu.max = "max 100000" or "200000 100000"
+            limit = _read_cpu_max(os.path.join(folder, "cpu.max"))
+            if limit is not None:
+                return limit
+        else:  # cpu.cfs_quota_us and cpu.cfs_period_us
+            quota = _read_int(os.path.join(folder, "cpu.cfs_quota_us"))
+            period = _read_int(os.path.join(folder, "cpu.cfs_period_us"))
             if quota and period and quota > 0:
                 return quota / period
     return None
+
+
+V1_CPU_CONTROLLERS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+
+
+def own_cgroup_dirs(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup",
+                    v1_controllers: tuple[str, ...] = V1_CPU_CONTROLLERS) -> list[tuple[int, str]]:
+    """Folders that may hold the calling process's own cgroup files, most likely first: (version, folder).
+
+    v2 (unified): <root>/<path>, then <root>/unified/<path> (the hybrid layout), then those roots;
+    v1: <root>/<controller>/<path> for each name the controller's hierarchy may be mounted under, then
+    that root. The roots come after the paths because inside a container without a cgroup namespace
+    /proc/self/cgroup gives the host's path while the container sees its own cgroup at the root.
+    """
+    paths = _own_cgroup_paths(proc_self_cgroup)
+    out: list[tuple[int, str]] = []
+    for base in ("", "unified"):
+        for rel in paths.get("", []) + [""]:
+            out.append((2, os.path.join(root, base, rel.lstrip("/"))))
+    for ctrl in v1_controllers:
+        for rel in paths.get(ctrl, []) + [""]:
+            out.append((1, os.path.join(root, ctrl, rel.lstrip("/"))))
+    seen: set[tuple[int, str]] = set()
+    return [d for d in out if not (d in seen or seen.add(d))]
 
 
 def _own_cgroup_paths(proc_self_cgroup: str) -> dict[str, list[str]]:

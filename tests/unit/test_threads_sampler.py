@@ -48,11 +48,11 @@ class FakeProc:
 
     def add_thread(self, pid: int, tid: int, comm: str | None = None, state: str = "S", run_ns: int = 0,
                    wait_ns: int = 0, slices: int = 0, utime: int = 0, stime: int = 0, vcsw: int = 0, nvcsw: int = 0,
-                   start: int | None = None) -> None:
+                   start: int | None = None, cpu: int | None = None) -> None:
         p = self.procs[pid]
         p["threads"][tid] = {"comm": comm or p["comm"], "state": state, "run_ns": run_ns, "wait_ns": wait_ns,
                              "slices": slices, "utime": utime, "stime": stime, "vcsw": vcsw, "nvcsw": nvcsw,
-                             "start": p["start"] if start is None else start}
+                             "start": p["start"] if start is None else start, "cpu": cpu}
         self.write_process(pid)
 
     def set(self, pid: int, tid: int, **values) -> None:
@@ -98,9 +98,11 @@ class FakeProc:
         (self.root / "stat").write_text("cpu  " + " ".join(map(str, self.cpu)) + "\ncpu0 0 0 0 0 0 0 0 0 0 0\nctxt 1\n")
 
     @staticmethod
-    def _stat_line(tid, comm, state, ppid, utime, stime, num_threads, start) -> str:
+    def _stat_line(tid, comm, state, ppid, utime, stime, num_threads, start, cpu=None) -> str:
         rest = [state, ppid, tid, tid, 0, -1, 4194560, 0, 0, 0, 0, utime, stime, 0, 0, 20, 0, num_threads, 0, start,
                 0, 0, 0]
+        if cpu is not None:  # up to field 39, processor (proc(5))
+            rest += [0] * 12 + [17, cpu]  # exit_signal (SIGCHLD), processor
         return f"{tid} ({comm}) " + " ".join(map(str, rest)) + "\n"
 
     def write_process(self, pid: int) -> None:
@@ -117,7 +119,7 @@ class FakeProc:
             d = base / "task" / str(tid)
             d.mkdir(exist_ok=True)
             (d / "stat").write_text(self._stat_line(tid, t["comm"], t["state"], p["ppid"], t["utime"], t["stime"],
-                                                    len(threads), t["start"]))
+                                                    len(threads), t["start"], t["cpu"]))
             (d / "schedstat").write_text(f"{t['run_ns']} {t['wait_ns']} {t['slices']}\n")
             (d / "status").write_text(f"Name:\t{t['comm']}\nState:\t{t['state']}\nCpus_allowed_list:\t0-1\n"
                                       f"voluntary_ctxt_switches:\t{t['vcsw']}\n"
@@ -185,6 +187,12 @@ def test_read_thread_parses_stat_schedstat_status(fake):
         "my (odd) name", 1, 2, 7, ["python", "x.py"])
 
 
+def test_read_thread_reads_the_processor_field(fake):
+    fake.add_process(10, 1, threads={11: {"cpu": 3}})
+    assert procfs.read_thread(10, 11, str(fake.root)).processor == 3
+    assert procfs.read_thread(10, 10, str(fake.root)).processor is None  # a stat line that stops earlier
+
+
 def test_vanished_files_are_counted_not_raised(fake):
     errors = procfs.ReadErrors()
     assert procfs.read_thread(10, 11, str(fake.root), errors) is None
@@ -236,6 +244,21 @@ def test_two_threads_exact_counters_and_analysis(fake):
     assert t["others_cpus"] == pytest.approx(0.4)
     assert t["processes"][0]["threads"] == {"main": 1, "intra_op": 1}
     assert t["timeline"]["runnable"] == [pytest.approx(2.0)]
+
+
+def test_cpus_each_thread_ran_on_and_its_cpu_changes(fake):
+    fake.add_process(10, 1, threads={11: {"cpu": 0}, 12: {"cpu": 1}})
+    clock = FakeClock()
+    s = sampler_for(fake, clock)
+    for cpu11 in (0, 2, 2, 0):  # thread 11 moves 0 -> 2 -> 0: two changes; 12 stays on CPU 1
+        fake.set(10, 11, cpu=cpu11)
+        assert s.sample()
+        clock.now += 0.1
+    threads = {t["tid"]: t for t in s.recording()["threads"]}
+    assert (threads[11]["cpus"], threads[11]["cpu_samples"], threads[11]["cpu_changes"]) == ([0, 2], 4, 2)
+    assert (threads[12]["cpus"], threads[12]["cpu_samples"], threads[12]["cpu_changes"]) == ([1], 4, 0)
+    assert (threads[10]["cpus"], threads[10]["cpu_samples"], threads[10]["cpu_changes"]) == ([], 0, 0)
+    assert threads[11]["last"][0] == threads[11]["first"][0] and len(threads[11]["last"]) == len(THREAD_FIELDS)
 
 
 def test_run_follows_children_started_and_ended_during_the_run(fake):

@@ -6,7 +6,8 @@ Contract:
 - A file that vanishes mid-read is normal (a thread or process exiting): the
   reader returns None and counts it in a `ReadErrors`; it never raises for it.
 - Per thread (`/proc/<pid>/task/<tid>/`): `stat` gives comm, state, utime,
-  stime (clock ticks) and start time; `schedstat` gives run_ns, wait_ns
+  stime (clock ticks), start time and the CPU it last ran on (field 39,
+  `processor`); `schedstat` gives run_ns, wait_ns
   (time runnable on a run queue but not running) and timeslices (None when
   the file is absent; some kernels print `0 0 0`, which the analysis
   detects); `status` gives voluntary/nonvoluntary context switches (per
@@ -61,6 +62,7 @@ class ThreadCounters:
     voluntary_ctxt: int | None  # status; None when status was not read or vanished
     nonvoluntary_ctxt: int | None
     cpus_allowed: str | None
+    processor: int | None = None  # CPU the thread last ran on (stat field 39); None on a stat line without it
 
 
 @dataclass(slots=True)
@@ -121,7 +123,7 @@ def parse_stat(text: str) -> tuple[str, list[str]] | None:
 
 
 # indices into parse_stat's `rest`: proc(5) field number minus 3
-_STATE, _PPID, _UTIME, _STIME, _NUM_THREADS, _START = 0, 1, 11, 12, 17, 19
+_STATE, _PPID, _UTIME, _STIME, _NUM_THREADS, _START, _PROCESSOR = 0, 1, 11, 12, 17, 19, 36
 
 
 def list_tids(pid: int, proc_root: str = PROC, errors: ReadErrors | None = None) -> list[int]:
@@ -182,6 +184,7 @@ def read_thread(pid: int, tid: int, proc_root: str = PROC, errors: ReadErrors | 
         utime_ticks=int(rest[_UTIME]), stime_ticks=int(rest[_STIME]),
         run_ns=run_ns, wait_ns=wait_ns, slices=slices,
         voluntary_ctxt=voluntary, nonvoluntary_ctxt=nonvoluntary, cpus_allowed=cpus,
+        processor=int(rest[_PROCESSOR]) if len(rest) > _PROCESSOR else None,
     )
 
 

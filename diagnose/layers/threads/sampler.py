@@ -69,7 +69,7 @@ Recording (FORMAT "diagnose.threads/1", JSON-serialisable):
                  max_threads, cmdline_reads}],
     threads: [{process (index into processes), pid, tid, comm, start_ticks,
                cpus_allowed, first_seen_s, last_seen_s, in_first_snapshot,
-               first (row), last (row)}],
+               first (row), last (row), cpus, cpu_samples, cpu_changes}],
     snapshots: [{t_s, cpu (the /proc/stat cpu line, ticks),
                  procs ([[process index, cpu_ticks (utime+stime of the whole
                           process, exited threads included), num_threads], ...]),
@@ -89,6 +89,12 @@ columns carry the last values read (status is read every few samples).
 `runnable_sampled_ms` adds the current interval each time the thread is
 seen in state R (the fallback when schedstat reads 0 0 0). Times `*_s` are
 seconds since the first sample.
+Per thread, from the `processor` field of its stat (the CPU it last ran
+on, read at every sample at no extra cost): `cpus`, the sorted CPUs it was
+seen on; `cpu_samples`, the samples that read it; `cpu_changes`, how many
+times it was on another CPU than at the previous sample that read it (a
+lower bound of its migrations: several between two samples count once).
+All three cover every sample (decimation drops none of them).
 """
 
 from __future__ import annotations
@@ -158,6 +164,7 @@ class Sampler:
         self._threads: list[dict[str, Any]] = []
         self._thread_index: dict[tuple[int, int, int], int] = {}  # (pid, tid, start_ticks) -> index
         self._runnable_ms: list[float] = []  # per thread index: cumulative sampled-R time
+        self._last_cpu: list[int | None] = []  # per thread index: processor at the last sample that read it
         self._snapshots: list[dict[str, Any]] = []
         self._schedstat_nonzero = False
         self._children_fallback = False
@@ -332,7 +339,9 @@ class Sampler:
             self._threads.append({"process": pidx, "pid": pid, "tid": c.tid, "comm": c.comm,
                                   "start_ticks": c.start_ticks, "cpus_allowed": c.cpus_allowed,
                                   "first_seen_s": round(t_s, 6), "last_seen_s": round(t_s, 6),
-                                  "in_first_snapshot": not self._snapshots, "first": None, "last": None})
+                                  "in_first_snapshot": not self._snapshots, "first": None, "last": None,
+                                  "cpus": [], "cpu_samples": 0, "cpu_changes": 0})
+            self._last_cpu.append(None)
         th = self._threads[idx]
         if c.state == "R":
             self._runnable_ms[idx] += self.interval_s * 1000.0
@@ -352,6 +361,17 @@ class Sampler:
         th["comm"] = c.comm  # threads rename themselves after start (pt_data_worker, PTThreadPool)
         if c.cpus_allowed is not None:
             th["cpus_allowed"] = c.cpus_allowed
+        cpu = c.processor
+        if cpu is not None:
+            th["cpu_samples"] += 1
+            last = self._last_cpu[idx]
+            if cpu != last:
+                if last is not None:
+                    th["cpu_changes"] += 1
+                self._last_cpu[idx] = cpu
+                if cpu not in th["cpus"]:
+                    th["cpus"].append(cpu)
+                    th["cpus"].sort()
         return row
 
     def _decimate(self) -> None:
