@@ -25,7 +25,7 @@ from diagnose.layers.base import DerivedContext
 from diagnose.render import fmt, markdown, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import (
-    Compile, GraphBreak, IterationStats, LayerStatus, Recompile, Report, Steps, TargetInfo,
+    Compile, Doctor, GraphBreak, IterationStats, LayerStatus, ProcessFacts, Recompile, Report, Steps, TargetInfo,
 )
 from diagnose.runner import NO_FUNCTION
 from diagnose.stall import STALL_AFTER_S
@@ -52,6 +52,7 @@ class Config:
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
     max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
     fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
+    doctor: bool = False  # --doctor: every trial this machine can run, not only those answering a warning
     track_modules: bool = True  # the operator pass's module tracking (benchmarks/modules_overhead.py turns it off)
     stall_after_s: float = STALL_AFTER_S  # a pass whose tree used no CPU this long is hung (0: never; diagnose/stall.py)
     reports_root: str = "reports"
@@ -232,6 +233,8 @@ def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
     report.run.wall_s = res.get("wall_s")
     report.run.iterations = _stats(res.get("iteration_s") or [])
     report.run.minor_faults = res.get("minor_faults")
+    if res.get("process"):
+        report.doctor = Doctor(process=report_io.typed(ProcessFacts, res["process"]))
     if res.get("thread_calls"):
         report.threads["thread_calls"] = res["thread_calls"]
 
@@ -345,10 +348,15 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
         try:
             window = _run_passes(target, config, report, passes, observers, workroot, output_dir, created,
                                  progress, steps=len(passes) + len(derived), server=server)
+            context = DerivedContext(
+                options={"microbench_budget": config.microbench_budget, "microbench_top": config.microbench_top,
+                         "doctor": config.doctor},
+                tick=progress.tick, server=server.get() if derived else None,
+                run_workload=_workload_runner(target, config, workroot, progress, window) if config.baseline else None,
+                on_trial=lambda i, n, name: progress.pass_started(i, n, "doctor", f"trial {name}", True))
             for i, layer in enumerate(derived, 1):
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
-                             len(passes) + len(derived), {"microbench_budget": config.microbench_budget,
-                                                          "microbench_top": config.microbench_top}, server)
+                             len(passes) + len(derived), context)
             if config.sweep and not report.run.interrupted:
                 _sweep(target, config, report, workroot, progress, window)
         except KeyboardInterrupt:  # between passes: keep what was measured
@@ -487,7 +495,7 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 
 
 def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, progress: Progress,
-                 index: int, total: int, options: dict[str, Any], server: _LazyServer) -> None:
+                 index: int, total: int, context: DerivedContext) -> None:
     """A layer computed from the others' results (it may run its own probe, never the target)."""
     if report.run.interrupted:
         report.layers[layer.name] = LayerStatus("skipped", "diagnose was interrupted before this layer")
@@ -497,8 +505,7 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
     progress.pass_started(index, total, layer.name, layer.description, True)
     t0 = time.monotonic()
     try:
-        status = layer.analyse(DerivedContext(options=options, tick=progress.tick, server=server.get()), report,
-                               workdir)
+        status = layer.analyse(context, report, workdir)
     except KeyboardInterrupt:
         report.run.interrupted = True
         status = LayerStatus("skipped", "interrupted (Ctrl-C or SIGTERM) while this layer ran")
@@ -508,6 +515,32 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
     status.elapsed_s = round(time.monotonic() - t0, 3)
     report.layers[layer.name] = status
     _move_artifacts(report, workdir, output_dir)
+
+
+def _rerun(target: Target, config: Config, workroot: str, progress: Progress, window: "Window", name: str,
+           kind: str, env: dict[str, str], options: dict[str, Any]) -> PassOutcome:
+    """The uninstrumented workload again, over the same window, with `env` at launch (a fresh interpreter) and
+    runner `options`: a sweep point or a doctor trial. Ctrl-C propagates."""
+    spec = _spec(target, config, name, None, window)
+    spec["options"].update(options)
+    outcome = run_pass(spec, os.path.join(workroot, name), passthrough=False, timeout_s=config.timeout_s,
+                       on_tick=progress.tick, stall_after_s=config.stall_after_s or None, extra_env=env)
+    progress.pass_finished(kind, outcome)
+    if outcome.status == "interrupted":
+        raise KeyboardInterrupt
+    return outcome
+
+
+def _workload_runner(target: Target, config: Config, workroot: str, progress: Progress, window: "Window"):
+    """DerivedContext.run_workload: a re-run's step (or call) times, or why it measured none."""
+    def run(name: str, env: dict[str, str], options: dict[str, Any]) -> list[float] | str:
+        outcome = _rerun(target, config, workroot, progress, window, name, "doctor", env, options)
+        res = outcome.result or {}
+        if outcome.status != "ok" or res.get("exit_code"):
+            return outcome.error or res.get("error") or f"the pass ended with status {outcome.status}"
+        times = res.get("iteration_s") or ([res["wall_s"]] if res.get("wall_s") else [])
+        return times or "the pass measured no step"
+    return run
 
 
 def _sweep(target: Target, config: Config, report: Report, workroot: str, progress: Progress,
@@ -524,15 +557,9 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
                               + (f", {workers} DataLoader workers" if workers is not None else ""), True)
 
     def run_point(threads: int, workers: int | None) -> float | None:
-        name = f"sweep-{state['index']}"
-        spec = _spec(target, config, name, None, window)
-        spec["options"].update(intra_op_threads=threads, dataloader_workers=workers)
-        outcome = run_pass(spec, os.path.join(workroot, name), passthrough=False, timeout_s=config.timeout_s,
-                           on_tick=progress.tick, stall_after_s=config.stall_after_s or None,
-                           extra_env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
-        progress.pass_finished("sweep", outcome)
-        if outcome.status == "interrupted":
-            raise KeyboardInterrupt
+        outcome = _rerun(target, config, workroot, progress, window, f"sweep-{state['index']}", "sweep",
+                         {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)},
+                         {"intra_op_threads": threads, "dataloader_workers": workers})
         res = outcome.result or {}
         if outcome.status != "ok":
             return None

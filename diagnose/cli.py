@@ -124,6 +124,9 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="store_true",
                    help="re-run the workload at several intra-op thread counts (and DataLoader worker counts "
                         "when it has workers) and recommend a setting")
+    p.add_argument("--doctor", action="store_true",
+                   help="environment doctor: run every trial this machine can (allocators, flush_denormal, thread "
+                        "binding) on your steps, not only those answering a check that warned")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
     p.add_argument("--sweep-repeats", type=int, default=2, metavar="N",
@@ -303,6 +306,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
         raise UsageError("--microbench-budget wants seconds >= 0 and --microbench-top a count >= 1")
     config.microbench_budget, config.microbench_top = args.microbench_budget, args.microbench_top
     config.vtune = args.vtune
+    config.doctor = args.doctor
     if args.sweep_threads:
         try:
             config.sweep_threads = sorted({int(v) for v in args.sweep_threads.split(",") if v.strip()})

@@ -41,6 +41,7 @@ import traceback
 from typing import Any
 
 from diagnose import markers
+from diagnose.doctor import process as process_facts
 from diagnose.steps import StepClock, WindowComplete, WindowSpec
 
 # exit status of the runner itself when the function named in the spec is missing
@@ -209,6 +210,8 @@ class Run:
         self.clock: StepClock | None = None
         self.compile_before: float | None = None  # torch.compile seconds spent when the window began
         self.faults0: int | None = None  # this process's minor page faults when the measured part began
+        self.baseline = not spec.get("layer")  # the uninstrumented pass (and the doctor's trial passes)
+        self.cpu_stat0: dict[str, Any] | None = None  # the cgroup's cpu.stat when the measured part began
         self.ended_after_window = False
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
@@ -231,6 +234,8 @@ class Run:
             self.result["overrides"]["intra_op_threads"] = _pin_threads(torch, int(options["intra_op_threads"]))
         elif not spec.get("layer"):
             self.result["thread_calls"] = _record_thread_calls(torch, spec["script"], spec.get("cwd") or os.getcwd())
+        if options.get("flush_denormal"):  # a doctor trial (diagnose/doctor/trials.py)
+            self.result["overrides"]["flush_denormal"] = {"value": bool(torch.set_flush_denormal(True))}
         if options.get("dataloader_workers") is not None:
             self.result["overrides"]["dataloader_workers"] = _pin_workers(int(options["dataloader_workers"]))
         if spec.get("layer"):
@@ -268,6 +273,7 @@ class Run:
         self.clock = StepClock(FULL_RUN if full_run else window,
                                on_begin=None if full_run else self._begin_window,
                                on_end=None if full_run else self._end_window)
+        self.clock.keep_inputs = self.baseline
         self.clock.install(torch)
         # a pass that knows the script has steps records only the window; others record from the start
         self._start(record=full_run or not self.spec.get("expect_steps"))
@@ -286,6 +292,8 @@ class Run:
             self.recording = True
         self.t0 = time.perf_counter()
         self.faults0 = minor_faults()
+        if self.baseline:
+            self.cpu_stat0 = process_facts.cpu_stat()
 
     def _mark(self, name: str) -> None:
         markers.touch(self.spec["workdir"], name)
@@ -305,6 +313,8 @@ class Run:
             self.recording = True
         self.t0 = time.perf_counter()
         self.faults0 = minor_faults()
+        if self.baseline:
+            self.cpu_stat0 = process_facts.cpu_stat()
 
     def _end_window(self) -> None:
         self._stop_clock()
@@ -322,7 +332,26 @@ class Run:
             faults = minor_faults()
             if faults is not None and self.faults0 is not None:
                 self.result["minor_faults"] = faults - self.faults0
+            if self.baseline:
+                self._read_process()
             self._mark(markers.STOP)
+
+    def _read_process(self) -> None:
+        """The doctor's readings at the window's end (diagnose/doctor/process.py), after the clock stopped."""
+        try:
+            after = process_facts.cpu_stat()
+            clock = self.clock
+            subnormals, scope = process_facts.scan_subnormals(clock._root if clock else None,  # noqa: SLF001
+                                                              clock.last_inputs if clock else ())
+            self.result["process"] = {
+                "libraries": process_facts.libraries(),
+                "cpu_stat_path": (after or {}).get("path"),
+                "cpu_stat_before": (self.cpu_stat0 or {}).get("values") or {},
+                "cpu_stat_after": (after or {}).get("values") or {},
+                "subnormals": subnormals, "subnormal_scope": scope,
+            }
+        except Exception as exc:  # noqa: BLE001 - best effort: the doctor says what it could not read
+            self.result["process_error"] = f"{type(exc).__name__}: {exc}"
 
     def finish(self) -> None:
         """Stop recording and write result.json; safe to call twice."""

@@ -108,6 +108,8 @@ class StepClock:
         self.data_sites: dict[str | None, float] = {}  # window: data wait per line that iterates a DataLoader
         self._data_wait = 0.0
         self._root = None
+        self.keep_inputs = False  # keep the outermost module's last tensor inputs (the doctor's subnormal scan)
+        self.last_inputs: tuple = ()
         self._global_pre = None
         self._handles: list[Any] = []
         self._stopping = False
@@ -180,6 +182,8 @@ class StepClock:
             self.first_start = self.clock()
             if self.window is not None and self.window.skip == 0 and self.began_at is None:
                 self._begin(self.first_start)
+        if self.keep_inputs:
+            self.last_inputs = tuple(a for a in (*args, *kwargs.values()) if hasattr(a, "is_floating_point"))
         size = _batch_size(args, kwargs)
         if size is not None:
             self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1

@@ -13,7 +13,7 @@ operator class.
 
 from __future__ import annotations
 
-from diagnose.findings import efficiency, hangs, microbench, operators, place, python, stake, steps, threads
+from diagnose.findings import doctor, efficiency, hangs, microbench, operators, place, python, stake, steps, threads
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -28,6 +28,7 @@ RULES = [
     microbench.sequential_operator,
     efficiency.low_efficiency,
     steps.data_wait,
+    doctor.environment,
 ]
 
 SEVERITY_RANK = stake.SEVERITY_RANK

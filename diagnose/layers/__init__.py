@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from diagnose.layers.base import Layer
 from diagnose.layers.counters import CountersLayer, VtuneLayer
+from diagnose.layers.doctor import DoctorLayer
 from diagnose.layers.efficiency import EfficiencyLayer
 from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
@@ -22,6 +23,7 @@ LAYERS: dict[str, Layer] = {
         MicrobenchLayer(),
         EfficiencyLayer(),
         CountersLayer(),
+        DoctorLayer(),
     )
 }
 

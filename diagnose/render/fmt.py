@@ -192,6 +192,58 @@ def threads_lines(report: Report) -> list[str]:
     return lines
 
 
+def doctor_check_rows(report: Report) -> list[tuple[str, ...]]:
+    """The doctor's checks as table rows (header first): check, verdict, what it found, what to change."""
+    doctor = report.doctor
+    if doctor is None or not doctor.checks:
+        return []
+    rows = [("check", "verdict", "finding", "suggestion")]
+    for c in doctor.checks:
+        rows.append((c.name, c.status, c.summary, c.suggestion or "-"))
+    return rows
+
+
+def _trial_verdict(t) -> str:
+    return {"win": "win: recommended", "no gain": "tried: no gain", "slower": "tried: slower"}.get(
+        t.verdict, f"{t.verdict}" + (f" ({t.reason})" if t.reason else ""))
+
+
+def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
+    """The doctor's trials as table rows (header first), each measured on the user's own steps."""
+    doctor = report.doctor
+    if doctor is None or not doctor.trials:
+        return []
+    rows = [("change", "for", "step before", "step after", "speedup", "95% interval", "noise floor", "rounds",
+             "verdict")]
+    for t in doctor.trials:
+        rows.append((t.name, t.check, duration(t.baseline_step_s), duration(t.variant_step_s),
+                     f"{t.speedup:.2f}x" if t.speedup else "-",
+                     f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
+                     f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds),
+                     _trial_verdict(t)))
+    return rows
+
+
+def doctor_lines(report: Report) -> list[str]:
+    """The checks that warned, the exact changes that won, and the launch line with all the winners."""
+    doctor = report.doctor
+    if doctor is None:
+        return []
+    out = [f"{c.name}: {c.summary}" for c in doctor.checks if c.status == "warn"]
+    ok = [c.name for c in doctor.checks if c.status == "ok"]
+    if ok:
+        out.append("fine: " + ", ".join(ok))
+    skipped = [c.name for c in doctor.checks if c.status == "skipped"]
+    if skipped:
+        out.append("not checked: " + ", ".join(skipped) + " (reasons in the report)")
+    for t in doctor.trials:
+        if t.verdict == "win" and not t.env:
+            out.append(f"measured win, a code change: {t.change}")
+    if doctor.launch:
+        out.append(f"launch with: {doctor.launch}")
+    return out
+
+
 def sweep_rows(report: Report) -> tuple[list[tuple[str, ...]], str | None]:
     """The thread sweep as table rows (header first) and its recommendation line."""
     sweep = (report.threads or {}).get("sweep") or {}

@@ -39,9 +39,10 @@ SECTION_OF_KIND = {"hot_operator": "operators", "copy_overhead": "operators", "m
                    "low_efficiency": "efficiency"}
 SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("modules", "Modules"), ("python", "Python"),
             ("threads", "Threads"),
-            ("efficiency", "Efficiency"), ("microbench", "Micro-benchmarks"), ("counters", "Counters"),
+            ("efficiency", "Efficiency"), ("microbench", "Micro-benchmarks"), ("doctor", "Environment"),
+            ("counters", "Counters"),
             ("machine", "Machine and run"))
-LAYER_SECTIONS = ("operators", "python", "threads", "efficiency", "microbench", "counters")
+LAYER_SECTIONS = ("operators", "python", "threads", "efficiency", "microbench", "doctor", "counters")
 IMAGES = {"callgraph_png": "callgraph.png", "threads_png": "threads.png", "roofline_png": "roofline.png",
           "flamegraph_png": "flamegraph.png"}
 MODULE_TREE_OPEN_DEPTH = 2  # the tree opens this many levels; deeper ones on a click
@@ -494,6 +495,32 @@ def _machine(report: Report) -> str:
             + (f"<h3>Files beside report.json</h3><p>{files}</p>" if files else ""))
 
 
+# ------------------------------------------------------------------------------------------- doctor
+
+def _doctor(report: Report) -> str:
+    doctor = report.doctor
+    if doctor is None:
+        return "<p>No environment readings in this report.</p>"
+    out = []
+    if doctor.launch:
+        out.append(f'<p class="recommend">Measured on your steps, launch with: {_code(doctor.launch)}</p>')
+    rows = fmt.doctor_trial_rows(report)
+    if rows:
+        out.append("<h3>Trials</h3><p>Your steps with and without each change, in interleaved rounds; a change is "
+                   "recommended only when its 95% interval is above 1x, it beats the noise floor and it won every "
+                   "round.</p>" + _table(rows, numeric=(2, 3, 4, 5, 6, 7)))
+    checks = fmt.doctor_check_rows(report)
+    if checks:
+        out.append("<h3>Checks</h3>" + _table(checks))
+    for c in doctor.checks:
+        if c.status == "warn" and c.facts:
+            out.append(f"<details><summary>{_e(c.name)}: the readings</summary><ul>" + "".join(
+                f"<li>{_e(f.name)}: <b>{_e(f.value)}</b> {_e(f.unit)} <small>({_e(f.source)})</small></li>"
+                for f in c.facts) + "</ul></details>")
+    out.append(_notes(report, "doctor"))
+    return "".join(out)
+
+
 # ------------------------------------------------------------------------------------------- page
 
 def _guard(title: str, build: Callable[[], str]) -> str:
@@ -517,6 +544,7 @@ def render(report: Report, image_dir: str | None = None) -> str:
         "threads": lambda: _threads(report, image_dir),
         "efficiency": lambda: _efficiency(report, image_dir),
         "microbench": lambda: _microbench(report),
+        "doctor": lambda: _doctor(report),
         "counters": lambda: _counters(report),
         "machine": lambda: _machine(report),
     }

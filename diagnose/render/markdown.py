@@ -88,7 +88,7 @@ def render(report: Report) -> str:
     if layer and layer.notes:
         out += [f"- {n}" for n in layer.notes] + [""]
 
-    for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _counters):
+    for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _doctor, _counters):
         out += _guard(section, report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
@@ -194,6 +194,31 @@ def _threads(report: Report) -> list[str]:
     if env:
         out += ["Threading environment:", ""] + [f"- `{e['name']}={e['value']}`: {_cell(e['implication'])}" for e in env]
         out.append("")
+    return out
+
+
+def _rows_table(rows: list[tuple[str, ...]], numeric: set[int]) -> list[str]:
+    return (["| " + " | ".join(rows[0]) + " |", "|" + "".join("---:|" if i in numeric else "---|"
+                                                             for i in range(len(rows[0])))]
+            + ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]] + [""])
+
+
+def _doctor(report: Report) -> list[str]:
+    layer = report.layers.get("doctor")
+    if layer is None or report.doctor is None:
+        return []
+    out = ["## Environment doctor", ""]
+    if layer.status != "ok":
+        out += [f"_{layer.status}: {layer.reason}_", ""]
+    if report.doctor.launch:
+        out += ["Measured on your steps, launch with:", "", "```", report.doctor.launch, "```", ""]
+    rows = fmt.doctor_trial_rows(report)
+    if rows:
+        out += ["Trials: your steps with and without each change, in interleaved rounds (a change is "
+                "recommended only when its 95% interval is above 1x, it beats the noise floor and it won every "
+                "round):", ""] + _rows_table(rows, {2, 3, 4, 5, 6, 7})
+    out += _rows_table(fmt.doctor_check_rows(report), set())
+    out += [f"- {n}" for n in layer.notes] + ([""] if layer.notes else [])
     return out
 
 

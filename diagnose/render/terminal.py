@@ -47,6 +47,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
         out += ["", "Efficiency (operator pass times against this machine's measured peaks)"]
         out += _table(rows, right={2, 3, 4, 5, 7})
         out += [f"  {line}" for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")) if line]
+    out += _doctor(report)
     counters = fmt.counters_lines(report)
     if counters:
         out += ["", "Counters"] + [f"  {line}" for line in counters]
@@ -114,6 +115,18 @@ def _threads(report: Report) -> list[str]:
         out += ["", "  Thread sweep (uninstrumented, interleaved runs)"] + _table(rows)
     if recommendation:
         out.append(f"  {recommendation}")
+    return out
+
+
+def _doctor(report: Report) -> list[str]:
+    lines = fmt.doctor_lines(report)
+    rows = fmt.doctor_trial_rows(report)
+    if not lines and not rows:
+        return []
+    out = ["", "Environment doctor"] + [f"  {line}" for line in lines]
+    if rows:
+        out += ["  trials (your steps, with and without each change, interleaved rounds):"]
+        out += ["  " + line for line in _table(rows, right={2, 3, 4, 5, 6, 7})]
     return out
 
 

@@ -76,6 +76,11 @@ def from_json_data(data: Any, source: str = "report") -> Report:
     return _build(Report, data)
 
 
+def typed(tp: Any, value: Any) -> Any:
+    """Plain JSON data (a pass's result) as the model's type `tp`."""
+    return _build(tp, value)
+
+
 def _build(tp: Any, value: Any) -> Any:
     if value is None:
         return None

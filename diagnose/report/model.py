@@ -194,8 +194,7 @@ class DoctorCheck:
     status: str  # "ok" (nothing wrong), "warn" (a problem, see summary), "skipped" (could not read; summary says why)
     summary: str  # one line
     facts: list[Fact] = field(default_factory=list)
-    suggestion: str | None = None  # what to change (a trial measures it where it can be tried from outside)
-    trial: str | None = None  # name of the Trial that measures the suggestion, if any
+    suggestion: str | None = None  # what to change (trials naming this check measure it from outside)
     at_stake_pct: float | None = None  # share of the step time the problem may cost (estimate), for ranking
 
 
@@ -203,10 +202,11 @@ class DoctorCheck:
 class Trial:
     """An A/B of the user's own workload with one change applied from outside (diagnose/doctor/trials.py)."""
 
-    name: str  # "jemalloc", "glibc_malloc_thresholds", "flush_denormal", ...
+    name: str  # "jemalloc", "tcmalloc", "glibc_malloc_thresholds", "flush_denormal"
+    check: str  # the DoctorCheck whose suggestion it measures ("page_faults", "denormals")
     change: str  # the exact change: a launch line (`LD_PRELOAD=... python train.py`) or a line of code
     env: dict[str, str] = field(default_factory=dict)  # environment the variant ran with
-    rounds: int = 0  # ABBA rounds (each: baseline, variant, variant, baseline passes)
+    rounds: int = 0  # rounds of interleaved passes (each round: the baseline and every variant once)
     baseline_step_s: float | None = None  # median step (or call) time, baseline passes
     variant_step_s: float | None = None
     speedup: float | None = None  # baseline / variant (>1: the change is faster)
@@ -218,9 +218,34 @@ class Trial:
 
 
 @dataclass
+class SubnormalScan:
+    """Subnormal values in one tensor the workload computes with (diagnose/doctor/process.py)."""
+
+    tensor: str  # "encoder.weight" (a parameter or buffer of the outermost module), "input 0"
+    shape: list[int]
+    dtype: str  # torch's name: "float32"
+    scanned: int  # values looked at (a strided sample of large tensors)
+    nonzero: int
+    subnormal: int  # nonzero values below the dtype's smallest normal number (torch.finfo(dtype).tiny)
+
+
+@dataclass
+class ProcessFacts:
+    """Read inside the target's process by the uninstrumented pass, around its window (diagnose/runner.py)."""
+
+    libraries: list[str] = field(default_factory=list)  # shared objects mapped at the window's end (/proc/self/maps)
+    cpu_stat_path: str | None = None  # the process's cgroup cpu.stat, None when there is none
+    cpu_stat_before: dict[str, int] = field(default_factory=dict)  # its counters at the window's start and end
+    cpu_stat_after: dict[str, int] = field(default_factory=dict)
+    subnormals: list[SubnormalScan] = field(default_factory=list)
+    subnormal_scope: str | None = None  # what was scanned, or why nothing was
+
+
+@dataclass
 class Doctor:
     """The environment doctor: checks from /proc, sysfs and the profile, and the measured trials."""
 
+    process: ProcessFacts | None = None  # readings from inside the target (None: the pass wrote none)
     checks: list[DoctorCheck] = field(default_factory=list)
     trials: list[Trial] = field(default_factory=list)
     launch: str | None = None  # the launch line with every winning change, None when none won

@@ -55,6 +55,8 @@ The dict (CPUs are counts of CPUs, averaged over the run; shares in 0..1):
                  last_seen_s, compute}], the target first, then by CPU time,
     compute_processes, dataloader_workers (most alive at once),
     pools: {pool: {threads, active_threads, cpu_s, wait_s, mean_runnable}},
+    busy_threads: [{pid, tid, pool, cpu_used, cpus (the CPUs it was seen on),
+                    cpu_samples, cpu_changes}] (threads that did work: the doctor's topology check),
     timeline: {t_s (end of each interval), runnable, cpu_used,
                machine_busy_cpus, processes: [{pid, runnable, cpu_used}]}
               (<= TIMELINE_MAX_POINTS intervals, each an exact average),
@@ -186,6 +188,7 @@ def analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
          "pool_cpu": {}, "pool_runnable": {}, "pool_wait": {}, "cpus_allowed": set()}
         for _ in processes
     ]
+    busy: list[dict[str, Any]] = []
     for th, b in zip(threads, base):
         cpu, runnable, wait, nvcsw = _sub(values.of(th.get("last")), b)
         runnable, wait = _wait_from(cpu, runnable, wait, schedstat)
@@ -199,6 +202,9 @@ def analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
         p["threads"][pool] = p["threads"].get(pool, 0) + 1
         if cpu >= ACTIVE_MIN_CPUS * wall_ns:
             p["active"][pool] = p["active"].get(pool, 0) + 1
+            busy.append({"pid": th["pid"], "tid": th["tid"], "pool": pool, "cpu_used": _round(cpu / wall_ns),
+                         "cpus": th.get("cpus") or [], "cpu_samples": th.get("cpu_samples") or 0,
+                         "cpu_changes": th.get("cpu_changes") or 0})
         p["pool_cpu"][pool] = p["pool_cpu"].get(pool, 0.0) + cpu
         p["pool_runnable"][pool] = p["pool_runnable"].get(pool, 0.0) + runnable
         p["pool_wait"][pool] = p["pool_wait"].get(pool, 0.0) + wait
@@ -296,6 +302,7 @@ def analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
         compute_processes=len(compute),
         dataloader_workers=workers_max,
         pools=pools,
+        busy_threads=busy,
         timeline=timeline,
         health=_health(health_in, wall_s, recording),
     )

@@ -1,0 +1,72 @@
+"""Readings taken inside the target's process by the uninstrumented pass (diagnose/runner.py).
+
+Around the window: the cgroup's cpu.stat at its start and end (throttling
+while the steps ran). At its end, after the clock stopped (so none of this is
+timed): the shared objects mapped (/proc/self/maps: allocator, OpenMP and
+BLAS runtimes) and a scan for subnormal values in the tensors the steps
+computed with: the parameters and buffers of the outermost module and the
+tensor inputs of its last forward (diagnose/steps.py finds that module).
+A tensor over SCAN_MAX_VALUES values is scanned through an evenly strided
+sample of that many, so a scan costs at most a few milliseconds per tensor.
+
+Everything here is best-effort: a reading that fails is left out, never an
+error of the pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.doctor.environment import loaded_libraries, read_own_cpu_stat
+
+SCAN_MAX_VALUES = 1 << 20  # values scanned per tensor (an evenly strided sample beyond)
+SCAN_MAX_TENSORS = 256  # the largest tensors, when a model has more
+SCAN_MIN_VALUES = 64  # smaller tensors (biases of tiny layers) say nothing about the hot operators
+
+
+def cpu_stat() -> dict[str, Any] | None:
+    stat = read_own_cpu_stat()
+    return {"path": stat.path, "values": stat.values} if stat else None
+
+
+def libraries() -> list[str]:
+    try:
+        with open("/proc/self/maps") as fh:
+            return loaded_libraries(fh.read())
+    except OSError:
+        return []
+
+
+def _tensors(root: Any, inputs: tuple) -> list[tuple[str, Any]]:
+    import torch
+
+    out: list[tuple[str, Any]] = []
+    if root is not None:
+        out += list(root.named_parameters()) + list(root.named_buffers())
+    out += [(f"input {i}", t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+    out = [(n, t) for n, t in out if t.is_floating_point() and not t.is_complex() and t.numel() >= SCAN_MIN_VALUES
+           and t.device.type == "cpu"]
+    out.sort(key=lambda nt: -nt[1].numel())
+    return out[:SCAN_MAX_TENSORS]
+
+
+def scan_subnormals(root: Any, inputs: tuple) -> tuple[list[dict[str, Any]], str]:
+    """Subnormal counts of the outermost module's parameters, buffers and last inputs; and the scope scanned."""
+    import torch
+
+    if root is None and not inputs:
+        return [], "no outermost module was seen (function mode, or no nn.Module ran): nothing scanned"
+    rows = []
+    with torch.no_grad():
+        for name, t in _tensors(root, inputs):
+            flat = t.detach().reshape(-1)
+            if flat.numel() > SCAN_MAX_VALUES:
+                flat = flat[:: -(-flat.numel() // SCAN_MAX_VALUES)]
+            a = flat.abs()
+            nonzero = int(torch.count_nonzero(a))
+            sub = int(torch.count_nonzero((a < torch.finfo(t.dtype).tiny) & (a > 0))) if nonzero else 0
+            rows.append({"tensor": name, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                         "scanned": int(flat.numel()), "nonzero": nonzero, "subnormal": sub})
+    what = (f"parameters and buffers of {type(root).__name__}" if root is not None else "") + \
+        (" and " if root is not None and inputs else "") + ("the tensor inputs of its last forward" if inputs else "")
+    return rows, what

@@ -1,0 +1,241 @@
+"""Measured trials: the user's own workload with and without one change applied from outside.
+
+A trial runs the uninstrumented pass (the same window of steps as every
+other pass, or function mode's measured calls) with the change: an
+environment at launch (LD_PRELOAD and MALLOC_CONF for an allocator, glibc's
+malloc thresholds) or a runner option (torch.set_flush_denormal(True)
+before the script). Nothing is changed in the user's environment beyond
+those passes, and every pass is a fresh interpreter, the baseline's too, so
+both sides start alike.
+
+Design (interleaved rounds): each of ROUNDS rounds runs the baseline and
+every variant once, in alternating order (baseline first, then last, ...),
+so drift over time hits every side alike. Per side the step times of all its
+passes are pooled:
+- speedup = median baseline step / median variant step;
+- its 95% interval is a seeded bootstrap (BOOTSTRAP_RESAMPLES) that
+  resamples steps within each pass, so each pass keeps its weight;
+- the noise floor is the pass-to-pass spread of the baseline itself: the
+  median |log ratio| between its passes' median steps (exp - 1);
+- a variant **wins** (and is recommended) only when the interval lies above 1,
+  the speedup exceeds the noise floor, and it was faster in every round;
+  "slower" mirrors that; anything else is "no gain".
+A script without steps gives one time per pass (its whole run): then there is
+no interval, and every round must agree beyond the floor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shlex
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from diagnose.report.model import DoctorCheck, Trial
+
+ROUNDS = 3
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+# jemalloc settings that keep freed pages for reuse (IPEX's launcher and torch.backends.xeon.run_cpu use
+# these): large allocations from arenas, not fresh mmaps; dirty pages never returned. Measured 8x on a loop
+# of fresh 64 MiB temporaries; jemalloc's default config gave nothing there.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# glibc: serve every allocation under 1 GB from the heap, and never trim it back to the kernel
+GLIBC_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+INSTALL_ALLOCATORS = "apt-get install libjemalloc2 libgoogle-perftools4 (Debian/Ubuntu)"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    check: str
+    change: str  # what the user would do
+    env: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # runner options (diagnose/runner.py)
+
+
+def find_library(names: Sequence[str], dirs: Sequence[str] = LIB_DIRS) -> str | None:
+    for d in dirs:
+        for name in names:
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def _launch(env: dict[str, str], command: str) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + command
+
+
+def allocator_variants(command: str, dirs: Sequence[str] = LIB_DIRS,
+                       every: bool = False) -> tuple[list[Variant], str | None]:
+    """The allocator changes this machine can try (jemalloc, else tcmalloc, and glibc's thresholds, which need
+    no install; with `every` both jemalloc and tcmalloc), and a note on what it lacks (None: nothing)."""
+    out = []
+    jemalloc = find_library(["libjemalloc.so.2", "libjemalloc.so"], dirs)
+    if jemalloc:
+        env = {"LD_PRELOAD": jemalloc, "MALLOC_CONF": JEMALLOC_CONF}
+        out.append(Variant("jemalloc", "page_faults", _launch(env, command), env))
+    tcmalloc = find_library(["libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so"], dirs)
+    if tcmalloc and (every or not jemalloc):
+        env = {"LD_PRELOAD": tcmalloc}
+        out.append(Variant("tcmalloc", "page_faults", _launch(env, command), env))
+    out.append(Variant("glibc_malloc_thresholds", "page_faults", _launch(GLIBC_THRESHOLDS, command),
+                       dict(GLIBC_THRESHOLDS)))
+    note = (f"neither jemalloc nor tcmalloc is installed here, so only glibc's thresholds were tried: "
+            f"{INSTALL_ALLOCATORS}") if not (jemalloc or tcmalloc) else None
+    return out, note
+
+
+def flush_denormal_variant() -> Variant:
+    return Variant("flush_denormal", "denormals", "torch.set_flush_denormal(True)  # once, before the model runs",
+                   options={"flush_denormal": True})
+
+
+def bind_threads_variant(command: str) -> Variant:
+    env = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+    return Variant("bind_threads", "topology", _launch(env, command), env)
+
+
+def quota_threads_variant(command: str, quota_cpus: float) -> Variant:
+    n = str(max(1, math.floor(quota_cpus)))
+    env = {"OMP_NUM_THREADS": n}
+    return Variant("quota_threads", "cpu_quota", _launch(env, command), env)
+
+
+def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpus: float | None = None,
+                 lib_dirs: Sequence[str] = LIB_DIRS) -> tuple[list[Variant], list[str]]:
+    """The trials to run: those answering a check that warned, or every one this machine can try (`every`,
+    --doctor); and notes on what could not be tried."""
+    warned = {c.name for c in checks if c.status == "warn"}
+    variants: list[Variant] = []
+    notes: list[str] = []
+    if every or "page_faults" in warned:
+        allocators, note = allocator_variants(command, lib_dirs, every)
+        variants += allocators
+        notes += [note] if note else []
+    if every or "denormals" in warned:
+        variants.append(flush_denormal_variant())
+    if every or "topology" in warned:
+        variants.append(bind_threads_variant(command))
+    if "cpu_quota" in warned and quota_cpus:
+        variants.append(quota_threads_variant(command, quota_cpus))
+    return variants, notes
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def _pooled_median(passes: list[list[float]]) -> float:
+    return _median([x for p in passes for x in p])
+
+
+def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed: int = 0,
+                      resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
+    """Percentile interval of median(base)/median(variant), resampling steps within each pass."""
+    if any(len(p) < 2 for p in base + variant):
+        return None
+    rng = random.Random(seed)
+
+    def resample(passes: list[list[float]]) -> float:
+        return _median([p[rng.randrange(len(p))] for p in passes for _ in range(len(p))])
+
+    ratios = sorted(resample(base) / resample(variant) for _ in range(resamples))
+    alpha = 1.0 - CONFIDENCE
+    lo = ratios[math.floor(alpha / 2 * (resamples - 1))]
+    hi = ratios[math.ceil((1 - alpha / 2) * (resamples - 1))]
+    return lo, hi
+
+
+def noise_floor(base: list[list[float]]) -> float:
+    """Pass-to-pass spread of the baseline: exp(median |log ratio| between its passes' medians) - 1."""
+    meds = [_median(p) for p in base if p]
+    logs = [abs(math.log(a / b)) for i, a in enumerate(meds) for b in meds[i + 1:] if a > 0 and b > 0]
+    return math.expm1(_median(logs)) if logs else 0.0
+
+
+def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per_round: list[float]) -> Trial:
+    """Fill the trial's numbers and verdict from the baseline's and the variant's passes (module docstring)."""
+    trial.baseline_step_s = round(_pooled_median(base), 6)
+    trial.variant_step_s = round(_pooled_median(variant), 6)
+    trial.speedup = round(trial.baseline_step_s / trial.variant_step_s, 3) if trial.variant_step_s else None
+    floor = noise_floor(base)
+    trial.noise_floor_pct = round(100.0 * floor, 1)
+    ci = bootstrap_speedup(base, variant)
+    if ci:
+        trial.ci_low, trial.ci_high = round(ci[0], 3), round(ci[1], 3)
+    s = trial.speedup or 1.0
+    faster = all(r > 1.0 for r in per_round) and s - 1.0 > floor and (ci is None or ci[0] > 1.0)
+    slower = all(r < 1.0 for r in per_round) and 1.0 / s - 1.0 > floor and (ci is None or ci[1] < 1.0)
+    trial.verdict = "win" if faster else "slower" if slower else "no gain"
+    return trial
+
+
+# ---------------------------------------------------------------- running
+
+RunWorkload = Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"]
+
+
+def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS) -> list[Trial]:
+    """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
+    times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on)."""
+    trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
+    base: list[list[float]] = []
+    passes: dict[str, list[list[float]]] = {v.name: [] for v in variants}
+    per_round: dict[str, list[float]] = {v.name: [] for v in variants}
+    sides: list[Variant | None] = [None, *variants]
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        got: dict[str | None, list[float]] = {}
+        for v in order:
+            if v is not None and trials[v.name].verdict == "failed":
+                continue
+            name = "baseline" if v is None else v.name
+            out = run(f"trial-{r}-{name}", {"DIAGNOSE_TRIAL": name, **(v.env if v else {})},
+                      dict(v.options) if v else {})
+            if isinstance(out, str) or not out:
+                if v is None:  # without the baseline this round compares nothing
+                    break
+                trials[v.name].verdict, trials[v.name].reason = "failed", out or "the pass measured no step"
+                continue
+            got[name] = out
+        if "baseline" not in got:
+            continue
+        base.append(got["baseline"])
+        for v in variants:
+            if v.name in got:
+                passes[v.name].append(got[v.name])
+                per_round[v.name].append(_median(got["baseline"]) / _median(got[v.name]))
+    for v in variants:
+        t = trials[v.name]
+        t.rounds = len(passes[v.name])
+        if t.verdict == "failed":
+            continue
+        if not passes[v.name] or not base:
+            t.verdict, t.reason = "failed", "no round measured both the baseline and this change"
+            continue
+        judge(t, base, passes[v.name], per_round[v.name])
+    return list(trials.values())
+
+
+def launch_line(trials: list[Trial], command: str) -> str | None:
+    """The launch line with the best winning environment change per check (allocators exclude each other)."""
+    best: dict[str, Trial] = {}
+    for t in trials:
+        if t.verdict == "win" and t.env and (t.check not in best or (t.speedup or 0) > (best[t.check].speedup or 0)):
+            best[t.check] = t
+    if not best:
+        return None
+    env: dict[str, str] = {}
+    for t in best.values():
+        env.update(t.env)
+    return _launch(env, command)

@@ -1,0 +1,109 @@
+"""The doctor's checks on what the workload did: page faults (with the allocator) and subnormal values.
+
+Both read the report only (the uninstrumented pass's fault count and
+process facts, the operator rows), so they re-run on a loaded report.
+
+Thresholds and their sources:
+- FAULT_US: a minor fault that hands out a fresh zeroed 4 KiB page costs
+  about 1 µs here: 1.31 M faults took 1.32 s of the 1.50 s a 64 MiB-
+  temporary loop ran with glibc (0.18 s with jemalloc tuned to reuse its
+  pages, 49 k faults). The faults' share of a step is faults per step x
+  FAULT_US over the median step.
+- PAGE_FAULT_WARN_PCT = 20: a warning starts trials of about nine extra
+  runs of the window; below a fifth of the step (at 1 µs a fault, a lower
+  bound) the allocator is rarely the first thing to fix, and `--doctor`
+  runs the trials anyway. Only steps (or function-mode calls) are judged:
+  a whole run's faults include setup's first touch of its data.
+- MMAP_THRESHOLD_BYTES = 32 MiB: glibc's dynamic mmap threshold tops out at
+  32 MiB (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit), so every larger allocation
+  is a fresh mmap whose pages all fault in when first written.
+- SUBNORMAL_WARN_SHARE = 1%: of a tensor's nonzero values. Arithmetic on a
+  subnormal operand takes a microcode assist on x86 (tens to a hundred
+  cycles); a 1.5x slowdown was measured with all weights subnormal. Below
+  1% the assists cannot cost much; the flush_denormal trial measures it.
+"""
+
+from __future__ import annotations
+
+from diagnose.doctor.environment import classify
+from diagnose.report.model import DoctorCheck, Fact, Report
+
+FAULT_US = 1.0
+PAGE_FAULT_WARN_PCT = 20.0
+MMAP_THRESHOLD_BYTES = 32 << 20
+SUBNORMAL_WARN_SHARE = 0.01
+PAGE_FAULTS_SOURCE = "/proc/self/stat minflt, uninstrumented pass"
+
+
+def _per(report: Report) -> tuple[str, float | None, float | None]:
+    """(unit, count, median seconds) of a step, or of a measured call in function mode."""
+    it = report.run.iterations
+    unit = "call" if report.target.mode == "function" else "step"
+    return unit, (it.n if it else None), (it.median_s if it else None)
+
+
+def check_page_faults(report: Report) -> DoctorCheck:
+    faults = report.run.minor_faults
+    unit, n, median_s = _per(report)
+    if faults is None or not n or not median_s:
+        return DoctorCheck("page_faults", "skipped",
+                           "No page faults per step: the run has no steps (its faults would include setup's first "
+                           "touch of its data, which no allocator avoids); diagnose.mark_step() in the loop gives "
+                           "them.")
+    per = faults / n
+    share = 100.0 * per * FAULT_US * 1e-6 / median_s
+    process = report.doctor.process if report.doctor else None
+    allocator = classify(process.libraries).allocator if process and process.libraries else None
+    facts = [Fact(f"minor page faults per {unit}", round(per), "faults", PAGE_FAULTS_SOURCE),
+             Fact("minor page faults per second", round(faults / (n * median_s)), "faults/s", PAGE_FAULTS_SOURCE),
+             Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",
+                  f"{FAULT_US:g} µs per fault (diagnose/doctor/workload.py)"),
+             Fact("allocator", allocator, "", "/proc/self/maps" if allocator else "not read")]
+    big = sorted((r for r in report.operators if r.calls and r.cpu_memory_bytes / r.calls >= MMAP_THRESHOLD_BYTES),
+                 key=lambda r: -r.cpu_memory_bytes)[:3]
+    for r in big:
+        facts.append(Fact(f"{r.name} {r.input_shapes} at {r.source or 'an unknown line'}",
+                          round(r.cpu_memory_bytes / r.calls / (1 << 20), 1), "MiB fresh per call",
+                          "operator pass (self CPU memory)"))
+    if share < PAGE_FAULT_WARN_PCT:
+        return DoctorCheck("page_faults", "ok",
+                           f"{per:,.0f} minor page faults per {unit}: about {share:.1f}% of it at {FAULT_US:g} µs a fault.", facts)
+    where = (f": {big[0].name} outputs of {big[0].cpu_memory_bytes / big[0].calls / (1 << 20):.0f} MiB at "
+             f"{big[0].source}" if big and big[0].source else "")
+    summary = (f"{per:,.0f} minor page faults per {unit} with "
+               f"{allocator or 'the default'} malloc (at least {share:.0f}% of the {unit} at {FAULT_US:g} µs a fault): "
+               f"fresh pages for large temporaries{where}")
+    suggestion = ("Keep freed memory for reuse instead of returning it to the kernel: an allocator that caches "
+                  "large blocks (jemalloc or tcmalloc via LD_PRELOAD, or glibc's MALLOC_MMAP_THRESHOLD_/"
+                  "MALLOC_TRIM_THRESHOLD_), or reuse the buffers in code (out= arguments, in-place operators).")
+    return DoctorCheck("page_faults", "warn", summary, facts, suggestion=suggestion,
+                       at_stake_pct=round(min(share, 100.0), 1))
+
+
+def check_denormals(report: Report) -> DoctorCheck:
+    process = report.doctor.process if report.doctor else None
+    if process is None:
+        return DoctorCheck("denormals", "skipped", "The uninstrumented pass wrote no process readings.")
+    if not process.subnormals:
+        return DoctorCheck("denormals", "skipped", f"Nothing to scan: {process.subnormal_scope or 'no tensors'}.")
+    scanned = sum(s.scanned for s in process.subnormals)
+    total_sub = sum(s.subnormal for s in process.subnormals)
+    facts = [Fact("tensors scanned", len(process.subnormals), "", process.subnormal_scope or ""),
+             Fact("values scanned", scanned, "values", "strided sample of large tensors"),
+             Fact("subnormal values", total_sub, "values", "below torch.finfo(dtype).tiny")]
+    flagged = sorted((s for s in process.subnormals if s.nonzero and s.subnormal / s.nonzero >= SUBNORMAL_WARN_SHARE),
+                     key=lambda s: -s.subnormal)
+    for s in flagged[:3]:
+        facts.append(Fact(f"{s.tensor} {s.shape} {s.dtype}", round(100.0 * s.subnormal / s.nonzero, 1),
+                          "% of nonzero values subnormal", "process scan"))
+    if not flagged:
+        return DoctorCheck("denormals", "ok", f"No tensor with subnormal values among the {len(process.subnormals)} "
+                                              f"scanned ({process.subnormal_scope}).", facts)
+    worst = flagged[0]
+    summary = (f"{len(flagged)} tensor(s) hold subnormal values, e.g. {worst.tensor} {worst.shape}: "
+               f"{100.0 * worst.subnormal / worst.nonzero:.0f}% of its nonzero values; arithmetic on them "
+               "takes the CPU's slow path")
+    suggestion = ("Call torch.set_flush_denormal(True) once at start-up (subnormals are then treated as zero; "
+                  "check that the results still match), or fix what drives the values that small "
+                  "(initialisation scale, weight decay, a missing normalisation).")
+    return DoctorCheck("denormals", "warn", summary, facts, suggestion=suggestion)

@@ -1,0 +1,70 @@
+"""Rule on the environment doctor (report.doctor, diagnose/doctor/): environment.
+
+One finding per check that has something to recommend, kind = the check's
+name (page_faults, denormals, openmp_runtimes, blas_threads, cpu_quota,
+topology, low_precision):
+- a check whose suggestion was tried (diagnose/doctor/trials.py) gets a
+  finding only when a trial won: the time at stake is what the best winning
+  trial measured, 1 - 1/speedup of the step (its interval's low end in the
+  evidence), and the suggestion is that trial's exact change. A trial that
+  won without its check warning (--doctor runs them all) is reported too:
+  it was measured.
+- a warning whose suggestion cannot be tried from outside (two OpenMP
+  runtimes, low precision without hardware) gets a finding with the
+  check's own estimate of its stake (none: `low`), marked not measured.
+- a warning whose trials all failed to win gets no finding: the doctor
+  section lists it as tried, with no gain.
+"""
+
+from __future__ import annotations
+
+from diagnose.report.model import DoctorCheck, Finding, Report, Trial
+
+
+def _measured(check_name: str, trials: list[Trial]) -> list[Trial]:
+    return sorted((t for t in trials if t.check == check_name and t.verdict == "win"), key=lambda t: -(t.speedup or 0))
+
+
+def _facts(check: DoctorCheck | None) -> dict:
+    return {f.name: f.value for f in check.facts} if check else {}
+
+
+def environment(report: Report) -> list[Finding]:
+    doctor = report.doctor
+    if doctor is None:
+        return []
+    checks = {c.name: c for c in doctor.checks}
+    out = []
+    names = list(dict.fromkeys([c.name for c in doctor.checks] + [t.check for t in doctor.trials]))
+    for name in names:
+        check = checks.get(name)
+        tried = [t for t in doctor.trials if t.check == name]
+        wins = _measured(name, doctor.trials)
+        if wins:
+            best = wins[0]
+            gain = 100.0 * (1.0 - 1.0 / best.speedup)
+            interval = f" (95% interval {best.ci_low:.2f}-{best.ci_high:.2f}x)" if best.ci_low is not None else ""
+            lead = f"{check.summary.rstrip('.')}: " if check and check.status == "warn" else ""
+            title = f"{lead}measured {best.speedup:.2f}x faster per step with {best.name}{interval}"
+            evidence = {
+                "check": name, "facts": _facts(check),
+                "trials": [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
+                            "noise_floor_pct": t.noise_floor_pct, "verdict": t.verdict, "rounds": t.rounds}
+                           for t in tried],
+                "time_at_stake_pct": round(gain, 1),
+                "time_at_stake_basis": (f"measured: 1 - 1/speedup of the step with {best.name}, "
+                                        f"{best.rounds} interleaved rounds on your own steps"),
+            }
+            suggestion = f"{best.change}" + (f"  ({check.suggestion})" if check and check.suggestion else "")
+            out.append(Finding(kind=name, severity="high", layer="doctor", title=title[:1].upper() + title[1:],
+                               op=None, location=None, evidence=evidence, suggestion=suggestion))
+        elif check is not None and check.status == "warn" and not tried:
+            evidence = {"check": name, "facts": _facts(check), "measured": False,
+                        "time_at_stake_pct": check.at_stake_pct,
+                        "time_at_stake_basis": ("the check's estimate (not measured: the change cannot be tried "
+                                                "from outside the script)") if check.at_stake_pct is not None
+                        else "unknown: not measured"}
+            out.append(Finding(kind=name, severity="low" if check.at_stake_pct is None else "high", layer="doctor",
+                               title=check.summary.rstrip("."), op=None, location=None, evidence=evidence,
+                               suggestion=check.suggestion or ""))
+    return out

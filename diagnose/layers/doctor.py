@@ -1,0 +1,62 @@
+"""The doctor layer: environment checks after the passes, then the measured trials of their suggestions.
+
+A derived layer (diagnose/doctor/ holds the checks and the trials). The
+checks always run: they read what the passes already measured (page
+faults, the process's maps and cgroup counters, the subnormal scan, the
+thread recording's CPUs, the operator rows) and this machine's cpuinfo and
+sysfs, so they cost nothing. Trials re-run the uninstrumented workload
+(fresh interpreters, the same window of steps): by default only for a check
+that warned, with `--doctor` every trial this machine can run.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from diagnose.doctor import checks as run_checks
+from diagnose.doctor import trials as trials_mod
+from diagnose.layers.base import Layer
+from diagnose.report.model import Doctor, LayerStatus, Report
+
+
+def command_line(report: Report) -> str:
+    """How the user launched the target, for launch lines."""
+    t = report.target
+    script = f"{t.script}:{t.function}" if t.mode == "function" else t.script
+    prefix = "diagnose" if t.mode == "function" else "python"
+    return " ".join(shlex.quote(x) for x in [prefix, script, *t.argv])
+
+
+class DoctorLayer(Layer):
+    name = "doctor"
+    description = "environment checks (allocator, page faults, denormals, OpenMP, quota, topology) and trials"
+    derived = True
+
+    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+        doctor = report.doctor or Doctor()
+        report.doctor = doctor
+        doctor.checks = run_checks(report)
+        status = LayerStatus("ok")
+        if doctor.process is None:
+            status.notes.append("the uninstrumented pass wrote no process readings: the checks on them are skipped")
+        command = command_line(report)
+        variants, notes = trials_mod.variants_for(doctor.checks, command, every=bool(context.options.get("doctor")),
+                                                  quota_cpus=report.machine.cgroup_cpu_limit)
+        status.notes += notes
+        if not variants:
+            return status
+        if context.run_workload is None or report.run.interrupted:
+            status.notes.append("no trial ran: the workload cannot be re-run from here")
+            return status
+        progress = context.on_trial or (lambda _i, _n, _name: None)
+        total = trials_mod.ROUNDS * (len(variants) + 1)
+        state = {"i": 0}
+
+        def run(name, env, options):
+            state["i"] += 1
+            progress(state["i"], total, name)
+            return context.run_workload(name, env, options)
+
+        doctor.trials = trials_mod.run_trials(variants, run)
+        doctor.launch = trials_mod.launch_line(doctor.trials, command)
+        return status

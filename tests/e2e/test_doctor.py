@@ -1,0 +1,74 @@
+"""The environment doctor end to end: planted examples through the real CLI, trials really run.
+
+examples/fresh_temporaries.py faults in fresh 64 MiB temporaries every step (glibc's malloc mmaps them);
+examples/subnormal_weights.py computes with weights in the subnormal range; examples/mlp.py is the control.
+Trials re-run the uninstrumented steps with the change (LD_PRELOAD + MALLOC_CONF, glibc's thresholds,
+torch.set_flush_denormal) in interleaved rounds, so the verdicts are this machine's own.
+"""
+
+from __future__ import annotations
+
+from conftest import EXAMPLES, line_of, run_cli
+
+
+def _doctor(report: dict) -> tuple[dict, dict]:
+    doctor = report["doctor"]
+    return {c["name"]: c for c in doctor["checks"]}, {t["name"]: t for t in doctor["trials"]}
+
+
+def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
+    run = run_cli("--layers", "operators,doctor", "examples/fresh_temporaries.py", outdir=tmp_path / "r",
+                  timeout=400)
+    assert run.code == 0, run.stderr[-3000:]
+    report = run.report
+    checks, trials = _doctor(report)
+    faults = checks["page_faults"]
+    assert faults["status"] == "warn", faults
+    facts = {f["name"]: f["value"] for f in faults["facts"]}
+    assert facts["minor page faults per step"] > 30_000  # four 64 MiB temporaries of 16 k pages each
+    assert facts["allocator"] == "glibc"
+    line = f"examples/fresh_temporaries.py:{line_of(EXAMPLES / 'fresh_temporaries.py', 'torch.tanh(centred')}"
+    assert any("MiB fresh per call" in f["unit"] and line in f["name"] for f in faults["facts"]), faults["facts"]
+    # jemalloc comes from `make install` (libjemalloc2); glibc's thresholds need nothing
+    assert {"jemalloc", "glibc_malloc_thresholds"} <= set(trials)
+    for t in trials.values():
+        assert t["check"] == "page_faults" and t["rounds"] == 3 and t["speedup"] and t["ci_low"] is not None
+    assert trials["jemalloc"]["verdict"] == "win" and trials["jemalloc"]["ci_low"] > 1.2, trials["jemalloc"]
+    assert "LD_PRELOAD=" in report["doctor"]["launch"] and "fresh_temporaries.py" in report["doctor"]["launch"]
+    first = report["findings"][0]
+    assert first["kind"] == "page_faults" and first["layer"] == "doctor", report["findings"][:2]
+    assert "measured" in first["evidence"]["time_at_stake_basis"]
+    assert first["suggestion"].startswith(trials[max(
+        (t for t in trials.values() if t["verdict"] == "win"), key=lambda t: t["speedup"])["name"]]["change"])
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Environment doctor" in md and report["doctor"]["launch"] in md and "win: recommended" in md
+    assert report["layers"]["doctor"]["status"] == "ok"
+
+
+def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_it_wins(tmp_path):
+    run = run_cli("--layers", "doctor", "examples/subnormal_weights.py", outdir=tmp_path / "r", timeout=400)
+    assert run.code == 0, run.stderr[-3000:]
+    report = run.report
+    checks, trials = _doctor(report)
+    den = checks["denormals"]
+    assert den["status"] == "warn" and "0.weight [1024, 1024]" in den["summary"], den
+    assert "Sequential" in report["doctor"]["process"]["subnormal_scope"]
+    ftz = trials["flush_denormal"]
+    assert ftz["rounds"] == 3 and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
+    kinds = [f["kind"] for f in report["findings"]]
+    # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed)
+    assert ("denormals" in kinds) == (ftz["verdict"] == "win"), (kinds, ftz)
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "flush_denormal" in md and ("win: recommended" if ftz["verdict"] == "win" else "tried: ") in md
+
+
+def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
+    run = run_cli("--layers", "threads,doctor", "examples/mlp.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr[-3000:]
+    report = run.report
+    checks, trials = _doctor(report)
+    assert trials == {} and report["doctor"]["launch"] is None
+    assert checks["page_faults"]["status"] == "ok" and checks["denormals"]["status"] == "ok"
+    assert checks["openmp_runtimes"]["status"] == "ok" and checks["topology"]["status"] in ("ok", "skipped")
+    assert not [f for f in report["findings"] if f["layer"] == "doctor"]
+    assert "Environment doctor" in run_cli("--load", str(tmp_path / "r" / "report.json")).stdout

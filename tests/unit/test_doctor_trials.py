@@ -1,0 +1,169 @@
+"""The doctor's trials (interleaving, statistics, verdicts), its workload checks and its findings, on reports
+built in code; tests/e2e/test_doctor.py runs them for real."""
+
+from __future__ import annotations
+
+import random
+
+from diagnose.doctor import trials as T
+from diagnose.doctor.workload import check_denormals, check_page_faults
+from diagnose.findings import derive
+from diagnose.findings.doctor import environment
+from diagnose.report.model import (
+    Doctor,
+    DoctorCheck,
+    IterationStats,
+    OperatorRow,
+    ProcessFacts,
+    Report,
+    SubnormalScan,
+    TargetInfo,
+    Trial,
+)
+
+
+def _steps(median: float, n: int = 20, spread: float = 0.03, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_a_clear_speedup_wins_with_an_interval_above_one():
+    base = [_steps(0.100, seed=i) for i in range(3)]
+    fast = [_steps(0.050, seed=10 + i) for i in range(3)]
+    t = T.judge(Trial("jemalloc", "page_faults", "x"), base, fast, per_round=[2.0, 2.0, 2.0])
+    assert t.verdict == "win"
+    assert 1.9 < t.speedup < 2.1 and t.ci_low > 1.8 and t.ci_high < 2.2
+    assert t.noise_floor_pct < 5
+
+
+def test_identical_sides_are_no_gain_and_a_slowdown_is_slower():
+    base = [_steps(0.100, seed=i) for i in range(3)]
+    same = [_steps(0.100, seed=20 + i) for i in range(3)]
+    assert T.judge(Trial("a", "c", "x"), base, same, per_round=[1.01, 0.99, 1.0]).verdict == "no gain"
+    slow = [_steps(0.130, seed=30 + i) for i in range(3)]
+    assert T.judge(Trial("a", "c", "x"), base, slow, per_round=[0.77, 0.77, 0.77]).verdict == "slower"
+
+
+def test_a_win_in_two_rounds_of_three_is_not_recommended():
+    base = [_steps(0.100, seed=i) for i in range(3)]
+    fast = [_steps(0.080, seed=40 + i) for i in range(3)]
+    t = T.judge(Trial("a", "c", "x"), base, fast, per_round=[1.25, 1.25, 0.98])
+    assert t.speedup > 1.2 and t.verdict == "no gain"
+
+
+def test_a_speedup_inside_the_pass_to_pass_noise_is_no_gain():
+    base = [_steps(m, seed=i) for i, m in enumerate((0.100, 0.125, 0.080))]  # passes 25% apart
+    fast = [_steps(0.092, seed=50 + i) for i in range(3)]
+    t = T.judge(Trial("a", "c", "x"), base, fast, per_round=[1.09, 1.36, 0.87])
+    assert t.noise_floor_pct > 20 and t.verdict == "no gain"
+
+
+def test_rounds_interleave_and_a_failing_variant_does_not_stop_the_others():
+    calls: list[str] = []
+    times = {"baseline": 0.1, "good": 0.05, "broken": None}
+
+    def run(name, env, options):
+        side = env["DIAGNOSE_TRIAL"]
+        calls.append(side)
+        if times[side] is None:
+            return "the pass ended with status failed"
+        return _steps(times[side], seed=len(calls))
+
+    variants = [T.Variant("good", "page_faults", "G", {"X": "1"}), T.Variant("broken", "page_faults", "B")]
+    out = {t.name: t for t in T.run_trials(variants, run, rounds=3)}
+    assert calls[:3] == ["baseline", "good", "broken"]
+    assert calls[3:5] == ["good", "baseline"]  # second round reversed; the failed variant is not re-run
+    assert out["good"].verdict == "win" and out["good"].rounds == 3
+    assert out["broken"].verdict == "failed" and "status failed" in out["broken"].reason
+    assert T.launch_line(list(out.values()), "python train.py") == "X=1 python train.py"
+
+
+def test_a_script_without_steps_gives_no_interval_and_needs_every_round():
+    def run(name, env, options):
+        return [2.0] if env["DIAGNOSE_TRIAL"] == "baseline" else [1.0]
+
+    (t,) = T.run_trials([T.Variant("v", "page_faults", "V", {"A": "1"})], run, rounds=3)
+    assert t.verdict == "win" and t.ci_low is None and t.speedup == 2.0
+
+
+def test_the_best_winning_allocator_makes_the_launch_line():
+    trials = [Trial("jemalloc", "page_faults", "j", env={"LD_PRELOAD": "/j.so"}, speedup=3.0, verdict="win"),
+              Trial("glibc_malloc_thresholds", "page_faults", "g", env={"MALLOC_MMAP_THRESHOLD_": "1"}, speedup=2.0,
+                    verdict="win"),
+              Trial("flush_denormal", "denormals", "code", speedup=1.5, verdict="win")]
+    assert T.launch_line(trials, "python t.py") == "LD_PRELOAD=/j.so python t.py"
+    assert T.launch_line([Trial("jemalloc", "page_faults", "j", env={"A": "1"}, verdict="no gain")], "p") is None
+
+
+def test_variants_follow_the_warnings_and_the_libraries_on_disk(tmp_path):
+    warn = [DoctorCheck("page_faults", "warn", "s"), DoctorCheck("denormals", "ok", "s")]
+    variants, notes = T.variants_for(warn, "python t.py", every=False, lib_dirs=[str(tmp_path)])
+    assert [v.name for v in variants] == ["glibc_malloc_thresholds"]
+    assert "apt-get install libjemalloc2" in notes[0]
+    (tmp_path / "libjemalloc.so.2").write_text("")
+    (tmp_path / "libtcmalloc.so.4").write_text("")
+    variants, notes = T.variants_for(warn, "python t.py", every=False, lib_dirs=[str(tmp_path)])
+    assert [v.name for v in variants] == ["jemalloc", "glibc_malloc_thresholds"] and not notes
+    assert variants[0].env["LD_PRELOAD"] == str(tmp_path / "libjemalloc.so.2")
+    assert variants[0].change.startswith(f"LD_PRELOAD={tmp_path}/libjemalloc.so.2 MALLOC_CONF=oversize_threshold:1")
+    every, _ = T.variants_for([], "python t.py", every=True, lib_dirs=[str(tmp_path)])
+    assert [v.name for v in every] == ["jemalloc", "tcmalloc", "glibc_malloc_thresholds", "flush_denormal",
+                                       "bind_threads"]
+    assert T.variants_for([DoctorCheck("topology", "ok", "s")], "p", every=False)[0] == []
+
+
+def _report(faults: int | None, steps: int = 20, median_s: float = 0.1) -> Report:
+    r = Report(target=TargetInfo(script="t.py"))
+    r.run.minor_faults = faults
+    r.run.iterations = IterationStats(n=steps, median_s=median_s, q1_s=median_s, q3_s=median_s, min_s=median_s,
+                                      max_s=median_s)
+    r.doctor = Doctor(process=ProcessFacts(libraries=["/usr/lib/x86_64-linux-gnu/libc.so.6"]))
+    return r
+
+
+def test_page_faults_warn_from_their_estimated_share_and_name_the_big_outputs():
+    r = _report(faults=20 * 32768)  # 32768 faults a step of 100 ms: ~33 ms at 1 µs each (warns from 20%)
+    r.operators = [OperatorRow(name="aten::mul", input_shapes=[[4096, 4096], []], dtypes=["float"], calls=20,
+                               self_cpu_us=1.0, total_cpu_us=1.0, self_pct=50.0, source="t.py:5",
+                               cpu_memory_bytes=20 * (64 << 20))]
+    c = check_page_faults(r)
+    assert c.status == "warn" and c.at_stake_pct == 32.8
+    facts = {f.name: f.value for f in c.facts}
+    assert facts["minor page faults per step"] == 32768 and facts["allocator"] == "glibc"
+    assert "aten::mul outputs of 64 MiB at t.py:5" in c.summary
+    assert check_page_faults(_report(faults=20 * 100)).status == "ok"
+    assert check_page_faults(_report(faults=None)).status == "skipped"
+
+
+def test_denormals_warn_on_a_subnormal_tensor_only():
+    r = _report(faults=0)
+    r.doctor.process.subnormal_scope = "parameters and buffers of MLP"
+    r.doctor.process.subnormals = [SubnormalScan("0.weight", [1024, 1024], "float32", 1 << 20, 1 << 20, 1 << 20),
+                                   SubnormalScan("0.bias", [1024], "float32", 1024, 1024, 0)]
+    c = check_denormals(r)
+    assert c.status == "warn" and "0.weight [1024, 1024]: 100%" in c.summary
+    assert "set_flush_denormal(True)" in c.suggestion
+    r.doctor.process.subnormals[0].subnormal = 0
+    assert check_denormals(r).status == "ok"
+    r.doctor.process.subnormals = []
+    assert check_denormals(r).status == "skipped"
+
+
+def test_only_measured_wins_and_untriable_warnings_become_findings():
+    r = _report(faults=0)
+    r.doctor.checks = [DoctorCheck("page_faults", "warn", "Many faults", suggestion="reuse"),
+                       DoctorCheck("denormals", "warn", "Subnormal weights", suggestion="flush"),
+                       DoctorCheck("openmp_runtimes", "warn", "Two OpenMP runtimes", suggestion="load one")]
+    r.doctor.trials = [
+        Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", env={"LD_PRELOAD": "j"}, rounds=3,
+              speedup=4.0, ci_low=3.5, ci_high=4.5, verdict="win"),
+        Trial("flush_denormal", "denormals", "torch.set_flush_denormal(True)", rounds=3, speedup=1.01,
+              ci_low=0.97, ci_high=1.05, verdict="no gain")]
+    found = {f.kind: f for f in environment(r)}
+    assert set(found) == {"page_faults", "openmp_runtimes"}
+    faults = found["page_faults"]
+    assert faults.evidence["time_at_stake_pct"] == 75.0 and "measured" in faults.evidence["time_at_stake_basis"]
+    assert faults.suggestion.startswith("LD_PRELOAD=j python t.py") and "4.00x" in faults.title
+    assert found["openmp_runtimes"].severity == "low" and found["openmp_runtimes"].evidence["measured"] is False
+    ranked = derive(r)
+    assert ranked[0].kind == "page_faults" and ranked[0].severity == "high"
