@@ -10,13 +10,18 @@ BIN    := $(VENV)/bin
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# apt-get as root, else through sudo; `update` first only when a package is missing
+APT := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
+
 install: $(BIN)/python
 	@command -v dot >/dev/null 2>&1 || { echo "installing graphviz (dot)"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq graphviz; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq graphviz; fi; }
+	  $(APT) update -qq && $(APT) install -y -qq graphviz; }
 	@command -v shellcheck >/dev/null 2>&1 || { echo "installing shellcheck (vtune_scripts/ lint)"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -qq shellcheck || { apt-get update -qq && apt-get install -y -qq shellcheck; }; \
-	  else sudo apt-get install -y -qq shellcheck || { sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck; }; fi; }
+	  $(APT) install -y -qq shellcheck || { $(APT) update -qq && $(APT) install -y -qq shellcheck; }; }
+	@ls /usr/lib/*/libjemalloc.so.2 /usr/lib/*/libtcmalloc.so.4 >/dev/null 2>&1 || { \
+	  echo "installing jemalloc and tcmalloc (the environment doctor's allocator trials)"; \
+	  $(APT) install -y -qq libjemalloc2 libgoogle-perftools4 || \
+	  { $(APT) update -qq && $(APT) install -y -qq libjemalloc2 libgoogle-perftools4; }; }
 	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 
 demo: install
@@ -24,8 +29,7 @@ demo: install
 
 test: install
 	@[ -x /usr/bin/chromium ] || { echo "installing chromium (the HTML report's browser test)"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
+	  $(APT) update -qq && $(APT) install -y -qq chromium; }
 	$(BIN)/python -m pytest -q
 
 clean-venv:
