@@ -352,7 +352,8 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
                 options={"microbench_budget": config.microbench_budget, "microbench_top": config.microbench_top,
                          "doctor": config.doctor},
                 tick=progress.tick, server=server.get() if derived else None,
-                run_workload=_workload_runner(target, config, workroot, progress, window) if config.baseline else None,
+                run_workload=_workload_runner(target, config, workroot, progress, window, server)
+                if config.baseline else None,
                 on_trial=lambda i, n, name: progress.pass_started(i, n, "doctor", f"trial {name}", True))
             for i, layer in enumerate(derived, 1):
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
@@ -518,23 +519,26 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
 
 
 def _rerun(target: Target, config: Config, workroot: str, progress: Progress, window: "Window", name: str,
-           kind: str, env: dict[str, str], options: dict[str, Any]) -> PassOutcome:
-    """The uninstrumented workload again, over the same window, with `env` at launch (a fresh interpreter) and
-    runner `options`: a sweep point or a doctor trial. Ctrl-C propagates."""
+           kind: str, env: dict[str, str], options: dict[str, Any], server: "_LazyServer | None" = None) -> PassOutcome:
+    """The uninstrumented workload again, over the same window, with runner `options`: a sweep point or a doctor
+    trial. With `env` (applied at launch) a fresh interpreter, else forked from the fork server when there is
+    one. Ctrl-C propagates."""
     spec = _spec(target, config, name, None, window)
     spec["options"].update(options)
     outcome = run_pass(spec, os.path.join(workroot, name), passthrough=False, timeout_s=config.timeout_s,
-                       on_tick=progress.tick, stall_after_s=config.stall_after_s or None, extra_env=env)
+                       on_tick=progress.tick, stall_after_s=config.stall_after_s or None, extra_env=env or None,
+                       server=server.get() if server is not None and not env else None)
     progress.pass_finished(kind, outcome)
     if outcome.status == "interrupted":
         raise KeyboardInterrupt
     return outcome
 
 
-def _workload_runner(target: Target, config: Config, workroot: str, progress: Progress, window: "Window"):
+def _workload_runner(target: Target, config: Config, workroot: str, progress: Progress, window: "Window",
+                     server: "_LazyServer"):
     """DerivedContext.run_workload: a re-run's step (or call) times, or why it measured none."""
     def run(name: str, env: dict[str, str], options: dict[str, Any]) -> list[float] | str:
-        outcome = _rerun(target, config, workroot, progress, window, name, "doctor", env, options)
+        outcome = _rerun(target, config, workroot, progress, window, name, "doctor", env, options, server)
         res = outcome.result or {}
         if outcome.status != "ok" or res.get("exit_code"):
             return outcome.error or res.get("error") or f"the pass ended with status {outcome.status}"

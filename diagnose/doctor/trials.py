@@ -5,8 +5,9 @@ other pass, or function mode's measured calls) with the change: an
 environment at launch (LD_PRELOAD and MALLOC_CONF for an allocator, glibc's
 malloc thresholds) or a runner option (torch.set_flush_denormal(True)
 before the script). Nothing is changed in the user's environment beyond
-those passes, and every pass is a fresh interpreter, the baseline's too, so
-both sides start alike.
+those passes. All sides start alike: every pass is a fresh interpreter, the
+baseline's too, when a variant needs an environment at launch; otherwise all
+are forked from the fork server (torch imported once).
 
 Design (interleaved rounds): each of ROUNDS rounds runs the baseline and
 every variant once, in alternating order (baseline first, then last, ...),
@@ -193,6 +194,9 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS) 
     passes: dict[str, list[list[float]]] = {v.name: [] for v in variants}
     per_round: dict[str, list[float]] = {v.name: [] for v in variants}
     sides: list[Variant | None] = [None, *variants]
+    # every side starts alike: all in fresh interpreters when one needs an environment at launch, else all
+    # forked from the fork server (diagnose/forkserver.py)
+    fresh = any(v.env for v in variants)
     for r in range(rounds):
         order = sides if r % 2 == 0 else sides[::-1]
         got: dict[str | None, list[float]] = {}
@@ -200,8 +204,8 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS) 
             if v is not None and trials[v.name].verdict == "failed":
                 continue
             name = "baseline" if v is None else v.name
-            out = run(f"trial-{r}-{name}", {"DIAGNOSE_TRIAL": name, **(v.env if v else {})},
-                      dict(v.options) if v else {})
+            env = {"DIAGNOSE_TRIAL": name, **(v.env if v else {})} if fresh else {}
+            out = run(f"trial-{r}-{name}", env, dict(v.options) if v else {})
             if isinstance(out, str) or not out:
                 if v is None:  # without the baseline this round compares nothing
                     break

@@ -17,8 +17,9 @@ def _doctor(report: dict) -> tuple[dict, dict]:
 
 
 def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
-    run = run_cli("--layers", "operators,doctor", "examples/fresh_temporaries.py", outdir=tmp_path / "r",
-                  timeout=400)
+    # a short window (steps of ~0.1 s; the uninstrumented pass stretches it to 1 s) keeps the nine trial runs quick
+    run = run_cli("--layers", "operators,doctor", "--skip-steps", "2", "--steps", "8", "examples/fresh_temporaries.py",
+                  outdir=tmp_path / "r", timeout=400)
     assert run.code == 0, run.stderr[-3000:]
     report = run.report
     checks, trials = _doctor(report)
@@ -46,7 +47,8 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
 
 
 def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_it_wins(tmp_path):
-    run = run_cli("--layers", "doctor", "examples/subnormal_weights.py", outdir=tmp_path / "r", timeout=400)
+    run = run_cli("--layers", "doctor", "--skip-steps", "2", "--steps", "8", "examples/subnormal_weights.py",
+                  outdir=tmp_path / "r", timeout=400)
     assert run.code == 0, run.stderr[-3000:]
     report = run.report
     checks, trials = _doctor(report)

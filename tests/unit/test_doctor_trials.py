@@ -167,3 +167,17 @@ def test_only_measured_wins_and_untriable_warnings_become_findings():
     assert found["openmp_runtimes"].severity == "low" and found["openmp_runtimes"].evidence["measured"] is False
     ranked = derive(r)
     assert ranked[0].kind == "page_faults" and ranked[0].severity == "high"
+
+
+def test_sides_without_a_launch_environment_all_run_forked():
+    seen = []
+
+    def run(name, env, options):
+        seen.append((name, env, options))
+        return _steps(0.1, seed=len(seen))
+
+    T.run_trials([T.flush_denormal_variant()], run, rounds=2)
+    assert [n for n, _, _ in seen] == ["trial-0-baseline", "trial-0-flush_denormal", "trial-1-flush_denormal",
+                                       "trial-1-baseline"]
+    assert all(env == {} for _, env, _ in seen)  # {}: the re-run may fork from the fork server
+    assert [o for _, _, o in seen] == [{}, {"flush_denormal": True}, {"flush_denormal": True}, {}]
