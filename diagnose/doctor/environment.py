@@ -31,6 +31,12 @@ from diagnose.report.model import DoctorCheck, Fact
 # a thread changes CPU in one interval out of five, which leaves its L1/L2 (and across NUMA nodes,
 # its memory) behind that often.
 MIGRATION_SHARE_MAX = 0.20
+# Fewer sampled intervals than this say nothing about how often threads move (two threads over a
+# half-second window give a handful). And migrations are judged only where placement matters: with SMT
+# siblings or several NUMA nodes. On one node without SMT a move costs L1/L2 refills only; on this
+# project's 2-CPU machine two busy threads swapped CPUs in most intervals and binding them gained
+# nothing (1.02x, measured by the bind_threads trial on examples/mlp.py).
+MIGRATION_MIN_SAMPLES = 20
 
 # Share of operator time in a low-precision dtype below which emulation is not worth a warning: even if
 # the emulated operators ran twice as slow as fp32, under 1% of the operator time could not be told
@@ -488,7 +494,8 @@ def check_topology(topology: Topology, cpus_by_thread: dict[int, list[int]], mig
         suggestions.append(f"keep the process on one node: numactl --cpunodebind={node} --membind={node} python ... "
                            f"(with torch.set_num_threads of that node's cores), or one process per node")
 
-    if migrations is not None and samples:
+    placement_matters = topology.smt or len(topology.nodes) > 1
+    if migrations is not None and samples and samples >= MIGRATION_MIN_SAMPLES and placement_matters:
         share = migrations / samples
         facts.append(Fact("CPU changes between samples", f"{migrations} / {samples}", "", "thread recording"))
         facts.append(Fact("share of samples with a CPU change", round(100 * share, 1), "%", "thread recording"))

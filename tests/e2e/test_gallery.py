@@ -57,6 +57,10 @@ def check_modules(run, root_class: str, some_class: str) -> None:
     assert all(line.rsplit(" ", 1)[1].isdigit() for line in folded)
     assert (run.outdir / "flamegraph.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "flamegraph.png" in r["artifacts"].values() and "stacks.folded" in r["artifacts"].values()
+    # the environment doctor ran and recommends nothing it did not measure as a win on these steps
+    assert r["layers"]["doctor"]["status"] == "ok" and r["doctor"]["checks"]
+    wins = {t["check"] for t in r["doctor"]["trials"] if t["verdict"] == "win"}
+    assert all(f["kind"] in wins for f in r["findings"] if f["layer"] == "doctor"), r["findings"]
 
 
 # ------------------------------------------------------------------------------------------------ BERT

@@ -85,8 +85,10 @@ def test_opens_from_disk_without_errors_or_network(page):
 
 def test_sections_verdict_first_and_images_decoded(page):
     ids = page.eval_on_selector_all("main > section", "els => els.map(e => e.id)")
-    assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "counters",
-                   "machine"]
+    assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "doctor",
+                   "counters", "machine"]
+    doctor = page.locator("#doctor").inner_text()
+    assert "page_faults" in doctor and "openmp_runtimes" in doctor
     first = page.locator("#finding-1")
     assert first.is_visible()
     assert "python_overhead" in first.inner_text()
