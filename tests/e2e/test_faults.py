@@ -157,7 +157,7 @@ def test_three_forced_runs_into_one_directory_leave_one_report(tmp_path):
     (tmp_path / "r").mkdir()
     (out / "notes.txt").write_text("mine")  # a user's file beside the report: never touched
     for i in range(3):
-        run = run_cli("--force", "--layers", "operators,microbench", "--microbench-budget", "8",
+        run = run_cli("--force", "--layers", "operators,microbench", "--microbench-budget", "2",
                       "--microbench-top", "1", "tests/data/faults/steady_steps.py", outdir=out)
         assert run.code == 0, (i, run.stderr)
     names = sorted(p.name for p in out.iterdir())
