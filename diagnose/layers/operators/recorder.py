@@ -47,6 +47,14 @@ _NO_OP_CALLS = frozenset(
 # step; malloc_trim gives it all back), so the limit is on memory, the count a backstop.
 MAX_RECORDED_CALLS = 200_000
 MAX_RECORDING_GROWTH_BYTES = 1 << 30
+# So the heap is trimmed (glibc's malloc_trim: freed pages back to the kernel) each time the process grew by
+# TRIM_AFTER_GROWTH_BYTES while recording, checked every TRIM_CHECK_EVERY calls. Measured on examples/mlp.py,
+# 25 recorded training steps: 386 MB anonymous memory untrimmed, 240 MB trimmed every 8 steps, with the same
+# median step time (the pages a fragmented heap grows by are fresh and fault in either way); trimming after
+# every step instead cost +20% step time (faults 1.5k -> 2.7k a step). The growth budget then counts what
+# recording really keeps.
+TRIM_AFTER_GROWTH_BYTES = 32 << 20
+TRIM_CHECK_EVERY = 128
 _BUDGET_CHECK_EVERY = 1024
 
 
@@ -72,14 +80,26 @@ def _source_mode(recorder: "OperatorsRecorder"):
                 # is_compiling() first: under dynamo it is a constant, so nothing after it becomes a guard
                 return func(*args, **kwargs)
             recorder.calls += 1
-            if recorder.calls % _BUDGET_CHECK_EVERY == 0 and recorder.over_budget():
-                recorder.stop()
-                return func(*args, **kwargs)
+            if recorder.calls % TRIM_CHECK_EVERY == 0:
+                recorder.trim_heap()
+                if recorder.calls % _BUDGET_CHECK_EVERY == 0 and recorder.over_budget():
+                    recorder.stop()
+                    return func(*args, **kwargs)
             user, library = locations(sys._getframe(1))
             with record_function(Label.text(user, library, tracker.current())):
                 return func(*args, **kwargs)
 
     return SourceMode()
+
+
+def _malloc_trim():
+    """glibc's malloc_trim(0), or None where there is no glibc."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def _rss_bytes() -> int:
@@ -207,6 +227,8 @@ class OperatorsRecorder(Recorder):
         self.mode = None
         self.active = False
         self.calls = 0
+        self.malloc_trim = _malloc_trim()
+        self.rss_trimmed = 0
         self.budget_note = None
         self.rss0 = 0
         self.modules = ModuleTracker(self._root_label)
@@ -240,7 +262,7 @@ class OperatorsRecorder(Recorder):
 
         self.profile = self.results = self.budget_note = None
         self.calls = 0
-        self.rss0 = _rss_bytes()
+        self.rss0 = self.rss_trimmed = _rss_bytes()
         sched = None
         iters = self.spec.get("iters") if self.spec.get("mode") == "function" else None
         if iters and iters > self.window:
@@ -271,6 +293,13 @@ class OperatorsRecorder(Recorder):
 
         user, library = self.usercode.locations(sys._getframe(1))  # torch's and diagnose's frames are skipped
         return torch.profiler.record_function(Label.text(user, library, path))
+
+    def trim_heap(self) -> None:
+        """Give the heap's freed pages back once the process grew by TRIM_AFTER_GROWTH_BYTES (see there)."""
+        if self.malloc_trim is None or _rss_bytes() - self.rss_trimmed < TRIM_AFTER_GROWTH_BYTES:
+            return
+        self.malloc_trim(0)
+        self.rss_trimmed = _rss_bytes()
 
     def over_budget(self) -> bool:
         grown = _rss_bytes() - self.rss0
