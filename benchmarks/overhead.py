@@ -141,8 +141,8 @@ def measure_peers(python: str, rounds: int, tmp: Path) -> dict[str, list[tuple[f
         "pyinstrument": [python, "-m", "pyinstrument", "-o", str(tmp / "p.txt"), script, *args],
         "py-spy record": [str(Path(python).parent / "py-spy"), "record", "-o", str(tmp / "p.svg"), "--", python,
                           script, *args],
-        "Scalene": [python, "-m", "scalene", "--cli", "--outfile", str(tmp / "s.txt"), "--cpu", "--memory",
-                    script, *args],
+        # Scalene 2's command line: `scalene run` profiles CPU and memory by default, `---` before the args
+        "Scalene": [python, "-m", "scalene", "run", "-o", str(tmp / "s.json"), script, "---", *args],
         "diagnose": _diagnose_cmd(MLP, args, tmp / "peer-out"),
     }
     out: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
