@@ -290,6 +290,10 @@ class Run:
         if record and self.recorder is not None:
             self.recorder.start()
             self.recording = True
+        self._start_clock()
+
+    def _start_clock(self) -> None:
+        """The measured part begins: its clock, page-fault count and (uninstrumented) the cgroup's counters."""
         self.t0 = time.perf_counter()
         self.faults0 = minor_faults()
         if self.baseline:
@@ -311,10 +315,7 @@ class Run:
                 self.recorder.stop()
             self.recorder.start()
             self.recording = True
-        self.t0 = time.perf_counter()
-        self.faults0 = minor_faults()
-        if self.baseline:
-            self.cpu_stat0 = process_facts.cpu_stat()
+        self._start_clock()
 
     def _end_window(self) -> None:
         self._stop_clock()
@@ -332,9 +333,9 @@ class Run:
             faults = minor_faults()
             if faults is not None and self.faults0 is not None:
                 self.result["minor_faults"] = faults - self.faults0
-            if self.baseline:
-                self._read_process()
             self._mark(markers.STOP)
+            if self.baseline:  # after the stop marker: the thread sampler does not watch the readings
+                self._read_process()
 
     def _read_process(self) -> None:
         """The doctor's readings at the window's end (diagnose/doctor/process.py), after the clock stopped."""

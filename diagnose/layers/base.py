@@ -75,8 +75,9 @@ class DerivedContext:
     options: dict[str, Any] = field(default_factory=dict)
     tick: Callable[[float], None] | None = None  # elapsed seconds, for progress lines
     server: Any = None  # the run's fork server, for helper processes (run_helper), or None
-    # re-run the uninstrumented workload (same window) in a fresh interpreter: (pass name, extra environment,
-    # runner options) -> its step (or call) times, or a one-line reason it failed; None: not possible here
+    # re-run the uninstrumented workload over the same window: (pass name, environment at launch (a fresh
+    # interpreter; {}: forked from the fork server), runner options) -> its step (or call) times, or a one-line
+    # reason it failed; None: not possible here
     run_workload: Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"] | None = None
     on_trial: Callable[[int, int, str], None] | None = None  # (index, total, name) before each re-run
 

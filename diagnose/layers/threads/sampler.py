@@ -40,11 +40,12 @@ how to reproduce them in benchmarks/RESULTS.md, "Thread sampler overhead"):
 one read of a thread costs ~37 us for stat+schedstat, ~30 us more with
 status, ~9-12 us for children; a whole sample of a 3-thread process
 (with its stat, /proc/stat and Python's own work) ~0.3 ms of CPU. At the
-default interval, 0.1 s, the sampler used 0.75% of one CPU beside a
-workload keeping both CPUs busy (0.37% of the machine), which bounds what it
+default interval, 0.1 s, and polling its start, window and stop markers
+every 10 ms as diagnose runs it, the sampler used 2.1% of one CPU beside a
+workload keeping both CPUs busy (1.0% of the machine), which bounds what it
 takes from a CPU-bound workload; the wall-time slowdown was within the
-noise of a shared machine (two runs: medians -1.1% and +1.5%, 95%
-intervals about +-6%). 0.05 s would double the
+noise of a shared machine (+5.3%, 95% interval -8%..+15%;
+benchmarks/RESULTS.md). 0.05 s would double the
 cost for little: totals do not depend on the interval (counters are
 cumulative); it only sets the timeline's resolution, the state-sampling
 fallback's precision, and the shortest-lived process that is seen. To bound
