@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import re
 
 from diagnose.report.model import Machine
 
@@ -29,6 +30,30 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags(cpuinfo_text: str) -> set[str]:
+    """Instruction-set flags of the first CPU in /proc/cpuinfo (`flags`; `Features` on Arm)."""
+    for key in ("flags", "Features"):
+        for line in cpuinfo_text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key:
+                return set(value.split())
+    return set()
+
+
+VECTOR_FLAG = re.compile(r"^(avx|amx|fma|sse4|asimd|sve|neon)")
+
+
+def vector_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's vector instruction sets (avx2, avx512f, amx_bf16, ...), sorted and comma-joined: what a
+    measured peak depends on beyond the model name, which VMs often report only as "AMD EPYC"."""
+    try:
+        with open(cpuinfo) as fh:
+            flags = cpu_flags(fh.read())
+    except OSError:
+        return ""
+    return ",".join(sorted(f for f in flags if VECTOR_FLAG.match(f)))
 
 
 def cgroup_cpu_limit(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup") -> float | None:

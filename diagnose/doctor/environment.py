@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from diagnose.machine import own_cgroup_dirs
+from diagnose.machine import cpu_flags, own_cgroup_dirs  # noqa: F401 - cpu_flags is this module's reader too
 from diagnose.report.model import DoctorCheck, Fact
 
 # ---------------------------------------------------------------- thresholds
@@ -194,14 +194,6 @@ def read_own_cpu_stat(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/pr
 # ---------------------------------------------------------------- /proc/cpuinfo
 
 
-def cpu_flags(cpuinfo_text: str) -> set[str]:
-    """Instruction-set flags of the first CPU in /proc/cpuinfo (`flags`; `Features` on Arm)."""
-    for key in ("flags", "Features"):
-        for line in cpuinfo_text.splitlines():
-            name, sep, value = line.partition(":")
-            if sep and name.strip() == key:
-                return set(value.split())
-    return set()
 
 
 # ---------------------------------------------------------------- sysfs topology

@@ -89,3 +89,11 @@ def test_quick_probe_measures_real_peaks_and_caches_them(tmp_path):
         assert os.path.dirname(out["cache_path"]) == str(tmp_path)
         hit = probe.cached_peaks(out["key"], str(tmp_path))
         assert hit["gemm_fp32"] == out["gemm_fp32"]
+
+
+def test_cache_is_per_instruction_set(tmp_path):
+    # a VM's cpu model name ("AMD EPYC") can stand for an AVX2 or an AVX-512 host: their peaks differ
+    avx512 = {**PEAKS, "key": probe.machine_key("AMD EPYC", 4, "2.13.0", isa="avx,avx2,avx512f,fma")}
+    probe.save_peaks(avx512, str(tmp_path))
+    assert probe.cached_peaks(probe.machine_key("AMD EPYC", 4, "2.13.0", isa="avx,avx2,avx512f,fma"), str(tmp_path))
+    assert probe.cached_peaks(probe.machine_key("AMD EPYC", 4, "2.13.0", isa="avx,avx2,fma"), str(tmp_path)) is None

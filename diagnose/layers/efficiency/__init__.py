@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from diagnose import machine
 from diagnose.layers.base import Layer, last_line, run_helper
 from diagnose.report.model import LayerStatus, Report
 
@@ -113,7 +114,7 @@ def _peaks(report: Report, workdir: str, tick, t0: float, server):
 
     m = report.machine
     if m.torch_version:
-        key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version, "full")
+        key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version, "full", machine.vector_isa())
         hit = probe.cached_peaks(key)
         if hit is not None:
             return hit, {"cached": True, "cache_path": probe.cache_path(key)}

@@ -69,10 +69,13 @@ def cache_dir(env: dict[str, str] | None = None) -> str:
     return os.path.join(base, "diagnose")
 
 
-def machine_key(cpu_model: str, usable_cpus: int, torch_version: str, mode: str = "full") -> dict[str, Any]:
-    """What a cached probe result stands for: the machine, torch, and the probe's mode (a quick probe's
-    smaller arrays and runs are never taken for the full roofs)."""
-    return {"cpu_model": cpu_model, "usable_cpus": int(usable_cpus), "torch_version": torch_version, "mode": mode}
+def machine_key(cpu_model: str, usable_cpus: int, torch_version: str, mode: str = "full",
+                isa: str = "") -> dict[str, Any]:
+    """What a cached probe result stands for: the machine (its model name and vector instruction sets: a VM's
+    "AMD EPYC" can be an AVX2 or an AVX-512 host), torch, and the probe's mode (a quick probe's smaller
+    arrays and runs are never taken for the full roofs)."""
+    return {"cpu_model": cpu_model, "isa": isa, "usable_cpus": int(usable_cpus), "torch_version": torch_version,
+            "mode": mode}
 
 
 def cache_path(key: dict[str, Any], directory: str | None = None) -> str:
@@ -249,7 +252,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
         torch.set_num_threads(before)
     return {
         "format": CACHE_FORMAT,
-        "key": machine_key(machine.cpu_model(), usable, torch.__version__, mode),
+        "key": machine_key(machine.cpu_model(), usable, torch.__version__, mode, machine.vector_isa()),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "mode": mode,
         "gemm_fp32": gemm,
@@ -270,7 +273,7 @@ def peaks_for_this_machine(*, refresh: bool = False, mode: str = "full") -> tupl
 
     from diagnose import machine
 
-    key = machine_key(machine.cpu_model(), machine.usable_cpus()[0], torch.__version__, mode)
+    key = machine_key(machine.cpu_model(), machine.usable_cpus()[0], torch.__version__, mode, machine.vector_isa())
     if not refresh:
         hit = cached_peaks(key)
         if hit is not None:
