@@ -87,8 +87,8 @@ def test_sections_in_reading_order_with_the_verdict_first():
     rep = io.load(str(DATA / "compare" / "row_loop_before.json"))
     page = html.render(rep)
     ids = [attrs["id"] for t, attrs in parse(page).tags if t == "section"]
-    assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "counters",
-                   "machine"]
+    assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "doctor",
+                   "counters", "machine"]
     verdict = page.index('id="verdict"')
     assert verdict < page.index('id="finding-1"') < page.index('id="operators"')
 
