@@ -45,15 +45,19 @@ def cpu_flags(cpuinfo_text: str) -> set[str]:
 VECTOR_FLAG = re.compile(r"^(avx|amx|fma|sse4|asimd|sve|neon)")
 
 
+def read_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """This machine's instruction-set flags (empty when cpuinfo cannot be read)."""
+    try:
+        with open(cpuinfo) as fh:
+            return cpu_flags(fh.read())
+    except OSError:
+        return set()
+
+
 def vector_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's vector instruction sets (avx2, avx512f, amx_bf16, ...), sorted and comma-joined: what a
     measured peak depends on beyond the model name, which VMs often report only as "AMD EPYC"."""
-    try:
-        with open(cpuinfo) as fh:
-            flags = cpu_flags(fh.read())
-    except OSError:
-        return ""
-    return ",".join(sorted(f for f in flags if VECTOR_FLAG.match(f)))
+    return ",".join(sorted(f for f in read_cpu_flags(cpuinfo) if VECTOR_FLAG.match(f)))
 
 
 def cgroup_cpu_limit(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup") -> float | None:

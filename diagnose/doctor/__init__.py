@@ -18,15 +18,8 @@ import os
 
 from diagnose.doctor import environment as env_checks
 from diagnose.doctor.workload import check_denormals, check_page_faults
+from diagnose.machine import read_cpu_flags
 from diagnose.report.model import DoctorCheck, Report
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return ""
 
 
 def _op_dtypes(report: Report) -> dict[str, float]:
@@ -64,5 +57,5 @@ def checks(report: Report, cpuinfo: str = "/proc/cpuinfo", sys_root: str = "/sys
         sum(t.get("cpu_changes") or 0 for t in busy_threads) if fits else None,
         sum(max(0, (t.get("cpu_samples") or 0) - 1) for t in busy_threads) if fits else None,
         sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None))
-    out.append(env_checks.check_low_precision(env_checks.cpu_flags(_read(cpuinfo)), _op_dtypes(report)))
+    out.append(env_checks.check_low_precision(read_cpu_flags(cpuinfo), _op_dtypes(report)))
     return out

@@ -132,12 +132,8 @@ def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpu
 # ---------------------------------------------------------------- statistics
 
 
-def _median(xs: Sequence[float]) -> float:
-    return statistics.median(xs)
-
-
 def _pooled_median(passes: list[list[float]]) -> float:
-    return _median([x for p in passes for x in p])
+    return statistics.median([x for p in passes for x in p])
 
 
 def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed: int = 0,
@@ -148,7 +144,7 @@ def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed:
     rng = random.Random(seed)
 
     def resample(passes: list[list[float]]) -> float:
-        return _median([p[rng.randrange(len(p))] for p in passes for _ in range(len(p))])
+        return statistics.median([p[rng.randrange(len(p))] for p in passes for _ in range(len(p))])
 
     ratios = sorted(resample(base) / resample(variant) for _ in range(resamples))
     alpha = 1.0 - CONFIDENCE
@@ -159,9 +155,9 @@ def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed:
 
 def noise_floor(base: list[list[float]]) -> float:
     """Pass-to-pass spread of the baseline: exp(median |log ratio| between its passes' medians) - 1."""
-    meds = [_median(p) for p in base if p]
+    meds = [statistics.median(p) for p in base if p]
     logs = [abs(math.log(a / b)) for i, a in enumerate(meds) for b in meds[i + 1:] if a > 0 and b > 0]
-    return math.expm1(_median(logs)) if logs else 0.0
+    return math.expm1(statistics.median(logs)) if logs else 0.0
 
 
 def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per_round: list[float]) -> Trial:
@@ -218,7 +214,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS) 
         for v in variants:
             if v.name in got:
                 passes[v.name].append(got[v.name])
-                per_round[v.name].append(_median(got["baseline"]) / _median(got[v.name]))
+                per_round[v.name].append(statistics.median(got["baseline"]) / statistics.median(got[v.name]))
     for v in variants:
         t = trials[v.name]
         t.rounds = len(passes[v.name])

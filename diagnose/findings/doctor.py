@@ -18,11 +18,7 @@ topology, low_precision):
 
 from __future__ import annotations
 
-from diagnose.report.model import DoctorCheck, Finding, Report, Trial
-
-
-def _measured(check_name: str, trials: list[Trial]) -> list[Trial]:
-    return sorted((t for t in trials if t.check == check_name and t.verdict == "win"), key=lambda t: -(t.speedup or 0))
+from diagnose.report.model import DoctorCheck, Finding, Report
 
 
 def _facts(check: DoctorCheck | None) -> dict:
@@ -39,7 +35,7 @@ def environment(report: Report) -> list[Finding]:
     for name in names:
         check = checks.get(name)
         tried = [t for t in doctor.trials if t.check == name]
-        wins = _measured(name, doctor.trials)
+        wins = sorted((t for t in tried if t.verdict == "win"), key=lambda t: -(t.speedup or 0))
         if wins:
             best = wins[0]
             gain = 100.0 * (1.0 - 1.0 / best.speedup)

@@ -4,9 +4,10 @@ A derived layer (diagnose/doctor/ holds the checks and the trials). The
 checks always run: they read what the passes already measured (page
 faults, the process's maps and cgroup counters, the subnormal scan, the
 thread recording's CPUs, the operator rows) and this machine's cpuinfo and
-sysfs, so they cost nothing. Trials re-run the uninstrumented workload
-(fresh interpreters, the same window of steps): by default only for a check
-that warned, with `--doctor` every trial this machine can run.
+sysfs, so they cost nothing. Trials re-run the uninstrumented workload over
+the same window of steps (diagnose/doctor/trials.py says how the sides start
+alike): by default only for a check that warned, with `--doctor` every trial
+this machine can run.
 """
 
 from __future__ import annotations

@@ -11,18 +11,19 @@ from __future__ import annotations
 from conftest import EXAMPLES, line_of, run_cli
 
 
-def _doctor(report: dict) -> tuple[dict, dict]:
+def _diagnose(tmp_path, *args: str) -> tuple[dict, dict, dict]:
+    """The report of `diagnose ARGS`, its doctor's checks and trials by name."""
+    run = run_cli(*args, outdir=tmp_path / "r", timeout=400)
+    assert run.code == 0, run.stderr[-3000:]
+    report = run.report
     doctor = report["doctor"]
-    return {c["name"]: c for c in doctor["checks"]}, {t["name"]: t for t in doctor["trials"]}
+    return report, {c["name"]: c for c in doctor["checks"]}, {t["name"]: t for t in doctor["trials"]}
 
 
 def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     # a short window (steps of ~0.1 s; the uninstrumented pass stretches it to 1 s) keeps the nine trial runs quick
-    run = run_cli("--layers", "operators,doctor", "--skip-steps", "2", "--steps", "8", "examples/fresh_temporaries.py",
-                  outdir=tmp_path / "r", timeout=400)
-    assert run.code == 0, run.stderr[-3000:]
-    report = run.report
-    checks, trials = _doctor(report)
+    report, checks, trials = _diagnose(tmp_path, "--layers", "operators,doctor", "--skip-steps", "2", "--steps", "8",
+                                       "examples/fresh_temporaries.py")
     faults = checks["page_faults"]
     assert faults["status"] == "warn", faults
     facts = {f["name"]: f["value"] for f in faults["facts"]}
@@ -47,11 +48,8 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
 
 
 def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_it_wins(tmp_path):
-    run = run_cli("--layers", "doctor", "--skip-steps", "2", "--steps", "8", "examples/subnormal_weights.py",
-                  outdir=tmp_path / "r", timeout=400)
-    assert run.code == 0, run.stderr[-3000:]
-    report = run.report
-    checks, trials = _doctor(report)
+    report, checks, trials = _diagnose(tmp_path, "--layers", "doctor", "--skip-steps", "2", "--steps", "8",
+                                       "examples/subnormal_weights.py")
     den = checks["denormals"]
     assert den["status"] == "warn" and "0.weight [1024, 1024]" in den["summary"], den
     assert "Sequential" in report["doctor"]["process"]["subnormal_scope"]
@@ -65,10 +63,7 @@ def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_i
 
 
 def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
-    run = run_cli("--layers", "threads,doctor", "examples/mlp.py", outdir=tmp_path / "r")
-    assert run.code == 0, run.stderr[-3000:]
-    report = run.report
-    checks, trials = _doctor(report)
+    report, checks, trials = _diagnose(tmp_path, "--layers", "threads,doctor", "examples/mlp.py")
     assert trials == {} and report["doctor"]["launch"] is None
     assert checks["page_faults"]["status"] == "ok" and checks["denormals"]["status"] == "ok"
     assert checks["openmp_runtimes"]["status"] == "ok" and checks["topology"]["status"] in ("ok", "skipped")
