@@ -36,12 +36,13 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     for t in trials.values():
         assert t["check"] == "page_faults" and t["rounds"] == 3 and t["speedup"] and t["ci_low"] is not None
     assert trials["jemalloc"]["verdict"] == "win" and trials["jemalloc"]["ci_low"] > 1.2, trials["jemalloc"]
-    assert "LD_PRELOAD=" in report["doctor"]["launch"] and "fresh_temporaries.py" in report["doctor"]["launch"]
+    # which allocator change wins by most is this machine's call (jemalloc and glibc's thresholds each led in CI)
+    best = max((t for t in trials.values() if t["verdict"] == "win"), key=lambda t: t["speedup"])
+    assert report["doctor"]["launch"] == best["change"] and "fresh_temporaries.py" in best["change"], (best, report["doctor"])
     first = report["findings"][0]
     assert first["kind"] == "page_faults" and first["layer"] == "doctor", report["findings"][:2]
     assert "measured" in first["evidence"]["time_at_stake_basis"]
-    assert first["suggestion"].startswith(trials[max(
-        (t for t in trials.values() if t["verdict"] == "win"), key=lambda t: t["speedup"])["name"]]["change"])
+    assert first["suggestion"].startswith(best["change"])
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Environment doctor" in md and report["doctor"]["launch"] in md and "win: recommended" in md
     assert report["layers"]["doctor"]["status"] == "ok"
