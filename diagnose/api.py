@@ -25,7 +25,8 @@ from diagnose.layers.base import DerivedContext
 from diagnose.render import fmt, markdown, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import (
-    Compile, Doctor, GraphBreak, IterationStats, LayerStatus, ProcessFacts, Recompile, Report, Steps, TargetInfo,
+    Compile, Doctor, GraphBreak, IterationStats, LayerStatus, ProcessFacts, Recompile, Report, Steps, SubnormalScan,
+    TargetInfo,
 )
 from diagnose.runner import NO_FUNCTION
 from diagnose.stall import STALL_AFTER_S
@@ -249,6 +250,13 @@ def _apply_instrumented(report: Report, outcome: PassOutcome) -> None:
         if recorded:  # with a profiler schedule only the last iterations are instrumented
             times = times[-recorded:]
         report.run.instrumented_iterations = _stats(times)
+    raw = res.get("raw") or {}
+    if "input_scan" in raw:  # the doctor's scan of operator inputs (layers/operators/recorder.py)
+        report.doctor = report.doctor or Doctor()
+        process = report.doctor.process = report.doctor.process or ProcessFacts()
+        process.operator_inputs = [report_io.typed(SubnormalScan, row) for row in raw["input_scan"]]
+        process.operator_inputs_scope = raw.get("input_scan_scope") or (
+            "nothing: no step ran before the window (--skip-steps 0, --full-run, or no steps found)")
 
 
 def exit_code_for(report: Report) -> ExitCode:
@@ -383,7 +391,7 @@ class _LazyServer:
         if self.enabled and self.server is None:
             from diagnose.forkserver import ForkServer
 
-            self.server = ForkServer.start()
+            self.server = ForkServer.start(while_waiting=plots.preload)
             self.enabled = self.server is not None  # could not start: every pass is a fresh process
         return self.server
 

@@ -228,8 +228,11 @@ class ForkServer:
         self.dead = False
 
     @classmethod
-    def start(cls) -> "ForkServer | None":
-        """A server with torch imported, or None when it cannot start (callers then spawn passes)."""
+    def start(cls, while_waiting=None) -> "ForkServer | None":
+        """A server with torch imported, or None when it cannot start (callers then spawn passes).
+
+        `while_waiting()`, if given, runs while the server imports torch (seconds on one CPU): nothing is
+        measured then, so the caller can do its own slow imports for free."""
         ours, theirs = socket.socketpair()
         try:
             proc = subprocess.Popen([sys.executable, "-m", "diagnose.forkserver", str(theirs.fileno())],
@@ -240,6 +243,8 @@ class ForkServer:
         finally:
             theirs.close()
         server = cls(proc, ours)
+        if while_waiting is not None:
+            while_waiting()
         try:
             message = server._next(READY_TIMEOUT_S)
         except (OSError, ValueError, KeyboardInterrupt):

@@ -255,7 +255,10 @@ class Run:
             self.record_exit(NO_FUNCTION, "no_function",
                              f"{spec.get('display_script', script)} has no function '{spec['function']}'")
             return
-        for _ in range(spec.get("warmup", 0)):
+        warmup = spec.get("warmup", 0)
+        for i in range(warmup):
+            if i == warmup - 1 and self.recorder is not None:
+                self.recorder.last_warmup_step()
             func()
         self._start(record=True)
         times = self.result["iteration_s"]
@@ -272,7 +275,8 @@ class Run:
         full_run = window is None
         self.clock = StepClock(FULL_RUN if full_run else window,
                                on_begin=None if full_run else self._begin_window,
-                               on_end=None if full_run else self._end_window)
+                               on_end=None if full_run else self._end_window,
+                               on_last_warmup=self.recorder.last_warmup_step if self.recorder else None)
         self.clock.keep_inputs = self.baseline
         self.clock.install(torch)
         # a pass that knows the script has steps records only the window; others record from the start

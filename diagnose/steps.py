@@ -85,10 +85,12 @@ class StepClock:
     """Counts steps, times them and opens/closes the measured window (see the module docstring)."""
 
     def __init__(self, window: WindowSpec | None, on_begin: Callable[[], None] | None = None,
-                 on_end: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter):
+                 on_end: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
+                 on_last_warmup: Callable[[], None] | None = None):
         self.window = window
         self.on_begin = on_begin
         self.on_end = on_end
+        self.on_last_warmup = on_last_warmup  # the last skipped step begins (not called with --skip-steps 0)
         self.clock = clock
         self.t_workload = clock()
         self.detector: str | None = None
@@ -127,6 +129,8 @@ class StepClock:
         self._global_pre = module_mod.register_module_forward_pre_hook(self._on_any_forward)
         self._handles.append(self._global_pre)
         self._patch_dataloader()
+        if self.on_last_warmup and self.window is not None and self.window.skip == 1:
+            self.on_last_warmup()  # the first step is the last skipped one
 
     def uninstall(self) -> None:
         global _active
@@ -239,6 +243,8 @@ class StepClock:
                 self.warmup_s.append(duration)
             if w is not None and self.count >= w.skip:
                 self._begin(now)
+            elif w is not None and self.count == w.skip - 1 and self.on_last_warmup:
+                self.on_last_warmup()
         if self._stopping:
             raise WindowComplete
 

@@ -50,6 +50,24 @@ def _tensors(root: Any, inputs: tuple) -> list[tuple[str, Any]]:
     return out[:SCAN_MAX_TENSORS]
 
 
+def count_subnormals(t: Any) -> dict[str, Any] | None:
+    """One tensor's subnormal count (a strided sample of SCAN_MAX_VALUES beyond), or None when it is not a
+    floating CPU tensor of at least SCAN_MIN_VALUES values. Call under torch.no_grad()."""
+    import torch
+
+    if (not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.is_complex() or t.device.type != "cpu"
+            or t.numel() < SCAN_MIN_VALUES):
+        return None
+    flat = t.detach().reshape(-1)
+    if flat.numel() > SCAN_MAX_VALUES:
+        flat = flat[:: -(-flat.numel() // SCAN_MAX_VALUES)]
+    a = flat.abs()
+    nonzero = int(torch.count_nonzero(a))
+    sub = int(torch.count_nonzero((a < torch.finfo(t.dtype).tiny) & (a > 0))) if nonzero else 0
+    return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "scanned": int(flat.numel()),
+            "nonzero": nonzero, "subnormal": sub}
+
+
 def scan_subnormals(root: Any, inputs: tuple) -> tuple[list[dict[str, Any]], str]:
     """Subnormal counts of the outermost module's parameters, buffers and last inputs; and the scope scanned."""
     import torch
@@ -59,14 +77,9 @@ def scan_subnormals(root: Any, inputs: tuple) -> tuple[list[dict[str, Any]], str
     rows = []
     with torch.no_grad():
         for name, t in _tensors(root, inputs):
-            flat = t.detach().reshape(-1)
-            if flat.numel() > SCAN_MAX_VALUES:
-                flat = flat[:: -(-flat.numel() // SCAN_MAX_VALUES)]
-            a = flat.abs()
-            nonzero = int(torch.count_nonzero(a))
-            sub = int(torch.count_nonzero((a < torch.finfo(t.dtype).tiny) & (a > 0))) if nonzero else 0
-            rows.append({"tensor": name, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                         "scanned": int(flat.numel()), "nonzero": nonzero, "subnormal": sub})
+            counted = count_subnormals(t)
+            if counted:
+                rows.append({"tensor": name, **counted})
     what = (f"parameters and buffers of {type(root).__name__}" if root is not None else "") + \
         (" and " if root is not None and inputs else "") + ("the tensor inputs of its last forward" if inputs else "")
     return rows, what

@@ -84,22 +84,27 @@ def check_denormals(report: Report) -> DoctorCheck:
     process = report.doctor.process if report.doctor else None
     if process is None:
         return DoctorCheck("denormals", "skipped", "The uninstrumented pass wrote no process readings.")
-    if not process.subnormals:
-        return DoctorCheck("denormals", "skipped", f"Nothing to scan: {process.subnormal_scope or 'no tensors'}.")
-    scanned = sum(s.scanned for s in process.subnormals)
-    total_sub = sum(s.subnormal for s in process.subnormals)
-    facts = [Fact("tensors scanned", len(process.subnormals), "", process.subnormal_scope or ""),
-             Fact("values scanned", scanned, "values", "strided sample of large tensors"),
-             Fact("subnormal values", total_sub, "values", "below torch.finfo(dtype).tiny")]
-    flagged = sorted((s for s in process.subnormals if s.nonzero and s.subnormal / s.nonzero >= SUBNORMAL_WARN_SHARE),
-                     key=lambda s: -s.subnormal)
-    for s in flagged[:3]:
+    # the uninstrumented pass's scan (the outermost module's weights and inputs) and the operator pass's
+    # (every call site's inputs in the step before the window), each with its own source
+    scans = [(s, "process scan") for s in process.subnormals] + \
+        [(s, "operator pass scan") for s in process.operator_inputs]
+    scope = "; ".join(x for x in (process.subnormal_scope if process.subnormals else None,
+                                  process.operator_inputs_scope if process.operator_inputs else None) if x)
+    if not scans:
+        why = "; ".join(x for x in (process.subnormal_scope, process.operator_inputs_scope) if x)
+        return DoctorCheck("denormals", "skipped", f"Nothing to scan: {why or 'no tensors'}.")
+    facts = [Fact("tensors scanned", len(scans), "", scope),
+             Fact("values scanned", sum(s.scanned for s, _ in scans), "values", "strided sample of large tensors"),
+             Fact("subnormal values", sum(s.subnormal for s, _ in scans), "values", "below torch.finfo(dtype).tiny")]
+    flagged = sorted(((s, src) for s, src in scans if s.nonzero and s.subnormal / s.nonzero >= SUBNORMAL_WARN_SHARE),
+                     key=lambda ss: -ss[0].subnormal)
+    for s, src in flagged[:3]:
         facts.append(Fact(f"{s.tensor} {s.shape} {s.dtype}", round(100.0 * s.subnormal / s.nonzero, 1),
-                          "% of nonzero values subnormal", "process scan"))
+                          "% of nonzero values subnormal", src))
     if not flagged:
-        return DoctorCheck("denormals", "ok", f"No tensor with subnormal values among the {len(process.subnormals)} "
-                                              f"scanned ({process.subnormal_scope}).", facts)
-    worst = flagged[0]
+        return DoctorCheck("denormals", "ok", f"No tensor with subnormal values among the {len(scans)} "
+                                              f"scanned ({scope}).", facts)
+    worst = flagged[0][0]
     summary = (f"{len(flagged)} tensor(s) hold subnormal values, e.g. {worst.tensor} {worst.shape}: "
                f"{100.0 * worst.subnormal / worst.nonzero:.0f}% of its nonzero values; arithmetic on them "
                "takes the CPU's slow path")

@@ -34,7 +34,9 @@ class Recorder:
     measured: the window of steps, the measured calls of function mode, or the
     whole workload when the script has no steps; start() after a stop()
     starts over, dropping what was recorded (a window began); `step()` follows
-    each measured call of function mode; `release()` undoes `prepare()` once
+    each measured call of function mode; `last_warmup_step()` announces the
+    last step before the window (work that must not be timed, such as the
+    operator pass's scan of operator inputs); `release()` undoes `prepare()` once
     the target is done; `collect()` gives the raw JSON-able data for
     `analyse` and may write artifacts into the workdir.
     """
@@ -46,6 +48,9 @@ class Recorder:
         pass
 
     def step(self) -> None:
+        pass
+
+    def last_warmup_step(self) -> None:
         pass
 
     def stop(self) -> None:

@@ -239,6 +239,10 @@ class ProcessFacts:
     cpu_stat_after: dict[str, int] = field(default_factory=dict)
     subnormals: list[SubnormalScan] = field(default_factory=list)
     subnormal_scope: str | None = None  # what was scanned, or why nothing was
+    # the operator pass's scan: each torch call site's tensor inputs in the last step before the window
+    # (tensor: "linear input 1 at transformers/models/bert/modeling_bert.py:LINE at bert.py:40")
+    operator_inputs: list[SubnormalScan] = field(default_factory=list)
+    operator_inputs_scope: str | None = None  # what was scanned, or why nothing was
 
 
 @dataclass

@@ -70,3 +70,28 @@ def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
     assert checks["openmp_runtimes"]["status"] == "ok" and checks["topology"]["status"] in ("ok", "skipped")
     assert not [f for f in report["findings"] if f["layer"] == "doctor"]
     assert "Environment doctor" in run_cli("--load", str(tmp_path / "r" / "report.json")).stdout
+
+
+def test_subnormal_activations_in_functional_code_are_found_by_the_operator_pass(script, tmp_path):
+    # no nn.Module: the uninstrumented pass has no weights to scan; the operator pass scans every call's inputs
+    target = script("""\
+        import torch
+        import diagnose
+        torch.manual_seed(0)
+        w = torch.randn(256, 256)
+        x = torch.randn(128, 256) * 1e-39  # subnormal activations
+        for _ in range(12):
+            y = torch.tanh(x @ w)
+            diagnose.mark_step()
+        """)
+    report, checks, _ = _diagnose(tmp_path, "--layers", "operators,doctor", "--skip-steps", "2", "--steps", "4",
+                                  str(target))
+    process = report["doctor"]["process"]
+    assert "nothing scanned" in process["subnormal_scope"] and "operator pass" in process["operator_inputs_scope"]
+    line = f"{target.name}:7"
+    scanned = {s["tensor"]: s for s in process["operator_inputs"]}
+    matmul = next(s for name, s in scanned.items() if name.startswith("matmul input 0") and line in name)
+    assert matmul["shape"] == [128, 256] and matmul["subnormal"] == matmul["nonzero"] > 0, matmul
+    assert all(s["subnormal"] == 0 for name, s in scanned.items() if "input 1" in name)  # w is normal
+    den = checks["denormals"]
+    assert den["status"] == "warn" and "matmul input 0" in den["summary"], den

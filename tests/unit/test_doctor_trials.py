@@ -147,6 +147,13 @@ def test_denormals_warn_on_a_subnormal_tensor_only():
     assert check_denormals(r).status == "ok"
     r.doctor.process.subnormals = []
     assert check_denormals(r).status == "skipped"
+    # the operator pass's scan of call inputs counts too, under its own source
+    r.doctor.process.operator_inputs_scope = "the tensor inputs of every torch call site (operator pass)"
+    r.doctor.process.operator_inputs = [SubnormalScan("tanh input 0 at t.py:7", [128, 256], "float32", 32768, 32768,
+                                                      17604)]
+    c = check_denormals(r)
+    assert c.status == "warn" and "tanh input 0 at t.py:7 [128, 256]: 54%" in c.summary
+    assert [f.source for f in c.facts][-1] == "operator pass scan" and "operator pass" in c.facts[0].source
 
 
 def test_only_measured_wins_and_untriable_warnings_become_findings():

@@ -54,6 +54,7 @@ MAX_RECORDING_GROWTH_BYTES = 1 << 30
 # every step instead cost +20% step time (faults 1.5k -> 2.7k a step). The growth budget then counts what
 # recording really keeps.
 TRIM_AFTER_GROWTH_BYTES = 32 << 20
+SCAN_MAX_SITES = 512  # call sites whose inputs the subnormal scan looks at (a BERT step has about 200)
 TRIM_CHECK_EVERY = 128
 _BUDGET_CHECK_EVERY = 1024
 
@@ -78,6 +79,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
             kwargs = kwargs or {}
             if is_compiling() or not recorder.active or getattr(func, "__name__", "") in _NO_OP_CALLS:
                 # is_compiling() first: under dynamo it is a constant, so nothing after it becomes a guard
+                if not is_compiling() and recorder.scanning and getattr(func, "__name__", "") not in _NO_OP_CALLS:
+                    recorder.scan_inputs(func, args, sys._getframe(1))
                 return func(*args, **kwargs)
             recorder.calls += 1
             if recorder.calls % TRIM_CHECK_EVERY == 0:
@@ -238,6 +241,10 @@ class OperatorsRecorder(Recorder):
         self.results = None
         self.steps = 0
         self.schedule_note = None
+        # the doctor's scan of operator inputs for subnormal values, during the last step before the window
+        self.scanning = False
+        self.input_scan: dict[tuple, list[dict[str, Any]]] = {}  # (call, module, user line, library) -> inputs
+        self.scan_scope: str | None = None  # what was scanned; None when no step came before the window
 
     def prepare(self) -> None:
         try:  # torch.compile's C++ kernels get a profiler range each, named after what they fuse
@@ -257,9 +264,48 @@ class OperatorsRecorder(Recorder):
             mode.__exit__(None, None, None)
         self.modules.uninstall()
 
+    def last_warmup_step(self) -> None:
+        self.scanning = True
+        self.scan_scope = ("the tensor inputs of every torch call site in the last step before the window "
+                           "(operator pass)")
+
+    def scan_inputs(self, func, args: tuple, frame) -> None:
+        """Count subnormal values in a torch call's tensor inputs, once per call site (see `scanning`)."""
+        import torch
+
+        from diagnose.doctor.process import count_subnormals
+
+        user, library = self.usercode.locations(frame)
+        key = (getattr(func, "__name__", str(func)), self.modules.current(), user, library)
+        if key in self.input_scan:
+            return
+        if len(self.input_scan) >= SCAN_MAX_SITES:
+            self.scan_scope = (f"the tensor inputs of the first {SCAN_MAX_SITES} torch call sites in the last step "
+                               "before the window (operator pass)")
+            return
+        flat = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,))]
+        rows = []
+        with torch.no_grad():
+            for i, t in enumerate(flat):
+                counted = count_subnormals(t)
+                if counted:
+                    rows.append({"input": i, **counted})
+        self.input_scan[key] = rows
+
+    def scan_rows(self) -> list[dict[str, Any]]:
+        """The scan as the doctor's SubnormalScan rows: one per scanned input."""
+        out = []
+        for (call, module, user, library), inputs in self.input_scan.items():
+            where = " at ".join(x for x in dict.fromkeys((library, user)) if x) or "?"
+            inside = f" in module {module}" if module else ""
+            out += [{"tensor": f"{call} input {row['input']}{inside} at {where}",
+                     **{k: v for k, v in row.items() if k != "input"}} for row in inputs]
+        return out
+
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        self.scanning = False
         self.profile = self.results = self.budget_note = None
         self.calls = 0
         self.rss0 = self.rss_trimmed = _rss_bytes()
@@ -346,6 +392,8 @@ class OperatorsRecorder(Recorder):
             "recorded_calls": self.calls,
             "budget": self.budget_note,
             "modules": self.modules.result(),
+            "input_scan": self.scan_rows(),
+            "input_scan_scope": self.scan_scope,
             "module_roots": sorted(set(self.modules.roots.values())),
         }
 
