@@ -367,7 +367,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
                              len(passes) + len(derived), context)
             if config.sweep and not report.run.interrupted:
-                _sweep(target, config, report, workroot, progress, window)
+                _sweep(target, config, report, workroot, progress, window, server)
         except KeyboardInterrupt:  # between passes: keep what was measured
             report.run.interrupted = True
         if report.distributed:
@@ -556,8 +556,9 @@ def _workload_runner(target: Target, config: Config, workroot: str, progress: Pr
 
 
 def _sweep(target: Target, config: Config, report: Report, workroot: str, progress: Progress,
-           window: Window) -> None:
-    """Measure the uninstrumented workload at several thread settings (layers/threads/sweep.py)."""
+           window: Window, server: "_LazyServer") -> None:
+    """Measure the uninstrumented workload at several thread settings (layers/threads/sweep.py); each point
+    is forked from the fork server and pins its threads itself (runner._pin_threads)."""
     from diagnose.layers.threads import sweep
 
     state = {"index": 0, "total": 0}
@@ -569,9 +570,8 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
                               + (f", {workers} DataLoader workers" if workers is not None else ""), True)
 
     def run_point(threads: int, workers: int | None) -> float | None:
-        outcome = _rerun(target, config, workroot, progress, window, f"sweep-{state['index']}", "sweep",
-                         {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)},
-                         {"intra_op_threads": threads, "dataloader_workers": workers})
+        outcome = _rerun(target, config, workroot, progress, window, f"sweep-{state['index']}", "sweep", {},
+                         {"intra_op_threads": threads, "dataloader_workers": workers}, server)
         res = outcome.result or {}
         if outcome.status != "ok":
             return None

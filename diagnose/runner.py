@@ -81,7 +81,12 @@ def _pin_threads(torch, n: int) -> dict[str, Any]:
 
     The target's own torch.set_num_threads calls in this process are recorded
     and ignored; in forked children (DataLoader workers) they still apply.
+    OMP_NUM_THREADS and MKL_NUM_THREADS are set too, before the target runs,
+    for what it imports or starts later (numpy's BLAS, child processes): the
+    point is forked from the fork server, whose torch never ran a parallel
+    region, so this process is set up as a fresh one with those variables.
     """
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(n)
     torch.set_num_threads(n)
     real, owner = torch.set_num_threads, os.getpid()
     ignored: list[int] = []
