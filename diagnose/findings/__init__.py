@@ -21,6 +21,7 @@ RULES = [
     operators.hot_operator,
     operators.copy_overhead,
     operators.memory_churn,
+    operators.autograd_in_inference,
     python.python_overhead,
     threads.oversubscription,
     threads.undersubscription,

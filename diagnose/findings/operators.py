@@ -27,6 +27,14 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   are counted over those alone). The evidence adds the turnover (bytes
   allocated over the most bytes alive at once); it is not a threshold, since
   every training loop turns its activations over once per step.
+- autograd_in_inference: the window ran no backward (no backward operator
+  in the profile, steps not ended by optimizer.step()) while at least half
+  of its torch calls (and >= AUTOGRAD_MIN_CALLS) ran with grad mode on and an
+  input that requires grad, so each built an autograd node and kept its
+  inputs alive for nothing: `medium`, at the line with most such calls. Its
+  time at stake is not estimated by this rule (the bookkeeping is part of
+  the framework overhead); merged with a python_overhead finding at the same
+  line it is named first and takes that line's stake, an upper bound.
 Suggestions come from suggestions.py (one place for every operator class).
 """
 
@@ -51,6 +59,8 @@ MIB = 1 << 20
 GIB = 1 << 30
 CHURN_MIN_BYTES = 256 * MIB
 CHURN_RATES = ((8 * GIB, "high"), (2 * GIB, "medium"), (1 * GIB, "low"))
+AUTOGRAD_MIN_SHARE = 0.5
+AUTOGRAD_MIN_CALLS = 20
 
 
 def _shape_text(shapes) -> str:
@@ -210,3 +220,35 @@ def _churn_stake(report: Report) -> dict:
     out = operator_stake(report, sum(r.self_pct for r in report.operators if r.cpu_memory_bytes > 0))
     out["time_at_stake_basis"] += f" ({UPPER_BOUND}: the allocating operators' whole time)"
     return out
+
+
+def autograd_in_inference(report: Report) -> list[Finding]:
+    a = report.autograd
+    training = report.steps is not None and report.steps.detector == "optimizer"
+    if a is None or a.backward_ops or training or not a.calls or not a.lines:
+        return []
+    share = a.recording_calls / a.calls
+    if share < AUTOGRAD_MIN_SHARE or a.recording_calls < AUTOGRAD_MIN_CALLS:
+        return []
+    top = a.lines[0]
+    return [Finding(
+        kind="autograd_in_inference",
+        severity="medium",
+        title=(f"autograd records a graph in {share:.0%} of the torch calls ({a.recording_calls} of {a.calls}) "
+               f"but no backward runs" + (f", most at {top.source}" if top.source else "")),
+        op=None,
+        location=top.source,
+        evidence={
+            "calls": a.calls, "recording_calls": a.recording_calls, "recording_share": round(share, 3),
+            "backward_ops": a.backward_ops, "grad_mode_off_calls": a.grad_mode_off_calls,
+            "lines": [{"source": l.source, "calls": l.calls} for l in a.lines[:5]],
+            "threshold_share": AUTOGRAD_MIN_SHARE,
+            "time_at_stake_pct": None,
+            "time_at_stake_basis": "not estimated: autograd's bookkeeping is part of the framework overhead",
+        },
+        suggestion=("Run inference under torch.inference_mode() (or torch.no_grad()): wrap the loop, or decorate "
+                    "the function that calls the model with @torch.inference_mode(). No autograd node is created, "
+                    "no input is kept alive for a backward, and inference tensors skip version counting. Keep "
+                    "grad mode only where a backward follows."),
+        layer="operators",
+    )]

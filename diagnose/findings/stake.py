@@ -86,7 +86,9 @@ from diagnose.report.model import Finding, Report
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 OPERATOR_LAYERS = ("operators", "microbench", "efficiency")
-SYMPTOM_TIER = {"low_efficiency": 1, "hot_operator": 2}  # the rest are causes (tier 0)
+# the rest are causes (tier 0); autograd recording in inference is one cause of the framework overhead that
+# python_overhead measures at the same line, so it is named first (and borrows that line's stake)
+SYMPTOM_TIER = {"autograd_in_inference": -1, "low_efficiency": 1, "hot_operator": 2}
 UPPER_BOUND = "an upper bound"  # in a time_at_stake_basis: the estimate is a ceiling
 UPPER_BOUND_FACTOR = 0.5
 DOUBTED_FACTOR = 0.5

@@ -425,6 +425,25 @@ class Finding:
 
 
 @dataclass
+class RecordingLine:
+    """One user line whose torch calls built an autograd graph in the operator pass's window."""
+
+    source: str | None  # the user's line (file.py:LINE), None outside the user's code
+    calls: int  # its calls made with grad mode on and an input that requires grad
+
+
+@dataclass
+class Autograd:
+    """Whether the window built autograd graphs, and whether any backward used them (operator pass)."""
+
+    calls: int  # torch calls recorded in the window (the source mode's count)
+    recording_calls: int  # of them: grad mode on and a tensor input requiring grad, so a graph node was made
+    backward_ops: int  # profiler rows of backward work in the window (names with "Backward", autograd engine)
+    grad_mode_off_calls: int = 0  # calls made under torch.no_grad() / inference_mode()
+    lines: list[RecordingLine] = field(default_factory=list)  # the recording calls per user line, most first
+
+
+@dataclass
 class Report:
     target: TargetInfo
     machine: Machine = field(default_factory=Machine)
@@ -440,6 +459,7 @@ class Report:
     counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
     steps: Steps | None = None  # script mode (None in function mode)
     modules: Modules | None = None  # operator time per nn.Module (None: no module ran, or an older report)
+    autograd: Autograd | None = None  # graph recording in the operator pass's window (None: an older report)
     compile: Compile | None = None  # torch.compile's work in the uninstrumented pass (None: nothing compiled)
     hangs: list[Hang] = field(default_factory=list)  # passes stopped because the target hung
     doctor: Doctor | None = None  # environment checks and measured trials (None: an older report)

@@ -135,3 +135,23 @@ def test_memory_churn_rate_is_over_the_recorded_window():
     rep.run.instrumented_wall_s = 0.5
     (g,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
     assert g.evidence["recorded_s"] == 0.5 and g.evidence["recorded_s_basis"] == "the operator pass's wall time"
+
+
+def test_autograd_recording_without_a_backward_is_named_at_its_line():
+    from diagnose.report.model import Autograd, RecordingLine, Steps
+
+    rep = report(row("aten::addmm", 90, source="serve.py:36"), row("aten::relu", 10, source="serve.py:36"))
+    rep.autograd = Autograd(calls=1311, recording_calls=1173, backward_ops=0,
+                            lines=[RecordingLine("serve.py:36", 1104), RecordingLine("serve.py:37", 69)])
+    found = [f for f in findings.derive(rep) if f.kind == "autograd_in_inference"]
+    assert len(found) == 1 and found[0].location == "serve.py:36" and found[0].severity == "medium"
+    assert "89%" in found[0].title and "torch.inference_mode()" in found[0].suggestion
+    # a backward in the window, training steps, or too few recording calls: nothing to say
+    rep.autograd.backward_ops = 12
+    assert not [f for f in findings.derive(rep) if f.kind == "autograd_in_inference"]
+    rep.autograd.backward_ops = 0
+    rep.steps = Steps(detector="optimizer", detail="SGD.step()", steps_seen=30, skip_steps=5, steps=20)
+    assert not [f for f in findings.derive(rep) if f.kind == "autograd_in_inference"]
+    rep.steps = None
+    rep.autograd.recording_calls, rep.autograd.lines = 300, [RecordingLine("serve.py:36", 300)]
+    assert not [f for f in findings.derive(rep) if f.kind == "autograd_in_inference"]

@@ -15,7 +15,7 @@ from typing import Any
 from diagnose.layers.base import Layer
 from diagnose.layers.operators import modules
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
-from diagnose.report.model import LayerStatus, Report
+from diagnose.report.model import Autograd, LayerStatus, RecordingLine, Report
 
 
 COMPILE_EVENT = "(dynamo_timed)"  # torch.compile's own phases as the profiler names them
@@ -61,6 +61,7 @@ class OperatorsLayer(Layer):
         }
         report.modules = modules.build(raw["rows"], seen, raw.get("module_roots") or [])
         report.stacks = modules.stacks(raw["rows"], seen, raw.get("module_roots") or [])
+        report.autograd = autograd_summary(raw)
         if raw.get("window"):
             notes.append(raw["window"])
         if raw.get("budget"):
@@ -78,3 +79,19 @@ class OperatorsLayer(Layer):
         if not rows:
             return LayerStatus("skipped", "the target ran no torch operators", notes=notes)
         return LayerStatus("ok", notes=notes)
+
+
+def is_backward(name: str) -> bool:
+    """A profiler row of backward work: an autograd node (`AddmmBackward0`) or the engine running one."""
+    return "Backward" in name or name.startswith("autograd::engine")
+
+
+def autograd_summary(raw: dict[str, Any]) -> Autograd | None:
+    """Graph recording in the window (recorder.py counts it per user line) and the backward work seen."""
+    data = raw.get("autograd")
+    if data is None:  # a result from before the recorder counted it
+        return None
+    lines = sorted((RecordingLine(source, n) for source, n in data.get("recording") or []), key=lambda l: -l.calls)
+    return Autograd(calls=int(raw.get("recorded_calls") or 0), recording_calls=sum(l.calls for l in lines),
+                    backward_ops=sum(int(r.get("calls") or 1) for r in raw.get("rows") or [] if is_backward(r["name"])),
+                    grad_mode_off_calls=int(data.get("grad_mode_off_calls") or 0), lines=lines)

@@ -67,6 +67,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
     is_compiling = torch.compiler.is_compiling
     locations = recorder.usercode.locations
     tracker = recorder.modules
+    grad_enabled = torch.is_grad_enabled
+    tensor_types = (torch.Tensor, torch.nn.Parameter)
 
     class SourceMode(TorchFunctionMode):
         """Labels each torch call with the user line that made it, while the recorder records.
@@ -89,6 +91,10 @@ def _source_mode(recorder: "OperatorsRecorder"):
                     recorder.stop()
                     return func(*args, **kwargs)
             user, library = locations(sys._getframe(1))
+            if not grad_enabled():
+                recorder.grad_off_calls += 1
+            elif any(type(a) in tensor_types and a.requires_grad for a in args):  # autograd records a node
+                recorder.recording[user] = recorder.recording.get(user, 0) + 1
             with record_function(Label.text(user, library, tracker.current())):
                 return func(*args, **kwargs)
 
@@ -241,6 +247,8 @@ class OperatorsRecorder(Recorder):
         self.results = None
         self.steps = 0
         self.schedule_note = None
+        self.recording: dict[str | None, int] = {}  # user line -> calls that built an autograd graph node
+        self.grad_off_calls = 0
         # the doctor's scan of operator inputs for subnormal values, during the last step before the window
         self.scanning = False
         self.input_scan: dict[tuple, list[dict[str, Any]]] = {}  # (call, module, user line, library) -> inputs
@@ -307,7 +315,8 @@ class OperatorsRecorder(Recorder):
 
         self.scanning = False
         self.profile = self.results = self.budget_note = None
-        self.calls = 0
+        self.calls = self.grad_off_calls = 0
+        self.recording.clear()
         self.rss0 = self.rss_trimmed = _rss_bytes()
         sched = None
         iters = self.spec.get("iters") if self.spec.get("mode") == "function" else None
@@ -390,6 +399,8 @@ class OperatorsRecorder(Recorder):
             "window": self.schedule_note,
             "recorded_iters": self.window if self.schedule_note else None,
             "recorded_calls": self.calls,
+            "autograd": {"recording": [[line, n] for line, n in self.recording.items()],
+                         "grad_mode_off_calls": self.grad_off_calls},
             "budget": self.budget_note,
             "modules": self.modules.result(),
             "input_scan": self.scan_rows(),
