@@ -353,8 +353,10 @@ class Run:
             clock = self.clock
             subnormals, scope = process_facts.scan_subnormals(clock._root if clock else None,  # noqa: SLF001
                                                               clock.last_inputs if clock else ())
+            libraries = process_facts.libraries()
             self.result["process"] = {
-                "libraries": process_facts.libraries(),
+                "libraries": libraries,
+                "blas_pools": process_facts.blas_pools(libraries),
                 "cpu_stat_path": (after or {}).get("path"),
                 "cpu_stat_before": (self.cpu_stat0 or {}).get("values") or {},
                 "cpu_stat_after": (after or {}).get("values") or {},

@@ -41,8 +41,10 @@ def checks(report: Report, cpuinfo: str = "/proc/cpuinfo", sys_root: str = "/sys
         runtimes = env_checks.classify(process.libraries)
         threading_env = report.machine.threading_env
         out.append(env_checks.check_openmp_runtimes(runtimes, threading_env))
+        pools = [process.blas_pools[lib.path] for lib in runtimes.blas
+                 if lib.owner != "torch" and lib.path in process.blas_pools]
         out.append(env_checks.check_blas_threads(runtimes, threading_env, report.machine.usable_cpus,
-                                                 report.machine.intra_op_threads))
+                                                 report.machine.intra_op_threads, any(pools) if pools else None))
         busy = sum(t.get("cpu_used") or 0.0 for t in report.threads.get("busy_threads") or []) or None
         out.append(env_checks.check_cpu_quota(process.cpu_stat_before, process.cpu_stat_after,
                                               report.run.wall_s or 0.0, busy, report.machine.cgroup_cpu_limit,

@@ -342,6 +342,9 @@ def _first_count(value: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+BLAS_VARIABLE_FACT = "thread variable to set"
+
+
 def check_blas_threads(runtimes: Runtimes, env: dict[str, str], usable_cpus: int, torch_threads: int | None,
                        blas_busy: bool | None = None) -> DoctorCheck:
     """Warn when a BLAS besides torch's own runs a full pool of threads beside torch's.
@@ -350,8 +353,9 @@ def check_blas_threads(runtimes: Runtimes, env: dict[str, str], usable_cpus: int
     torch (torch/lib, torch.libs) is torch's too. Any other (numpy's OpenBLAS, a system MKL) sizes
     its pool from its variable, else from the usable CPUs. `import torch` imports numpy, so numpy's
     OpenBLAS is mapped in every torch process where numpy is installed, with its pool idle unless
-    numpy or scipy does linear algebra: `blas_busy` says whether that pool did work in the window
-    (True), did not (False) or is not known (None). Only a busy pool with an unset variable warns.
+    numpy or scipy does linear algebra: `blas_busy` says whether that pool was started in the run, so
+    threaded BLAS work ran (True), was not (False) or is not known (None: not a forked pass, see
+    diagnose/doctor/process.py blas_pools). Only a busy pool with an unset variable warns.
     """
     separate = [lib for lib in runtimes.blas if lib.owner != "torch"]
     facts = [Fact("usable CPUs", usable_cpus, "CPUs", "affinity and cgroup quota")]
@@ -375,18 +379,20 @@ def check_blas_threads(runtimes: Runtimes, env: dict[str, str], usable_cpus: int
             facts.append(Fact(f"{setting[0]} ({lib.owner or lib.name})", setting[1], "", "environment"))
         pools.append(f"{lib.owner or 'system'}'s {lib.name} ({size} thread{'s' if size != 1 else ''})")
     if blas_busy is not None:
-        facts.append(Fact("separate BLAS pool did work", blas_busy, "", "thread recording"))
+        facts.append(Fact("separate BLAS pool started (threaded BLAS work ran)", blas_busy, "",
+                          "OpenBLAS blas_server_avail at the window's end, in a pass forked from the fork server"))
     torch_part = f"torch's {torch_threads} intra-op threads" if torch_threads is not None else "torch's pool"
     if not unset:
         return DoctorCheck("blas_threads", "ok",
                            f"{', '.join(pools)} beside {torch_part}: its thread count is set.", facts)
     if not blas_busy:
-        why = "did no work in the window" if blas_busy is False else "is idle unless numpy/scipy linear algebra runs"
+        why = "did no work in this run" if blas_busy is False else "is idle unless numpy/scipy linear algebra runs"
         return DoctorCheck("blas_threads", "ok",
                            f"{', '.join(pools)} is loaded beside {torch_part} with its thread count unset; "
                            f"its pool {why}.", facts)
     lib = unset[0]
     var = BLAS_THREAD_VARS.get(lib.name, ("OMP_NUM_THREADS",))[0]
+    facts.append(Fact(BLAS_VARIABLE_FACT, var, "", "the library's own thread variable (the trial sets it to 1)"))
     summary = (f"{', '.join(pools)} did work beside {torch_part} on {usable_cpus} usable CPUs with {var} unset: "
                f"the two pools together want more threads than there are CPUs.")
     suggestion = (f"Export {var}=1 before numpy is imported (or wrap the numpy code in "

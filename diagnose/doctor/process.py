@@ -15,6 +15,8 @@ error of the pass.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from diagnose.doctor.environment import loaded_libraries, read_own_cpu_stat
@@ -35,6 +37,30 @@ def libraries() -> list[str]:
             return loaded_libraries(fh.read())
     except OSError:
         return []
+
+
+def blas_pools(paths: list[str]) -> dict[str, bool]:
+    """For each OpenBLAS among `paths` (mapped shared objects): whether its thread pool was started in this
+    process. Only known in a pass forked from diagnose's fork server: OpenBLAS starts its pool when it is
+    loaded (numpy, imported by torch, loads it in the server) and shuts it down at fork, and starts it again
+    in the child only for a BLAS call that uses threads, so `blas_server_avail` (an exported variable of
+    OpenBLAS) is then 1 exactly when numpy/scipy did threaded linear algebra in this run. Empty in a fresh
+    process (the pool starts at load whatever runs) or when nothing can be read."""
+    import ctypes
+
+    forkserver = sys.modules.get("diagnose.forkserver")
+    if forkserver is None or not getattr(forkserver, "FORKED", False):
+        return {}
+    out: dict[str, bool] = {}
+    for path in paths:
+        if "openblas" not in os.path.basename(path).lower():
+            continue
+        try:
+            handle = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # already mapped: never loads anew
+            out[path] = bool(ctypes.c_int.in_dll(handle, "blas_server_avail").value)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return out
 
 
 def _tensors(root: Any, inputs: tuple) -> list[tuple[str, Any]]:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose.doctor.environment import BLAS_VARIABLE_FACT
 from diagnose.report.model import DoctorCheck, Trial
 
 ROUNDS = 3
@@ -109,6 +110,11 @@ def quota_threads_variant(command: str, quota_cpus: float) -> Variant:
     return Variant("quota_threads", "cpu_quota", _launch(env, command), env)
 
 
+def blas_threads_variant(command: str, variable: str) -> Variant:
+    env = {variable: "1"}
+    return Variant("blas_one_thread", "blas_threads", _launch(env, command), env)
+
+
 def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpus: float | None = None,
                  lib_dirs: Sequence[str] = LIB_DIRS) -> tuple[list[Variant], list[str]]:
     """The trials to run: those answering a check that warned, or every one this machine can try (`every`,
@@ -126,6 +132,10 @@ def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpu
         variants.append(bind_threads_variant(command))
     if "cpu_quota" in warned and quota_cpus:
         variants.append(quota_threads_variant(command, quota_cpus))
+    blas = next((c for c in checks if c.name == "blas_threads" and c.status == "warn"), None)
+    variable = next((f.value for f in blas.facts if f.name == BLAS_VARIABLE_FACT), None) if blas else None
+    if variable:
+        variants.append(blas_threads_variant(command, str(variable)))
     return variants, notes
 
 

@@ -234,6 +234,9 @@ class ProcessFacts:
     """Read inside the target's process by the uninstrumented pass, around its window (diagnose/runner.py)."""
 
     libraries: list[str] = field(default_factory=list)  # shared objects mapped at the window's end (/proc/self/maps)
+    # OpenBLAS path -> its thread pool was started in this run (a threaded BLAS call ran); known only in a pass
+    # forked from the fork server (diagnose/doctor/process.py blas_pools), else empty
+    blas_pools: dict[str, bool] = field(default_factory=dict)
     cpu_stat_path: str | None = None  # the process's cgroup cpu.stat, None when there is none
     cpu_stat_before: dict[str, int] = field(default_factory=dict)  # its counters at the window's start and end
     cpu_stat_after: dict[str, int] = field(default_factory=dict)

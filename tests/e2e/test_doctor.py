@@ -68,6 +68,8 @@ def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
     assert trials == {} and report["doctor"]["launch"] is None
     assert checks["page_faults"]["status"] == "ok" and checks["denormals"]["status"] == "ok"
     assert checks["openmp_runtimes"]["status"] == "ok" and checks["topology"]["status"] in ("ok", "skipped")
+    blas = {f["name"]: f["value"] for f in checks["blas_threads"]["facts"]}  # torch maps numpy's OpenBLAS, unused
+    assert checks["blas_threads"]["status"] == "ok" and blas["separate BLAS pool started (threaded BLAS work ran)"] is False
     assert not [f for f in report["findings"] if f["layer"] == "doctor"]
     assert "Environment doctor" in run_cli("--load", str(tmp_path / "r" / "report.json")).stdout
 
@@ -95,3 +97,18 @@ def test_subnormal_activations_in_functional_code_are_found_by_the_operator_pass
     assert all(s["subnormal"] == 0 for name, s in scanned.items() if "input 1" in name)  # w is normal
     den = checks["denormals"]
     assert den["status"] == "warn" and "matmul input 0" in den["summary"], den
+
+
+def test_numpys_blas_pool_beside_torchs_is_found_and_its_variable_tried(tmp_path):
+    report, checks, trials = _diagnose(tmp_path, "--layers", "doctor", "--skip-steps", "2", "--steps", "8",
+                                       "examples/numpy_beside_torch.py")
+    blas = checks["blas_threads"]
+    assert blas["status"] == "warn", blas  # numpy's OpenBLAS started its pool in the (forked) pass
+    facts = {f["name"]: f["value"] for f in blas["facts"]}
+    assert facts["separate BLAS pool started (threaded BLAS work ran)"] is True
+    assert facts["thread variable to set"] == "OPENBLAS_NUM_THREADS"
+    one = trials["blas_one_thread"]
+    assert one["rounds"] == 3 and one["speedup"] and one["change"].startswith("OPENBLAS_NUM_THREADS=1 python ")
+    kinds = [f["kind"] for f in report["findings"]]
+    assert ("blas_threads" in kinds) == (one["verdict"] == "win"), (kinds, one)
+

@@ -125,7 +125,14 @@ def test_blas_busy_numpy_pool_with_unset_variable_warns():
     assert c.status == "warn"
     assert "numpy's openblas (2 threads)" in c.summary and "torch's 2 intra-op threads" in c.summary
     assert "OPENBLAS_NUM_THREADS=1" in c.suggestion and "worker_init_fn" in c.suggestion
-    assert facts(c)["separate BLAS pool did work"] is True
+    assert facts(c)["separate BLAS pool started (threaded BLAS work ran)"] is True
+    assert facts(c)["thread variable to set"] == "OPENBLAS_NUM_THREADS"
+    # the warning is tried from outside: the variable at 1, at launch
+    from diagnose.doctor import trials
+
+    variants, _ = trials.variants_for([c], "python t.py", every=False)
+    assert [(v.name, v.check, v.env, v.change) for v in variants] == [
+        ("blas_one_thread", "blas_threads", {"OPENBLAS_NUM_THREADS": "1"}, "OPENBLAS_NUM_THREADS=1 python t.py")]
 
 
 def test_blas_thread_variable_set_is_ok():
