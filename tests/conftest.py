@@ -16,6 +16,19 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 DIAGNOSE = [sys.executable, "-m", "diagnose"]
 
+# Tests whose assertions do not depend on how busy the CPUs are: `make test` runs them two at a time
+# (pytest-xdist, `-m parallel_safe -n 2`) and everything else alone, after them. Findings about threads,
+# trials, sweeps, micro-benchmarks, rooflines and the planted examples measure this machine and stay serial.
+PARALLEL_SAFE = {"unit", "test_bad_input.py", "test_faults.py", "test_report.py", "test_compare_cli.py",
+                 "test_vtune_cli.py", "test_microbench_cli.py", "test_html_browser.py", "test_steps_cli.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.name in PARALLEL_SAFE or path.parent.name in PARALLEL_SAFE:
+            item.add_marker(pytest.mark.parallel_safe)
+
 
 @dataclass
 class CliRun:
