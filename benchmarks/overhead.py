@@ -50,7 +50,9 @@ sys.path.insert(0, str(REPO))
 from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
 from microbench.stats import bootstrap_median_ci  # noqa: E402
 
-HEADING = "## Overhead of diagnosing, against plain runs and other profilers"
+HEADING = "## Overhead of diagnosing, against plain runs"
+PEERS_HEADING = "## Overhead of diagnosing, against other profilers"
+PEER_TIMEOUT_S = 420  # a peer still running after 7 min (the plain run: ~14 s) is stopped and not measured again
 PY = sys.executable
 MLP = REPO / "examples" / "mlp.py"
 ROWLOOP = REPO / "examples" / "python_row_loop.py"
@@ -92,8 +94,9 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
-def run(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak PSS of the process tree in MiB) of one command."""
+def run(cmd: list[str], timeout_s: float | None = None) -> tuple[float, float]:
+    """(wall seconds, peak PSS of the process tree in MiB) of one command; SystemExit if it fails or runs
+    past `timeout_s` (then its process tree is killed)."""
     peak = [0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -105,7 +108,17 @@ def run(cmd: list[str]) -> tuple[float, float]:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    _, err = proc.communicate()
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        for pid in [*_tree(proc.pid)][::-1]:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        proc.communicate()
+        done.set()
+        raise SystemExit(f"{' '.join(cmd[:4])} stopped after {timeout_s:.0f} s") from None
     wall = time.perf_counter() - t0
     done.set()
     watcher.join()
@@ -148,14 +161,17 @@ def measure_peers(python: str, rounds: int, tmp: Path) -> dict[str, list[tuple[f
         "diagnose": _diagnose_cmd(MLP, args, tmp / "peer-out"),
     }
     out: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
+    given_up: set[str] = set()
     for r in range(rounds):
-        names = list(commands)
+        names = [n for n in commands if n not in given_up]
         names = names[r % len(names):] + names[:r % len(names)]
         for name in names:
             try:
-                out[name].append(run(commands[name]))
+                out[name].append(run(commands[name], timeout_s=PEER_TIMEOUT_S))
             except (SystemExit, OSError) as exc:
                 print(f"peer {name}: {exc}", file=sys.stderr)
+                given_up.add(name)
+                out[name] = []
     return out
 
 
@@ -163,7 +179,7 @@ def _med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(results, peers, rounds: int, took_s: float) -> str:
+def report(results, rounds: int, took_s: float) -> str:
     lines = [
         HEADING, "",
         f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
@@ -207,24 +223,32 @@ def report(results, peers, rounds: int, took_s: float) -> str:
                       f"(median wall at 3000 steps minus at 30, over 2970 steps), against "
                       f"{1e3 * (p_long - p_short) / 2970:.2f} ms for the plain run: diagnose ends the script after "
                       "its window, so the job's length costs it nothing beyond the window."]
-    if peers:
-        plain_s = _med([w for w, _ in peers["plain"]])
-        plain_m = _med([m for _, m in peers["plain"]])
-        lines += ["", "Peers on `examples/mlp.py --steps 300` (whole process, as a user runs each; medians of "
-                      f"{rounds} rounds in rotated order; peak PSS of the process tree):", "",
-                  "| tool | wall | vs plain | peak memory | vs plain |", "| --- | ---: | ---: | ---: | ---: |"]
-        for name, values in peers.items():
-            if not values:
-                lines.append(f"| {name} | failed | - | - | - |")
-                continue
-            w, m = _med([v[0] for v in values]), _med([v[1] for v in values])
-            lines.append(f"| {name} | {w:.2f} s | {w / plain_s:.2f}x | {m:.0f} MiB | {m / plain_m:.2f}x |")
-        lines.append("- The peers profile Python (and Scalene memory); diagnose runs three passes (uninstrumented "
-                     "with the thread sampler, operators, cProfile), micro-benchmarks and the roofline, each pass on "
-                     "the window of steps.")
-    lines += ["", f"- Reproduce: `.venv/bin/python benchmarks/overhead.py --rounds {rounds} --peers-python "
-                  "PEERS/bin/python --write benchmarks/RESULTS.md` on a quiet machine, PEERS a venv with "
-                  "`torch==2.13.0 pyinstrument py-spy scalene`.", ""]
+    lines += ["", f"- Reproduce: `.venv/bin/python benchmarks/overhead.py --rounds {rounds} --write "
+                  "benchmarks/RESULTS.md` on a quiet machine (the peers have their own section).", ""]
+    return "\n".join(lines)
+
+
+def report_peers(peers, rounds: int, took_s: float) -> str:
+    plain_s = _med([w for w, _ in peers["plain"]])
+    plain_m = _med([m for _, m in peers["plain"]])
+    lines = [PEERS_HEADING, "",
+             f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
+             f"{usable_cpus()[0]} usable. Took {took_s:.0f} s.",
+             "- `examples/mlp.py --steps 300` (whole process, as a user runs each; medians of "
+             f"{rounds} rounds in rotated order; peak PSS of the process tree):", "",
+             "| tool | wall | vs plain | peak memory | vs plain |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, values in peers.items():
+        if not values:
+            lines.append(f"| {name} | not measured (failed or stopped after {PEER_TIMEOUT_S // 60} min) | - | - | - |")
+            continue
+        w, m = _med([v[0] for v in values]), _med([v[1] for v in values])
+        lines.append(f"| {name} | {w:.2f} s | {w / plain_s:.2f}x | {m:.0f} MiB | {m / plain_m:.2f}x |")
+    lines += ["- The peers profile Python (and Scalene memory); diagnose runs three passes (uninstrumented "
+              "with the thread sampler, operators, cProfile), micro-benchmarks and the roofline, each pass on "
+              "the window of steps.",
+              "", f"- Reproduce: `.venv/bin/python benchmarks/overhead.py --cases '' --rounds {rounds} --peers-python "
+              "PEERS/bin/python --write benchmarks/RESULTS.md` on a quiet machine, PEERS a venv with "
+              "`torch==2.13.0 pyinstrument py-spy scalene`.", ""]
     return "\n".join(lines)
 
 
@@ -238,17 +262,24 @@ def main() -> None:
     for name in [c for c in CASES if c not in args.cases.split(",")]:
         del CASES[name]
     started = time.monotonic()
+    from results import replace_section  # benchmarks/results.py, beside this script
+
     with tempfile.TemporaryDirectory(prefix="diagnose-overhead-") as tmpdir:
         tmp = Path(tmpdir)
-        results = measure_cases(args.rounds, tmp)
-        peers = measure_peers(args.peers_python, args.rounds, tmp) if args.peers_python else {}
-        shutil.rmtree(tmp / "out", ignore_errors=True)
-    text = report(results, peers, args.rounds, time.monotonic() - started)
-    print(text)
-    if args.write:
-        from results import replace_section  # benchmarks/results.py, beside this script
-
-        replace_section(args.write, HEADING, text)
+        if CASES:
+            results = measure_cases(args.rounds, tmp)
+            shutil.rmtree(tmp / "out", ignore_errors=True)
+            text = report(results, args.rounds, time.monotonic() - started)
+            print(text)
+            if args.write:
+                replace_section(args.write, HEADING, text)
+        if args.peers_python:
+            started = time.monotonic()
+            text = report_peers(measure_peers(args.peers_python, args.rounds, tmp), args.rounds,
+                                time.monotonic() - started)
+            print(text)
+            if args.write:
+                replace_section(args.write, PEERS_HEADING, text)
 
 
 if __name__ == "__main__":
