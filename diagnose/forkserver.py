@@ -43,7 +43,6 @@ from typing import Any
 READY_TIMEOUT_S = 120.0
 # what every pass imports before its clock starts (diagnose/runner.py)
 PRELOAD = ("torch", "torch._dynamo", "torch.profiler", "diagnose.runner")
-FORKED = False  # True in a child forked from the server (diagnose/doctor/process.py reads it)
 
 
 # ---------------------------------------------------------------- server side
@@ -104,8 +103,6 @@ def _fork(request: dict[str, Any], sock: socket.socket, pipe: tuple[int, int]) -
     if pid:
         return pid
     code = 1
-    global FORKED
-    FORKED = True
     try:
         os.setsid()
         sock.close()

@@ -122,13 +122,13 @@ def run_pass(
     (extra_env), a command prefix, or torchrun (diagnose/forkserver.py).
     """
     os.makedirs(workdir, exist_ok=True)
-    spec = {**spec, "workdir": workdir}
+    dist = spec.get("distributed")
+    forked = server is not None and not (dist or command_prefix or extra_env)
+    spec = {**spec, "workdir": workdir, "forked": forked}  # the runner reads it (doctor/process.py blas_pools)
     spec_path = os.path.join(workdir, "spec.json")
     with open(spec_path, "w") as fh:
         json.dump(spec, fh)
     log_path = os.path.join(workdir, "output.log")
-    dist = spec.get("distributed")
-    forked = server is not None and not (dist or command_prefix or extra_env)
     out = None if passthrough or forked else open(log_path, "wb")
     if dist:
         from diagnose.distributed import launcher

@@ -356,7 +356,7 @@ class Run:
             libraries = process_facts.libraries()
             self.result["process"] = {
                 "libraries": libraries,
-                "blas_pools": process_facts.blas_pools(libraries),
+                "blas_pools": process_facts.blas_pools(libraries, bool(self.spec.get("forked"))),
                 "cpu_stat_path": (after or {}).get("path"),
                 "cpu_stat_before": (self.cpu_stat0 or {}).get("values") or {},
                 "cpu_stat_after": (after or {}).get("values") or {},

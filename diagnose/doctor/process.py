@@ -16,7 +16,6 @@ error of the pass.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from diagnose.doctor.environment import loaded_libraries, read_own_cpu_stat
@@ -39,17 +38,16 @@ def libraries() -> list[str]:
         return []
 
 
-def blas_pools(paths: list[str]) -> dict[str, bool]:
+def blas_pools(paths: list[str], forked: bool) -> dict[str, bool]:
     """For each OpenBLAS among `paths` (mapped shared objects): whether its thread pool was started in this
-    process. Only known in a pass forked from diagnose's fork server: OpenBLAS starts its pool when it is
+    process. Only known in a pass forked from diagnose's fork server (`forked`): OpenBLAS starts its pool when it is
     loaded (numpy, imported by torch, loads it in the server) and shuts it down at fork, and starts it again
     in the child only for a BLAS call that uses threads, so `blas_server_avail` (an exported variable of
     OpenBLAS) is then 1 exactly when numpy/scipy did threaded linear algebra in this run. Empty in a fresh
     process (the pool starts at load whatever runs) or when nothing can be read."""
     import ctypes
 
-    forkserver = sys.modules.get("diagnose.forkserver")
-    if forkserver is None or not getattr(forkserver, "FORKED", False):
+    if not forked:
         return {}
     out: dict[str, bool] = {}
     for path in paths:

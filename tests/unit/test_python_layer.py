@@ -152,3 +152,31 @@ def test_blocking_built_ins_are_waiting_not_python(tmp_path):
     assert summary["python_share"] < 0.2  # what is left is Python's own: spawning, bookkeeping
     report = Report(target=TargetInfo(script=__file__), python_hotspots=rows, python_summary=summary)
     assert not [f for f in python_overhead(report) if "framework" in f.title]
+
+
+def test_a_call_graph_pass_the_host_slowed_does_not_turn_slower_operators_into_python():
+    """module_scope_loop.py as one run measured it: 20 large matmuls and ~100 Python calls; the call-graph pass
+    took 4.46 s against the operator pass's 3.09 s, and 1.32 s of its slower matmuls read as <module>'s Python."""
+    from diagnose.layers.python import correct_hidden_operators
+    from diagnose.report.model import PythonFunction, Report, Run, TargetInfo
+
+    def module_row():
+        return PythonFunction(function="<module>", location="m.py:1", kind="user", calls=1, self_s=4.224,
+                              cumulative_s=4.46, self_pct=94.7, cumulative_pct=99.9, loop_overhead_s=4.224,
+                              tiny_calls=0, torch_calls_s=0.147, operators_all_s=3.047)
+
+    rep = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=3.06, instrumented_wall_s=3.09))
+    summary = {"total_s": 4.46, "calls": 120, "split_s": {"torch": 0.2, "user": 4.26, "library": 0.0, "builtin": 0.0}}
+    row = module_row()
+    correct_hidden_operators([row], summary, rep, pass_wall_s=4.46)
+    assert summary["operator_pace"] == pytest.approx(4.46 / 3.09, abs=1e-3)
+    assert row.loop_overhead_s == 0.0  # all of it was the slower pass's matmuls
+    # without the pass's wall time the operator pass's times are taken as they are: the old reading
+    row = module_row()
+    correct_hidden_operators([row], dict(summary), rep)
+    assert row.loop_overhead_s == pytest.approx(1.324, abs=1e-3)
+    # a pass slowed by cProfile itself (a million profiled calls, 1 us each at most) is not a slow host
+    row = module_row()
+    many = {**summary, "calls": 1_500_000}
+    correct_hidden_operators([row], many, rep, pass_wall_s=4.46)
+    assert many["operator_pace"] == 1.0 and row.loop_overhead_s == pytest.approx(1.324, abs=1e-3)

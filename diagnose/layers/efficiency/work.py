@@ -46,6 +46,9 @@ REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vecto
               "logsumexp", "var_mean", "std_mean", "argmax", "argmin", "all", "any"}
 GATHERS = {"embedding", "index_select", "gather", "take", "index"}  # the source is their first tensor
 FLOPS_PER_ELEMENT = {"softmax": 5, "reduction": 1, "pointwise": 1}
+# attention kernels flop_counter does not register (the CPU flash kernel): q, k, v are their first three inputs
+ATTENTION_FORWARD = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math",
+                     "_scaled_dot_product_fused_attention_overrideable"}
 
 
 def _distinct_elements(shape: list[int], strides: list[int] | None) -> int:
@@ -129,6 +132,12 @@ def estimate(row: dict[str, Any]) -> dict[str, Any]:
     base = opname.rstrip("_")
     if packet in flop_registry:
         out["flops"], out["flops_source"] = int(counter.get_total_flops()), "flop_counter"
+    elif opname in ATTENTION_FORWARD and len(tensors) >= 3:
+        from torch.utils.flop_counter import sdpa_flop_count
+
+        q, k, v = (list(t.shape) for t, _ in tensors[:3])
+        out["flops"], out["flops_source"] = int(sdpa_flop_count(q, k, v)), \
+            "flop_counter's attention count (Q K^T and P V: 4 x batch x heads x L x S x E; softmax not counted)"
     elif torch.Tag.pointwise in getattr(overload, "tags", ()):
         out["flops"], out["flops_source"] = out_elems * FLOPS_PER_ELEMENT["pointwise"], \
             "pointwise estimate: 1 FLOP per output element"
