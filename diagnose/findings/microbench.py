@@ -158,6 +158,11 @@ def sequential_operator(report: Report) -> list[Finding]:
             suggestion = (f"Each weight element of {short} serves only {m_} row(s), so it is bound by reading the "
                           f"weights, and torch's BLAS does not split a product this small across threads. "
                           + BANDWIDTH_TEXT["matmul"] + layout + " " + reproducer)
+        elif doubts:  # a flat result this run cannot vouch for: say so before any advice
+            title = f"{op} at {shapes} did not speed up with threads in its micro-benchmark, a doubted result: {times}"
+            suggestion = (f"Re-measure before acting ({'; '.join(doubts)}): {reproducer.rstrip('.')}, on a quiet "
+                          f"machine. Only if {short} stays flat there do {n - 1} of the {n} CPUs idle while it runs; "
+                          "then overlap it with other work or split it into independent pieces.")
         else:
             title = f"{op} at {shapes} does not speed up with threads: {times}"
             advice = suggestion_for(report, op, one.get("input_shapes"), one.get("dtypes"), one.get("source"))

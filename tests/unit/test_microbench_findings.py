@@ -48,6 +48,10 @@ def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
     assert f.severity == "low" and "contended" in f.evidence["doubts"][0]
     (g,) = sequential_operator(_report(444_400, 440_000, noisy=True, noise_pct=25.0))
     assert g.severity == "low" and "noisy" in g.evidence["doubts"][0]
+    # a doubted flat result is not called a sequential kernel: re-measure first
+    for h in (f, g):
+        assert "a doubted result" in h.title and h.suggestion.startswith("Re-measure before acting")
+        assert "the kernel is sequential" not in h.suggestion
 
 
 def test_needs_one_thread_and_at_least_two():
