@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from diagnose.machine import cpu_flags, own_cgroup_dirs  # noqa: F401 - cpu_flags is this module's reader too
+from diagnose.machine import own_cgroup_dirs
 from diagnose.report.model import DoctorCheck, Fact
 
 # ---------------------------------------------------------------- thresholds
@@ -189,11 +189,6 @@ def read_own_cpu_stat(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/pr
         if usage_only is None and values:
             usage_only = CpuStat(path, values)
     return usage_only
-
-
-# ---------------------------------------------------------------- /proc/cpuinfo
-
-
 
 
 # ---------------------------------------------------------------- sysfs topology

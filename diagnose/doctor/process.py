@@ -67,11 +67,16 @@ def _tensors(root: Any, inputs: tuple) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     if root is not None:
         out += list(root.named_parameters()) + list(root.named_buffers())
-    out += [(f"input {i}", t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
-    out = [(n, t) for n, t in out if t.is_floating_point() and not t.is_complex() and t.numel() >= SCAN_MIN_VALUES
-           and t.device.type == "cpu"]
+    out += [(f"input {i}", t) for i, t in enumerate(inputs)]
+    out = [(n, t) for n, t in out if _scannable(t, torch)]
     out.sort(key=lambda nt: -nt[1].numel())
     return out[:SCAN_MAX_TENSORS]
+
+
+def _scannable(t: Any, torch) -> bool:
+    """A floating CPU tensor of at least SCAN_MIN_VALUES values."""
+    return (isinstance(t, torch.Tensor) and t.is_floating_point() and not t.is_complex() and t.device.type == "cpu"
+            and t.numel() >= SCAN_MIN_VALUES)
 
 
 def count_subnormals(t: Any) -> dict[str, Any] | None:
@@ -79,8 +84,7 @@ def count_subnormals(t: Any) -> dict[str, Any] | None:
     floating CPU tensor of at least SCAN_MIN_VALUES values. Call under torch.no_grad()."""
     import torch
 
-    if (not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.is_complex() or t.device.type != "cpu"
-            or t.numel() < SCAN_MIN_VALUES):
+    if not _scannable(t, torch):
         return None
     flat = t.detach().reshape(-1)
     if flat.numel() > SCAN_MAX_VALUES:

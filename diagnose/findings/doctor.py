@@ -10,9 +10,9 @@ topology, low_precision):
   won without its check warning (--doctor runs them all) is reported too:
   it was measured.
 - a warning whose suggestion cannot be tried from outside (two OpenMP
-  runtimes, low precision without hardware; a separate BLAS pool is tried
-  with its thread variable set to 1) gets a finding with the
+  runtimes, low precision without hardware) gets a finding with the
   check's own estimate of its stake (none: `low`), marked not measured.
+  (A separate BLAS pool is tried: its thread variable set to 1.)
 - a warning whose trials all failed to win gets no finding: the doctor
   section lists it as tried, with no gain.
 """

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.doctor import environment as env
-from diagnose.machine import cgroup_cpu_limit, own_cgroup_dirs
+from diagnose.machine import cgroup_cpu_limit, cpu_flags, own_cgroup_dirs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "doctor"
 TORCH_GOMP = "/work/main/.venv/lib/python3.11/site-packages/torch/lib/libgomp.so.1"
@@ -235,14 +235,14 @@ def test_cpu_quota_ok_and_skipped():
 
 
 def test_cpu_flags_first_flags_line():
-    flags = env.cpu_flags(text("cpuinfo_epyc_avx2.txt"))
+    flags = cpu_flags(text("cpuinfo_epyc_avx2.txt"))
     assert {"avx2", "fma", "sha_ni"} <= flags and not flags & {"avx512f", "avx512_bf16", "amx_bf16"}
-    assert {"avx512_bf16", "amx_bf16", "avx512_fp16"} <= env.cpu_flags(text("cpuinfo_sapphire_rapids_handmade.txt"))
-    assert env.cpu_flags("processor\t: 0\nFeatures\t: fp asimd bf16\n") == {"fp", "asimd", "bf16"}
+    assert {"avx512_bf16", "amx_bf16", "avx512_fp16"} <= cpu_flags(text("cpuinfo_sapphire_rapids_handmade.txt"))
+    assert cpu_flags("processor\t: 0\nFeatures\t: fp asimd bf16\n") == {"fp", "asimd", "bf16"}
 
 
 def test_low_precision_bf16_without_instructions_warns():
-    flags = env.cpu_flags(text("cpuinfo_epyc_avx2.txt"))
+    flags = cpu_flags(text("cpuinfo_epyc_avx2.txt"))
     c = env.check_low_precision(flags, {"c10::BFloat16": 62.5, "float": 37.5})
     assert c.status == "warn" and c.at_stake_pct == 62.5
     assert "bfloat16 operators take 62% of operator time" in c.summary and "avx512_bf16, amx_bf16" in c.summary
@@ -254,10 +254,10 @@ def test_low_precision_bf16_without_instructions_warns():
 
 
 def test_low_precision_ok_with_instructions_fp32_or_below_threshold():
-    spr = env.cpu_flags(text("cpuinfo_sapphire_rapids_handmade.txt"))
+    spr = cpu_flags(text("cpuinfo_sapphire_rapids_handmade.txt"))
     c = env.check_low_precision(spr, {"c10::BFloat16": 80.0, "c10::Half": 10.0, "float": 10.0})
     assert c.status == "ok" and facts(c)["bfloat16 instructions"] == "avx512_bf16, amx_bf16"
-    epyc = env.check_low_precision(env.cpu_flags(text("cpuinfo_epyc_avx2.txt")), {"float": 100.0})
+    epyc = env.check_low_precision(cpu_flags(text("cpuinfo_epyc_avx2.txt")), {"float": 100.0})
     assert epyc.status == "ok"
     below = env.LOW_PRECISION_MIN_SHARE_PCT / 2
     assert env.check_low_precision(spr - {"avx512_bf16", "amx_bf16"}, {"BFloat16": below}).status == "ok"
@@ -344,7 +344,7 @@ def test_this_process_and_machine_through_the_real_readers():
     if len(t.nodes) == 1 and not t.smt:  # this project's machine
         assert check.status == "ok" and "one NUMA node, without SMT" in check.summary
     with open("/proc/cpuinfo") as fh:
-        assert env.cpu_flags(fh.read())
+        assert cpu_flags(fh.read())
     stat = env.read_own_cpu_stat()
     if stat is not None:
         assert all(isinstance(v, int) for v in stat.values.values())
