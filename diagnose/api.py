@@ -278,15 +278,11 @@ def write_report(report: Report, output_dir: str) -> None:
 
 def _write_report(report: Report, output_dir: str) -> None:
     pictures = ((report.threads.get("timeline"), plots.threads_png, "threads", "threads.png"),
-                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"),
-                (report.stacks, plots.flame_png, "operators", "flamegraph.png"))
-    for data, draw, layer, name in pictures:  # a picture that cannot be drawn is named missing, with why
-        if not data:
-            continue
-        try:
-            why = draw(report, os.path.join(output_dir, name))
-        except Exception as exc:  # noqa: BLE001 - a picture must not take the report down
-            why = f"drawing it failed: {type(exc).__name__}: {exc}"
+                (report.stacks, plots.flame_png, "operators", "flamegraph.png"),
+                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"))
+    pictures = tuple(p for p in pictures if p[0])
+    whys = plots.draw_all(report, [(draw, os.path.join(output_dir, name)) for _, draw, _, name in pictures])
+    for (_, _, layer, name), why in zip(pictures, whys):  # a picture that cannot be drawn is named missing, with why
         if why is None:
             report.artifacts[name.replace(".", "_")] = name
         elif layer in report.layers:

@@ -22,6 +22,10 @@ from diagnose.report.model import LayerStatus, Report
 DEFAULT_BUDGET_S = 15.0
 DEFAULT_TOP = 3
 REPRODUCERS = "reproducers"
+# each measurement stops when IQR/median < 10% or after this long (microbench's own default is 2 s): on a
+# noisy host the adaptive loop rarely converges, and a second of blocks already pins the median that the
+# findings read; the IQR shown beside it says how noisy the host was
+MAX_RUN_TIME_S = 1.0
 START_UP_ALLOWANCE_S = 60.0  # beyond the budget: interpreter and torch start-up, the last measurement
 
 
@@ -42,7 +46,8 @@ class MicrobenchLayer(Layer):
         report_io.save(report, source)
         out = os.path.join(workdir, "microbench.json")
         cmd = [sys.executable, "-m", "microbench", "from-report", source, "--top", str(top),
-               "--budget", f"{budget:g}", "--json", out, "--reproducers", os.path.join(workdir, REPRODUCERS), "-q"]
+               "--budget", f"{budget:g}", "--max-run-time", f"{MAX_RUN_TIME_S:g}", "--json", out,
+               "--reproducers", os.path.join(workdir, REPRODUCERS), "-q"]
         log_path = os.path.join(workdir, "microbench.log")
         code, _ = run_helper(cmd, log_path, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None),
                              server=getattr(context, "server", None))
