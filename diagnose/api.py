@@ -53,6 +53,7 @@ class Config:
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
     max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
     fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
+    what_if: tuple[str, ...] = ()  # --what-if: variant names, or ("auto",) (diagnose/whatif/variants.py)
     doctor: bool = False  # --doctor: every trial this machine can run, not only those answering a warning
     track_modules: bool = True  # the operator pass's module tracking (benchmarks/modules_overhead.py turns it off)
     stall_after_s: float = STALL_AFTER_S  # a pass whose tree used no CPU this long is hung (0: never; diagnose/stall.py)
@@ -78,6 +79,8 @@ class Progress(Protocol):
 
     def layer_finished(self, name: str, status: str, elapsed_s: float) -> None: ...
 
+    def note(self, text: str) -> None: ...
+
 
 class NullProgress:
     def pass_started(self, *args: Any) -> None:
@@ -90,6 +93,9 @@ class NullProgress:
         pass
 
     def layer_finished(self, *args: Any) -> None:
+        pass
+
+    def note(self, text: str) -> None:
         pass
 
 
@@ -232,6 +238,7 @@ def _apply_outcome(report: Report, outcome: PassOutcome) -> None:
 def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
     res = outcome.result or {}
     report.run.wall_s = res.get("wall_s")
+    report.run.pass_s = round(outcome.elapsed_s, 3)
     report.run.iterations = _stats(res.get("iteration_s") or [])
     report.run.minor_faults = res.get("minor_faults")
     if res.get("process"):
@@ -323,6 +330,8 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
 
         report.distributed = distributed_view.start(_spec(target, config, "", None)["distributed"])
     layers = [LAYERS[name] for name in config.layers]
+    if config.what_if:  # opt-in, after the doctor: it re-runs the workload with code changes applied
+        layers.append(OPT_IN["what_if"])
     passes: list[tuple[str, Any]] = [("baseline", None)] if config.baseline else []
     observers: list[Any] = []
     derived: list[Any] = []
@@ -354,11 +363,12 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
                                  progress, steps=len(passes) + len(derived), server=server)
             context = DerivedContext(
                 options={"microbench_budget": config.microbench_budget, "microbench_top": config.microbench_top,
-                         "doctor": config.doctor},
+                         "doctor": config.doctor, "what_if": list(config.what_if)},
                 tick=progress.tick, server=server.get() if derived else None,
                 run_workload=_workload_runner(target, config, workroot, progress, window, server)
                 if config.baseline else None,
-                on_trial=lambda i, n, name: progress.pass_started(i, n, "doctor", f"trial {name}", True))
+                on_trial=lambda i, n, name, kind="doctor": progress.pass_started(i, n, kind, f"trial {name}", True),
+                say=progress.note)
             for i, layer in enumerate(derived, 1):
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
                              len(passes) + len(derived), context)

@@ -127,6 +127,11 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     p.add_argument("--doctor", action="store_true",
                    help="environment doctor: run every trial this machine can (allocators, flush_denormal, thread "
                         "binding) on your steps, not only those answering a check that warned")
+    p.add_argument("--what-if", metavar="LIST",
+                   help="measure code changes on your steps, applied from outside to your outermost nn.Module: "
+                        "auto (those that apply) or a comma list of inference_mode, channels_last, bf16, compile, "
+                        "flush_denormal, threads (= --sweep); each in interleaved rounds against the unchanged run, "
+                        "with a 95%% interval and an output check")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
     p.add_argument("--sweep-repeats", type=int, default=2, metavar="N",
@@ -307,6 +312,16 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     config.microbench_budget, config.microbench_top = args.microbench_budget, args.microbench_top
     config.vtune = args.vtune
     config.doctor = args.doctor
+    if args.what_if is not None:
+        from diagnose.whatif.variants import ORDER
+
+        names = [v.strip() for v in args.what_if.split(",") if v.strip()]
+        unknown = [n for n in names if n not in (*ORDER, "auto", "threads")]
+        if not names or unknown:
+            raise UsageError(f"--what-if wants auto or a comma list of {', '.join(ORDER)}, threads; "
+                             f"not {', '.join(unknown) or repr(args.what_if)}")
+        config.sweep = config.sweep or "threads" in names
+        config.what_if = tuple(n for n in names if n != "threads")
     if args.sweep_threads:
         try:
             config.sweep_threads = sorted({int(v) for v in args.sweep_threads.split(",") if v.strip()})

@@ -218,6 +218,7 @@ class Run:
         self.baseline = not spec.get("layer")  # the uninstrumented pass (and the doctor's trial passes)
         self.cpu_stat0: dict[str, Any] | None = None  # the cgroup's cpu.stat when the measured part began
         self.ended_after_window = False
+        self.whatif = None  # a what-if pass's variant (diagnose/whatif/child.py)
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result["exit_code"] = code
@@ -241,6 +242,11 @@ class Run:
             self.result["thread_calls"] = _record_thread_calls(torch, spec["script"], spec.get("cwd") or os.getcwd())
         if options.get("flush_denormal"):  # a doctor trial (diagnose/doctor/trials.py)
             self.result["overrides"]["flush_denormal"] = {"value": bool(torch.set_flush_denormal(True))}
+        if options.get("what_if"):  # a what-if pass (diagnose/whatif/): seeded, the variant applied from outside
+            from diagnose.whatif.child import WhatIfChild
+
+            self.whatif = WhatIfChild(torch, options["what_if"], spec["pass"])
+            self.whatif.install()
         if options.get("dataloader_workers") is not None:
             self.result["overrides"]["dataloader_workers"] = _pin_workers(int(options["dataloader_workers"]))
         if spec.get("layer"):
@@ -383,6 +389,8 @@ class Run:
             if self.compile_before is not None and "compile_s" in compiled:
                 compiled["in_window_s"] = max(0.0, compiled["compile_s"] - self.compile_before)
             self.result["compile"] = compiled
+        if self.whatif is not None:
+            self.whatif.write(compiled)
         if self.clock is not None:
             if final:
                 self.clock.uninstall()

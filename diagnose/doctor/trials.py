@@ -154,7 +154,7 @@ def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed:
     rng = random.Random(seed)
 
     def resample(passes: list[list[float]]) -> float:
-        return statistics.median([p[rng.randrange(len(p))] for p in passes for _ in range(len(p))])
+        return statistics.median([x for p in passes for x in rng.choices(p, k=len(p))])
 
     ratios = sorted(resample(base) / resample(variant) for _ in range(resamples))
     alpha = 1.0 - CONFIDENCE
@@ -192,9 +192,11 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
 RunWorkload = Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"]
 
 
-def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS) -> list[Trial]:
+def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
+               baseline_options: dict[str, Any] | None = None) -> list[Trial]:
     """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
-    times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on)."""
+    times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
+    `baseline_options`: runner options of the baseline side (the what-if passes' seed and output capture)."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: list[list[float]] = []
     passes: dict[str, list[list[float]]] = {v.name: [] for v in variants}
@@ -211,7 +213,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS) 
                 continue
             name = "baseline" if v is None else v.name
             env = {"DIAGNOSE_TRIAL": name, **(v.env if v else {})} if fresh else {}
-            out = run(f"trial-{r}-{name}", env, dict(v.options) if v else {})
+            out = run(f"trial-{r}-{name}", env, dict(v.options) if v else dict(baseline_options or {}))
             if isinstance(out, str) or not out:
                 if v is None:  # without the baseline this round compares nothing
                     break

@@ -13,7 +13,9 @@ operator class.
 
 from __future__ import annotations
 
-from diagnose.findings import doctor, efficiency, hangs, microbench, operators, place, python, stake, steps, threads
+from diagnose.findings import (
+    doctor, efficiency, hangs, microbench, operators, place, python, stake, steps, threads, whatif,
+)
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -30,6 +32,7 @@ RULES = [
     efficiency.low_efficiency,
     steps.data_wait,
     doctor.environment,
+    whatif.what_if,
 ]
 
 SEVERITY_RANK = stake.SEVERITY_RANK

@@ -84,7 +84,8 @@ class DerivedContext:
     # interpreter; {}: forked from the fork server), runner options) -> its step (or call) times, or a one-line
     # reason it failed; None: not possible here
     run_workload: Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"] | None = None
-    on_trial: Callable[[int, int, str], None] | None = None  # (index, total, name) before each re-run
+    on_trial: Callable[..., None] | None = None  # (index, total, name[, kind]) before each re-run
+    say: Callable[[str], None] | None = None  # a line for the user now (e.g. what a long layer will cost)
 
 
 class Layer:

@@ -224,6 +224,69 @@ def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
     return rows
 
 
+def what_if_rows(report: Report) -> list[tuple[str, ...]]:
+    """--what-if: each variant measured on the user's steps (header first)."""
+    w = report.what_if
+    if w is None or not w.variants:
+        return []
+    rows = [("change", "step before", "step after", "speedup", "95% interval", "noise floor", "rounds", "outputs",
+             "verdict")]
+    for v in w.variants:
+        t, o = v.trial, v.outputs
+        if o.status == "unchecked":
+            out = "unchecked"
+        elif o.rel_diff is not None:
+            out = f"{o.status} (rel. diff {o.rel_diff:.2g}, tol. {o.tolerance:g})" if o.rel_diff else f"{o.status} (identical)"
+        else:
+            out = o.status
+        verdict = "recommended" if v.recommended else _trial_verdict(t)
+        if t.verdict == "win" and not v.recommended:
+            verdict = "faster, outputs " + ("differ" if o.status == "differ" else "unchecked")
+        rows.append((v.name, duration(t.baseline_step_s), duration(t.variant_step_s),
+                     f"{t.speedup:.2f}x" if t.speedup else "-",
+                     f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
+                     f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds), out,
+                     verdict))
+    return rows
+
+
+def what_if_lines(report: Report) -> list[str]:
+    """The changes to make, torch.compile's cost and graph breaks, what was not run and why, the notes."""
+    w = report.what_if
+    if w is None:
+        return []
+    out = []
+    for v in w.variants:
+        if v.recommended:
+            out.append(f"{v.name}: {v.trial.change}")
+        elif v.trial.reason:
+            out.append(f"{v.name}: {v.trial.verdict}: {v.trial.reason}")
+        elif v.outputs.status != "match" and v.outputs.reason and v.trial.verdict != "failed":
+            out.append(f"{v.name}: outputs {v.outputs.status}: {v.outputs.reason}")
+        c = v.compile
+        if c is None:
+            continue
+        cost = []
+        if c.compile_s is not None:
+            cost.append(f"compile {duration(c.compile_s)}" + (f" ({duration(c.compile_s_warm)} with a warm cache)"
+                                                               if c.compile_s_warm is not None else ""))
+        if c.break_even_steps:
+            cost.append(f"repays after {c.break_even_steps} steps")
+        cost.append(f"{c.graphs} graph(s), {len(c.graph_breaks)} graph break(s)")
+        out.append("compile: " + ", ".join(cost))
+        for b in c.graph_breaks[:8]:
+            where = " at " + b.source if b.source else ""
+            skipped = " (dynamo gave up on the whole function: it runs eagerly)" if b.skipped else ""
+            out.append(f"  graph break{where}{skipped}: {b.reason}" + (f" (x{b.count})" if b.count > 1 else ""))
+        for r in c.recompiles[:5]:
+            out.append(f"  recompiled {r.code} x{r.count}: {'; '.join(r.reasons[:2])}")
+    for s in w.skipped:
+        out.append(f"not run: {s.name}: {s.reason}")
+    if w.estimate_s is not None:
+        out.append(f"cost: {duration(w.elapsed_s)} (announced about {duration(w.estimate_s)} before compile time)")
+    return out + list(w.notes)
+
+
 def doctor_lines(report: Report) -> list[str]:
     """The checks that warned, the exact changes that won, and the launch line with all the winners."""
     doctor = report.doctor

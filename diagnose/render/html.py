@@ -40,7 +40,7 @@ SECTION_OF_KIND = {"hot_operator": "operators", "copy_overhead": "operators", "m
 SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("modules", "Modules"), ("python", "Python"),
             ("threads", "Threads"),
             ("efficiency", "Efficiency"), ("microbench", "Micro-benchmarks"), ("doctor", "Environment"),
-            ("counters", "Counters"),
+            ("what_if", "What-if"), ("counters", "Counters"),
             ("machine", "Machine and run"))
 LAYER_SECTIONS = ("operators", "python", "threads", "efficiency", "microbench", "doctor", "counters")
 IMAGES = {"callgraph_png": "callgraph.png", "threads_png": "threads.png", "roofline_png": "roofline.png",
@@ -521,6 +521,23 @@ def _doctor(report: Report) -> str:
     return "".join(out)
 
 
+def _what_if(report: Report) -> str:
+    if report.what_if is None:
+        return ("<p>Not asked for: <code>diagnose --what-if auto script.py</code> measures the code changes that "
+                "apply (inference_mode, channels_last, bf16, torch.compile, flush_denormal) on your steps.</p>")
+    out = [_status(report, "what_if")]
+    rows = fmt.what_if_rows(report)
+    if rows:
+        out.append("<p>Your steps with each change applied from outside, in interleaved rounds against the unchanged "
+                   "run; a change is recommended only when it won outside the noise in every round and its outputs "
+                   "match.</p>" + _table(rows, numeric=(1, 2, 3, 4, 5, 6)))
+    lines = fmt.what_if_lines(report)
+    if lines:
+        out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>")
+    out.append(_notes(report, "what_if"))
+    return "".join(out)
+
+
 # ------------------------------------------------------------------------------------------- page
 
 def _guard(title: str, build: Callable[[], str]) -> str:
@@ -545,6 +562,7 @@ def render(report: Report, image_dir: str | None = None) -> str:
         "efficiency": lambda: _efficiency(report, image_dir),
         "microbench": lambda: _microbench(report),
         "doctor": lambda: _doctor(report),
+        "what_if": lambda: _what_if(report),
         "counters": lambda: _counters(report),
         "machine": lambda: _machine(report),
     }

@@ -88,7 +88,8 @@ def render(report: Report) -> str:
     if layer and layer.notes:
         out += [f"- {n}" for n in layer.notes] + [""]
 
-    for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _doctor, _counters):
+    for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _doctor, _what_if,
+                    _counters):
         out += _guard(section, report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
@@ -220,6 +221,22 @@ def _doctor(report: Report) -> list[str]:
     out += _rows_table(fmt.doctor_check_rows(report), set())
     out += [f"- {n}" for n in layer.notes] + ([""] if layer.notes else [])
     return out
+
+
+def _what_if(report: Report) -> list[str]:
+    layer = report.layers.get("what_if")
+    if layer is None or report.what_if is None:
+        return []
+    out = ["## What-if", ""]
+    if layer.status != "ok":
+        out += [f"_{layer.status}: {layer.reason}_", ""]
+    rows = fmt.what_if_rows(report)
+    if rows:
+        out += [("Your steps with each change applied from outside, in interleaved rounds against the unchanged "
+                 "run; a change is recommended only when it won outside the noise in every round and its outputs "
+                 "match:"), ""] + _rows_table(rows, {1, 2, 3, 4, 5, 6})
+    out += [f"- {line}" for line in fmt.what_if_lines(report) + layer.notes]
+    return out + [""]
 
 
 def _distributed(report: Report) -> list[str]:

@@ -45,3 +45,8 @@ class TerminalProgress:
     def layer_finished(self, name: str, status: str, elapsed_s: float) -> None:
         prefix = "\r\x1b[K" if self.live else ""
         self._write(f"{prefix}{self.label}: {'done' if status == 'ok' else status} in {fmt.duration(elapsed_s)}\n")
+
+    def note(self, text: str) -> None:
+        prefix = "\r\x1b[K" if self.live else ""
+        self.live = False
+        self._write(f"{prefix}{text}\n")

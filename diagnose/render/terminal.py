@@ -48,6 +48,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
         out += _table(rows, right={2, 3, 4, 5, 7})
         out += [f"  {line}" for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")) if line]
     out += _doctor(report)
+    out += _what_if(report)
     counters = fmt.counters_lines(report)
     if counters:
         out += ["", "Counters"] + [f"  {line}" for line in counters]
@@ -128,6 +129,16 @@ def _doctor(report: Report) -> list[str]:
         out += ["  trials (your steps, with and without each change, interleaved rounds):"]
         out += ["  " + line for line in _table(rows, right={2, 3, 4, 5, 6, 7})]
     return out
+
+
+def _what_if(report: Report) -> list[str]:
+    if report.what_if is None:
+        return []
+    rows = fmt.what_if_rows(report)
+    out = ["", "What-if (your steps with each change applied from outside, interleaved rounds against the unchanged run)"]
+    if rows:
+        out += ["  " + line for line in _table(rows, right={1, 2, 3, 4, 5, 6})]
+    return out + [f"  {line}" for line in fmt.what_if_lines(report)]
 
 
 def _distributed(report: Report) -> list[str]:

@@ -80,6 +80,7 @@ class Run:
     traceback: list[str] = field(default_factory=list)
     wall_s: float | None = None  # uninstrumented pass: the measured calls (function mode) or the window of steps
     instrumented_wall_s: float | None = None  # operator pass, same span
+    pass_s: float | None = None  # the uninstrumented pass from start to exit: what one re-run of it costs
     iterations: IterationStats | None = None  # uninstrumented: per call (function mode) or per step of the window
     instrumented_iterations: IterationStats | None = None
     # minor page faults of the target's process over the same span (fresh pages touched): uninstrumented,
@@ -447,6 +448,71 @@ class Autograd:
 
 
 @dataclass
+class OutputCheck:
+    """A what-if variant's outputs against the baseline's, same seed, same inputs (diagnose/whatif/outputs.py)."""
+
+    status: str  # "match", "differ", "unchecked" (then `reason` says why)
+    compared: str | None = None  # what was compared: "BertModel output at its call 2: 2 tensors, 270336 values"
+    max_abs_diff: float | None = None
+    rel_diff: float | None = None  # max |variant - baseline| / max |baseline|
+    tolerance: float | None = None  # the largest rel_diff that still matches, for this variant
+    reason: str | None = None
+
+
+@dataclass
+class GraphBreakAt:
+    """A graph break torch._dynamo logged while compiling (its `graph_breaks` log artifact)."""
+
+    reason: str
+    source: str | None  # where in the traced code: file.py:LINE (the user's code or a library's)
+    count: int = 1
+    skipped: bool = False  # dynamo gave up on the whole function there (a break inside a loop): it runs eagerly
+
+
+@dataclass
+class CompileCost:
+    """What torch.compile cost in the what-if passes (compile variant only)."""
+
+    compile_s: float | None = None  # torch._dynamo's compile time, the slowest round (coldest caches)
+    compile_s_warm: float | None = None  # the fastest round (inductor's on-disk cache warm)
+    break_even_steps: int | None = None  # compile_s / (baseline step - compiled step); None: never repays
+    graphs: int = 0
+    graph_breaks: list[GraphBreakAt] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
+
+
+@dataclass
+class WhatIfVariant:
+    """One code change measured on the user's own steps (diagnose/whatif/): the A/B, the outputs, its cost."""
+
+    name: str  # "inference_mode", "channels_last", "bf16", "compile", "flush_denormal"
+    why: str  # why it ran: what in the report made it apply, or "asked for (--what-if)"
+    trial: Trial  # the interleaved A/B rounds (diagnose/doctor/trials.py): speedup, 95% interval, verdict
+    outputs: OutputCheck
+    recommended: bool = False  # a win outside the noise and outputs that match
+    compile: CompileCost | None = None
+
+
+@dataclass
+class WhatIfSkipped:
+    name: str
+    reason: str
+
+
+@dataclass
+class WhatIf:
+    """--what-if: code changes applied from outside to the outermost nn.Module, each measured against the
+    unchanged run in interleaved rounds (diagnose/whatif/)."""
+
+    requested: list[str] = field(default_factory=list)  # as given: names, or ["auto"]
+    variants: list[WhatIfVariant] = field(default_factory=list)
+    skipped: list[WhatIfSkipped] = field(default_factory=list)  # asked for or considered, not run, and why
+    estimate_s: float | None = None  # the cost announced before it started
+    elapsed_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Report:
     target: TargetInfo
     machine: Machine = field(default_factory=Machine)
@@ -466,6 +532,7 @@ class Report:
     compile: Compile | None = None  # torch.compile's work in the uninstrumented pass (None: nothing compiled)
     hangs: list[Hang] = field(default_factory=list)  # passes stopped because the target hung
     doctor: Doctor | None = None  # environment checks and measured trials (None: an older report)
+    what_if: WhatIf | None = None  # --what-if: code changes measured on the user's steps (None: not asked for)
     stacks: list[FoldedStack] = field(default_factory=list)  # the operator pass's folded stacks (stacks.folded)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); empty for a single process

@@ -1,0 +1,153 @@
+"""The what-if layer (`--what-if LIST|auto`): code changes measured on the user's own steps.
+
+A derived layer, opt-in, after the doctor. It picks the variants
+(diagnose/whatif/variants.py), announces what the run will cost, then runs
+the uninstrumented workload (the same window of steps, or function mode's
+measured calls) in interleaved rounds: the unchanged run and every variant
+once per round, each a fork of the fork server with the variant applied from
+outside (diagnose/whatif/child.py), with the doctor's statistics
+(diagnose/doctor/trials.py: speedup, 95% interval, noise floor, verdict).
+Then each variant's outputs are compared with the baseline's
+(diagnose/whatif/outputs.py). A variant is recommended only when it won
+(outside the noise, every round) and its outputs match.
+
+The compile variant also reports torch._dynamo's compile time per round
+(the slowest: coldest caches; the fastest: inductor's on-disk cache warm),
+the break-even number of steps, and the graph breaks (torch._dynamo's
+graph_breaks log, first round: where and why) and recompiles with their
+reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from diagnose.doctor import trials as trials_mod
+from diagnose.layers.base import Layer
+from diagnose.report.model import (
+    CompileCost,
+    GraphBreakAt,
+    LayerStatus,
+    OutputCheck,
+    Recompile,
+    Report,
+    WhatIf,
+    WhatIfVariant,
+)
+from diagnose.whatif import outputs, variants as variants_mod
+
+
+class WhatIfLayer(Layer):
+    name = "what_if"
+    description = "code changes (inference_mode, channels_last, bf16, compile, ...) measured on your steps"
+    derived = True
+
+    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+        requested = list(context.options.get("what_if") or ["auto"])
+        what_if = report.what_if = WhatIf(requested=requested)
+        chosen, what_if.skipped = variants_mod.choose(report, requested)
+        if not chosen:
+            return LayerStatus("ok", notes=["no variant applies to this run: " + "; ".join(
+                f"{s.name}: {s.reason}" for s in what_if.skipped)] if what_if.skipped else [])
+        if context.run_workload is None or report.run.interrupted:
+            return LayerStatus("skipped", "the workload cannot be re-run from here")
+        rounds = trials_mod.ROUNDS
+        passes = rounds * (len(chosen) + 1)
+        per_pass = _pass_seconds(report)
+        what_if.estimate_s = round(passes * per_pass, 1)
+        compiling = any(c.name == "compile" for c in chosen)
+        if context.say:
+            context.say(f"what-if: {len(chosen)} variant(s) ({', '.join(c.name for c in chosen)}) x {rounds} rounds "
+                        f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s = about {what_if.estimate_s:.0f} s"
+                        + (", plus torch.compile's compilation in each of the compile runs (seconds for a small "
+                           "model, minutes for a large one)" if compiling else ""))
+        out_dir = os.path.join(workdir, "passes")
+        os.makedirs(out_dir, exist_ok=True)
+        base_options = {"what_if": {"variant": None, "out_dir": out_dir}}
+        variants = [trials_mod.Variant(c.name, "what_if", c.change, options={
+            "what_if": {"variant": c.name, "out_dir": out_dir},
+            **({"flush_denormal": True} if c.name == "flush_denormal" else {})}) for c in chosen]
+        state = {"i": 0}
+
+        def run(name, env, options):
+            state["i"] += 1
+            if context.on_trial:
+                context.on_trial(state["i"], passes, name, "what-if")
+            return context.run_workload(name, env, options)
+
+        t0 = time.monotonic()
+        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, base_options)}
+        what_if.elapsed_s = round(time.monotonic() - t0, 1)
+        info = {name: _read(os.path.join(out_dir, f"{name}.json"))
+                for name in ("trial-0-baseline", "trial-1-baseline", *(f"trial-0-{c.name}" for c in chosen))}
+        unchecked = outputs.self_check(info["trial-1-baseline"])
+        compared = info["trial-0-baseline"].get("captured")
+        for c in chosen:
+            trial = trials[c.name]
+            mine = info[f"trial-0-{c.name}"]
+            applied = mine.get("applied") or ""
+            if applied.startswith("failed") and trial.verdict != "failed":
+                trial.verdict, trial.reason = "failed", f"the change could not be applied: {applied[8:]}"
+            check = outputs.check(mine, variants_mod.TOLERANCE[c.name], compared, unchecked)
+            if trial.verdict == "failed":
+                check = OutputCheck("unchecked", tolerance=check.tolerance, reason="the variant's run failed")
+            row = WhatIfVariant(name=c.name, why=c.why, trial=trial, outputs=check,
+                                recommended=trial.verdict == "win" and check.status == "match")
+            if c.name == "compile":
+                row.compile = _compile_cost(out_dir, trial, rounds)
+            what_if.variants.append(row)
+        if unchecked:
+            what_if.notes.append(f"outputs not checked: {unchecked}; no variant is recommended without that check")
+        what_if.notes.append("each run seeds torch, random and numpy with 0 before your script, so unseeded weights "
+                             "and inputs are the same in every run; the outputs compared are the outermost "
+                             "module's at its second call, the first with the change applied")
+        return LayerStatus("ok")
+
+
+def _pass_seconds(report: Report) -> float:
+    """One re-run's expected wall time: the uninstrumented pass's, start to exit (a re-run measures the same
+    window; without the thread sampler it is a little shorter)."""
+    if report.run.pass_s:
+        return report.run.pass_s
+    s = report.steps
+    setup = (s.setup_s or 0.0) + sum(s.warmup_s) if s is not None else 0.0
+    return setup + (report.run.wall_s or 0.0)
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def _compile_cost(out_dir: str, trial, rounds: int) -> CompileCost:
+    """Compile's one-off cost per round: `torch.compile()` itself (it imports inductor) and the first compiled
+    call (tracing, generating and building kernels, and the call) less a compiled step; the slowest round and
+    the fastest (inductor's on-disk cache warm)."""
+    infos = [_read(os.path.join(out_dir, f"trial-{r}-compile.json")) for r in range(rounds)]
+    compiles = [i.get("compile") or {} for i in infos]
+    step = trial.variant_step_s or 0.0
+    times = [max(0.0, (i.get("apply_s") or 0.0) + i["first_call_s"] - step) for i in infos
+             if isinstance(i.get("first_call_s"), (int, float))]
+    cost = CompileCost(compile_s=round(max(times), 3) if times else None,
+                       compile_s_warm=round(min(times), 3) if len(times) > 1 else None,
+                       graphs=int((compiles[0] or {}).get("graphs") or 0))
+    saved = (trial.baseline_step_s or 0.0) - step
+    if cost.compile_s is not None and saved > 0 and trial.verdict == "win":
+        cost.break_even_steps = math.ceil(cost.compile_s / saved)
+    first = compiles[0] or {}
+    cost.recompiles = [Recompile(r["code"], list(r["reasons"]), int(r["count"])) for r in first.get("recompiles") or []]
+    cost.graph_breaks = [GraphBreakAt(reason=b["reason"], source=_short(b["source"]) if b.get("source") else None,
+                                      count=int(b.get("count") or 1), skipped=bool(b.get("skipped")))
+                         for b in infos[0].get("graph_breaks") or []]
+    return cost
+
+
+def _short(path: str) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else path

@@ -1,0 +1,221 @@
+"""What-if variants inside a pass (runner side): the change applied from outside, the outputs kept.
+
+Every what-if pass, the baseline's too, seeds torch's, Python's and numpy's
+random generators with SEED before the script runs, so that a script that
+does not seed itself builds the same weights and inputs in every pass (what
+makes the outputs comparable; it changes no timing).
+
+The variant applies to the outermost nn.Module, the first module called
+outside any other's forward (torch's global forward pre-hook, removed at
+once, as the step clock does: diagnose/steps.py). At that first call it
+wraps the module's `forward` (an instance attribute: the module's own hooks,
+and diagnose's, stay eager):
+- `inference_mode`: `torch.inference_mode()(forward)`;
+- `bf16`: `torch.autocast("cpu", dtype=torch.bfloat16)(forward)`;
+- `channels_last`: the module's parameters and buffers converted with
+  `module.to(memory_format=torch.channels_last)`, and every 4-D tensor input
+  made channels_last before the forward;
+- `compile`: `torch.compile(forward)` (default mode);
+- `flush_denormal` is not a wrapper: `torch.set_flush_denormal(True)` before
+  the script (a runner option the doctor's trial uses too).
+`forward` is looked up before the pre-hooks run, so the first call runs
+unchanged in every pass; the variant's first call is the module's call
+CAPTURE_CALL: its wall time is kept (compile's one-off cost, imports and all,
+is in it), and its output is saved (the first round's baseline) or compared
+with that saved one (diagnose/whatif/outputs.py).
+
+For compile, torch._dynamo's `graph_breaks` log artifact is switched on in
+the pass and its records are kept (not printed): each graph break's location
+in the code dynamo traced (`Graph break in user code at FILE:LINE`) and its
+reason, including breaks that made dynamo skip a whole function (a break
+inside a loop: the function then runs eagerly, and dynamo's graph_break
+counter does not count it). No re-trace is needed, so nothing is added to
+the measured time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import sys
+import time
+from typing import Any
+
+from diagnose.whatif import outputs
+
+SEED = 0
+CAPTURE_CALL = 2
+MAX_CAPTURED_VALUES = 16_000_000  # 64 MB of float32: larger outputs are compared on their first values
+VARIANTS = ("inference_mode", "bf16", "channels_last", "compile", "flush_denormal")
+
+
+class WhatIfChild:
+    def __init__(self, torch, options: dict[str, Any], pass_name: str):
+        self.torch = torch
+        self.variant: str | None = options.get("variant")  # None: the baseline side
+        self.out_dir: str = options["out_dir"]
+        self.pass_name = pass_name
+        self.root = None
+        self.root_name: str | None = None
+        self.calls = 0
+        self.first_call_s: float | None = None  # the first call with the variant: compile's one-off cost is in it
+        self._t_first = 0.0
+        self.apply_s = 0.0
+        self.captured: str | None = None
+        self.applied: str | None = None
+        self.diff: dict[str, Any] | None = None  # against the reference pass's output (outputs.difference)
+        self.breaks: list[str] = []  # torch._dynamo's graph-break log records (compile)
+        self._handle = None
+        self.written = False
+
+    def install(self) -> None:
+        torch = self.torch
+        torch.manual_seed(SEED)
+        random.seed(SEED)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed(SEED)
+        from torch.nn.modules import module as module_mod
+
+        self._handle = module_mod.register_module_forward_pre_hook(self._on_first_forward)
+        if self.variant == "compile":
+            self._keep_graph_breaks()
+
+    def _keep_graph_breaks(self) -> None:
+        import logging
+
+        import torch._dynamo  # noqa: F401 - registers the artifact loggers
+
+        self.torch._logging.set_logs(graph_breaks=True)
+        breaks = self.breaks
+
+        class Keep(logging.Handler):
+            def emit(self, record) -> None:
+                if len(breaks) < 100:
+                    breaks.append(record.getMessage())
+
+        names = [n for n in logging.root.manager.loggerDict if n.endswith(".__graph_breaks")]
+        for name in names or ["torch._dynamo.symbolic_convert.__graph_breaks"]:
+            logger = logging.getLogger(name)
+            logger.addHandler(Keep())
+            logger.propagate = False  # kept for the report, not printed into the target's output
+
+    def _on_first_forward(self, module, args) -> None:
+        if self.torch.compiler.is_compiling():
+            return
+        self._handle.remove()
+        self.root = module
+        self.root_name = type(module).__name__
+        module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
+        module.register_forward_hook(self._on_post)
+        self._on_pre(module, args, {})
+        t = time.perf_counter()
+        try:
+            self.applied = self._apply(module)
+        except Exception as exc:  # noqa: BLE001 - the variant cannot apply to this model: the pass says so
+            self.applied = f"failed: {type(exc).__name__}: {exc}"
+        self.apply_s = time.perf_counter() - t  # torch.compile() imports inductor here
+
+    def _apply(self, module) -> str:
+        torch, v = self.torch, self.variant
+        if v == "inference_mode":
+            module.forward = torch.inference_mode()(module.forward)
+        elif v == "bf16":
+            module.forward = torch.autocast("cpu", dtype=torch.bfloat16)(module.forward)
+        elif v == "channels_last":
+            module.to(memory_format=torch.channels_last)
+            module.forward = _channels_last_inputs(torch, module.forward)
+        elif v == "compile":
+            module.forward = torch.compile(module.forward)
+        else:
+            return "nothing to wrap" if v else "baseline"
+        return f"{v} applied to {self.root_name}"
+
+    def _on_pre(self, module, args, kwargs) -> None:
+        self.calls += 1
+        if self.calls == CAPTURE_CALL:
+            self._t_first = time.perf_counter()
+
+    def _on_post(self, module, args, output) -> None:
+        if self.calls == CAPTURE_CALL and self.captured is None:
+            self.first_call_s = time.perf_counter() - self._t_first
+            self.captured = self._save(output)
+
+    def _save(self, output) -> str:
+        """Keep the output: the reference pass saves it; every other pass compares with the reference."""
+        torch = self.torch
+        tensors = [t for t in _tensors(torch, output) if t.is_floating_point()]
+        if not tensors:
+            return "unchecked: the output holds no floating-point tensor"
+        kept, total = [], 0
+        for t in tensors:
+            flat = t.detach().reshape(-1)[: max(0, MAX_CAPTURED_VALUES - total)]
+            kept.append(flat.to(torch.float32).clone())
+            total += flat.numel()
+        reference = os.path.join(self.out_dir, f"{outputs.REFERENCE}.pt")
+        if self.pass_name == outputs.REFERENCE:
+            torch.save(kept, reference)
+        elif os.path.exists(reference):
+            self.diff = outputs.difference(kept, torch.load(reference, weights_only=True))
+        return f"{self.root_name} output at its call {CAPTURE_CALL}: {len(kept)} tensor(s), {total} values"
+
+    def write(self, compile_info: dict[str, Any] | None) -> None:
+        """Once, at the first write after measuring (the window's end in script mode): what came later is not
+        about the measured steps."""
+        if self.written:
+            return
+        self.written = True
+        data = {"variant": self.variant, "root": self.root_name, "applied": self.applied, "calls": self.calls,
+                "captured": self.captured, "diff": self.diff, "first_call_s": self.first_call_s, "apply_s": self.apply_s,
+                "compile": compile_info,
+                "graph_breaks": graph_breaks(self.breaks)}
+        with open(os.path.join(self.out_dir, f"{self.pass_name}.json"), "w") as fh:
+            json.dump(data, fh, default=str)
+
+
+def _channels_last_inputs(torch, forward):
+    def convert(x):
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def wrapped(*args, **kwargs):
+        return forward(*[convert(a) for a in args], **{k: convert(v) for k, v in kwargs.items()})
+    return wrapped
+
+
+def _tensors(torch, x, depth: int = 0):
+    if depth > 6:
+        return
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):  # transformers' ModelOutput is a dict
+        for v in x.values():
+            yield from _tensors(torch, v, depth + 1)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _tensors(torch, v, depth + 1)
+
+
+BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)")
+PREFACES = ("Failed to handle graph break gracefully", "Graph break encountered", "*** While handling")
+
+
+def graph_breaks(messages: list[str]) -> list[dict[str, Any]]:
+    """torch._dynamo's graph-break log records -> [{source, reason, skipped, count}], one per place and reason."""
+    out: dict[tuple[str | None, str], dict[str, Any]] = {}
+    for text in messages:
+        at = BREAK_AT.search(text)
+        reason_text = text.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in text else text
+        lines = [line.strip() for line in reason_text.splitlines() if line.strip()]
+        reason = next((line for line in lines if not line.startswith(PREFACES)), lines[0] if lines else "?")
+        for preface in PREFACES[:2]:
+            reason = reason.split(preface)[0].strip(" .:") or reason
+        source = f"{at.group(1)}:{at.group(2)}" if at else None
+        key = (source, reason[:300])
+        row = out.setdefault(key, {"source": source, "reason": reason[:300], "count": 0,
+                                   "skipped": "Skipping the function" in text or "frame skipped" in text})
+        row["count"] += 1
+    return list(out.values())

@@ -1,0 +1,98 @@
+"""--what-if end to end: planted examples through the real CLI, every variant really run and measured.
+
+examples/no_inference_mode.py records autograd in an inference loop; examples/conv_nchw.py serves a CNN on
+NCHW tensors; examples/pointwise_block.py is made of small element-wise operators (torch.compile's case);
+examples/graph_breaks.py calls `.item()` inside its forward's loop; examples/mlp.py is the control. Speedups
+are this machine's own, so the assertions hold the rule (recommended = a win whose outputs match) and the
+evidence, and a win only where the margin is wide.
+"""
+
+from __future__ import annotations
+
+from conftest import EXAMPLES, line_of, run_cli
+
+
+def _what_if(tmp_path, *args: str) -> tuple[dict, dict]:
+    run = run_cli("--layers", "operators", *args, outdir=tmp_path / "r", timeout=600)
+    assert run.code == 0, run.stderr[-3000:]
+    report = run.report
+    assert report["what_if"]["estimate_s"] > 0  # announced before it started (a progress line; -q here)
+    assert report["layers"]["what_if"]["status"] == "ok", report["layers"]["what_if"]
+    return report, {v["name"]: v for v in report["what_if"]["variants"]}
+
+
+def _measured(v: dict) -> dict:
+    t = v["trial"]
+    assert t["rounds"] == 3 and t["speedup"] and t["ci_low"] is not None and t["noise_floor_pct"] is not None, t
+    assert v["recommended"] == (t["verdict"] == "win" and v["outputs"]["status"] == "match"), v
+    return t
+
+
+def _findings_follow_the_rule(report: dict) -> None:
+    """A what_if finding exists exactly for each recommended variant."""
+    found = {f["evidence"]["variant"] for f in report["findings"] if f["kind"] == "what_if"}
+    assert found == {v["name"] for v in report["what_if"]["variants"] if v["recommended"]}, report["findings"]
+
+
+def test_an_inference_loop_gets_the_finding_and_inference_mode_measured(tmp_path):
+    report, variants = _what_if(tmp_path, "--what-if", "inference_mode", "examples/no_inference_mode.py",
+                                "--", "--steps", "300")
+    assert any(f["kind"] == "autograd_in_inference" for f in report["findings"])
+    v = variants["inference_mode"]
+    assert "autograd records a graph" in v["why"]
+    t = _measured(v)
+    assert v["outputs"]["status"] == "match" and v["outputs"]["rel_diff"] == 0, v["outputs"]  # the same arithmetic
+    assert "Sequential output at its call 2" in v["outputs"]["compared"]
+    line = f"examples/no_inference_mode.py:{line_of(EXAMPLES / 'no_inference_mode.py', 'out = model(x)')}"
+    assert line in t["change"] and "torch.inference_mode()" in t["change"]
+    _findings_follow_the_rule(report)
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## What-if" in md and "| inference_mode |" in md
+
+
+def test_an_nchw_cnn_gets_channels_last_measured(tmp_path):
+    report, variants = _what_if(tmp_path, "--what-if", "channels_last", "--skip-steps", "2", "--steps", "5",
+                                "examples/conv_nchw.py", "--", "--steps", "40")
+    v = variants["channels_last"]
+    assert "convolution on a 4-D NCHW input" in v["why"], v["why"]  # the condition `auto` would run it on
+    _measured(v)
+    assert v["outputs"]["status"] == "match" and v["outputs"]["rel_diff"] <= 1e-3, v["outputs"]
+    _findings_follow_the_rule(report)
+
+
+def test_compile_of_small_elementwise_blocks_is_measured_with_its_cost(tmp_path):
+    report, variants = _what_if(tmp_path, "--what-if", "compile", "examples/pointwise_block.py",
+                                "--", "--steps", "400")
+    v = variants["compile"]
+    t = _measured(v)
+    c = v["compile"]
+    assert c["graphs"] >= 1 and c["graph_breaks"] == [] and c["compile_s"] > 0.1, c
+    assert v["outputs"]["status"] == "match", v["outputs"]
+    assert t["speedup"] > 1.2, t  # measured 2.5x here: inductor fuses each block's element-wise chain
+    if v["recommended"]:
+        assert c["break_even_steps"] and c["break_even_steps"] >= 1
+    _findings_follow_the_rule(report)
+
+
+def test_graph_breaks_are_listed_with_their_reason_and_line(tmp_path):
+    report, variants = _what_if(tmp_path, "--what-if", "compile", "examples/graph_breaks.py", "--", "--steps", "400")
+    v = variants["compile"]
+    _measured(v)
+    breaks = v["compile"]["graph_breaks"]
+    line = f"examples/graph_breaks.py:{line_of(EXAMPLES / 'graph_breaks.py', 'peak = h.abs()')}"
+    assert breaks and breaks[0]["source"].endswith(line) and "item()" in breaks[0]["reason"], breaks
+    assert breaks[0]["skipped"]  # a break inside the loop: dynamo runs the whole forward eagerly
+    assert not v["recommended"]  # eager plus guard checks: never faster
+    text = run_cli("--load", str(tmp_path / "r" / "report.json")).stdout
+    assert "graph break at" in text and line in text
+
+
+def test_the_control_gets_no_recommendation_that_was_not_measured(tmp_path):
+    report, variants = _what_if(tmp_path, "--what-if", "auto", "examples/mlp.py", "--", "--steps", "40")
+    skipped = {s["name"]: s["reason"] for s in report["what_if"]["skipped"]}
+    assert "break training" in skipped["inference_mode"]  # a backward runs
+    assert "NCHW" in skipped["channels_last"] and "subnormal" in skipped["flush_denormal"]
+    assert set(variants) == {"compile"} | ({"bf16"} if "bf16" not in skipped else set())
+    for v in variants.values():
+        _measured(v)
+    _findings_follow_the_rule(report)
