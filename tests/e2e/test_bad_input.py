@@ -49,6 +49,15 @@ def test_unknown_option_before_the_script_is_a_one_line_error(script, tmp_path):
     assert "options meant for the script go after it" in run.stderr
 
 
+def test_unknown_what_if_variant_is_a_one_line_error(script, tmp_path):
+    target = script("print('hi')\n")
+    proc = subprocess.run([*DIAGNOSE, "-q", "-o", str(tmp_path / "r"), "--what-if", "compile,fast", str(target)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    run = CliRun(proc.returncode, proc.stdout, proc.stderr, None)
+    assert_one_line_error(run, 2, "--what-if wants auto or a comma list of inference_mode")
+    assert "not fast" in run.stderr and not (tmp_path / "r").exists()
+
+
 def test_subcommand_after_options_is_a_one_line_error(script, tmp_path):
     target = script("print('hi')\n")
     proc = subprocess.run([*DIAGNOSE, "-q", "-o", str(tmp_path / "r"), "threads", str(target)], cwd=REPO,

@@ -43,7 +43,8 @@ def _need_browser():
 def gated_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "report"
     return run_cli("examples/fix/row_loop_before.py:step", "--iters", "20", "--warmup", "2", "--profile-iters", "3",
-                   "--microbench-budget", "5", "--microbench-top", "1", "--fail-on", "medium", outdir=out)
+                   "--microbench-budget", "5", "--microbench-top", "1", "--fail-on", "medium",
+                   "--what-if", "compile", outdir=out)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,9 @@ def test_opens_from_disk_without_errors_or_network(page):
 def test_sections_verdict_first_and_images_decoded(page):
     ids = page.eval_on_selector_all("main > section", "els => els.map(e => e.id)")
     assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "doctor",
-                   "counters", "machine"]
+                   "what_if", "counters", "machine"]
+    # --what-if compile on a step with no nn.Module: nothing to apply it to, said in the section
+    assert "not run: compile: no nn.Module ran" in page.locator("#what_if").inner_text()
     doctor = page.locator("#doctor").inner_text()
     assert "page_faults" in doctor and "openmp_runtimes" in doctor
     first = page.locator("#finding-1")

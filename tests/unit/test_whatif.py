@@ -120,3 +120,26 @@ def test_only_a_measured_win_with_matching_outputs_becomes_a_finding():
     assert "inference_mode" in found[0].title and "1.25x" in found[0].title and "1.20-1.30x" in found[0].title
     assert found[0].evidence["time_at_stake_pct"] == 20.0
     assert found[0].suggestion.startswith("Wrap it (inference_mode)")
+
+
+def test_the_what_if_table_renders_in_terminal_markdown_and_html():
+    from diagnose.render import html, markdown, terminal
+    from diagnose.report.model import CompileCost, GraphBreakAt, LayerStatus, WhatIfSkipped
+
+    r = Report(target=TargetInfo(script="s.py"))
+    r.layers["what_if"] = LayerStatus("ok")
+    compiled = _variant("compile", "slower", "match", 0.8)
+    compiled.compile = CompileCost(compile_s=4.2, compile_s_warm=1.5, graphs=0, graph_breaks=[
+        GraphBreakAt("Unsupported Tensor.item() call with capture_scalar_outputs=False", "s.py:38", 1, True)])
+    r.what_if = WhatIf(requested=["auto"], variants=[_variant("inference_mode", "win", "match"), compiled],
+                       skipped=[WhatIfSkipped("bf16", "this CPU has no native bf16")], estimate_s=6.0, elapsed_s=9.5)
+    r.findings = what_if(r)
+    text = terminal.render(r)
+    assert "What-if" in text and "recommended" in text and "tried: slower" in text
+    assert "graph break at s.py:38 (dynamo gave up on the whole function: it runs eagerly)" in text
+    assert "compile 4.20 s (1.50 s with a warm cache)" in text and "not run: bf16" in text
+    md = markdown.render(r)
+    assert "## What-if" in md and "| inference_mode | 10.00 ms | 8.00 ms | 1.25x | 1.20-1.30x |" in md
+    page = html.render(r)
+    section = page.split('<section id="what_if">', 1)[1].split("</section>", 1)[0]
+    assert "<table" in section and "inference_mode" in section and "item() call" in section
