@@ -1,8 +1,10 @@
 """Which what-if variants apply to a report, why, and the code change each one stands for.
 
 `--what-if auto` runs the variants whose condition holds; a list runs the
-variants named, whatever the conditions say, except where the change would
-break the run (inference_mode when a backward runs). Conditions:
+variants named whatever the conditions say, except where the change would
+break the run or change nothing (IMPOSSIBLE: inference_mode when a backward
+runs, channels_last without a 4-D convolution input, compile when the script
+compiles already, any model change without a model). Conditions:
 - inference_mode: the operator pass saw autograd record a graph in the
   window and no backward ran there (report.autograd), no optimizer steps;
 - channels_last: a 2-D convolution or pooling operator ran on a 4-D input
@@ -35,6 +37,10 @@ CONV_OPS = ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::mk
 # subnormals); bf16 keeps 8 bits of mantissa (a relative step of 2^-8 = 0.4% per rounding), so its tolerance
 # allows a few percent of accumulated rounding and its actual difference is reported beside it
 TOLERANCE = {"inference_mode": 1e-6, "channels_last": 1e-3, "compile": 1e-3, "flush_denormal": 1e-3, "bf16": 5e-2}
+
+
+# why-nots that a request cannot override: the change would break the run, or there is nothing to change
+IMPOSSIBLE = ("a backward runs", "no 2-D convolution", "your script compiles already", "no nn.Module ran")
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ def choose(report: Report, requested: list[str], cpuinfo: str = "/proc/cpuinfo"
     for name in ORDER:
         applies, why = cond[name]
         asked = name in requested
-        hard_no = (name == "inference_mode" and why.startswith("a backward runs")) or why.startswith("no nn.Module")
+        hard_no = not applies and why.startswith(IMPOSSIBLE)
         if (applies and (auto or asked)) or (asked and not hard_no):
             chosen.append(Choice(name, why if applies else f"asked for (--what-if); {why}", change_text(name, root, line)))
         elif auto or asked:

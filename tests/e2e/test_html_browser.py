@@ -44,7 +44,7 @@ def gated_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("html") / "report"
     return run_cli("examples/fix/row_loop_before.py:step", "--iters", "20", "--warmup", "2", "--profile-iters", "3",
                    "--microbench-budget", "5", "--microbench-top", "1", "--fail-on", "medium",
-                   "--what-if", "compile", outdir=out)
+                   "--what-if", "channels_last", outdir=out)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_sections_verdict_first_and_images_decoded(page):
     ids = page.eval_on_selector_all("main > section", "els => els.map(e => e.id)")
     assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "doctor",
                    "what_if", "counters", "machine"]
-    # --what-if compile on a step with no nn.Module: nothing to apply it to, said in the section
-    assert "not run: compile: no nn.Module ran" in page.locator("#what_if").inner_text()
+    # --what-if channels_last on a model without convolutions: nothing to convert, said in the section
+    assert "not run: channels_last: no 2-D convolution" in page.locator("#what_if").inner_text()
     doctor = page.locator("#doctor").inner_text()
     assert "page_faults" in doctor and "openmp_runtimes" in doctor
     first = page.locator("#finding-1")

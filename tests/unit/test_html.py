@@ -88,7 +88,7 @@ def test_sections_in_reading_order_with_the_verdict_first():
     page = html.render(rep)
     ids = [attrs["id"] for t, attrs in parse(page).tags if t == "section"]
     assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "doctor",
-                   "counters", "machine"]
+                   "what_if", "counters", "machine"]
     verdict = page.index('id="verdict"')
     assert verdict < page.index('id="finding-1"') < page.index('id="operators"')
 

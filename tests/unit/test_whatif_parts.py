@@ -1,6 +1,6 @@
 """--what-if's parts on inputs built in code: which variants apply and why, the output comparison (real torch
-tensors saved and loaded as the passes do), the recommendation rule and the finding; tests/e2e/test_whatif.py
-runs them on real scripts."""
+tensors, as the passes compare them), the recommendation rule, the finding and the renderers;
+tests/e2e/test_whatif.py runs them on real scripts."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ def test_auto_picks_inference_mode_and_compile_for_an_eager_inference_loop(tmp_p
     assert "serve.py:12" in chosen[0].change and "torch.inference_mode()" in chosen[0].change
     why = {s.name: s.reason for s in skipped}
     assert "no native bf16" in why["bf16"] and "NCHW" in why["channels_last"] and "subnormal" in why["flush_denormal"]
+    # named, a variant runs whatever its condition says, unless it would change nothing or break the run
+    chosen, skipped = variants.choose(_inference_report(), ["bf16", "channels_last", "flush_denormal"],
+                                      _cpuinfo(tmp_path, "avx2"))
+    assert [c.name for c in chosen] == ["bf16", "flush_denormal"]
+    assert [s.name for s in skipped] == ["channels_last"]
 
 
 def test_training_never_gets_inference_mode_even_when_asked(tmp_path):
