@@ -35,7 +35,8 @@ def _findings_follow_the_rule(report: dict) -> None:
 
 
 def test_an_inference_loop_gets_the_finding_and_inference_mode_measured(tmp_path):
-    report, variants = _what_if(tmp_path, "--what-if", "inference_mode", "examples/no_inference_mode.py",
+    # bf16 by name: measured even where the CPU emulates it (no avx512_bf16 on this machine: 2.2x slower here)
+    report, variants = _what_if(tmp_path, "--what-if", "inference_mode,bf16", "examples/no_inference_mode.py",
                                 "--", "--steps", "300")
     assert any(f["kind"] == "autograd_in_inference" for f in report["findings"])
     v = variants["inference_mode"]
@@ -45,6 +46,9 @@ def test_an_inference_loop_gets_the_finding_and_inference_mode_measured(tmp_path
     assert "Sequential output at its call 2" in v["outputs"]["compared"]
     line = f"examples/no_inference_mode.py:{line_of(EXAMPLES / 'no_inference_mode.py', 'out = model(x)')}"
     assert line in t["change"] and "torch.inference_mode()" in t["change"]
+    _measured(variants["bf16"])
+    bf16 = variants["bf16"]["outputs"]
+    assert bf16["tolerance"] == 5e-2 and 0 < bf16["rel_diff"] < 5e-2, bf16  # bf16's rounding, reported
     _findings_follow_the_rule(report)
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## What-if" in md and "| inference_mode |" in md
@@ -88,14 +92,11 @@ def test_graph_breaks_are_listed_with_their_reason_and_line(tmp_path):
 
 
 def test_the_control_gets_no_recommendation_that_was_not_measured(tmp_path):
-    # auto, and bf16 by name: measured even where the CPU emulates it (no avx512_bf16 on this machine)
-    report, variants = _what_if(tmp_path, "--what-if", "auto,bf16", "examples/mlp.py", "--", "--steps", "40")
+    report, variants = _what_if(tmp_path, "--what-if", "auto", "examples/mlp.py", "--", "--steps", "40")
     skipped = {s["name"]: s["reason"] for s in report["what_if"]["skipped"]}
     assert "break training" in skipped["inference_mode"]  # a backward runs
     assert "NCHW" in skipped["channels_last"] and "subnormal" in skipped["flush_denormal"]
-    assert set(variants) == {"compile", "bf16"}
+    assert set(variants) == {"compile"} | ({"bf16"} if "bf16" not in skipped else set())
     for v in variants.values():
         _measured(v)
-    bf16 = variants["bf16"]["outputs"]
-    assert bf16["tolerance"] == 5e-2 and 0 < bf16["rel_diff"] < 5e-2, bf16  # bf16's rounding, reported
     _findings_follow_the_rule(report)
