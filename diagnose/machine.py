@@ -1,7 +1,7 @@
 """Facts about this machine that bound what a workload can use.
 
 Usable CPUs = min(affinity, cgroup quota), never `os.cpu_count()`: containers
-with a quota still show every host core (FIELD_NOTES: threads).
+with a quota still show every host core (docs/measurements.md).
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ class MicrobenchLayer(Layer):
 
     def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
         options = getattr(context, "options", None) or {}
-        budget = float(options.get("microbench_budget", DEFAULT_BUDGET_S))
-        top = int(options.get("microbench_top", DEFAULT_TOP))
+        budget = float(options["microbench_budget"])
+        top = int(options["microbench_top"])
         if budget <= 0:
             return LayerStatus("skipped", "--microbench-budget 0 turned it off")
         if not report.operators:

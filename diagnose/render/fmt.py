@@ -449,3 +449,14 @@ def hot_modules(report: Report, limit: int = 8) -> list[tuple[str, str, int, flo
     total = m.total_cpu_us or 1.0
     out = [(p or "(outermost)", c, len(v), 100 * sum(v) / total) for (p, c), v in groups.items()]
     return sorted(out, key=lambda g: -g[3])[:limit]
+
+
+def text_table(rows: list[tuple[str, ...]], right: set[int] | None = None) -> list[str]:
+    """Fixed-width text rows (header first), two-space indented; `right`: right-aligned columns (default 2-5)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {2, 3, 4, 5} if right is None else right
+    lines = []
+    for r in rows:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
