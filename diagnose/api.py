@@ -521,7 +521,7 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
     progress.pass_started(index, total, layer.name, layer.description, True)
     t0 = time.monotonic()
     try:
-        status = layer.analyse(context, report, workdir)
+        status = layer.derive(context, report, workdir)
     except KeyboardInterrupt:
         report.run.interrupted = True
         status = LayerStatus("skipped", "interrupted (Ctrl-C or SIGTERM) while this layer ran")
