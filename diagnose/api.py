@@ -425,7 +425,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
             try:
                 spec = _spec(target, config, name, layer.name if layer else None, window)
                 spec["wait_for"] = watching.ready_files()
-                prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
+                prefix = layer.command_prefix(workdir, spec["options"]) if layer else None
                 outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
                                    on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix,
                                    server=server.get(), stall_after_s=config.stall_after_s or None)

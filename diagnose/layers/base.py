@@ -105,6 +105,10 @@ class Layer:
     def observer(self, workdir: str) -> Observer | None:
         return None
 
+    def command_prefix(self, workdir: str, options: dict[str, Any]) -> list[str] | None:
+        """A command its pass runs under (VTune's collector), or None: the pass runs as is."""
+        return None
+
     def analyse(self, outcome: "PassOutcome", report: "Report", workdir: str) -> "LayerStatus":
         """A pass layer or an observer: its pass's (or the observed pass's) outcome into the report."""
         raise NotImplementedError
