@@ -216,12 +216,15 @@ def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
     rows = [("change", "for", "step before", "step after", "speedup", "95% interval", "noise floor", "rounds",
              "verdict")]
     for t in doctor.trials:
-        rows.append((t.name, t.check, duration(t.baseline_step_s), duration(t.variant_step_s),
-                     f"{t.speedup:.2f}x" if t.speedup else "-",
-                     f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
-                     f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds),
-                     _trial_verdict(t)))
+        rows.append((t.name, t.check, *_trial_cells(t), _trial_verdict(t)))
     return rows
+
+
+def _trial_cells(t) -> tuple[str, ...]:
+    """A trial's measured cells: step before, step after, speedup, 95% interval, noise floor, rounds."""
+    return (duration(t.baseline_step_s), duration(t.variant_step_s), f"{t.speedup:.2f}x" if t.speedup else "-",
+            f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
+            f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds))
 
 
 def what_if_rows(report: Report) -> list[tuple[str, ...]]:
@@ -242,11 +245,7 @@ def what_if_rows(report: Report) -> list[tuple[str, ...]]:
         verdict = "recommended" if v.recommended else _trial_verdict(t)
         if t.verdict == "win" and not v.recommended:
             verdict = "faster, outputs " + ("differ" if o.status == "differ" else "unchecked")
-        rows.append((v.name, duration(t.baseline_step_s), duration(t.variant_step_s),
-                     f"{t.speedup:.2f}x" if t.speedup else "-",
-                     f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
-                     f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds), out,
-                     verdict))
+        rows.append((v.name, *_trial_cells(t), out, verdict))
     return rows
 
 
