@@ -282,7 +282,7 @@ def what_if_lines(report: Report) -> list[str]:
     for s in w.skipped:
         out.append(f"not run: {s.name}: {s.reason}")
     if w.estimate_s is not None:
-        out.append(f"cost: {duration(w.elapsed_s)} (announced about {duration(w.estimate_s)} before compile time)")
+        out.append(f"cost: {duration(w.elapsed_s)} (announced about {duration(w.estimate_s)}, compilation not included)")
     return out + list(w.notes)
 
 
