@@ -22,6 +22,7 @@ from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
+from diagnose.layers.microbench import DEFAULT_BUDGET_S as MICROBENCH_BUDGET_S, DEFAULT_TOP as MICROBENCH_TOP
 from diagnose.render import fmt, markdown, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import (
@@ -63,8 +64,8 @@ class Config:
     sweep: bool = False  # re-run at several thread (and DataLoader worker) counts, recommend one
     sweep_repeats: int = 2
     sweep_threads: list[int] | None = None  # default: 1, 2, 4, ... usable CPUs, and the configured count
-    microbench_budget: float = 15.0  # seconds for micro-benchmarks of the top operators; 0 turns them off
-    microbench_top: int = 3
+    microbench_budget: float = MICROBENCH_BUDGET_S  # seconds for micro-benchmarks of the top operators; 0: off
+    microbench_top: int = MICROBENCH_TOP
     vtune: str | None = None  # hotspots, threading or uarch-exploration: a pass under `vtune -collect`
     nproc_per_node: int | None = None  # run every pass under torchrun with this many ranks (diagnose/distributed)
     torchrun_args: list[str] = field(default_factory=list)  # rendezvous options for several nodes
@@ -424,7 +425,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
             try:
                 spec = _spec(target, config, name, layer.name if layer else None, window)
                 spec["wait_for"] = watching.ready_files()
-                prefix = layer.command_prefix(workdir, spec["options"]) if hasattr(layer, "command_prefix") else None
+                prefix = layer.command_prefix(workdir, spec["options"]) if layer else None
                 outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
                                    on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix,
                                    server=server.get(), stall_after_s=config.stall_after_s or None)
@@ -520,7 +521,7 @@ def _run_derived(layer: Any, report: Report, workroot: str, output_dir: str, pro
     progress.pass_started(index, total, layer.name, layer.description, True)
     t0 = time.monotonic()
     try:
-        status = layer.analyse(context, report, workdir)
+        status = layer.derive(context, report, workdir)
     except KeyboardInterrupt:
         report.run.interrupted = True
         status = LayerStatus("skipped", "interrupted (Ctrl-C or SIGTERM) while this layer ran")

@@ -27,6 +27,7 @@ import sys
 from diagnose import __version__
 from diagnose.stall import STALL_AFTER_S
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
+from diagnose.layers.microbench import DEFAULT_BUDGET_S, DEFAULT_TOP
 from diagnose.layers.operators.recorder import MAX_RECORDED_CALLS
 from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
 
@@ -107,15 +108,15 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help=f"call graph: hide functions under PCT%% of the time ({callgraph.NODE_THRES_PCT:g})")
     p.add_argument("--callgraph-edges", type=float, default=callgraph.EDGE_THRES_PCT, metavar="PCT",
                    help=f"call graph: hide calls under PCT%% of the time ({callgraph.EDGE_THRES_PCT:g})")
-    p.add_argument("--microbench-budget", type=float, default=15.0, metavar="S",
+    p.add_argument("--microbench-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
                    help="seconds for micro-benchmarks of the top operators at their shapes, 1 thread vs all "
-                        "(15; 0 turns them off)")
+                        f"({DEFAULT_BUDGET_S:g}; 0 turns them off)")
     p.add_argument("--vtune", nargs="?", const="hotspots", default=None,
                    choices=("hotspots", "threading", "uarch-exploration"),
                    help="add a pass under Intel VTune (vtune on PATH) with ITT labels per aten op; "
                         "its CPI, spin and overhead time go into counters (default analysis: hotspots)")
-    p.add_argument("--microbench-top", type=int, default=3, metavar="K",
-                   help="how many of the top operators to micro-benchmark (3)")
+    p.add_argument("--microbench-top", type=int, default=DEFAULT_TOP, metavar="K",
+                   help=f"how many of the top operators to micro-benchmark ({DEFAULT_TOP})")
     p.add_argument("--callgraph-timeout", type=float, default=callgraph.DOT_TIMEOUT_S, metavar="S",
                    help=f"call graph: stop gprof2dot or graphviz's dot after S seconds, and say so "
                         f"({callgraph.DOT_TIMEOUT_S:g})")

@@ -1,151 +1,28 @@
-"""Facts about this machine that bound what a workload can use.
+"""Facts about this machine that bound what a workload can use: report.machine.
 
+The readings (CPU model and flags, cgroup quota, usable CPUs) live in
+microbench/machine.py, which diagnose and the standalone microbench share.
 Usable CPUs = min(affinity, cgroup quota), never `os.cpu_count()`: containers
-with a quota still show every host core (FIELD_NOTES: threads).
+with a quota still show every host core (docs/measurements.md).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import platform
-import re
 
 from diagnose.report.model import Machine
-
-THREADING_ENV = (
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES", "OMP_SCHEDULE",
-    "GOMP_SPINCOUNT", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET",
-    "MKL_DYNAMIC", "LD_PRELOAD", "TORCH_NUM_INTEROP_THREADS",
+from microbench.machine import (  # noqa: F401 - the readings, shared with microbench (which never imports diagnose)
+    THREADING_ENV,
+    VECTOR_FLAG,
+    cgroup_cpu_limit,
+    cpu_flags,
+    cpu_model,
+    own_cgroup_dirs,
+    read_cpu_flags,
+    vector_isa,
 )
-
-
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    try:
-        with open(cpuinfo) as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags(cpuinfo_text: str) -> set[str]:
-    """Instruction-set flags of the first CPU in /proc/cpuinfo (`flags`; `Features` on Arm)."""
-    for key in ("flags", "Features"):
-        for line in cpuinfo_text.splitlines():
-            name, sep, value = line.partition(":")
-            if sep and name.strip() == key:
-                return set(value.split())
-    return set()
-
-
-VECTOR_FLAG = re.compile(r"^(avx|amx|fma|sse4|asimd|sve|neon)")
-
-
-def read_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
-    """This machine's instruction-set flags (empty when cpuinfo cannot be read)."""
-    try:
-        with open(cpuinfo) as fh:
-            return cpu_flags(fh.read())
-    except OSError:
-        return set()
-
-
-def vector_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's vector instruction sets (avx2, avx512f, amx_bf16, ...), sorted and comma-joined: what a
-    measured peak depends on beyond the model name, which VMs often report only as "AMD EPYC"."""
-    return ",".join(sorted(f for f in read_cpu_flags(cpuinfo) if VECTOR_FLAG.match(f)))
-
-
-def cgroup_cpu_limit(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup") -> float | None:
-    """CPUs allowed by the cgroup CPU quota, or None when there is no quota."""
-    for version, folder in own_cgroup_dirs(root, proc_self_cgroup):
-        if version == 2:  # cpu.max = "max 100000" or "200000 100000"
-            limit = _read_cpu_max(os.path.join(folder, "cpu.max"))
-            if limit is not None:
-                return limit
-        else:  # cpu.cfs_quota_us and cpu.cfs_period_us
-            quota = _read_int(os.path.join(folder, "cpu.cfs_quota_us"))
-            period = _read_int(os.path.join(folder, "cpu.cfs_period_us"))
-            if quota and period and quota > 0:
-                return quota / period
-    return None
-
-
-V1_CPU_CONTROLLERS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
-
-
-def own_cgroup_dirs(root: str = "/sys/fs/cgroup", proc_self_cgroup: str = "/proc/self/cgroup",
-                    v1_controllers: tuple[str, ...] = V1_CPU_CONTROLLERS) -> list[tuple[int, str]]:
-    """Folders that may hold the calling process's own cgroup files, most likely first: (version, folder).
-
-    v2 (unified): <root>/<path>, then <root>/unified/<path> (the hybrid layout), then those roots;
-    v1: <root>/<controller>/<path> for each name the controller's hierarchy may be mounted under, then
-    that root. The roots come after the paths because inside a container without a cgroup namespace
-    /proc/self/cgroup gives the host's path while the container sees its own cgroup at the root.
-    """
-    paths = _own_cgroup_paths(proc_self_cgroup)
-    out: list[tuple[int, str]] = []
-    for base in ("", "unified"):
-        for rel in paths.get("", []) + [""]:
-            out.append((2, os.path.join(root, base, rel.lstrip("/"))))
-    for ctrl in v1_controllers:
-        for rel in paths.get(ctrl, []) + [""]:
-            out.append((1, os.path.join(root, ctrl, rel.lstrip("/"))))
-    seen: set[tuple[int, str]] = set()
-    return [d for d in out if not (d in seen or seen.add(d))]
-
-
-def _own_cgroup_paths(proc_self_cgroup: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    try:
-        with open(proc_self_cgroup) as fh:
-            for line in fh:
-                parts = line.strip().split(":", 2)
-                if len(parts) == 3:
-                    for ctrl in parts[1].split(",") if parts[1] else [""]:
-                        out.setdefault(ctrl, []).append(parts[2])
-                    if parts[1]:
-                        out.setdefault(parts[1], []).append(parts[2])
-    except OSError:
-        pass
-    return out
-
-
-def _read_cpu_max(path: str) -> float | None:
-    try:
-        with open(path) as fh:
-            quota, _, period = fh.read().strip().partition(" ")
-    except OSError:
-        return None
-    if quota == "max" or not period:
-        return None
-    try:
-        return int(quota) / int(period)
-    except ValueError:
-        return None
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def usable_cpus() -> tuple[int, int, float | None]:
-    """(usable, affinity, cgroup limit): usable = min of the two, at least 1."""
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        affinity = os.cpu_count() or 1
-    limit = cgroup_cpu_limit()
-    usable = affinity if limit is None else max(1, min(affinity, math.ceil(limit)))
-    return usable, affinity, limit
+from microbench.machine import cpu_limits as usable_cpus  # (usable, affinity, cgroup limit)
 
 
 def describe(env: dict[str, str] | None = None) -> Machine:

@@ -35,7 +35,7 @@ Thresholds:
   >= 1000 times a step more): its times then carry faults the real run
   does not have.
 - Counters (report.counters, perf or VTune): CPI >= 1.0 over the run is
-  `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; FIELD_NOTES);
+  `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; docs/measurements.md);
   VTune spin + overhead time >= 20% of CPU time is `medium`.
 """
 

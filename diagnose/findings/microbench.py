@@ -152,7 +152,7 @@ def sequential_operator(report: Report) -> list[Finding]:
                      + (f", streaming {bandwidth:.3g} GB/s where {n} threads stream {roof:.3g}" if bandwidth and roof
                         else "") + f": {times}")
             layout = ""
-            if one.get("contiguous") and False in one["contiguous"] or _transposed_input(report, one):
+            if one.get("contiguous") is False or _transposed_input(report, one):  # microbench's row: one bool
                 layout = (" Its weight is a transposed view (x @ W.t(), nn.Linear's layout): a product over a "
                           "contiguous copy made once (W_t = W.t().contiguous() outside the loop) streams faster.")
             suggestion = (f"Each weight element of {short} serves only {m_} row(s), so it is bound by reading the "

@@ -4,7 +4,7 @@ They read only `report.threads` (layers/threads/analysis.py), `report.machine`
 and `report.run`, so they re-run on a loaded report.json. Nothing is raised
 for a recording shorter than MIN_DURATION_S or without its measures.
 
-Thresholds (2-CPU measurements, FIELD_NOTES: healthy runs had a run-queue
+Thresholds (2-CPU measurements, docs/measurements.md: healthy runs had a run-queue
 wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
 - oversubscription: runqueue_wait_share >= 0.2 and mean_runnable > usable
   CPUs. `high` at a wait share >= 0.33, else `medium`. The cause comes from

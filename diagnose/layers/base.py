@@ -9,10 +9,12 @@ A layer measures one aspect of the target. It has up to four parts:
   into report fields and returns the layer's status;
 - `available()`: None when it can run here, else the reason it is skipped.
 
-A `derived` layer has neither a pass nor an observer: its `analyse` runs
-after every pass on what the other layers measured (efficiency: the
-operators against the machine's peaks), with a `DerivedContext` in place of
-the pass outcome: the run's options and a progress tick.
+A `derived` layer has neither a pass nor an observer: its
+`derive(context, report, workdir)` runs after every pass on what the other
+layers measured (efficiency: the operators against the machine's peaks; the
+doctor and what-if: trials that re-run the workload), with a
+`DerivedContext`: the run's options, a progress tick, the fork server, and a
+way to re-run the workload.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Layer:
     name: str = ""
     description: str = ""  # what its pass does, for progress lines
     observes: bool = False  # True: no pass of its own, an observer on the uninstrumented pass
-    derived: bool = False  # True: no pass, no observer; analyse(None, ...) after all passes
+    derived: bool = False  # True: no pass, no observer; derive(context, ...) after all passes
 
     def available(self) -> str | None:
         return None
@@ -103,7 +105,17 @@ class Layer:
     def observer(self, workdir: str) -> Observer | None:
         return None
 
+    def command_prefix(self, workdir: str, options: dict[str, Any]) -> list[str] | None:
+        """A command its pass runs under (VTune's collector), or None: the pass runs as is."""
+        return None
+
     def analyse(self, outcome: "PassOutcome", report: "Report", workdir: str) -> "LayerStatus":
+        """A pass layer or an observer: its pass's (or the observed pass's) outcome into the report."""
+        raise NotImplementedError
+
+    def derive(self, context: DerivedContext, report: "Report", workdir: str) -> "LayerStatus":
+        """A derived layer (`derived = True`): after every pass, from the report and the context's means
+        (options, progress, the fork server, re-running the workload)."""
         raise NotImplementedError
 
 

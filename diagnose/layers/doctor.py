@@ -16,7 +16,7 @@ import shlex
 
 from diagnose.doctor import checks as run_checks
 from diagnose.doctor import trials as trials_mod
-from diagnose.layers.base import Layer
+from diagnose.layers.base import DerivedContext, Layer
 from diagnose.report.model import Doctor, LayerStatus, Report
 
 
@@ -33,7 +33,7 @@ class DoctorLayer(Layer):
     description = "environment checks (allocator, page faults, denormals, OpenMP, quota, topology) and trials"
     derived = True
 
-    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+    def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         doctor = report.doctor or Doctor()
         report.doctor = doctor
         doctor.checks = run_checks(report)

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from diagnose.layers.base import Layer, last_line, run_helper
+from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report import io as report_io
 from diagnose.report.model import LayerStatus, Report
 
@@ -34,10 +34,10 @@ class MicrobenchLayer(Layer):
     description = "micro-benchmarks of the top operators at their recorded shapes, across thread counts"
     derived = True
 
-    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
-        options = getattr(context, "options", None) or {}
-        budget = float(options.get("microbench_budget", DEFAULT_BUDGET_S))
-        top = int(options.get("microbench_top", DEFAULT_TOP))
+    def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
+        options = context.options
+        budget = float(options["microbench_budget"])
+        top = int(options["microbench_top"])
         if budget <= 0:
             return LayerStatus("skipped", "--microbench-budget 0 turned it off")
         if not report.operators:
@@ -49,8 +49,8 @@ class MicrobenchLayer(Layer):
                "--budget", f"{budget:g}", "--max-run-time", f"{MAX_RUN_TIME_S:g}", "--json", out,
                "--reproducers", os.path.join(workdir, REPRODUCERS), "-q"]
         log_path = os.path.join(workdir, "microbench.log")
-        code, _ = run_helper(cmd, log_path, budget + START_UP_ALLOWANCE_S, getattr(context, "tick", None),
-                             server=getattr(context, "server", None))
+        code, _ = run_helper(cmd, log_path, budget + START_UP_ALLOWANCE_S, context.tick,
+                             server=context.server)
         if not os.path.exists(out):
             how = f"exit code {code}" if code is not None else f"stopped after {budget + START_UP_ALLOWANCE_S:g} s"
             return LayerStatus("failed", f"microbench wrote no results ({how}): {last_line(log_path)}")

@@ -26,7 +26,7 @@ import os
 import time
 
 from diagnose.doctor import trials as trials_mod
-from diagnose.layers.base import Layer
+from diagnose.layers.base import DerivedContext, Layer
 from diagnose.report.model import (
     CompileCost,
     GraphBreakAt,
@@ -45,7 +45,7 @@ class WhatIfLayer(Layer):
     description = "code changes (inference_mode, channels_last, bf16, compile, ...) measured on your steps"
     derived = True
 
-    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+    def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         requested = list(context.options.get("what_if") or ["auto"])
         what_if = report.what_if = WhatIf(requested=requested)
         chosen, what_if.skipped = variants_mod.choose(report, requested)

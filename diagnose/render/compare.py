@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.render import fmt
-from diagnose.render.terminal import _table
 
 TOP_OPERATORS = 15
 
@@ -71,12 +70,12 @@ def terminal(cmp: dict[str, Any]) -> str:
            "  noise floor: " + (f"±{wall['noise_floor_pct']:.1f}% " if wall["noise_floor_pct"] is not None else "")
            + f"({wall['noise_basis']})"]
     if len(cmp["findings"]):
-        out += ["", "Findings"] + _table(finding_rows(cmp), right=set())
+        out += ["", "Findings"] + fmt.text_table(finding_rows(cmp), right=set())
     ops = cmp["operators"]
     if ops["rows"]:
         out += ["", f"Operators: self CPU time per {ops['unit']} in the operator pass, biggest change first "
                     f"(noise floor ±{ops['noise_floor_pct']:.1f}%)"]
-        out += _table(operator_rows(cmp), right={2, 3, 4})
+        out += fmt.text_table(operator_rows(cmp), right={2, 3, 4})
         if len(ops["rows"]) > TOP_OPERATORS:
             out.append(f"  ... {len(ops['rows']) - TOP_OPERATORS} more rows (--format json)")
     for note in cmp["notes"]:

@@ -216,12 +216,15 @@ def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
     rows = [("change", "for", "step before", "step after", "speedup", "95% interval", "noise floor", "rounds",
              "verdict")]
     for t in doctor.trials:
-        rows.append((t.name, t.check, duration(t.baseline_step_s), duration(t.variant_step_s),
-                     f"{t.speedup:.2f}x" if t.speedup else "-",
-                     f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
-                     f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds),
-                     _trial_verdict(t)))
+        rows.append((t.name, t.check, *_trial_cells(t), _trial_verdict(t)))
     return rows
+
+
+def _trial_cells(t) -> tuple[str, ...]:
+    """A trial's measured cells: step before, step after, speedup, 95% interval, noise floor, rounds."""
+    return (duration(t.baseline_step_s), duration(t.variant_step_s), f"{t.speedup:.2f}x" if t.speedup else "-",
+            f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
+            f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds))
 
 
 def what_if_rows(report: Report) -> list[tuple[str, ...]]:
@@ -242,11 +245,7 @@ def what_if_rows(report: Report) -> list[tuple[str, ...]]:
         verdict = "recommended" if v.recommended else _trial_verdict(t)
         if t.verdict == "win" and not v.recommended:
             verdict = "faster, outputs " + ("differ" if o.status == "differ" else "unchecked")
-        rows.append((v.name, duration(t.baseline_step_s), duration(t.variant_step_s),
-                     f"{t.speedup:.2f}x" if t.speedup else "-",
-                     f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
-                     f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds), out,
-                     verdict))
+        rows.append((v.name, *_trial_cells(t), out, verdict))
     return rows
 
 
@@ -283,7 +282,7 @@ def what_if_lines(report: Report) -> list[str]:
     for s in w.skipped:
         out.append(f"not run: {s.name}: {s.reason}")
     if w.estimate_s is not None:
-        out.append(f"cost: {duration(w.elapsed_s)} (announced about {duration(w.estimate_s)} before compile time)")
+        out.append(f"cost: {duration(w.elapsed_s)} (announced about {duration(w.estimate_s)}, compilation not included)")
     return out + list(w.notes)
 
 
@@ -449,3 +448,14 @@ def hot_modules(report: Report, limit: int = 8) -> list[tuple[str, str, int, flo
     total = m.total_cpu_us or 1.0
     out = [(p or "(outermost)", c, len(v), 100 * sum(v) / total) for (p, c), v in groups.items()]
     return sorted(out, key=lambda g: -g[3])[:limit]
+
+
+def text_table(rows: list[tuple[str, ...]], right: set[int] | None = None) -> list[str]:
+    """Fixed-width text rows (header first), two-space indented; `right`: right-aligned columns (default 2-5)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {2, 3, 4, 5} if right is None else right
+    lines = []
+    for r in rows:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines

@@ -30,7 +30,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
             rows.append((r.name, fmt.shapes(r.input_shapes, 40), str(r.calls), fmt.us(r.self_cpu_us),
                          f"{r.self_pct:.1f}%", f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", r.source or "-",
                          where if len(where) <= 48 else "…" + where[-47:]))
-        out += _table(rows)
+        out += fmt.text_table(rows)
     out += _modules(report)
     op_layer = report.layers.get("operators")
     if op_layer and op_layer.status != "ok":
@@ -41,11 +41,11 @@ def render(report: Report, output_dir: str | None = None) -> str:
     out += _distributed(report)
     rows = fmt.microbench_rows(report, TOP_MICROBENCH)
     if rows:
-        out += ["", "Micro-benchmarks (each operator alone at its recorded shapes; speedup vs 1 thread)"] + _table(rows, right={2, 3, 4, 5, 6, 7})
+        out += ["", "Micro-benchmarks (each operator alone at its recorded shapes; speedup vs 1 thread)"] + fmt.text_table(rows, right={2, 3, 4, 5, 6, 7})
     rows = fmt.efficiency_rows(report, TOP_OPERATORS)
     if rows:
         out += ["", "Efficiency (operator pass times against this machine's measured peaks)"]
-        out += _table(rows, right={2, 3, 4, 5, 7})
+        out += fmt.text_table(rows, right={2, 3, 4, 5, 7})
         out += [f"  {line}" for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")) if line]
     out += _doctor(report)
     out += _what_if(report)
@@ -98,7 +98,7 @@ def _python(report: Report) -> list[str]:
         rows.append((r.function, r.location, f"{r.cumulative_pct:.1f}%", fmt.duration(r.loop_overhead_s),
                      str(r.tiny_calls or 0)))
     if len(rows) > 1:
-        out += _table(rows)
+        out += fmt.text_table(rows)
     layer = report.layers.get("python")
     for name, why in (layer.missing.items() if layer else ()):
         out.append(f"  {name} not made: {why}")
@@ -113,7 +113,7 @@ def _threads(report: Report) -> list[str]:
         return []
     out = ["", "Threads"] + [f"  {line}" for line in lines] + [f"  note: {n}" for n in (layer.notes if layer else [])]
     if rows:
-        out += ["", "  Thread sweep (uninstrumented, interleaved runs)"] + _table(rows)
+        out += ["", "  Thread sweep (uninstrumented, interleaved runs)"] + fmt.text_table(rows)
     if recommendation:
         out.append(f"  {recommendation}")
     return out
@@ -127,7 +127,7 @@ def _doctor(report: Report) -> list[str]:
     out = ["", "Environment doctor"] + [f"  {line}" for line in lines]
     if rows:
         out += ["  trials (your steps, with and without each change, interleaved rounds):"]
-        out += ["  " + line for line in _table(rows, right={2, 3, 4, 5, 6, 7})]
+        out += ["  " + line for line in fmt.text_table(rows, right={2, 3, 4, 5, 6, 7})]
     return out
 
 
@@ -137,7 +137,7 @@ def _what_if(report: Report) -> list[str]:
     rows = fmt.what_if_rows(report)
     out = ["", "What-if (your steps with each change applied from outside, interleaved rounds against the unchanged run)"]
     if rows:
-        out += ["  " + line for line in _table(rows, right={1, 2, 3, 4, 5, 6})]
+        out += ["  " + line for line in fmt.text_table(rows, right={1, 2, 3, 4, 5, 6})]
     return out + [f"  {line}" for line in fmt.what_if_lines(report)]
 
 
@@ -147,15 +147,5 @@ def _distributed(report: Report) -> list[str]:
         return []
     from diagnose.render import distributed
 
-    return (["", distributed.heading(report)] + _table(distributed.rank_rows(report), right={3, 4, 5, 6, 7})
+    return (["", distributed.heading(report)] + fmt.text_table(distributed.rank_rows(report), right={3, 4, 5, 6, 7})
             + [f"  {line}" for line in distributed.summary_lines(report)])
-
-
-def _table(rows: list[tuple[str, ...]], right: set[int] | None = None) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    right = {2, 3, 4, 5} if right is None else right
-    lines = []
-    for r in rows:
-        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return lines

@@ -1,7 +1,7 @@
 """The report model: data only, no behaviour beyond derived views.
 
 Field names and meanings of the top level, `operators` rows and `findings`
-rows follow REPORT_CONTRACT.md; units live in the names (`_us`, `_s`).
+rows follow docs/report.md; units live in the names (`_us`, `_s`).
 
 Schema history (bump SCHEMA_VERSION on any rename or removal, and add a
 migration to io.MIGRATIONS):

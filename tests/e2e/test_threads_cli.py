@@ -1,4 +1,4 @@
-"""The threads layer through the real CLI, on overwhelming live cases (FIELD_NOTES: 8 threads on 2 CPUs).
+"""The threads layer through the real CLI, on overwhelming live cases (docs/measurements.md: 8 threads on 2 CPUs).
 
 The thresholds themselves are tested exactly on committed recordings
 (tests/unit/test_threads_analysis.py); these runs check that the sampler,

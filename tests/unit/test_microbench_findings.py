@@ -116,6 +116,17 @@ def test_bandwidth_is_judged_against_this_machines_roof():
     assert sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0))[0].evidence["cause"] == "skinny_matmul"
 
 
+def test_a_skinny_gemm_with_contiguous_inputs_gets_no_layout_advice_and_a_transposed_one_does():
+    # microbench's rows say `contiguous` as one bool for the case (microbench/results.py Row)
+    for contiguous, advice in ((True, False), (False, True)):
+        rep = _gemm([2, 256], [256, 8000], 226.0, 233.0, roof_gb_per_s=200.0)
+        for row in rep.microbenchmarks:
+            row["contiguous"] = contiguous
+        (f,) = sequential_operator(rep)
+        assert f.evidence["cause"] == "skinny_matmul"
+        assert ("transposed view" in f.suggestion) is advice, f.suggestion
+
+
 def test_a_flat_large_gemm_is_doubted_a_flat_skinny_one_is_not():
     # examples/mlp.py's mm [1024,256] x [256,512] once measured 1.1x from 1 to 2 threads in CI: M, N, K are
     # all >= 256, so it splits across threads and the flat result is a disturbed measurement

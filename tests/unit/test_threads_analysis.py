@@ -98,13 +98,13 @@ def test_processes_roles_and_pools(name):
 
 def test_what_the_numbers_say():
     healthy, eight, loader, mp2 = (analyse(load(n), USABLE) for n in ("healthy", "threads8", "dataloader", "mp2"))
-    # FIELD_NOTES: healthy <= 0.016, oversubscribed >= 0.33
+    # docs/measurements.md: healthy <= 0.016, oversubscribed >= 0.33
     assert healthy["runqueue_wait_share"] <= 0.016
     assert min(x["runqueue_wait_share"] for x in (eight, loader, mp2)) >= 0.33
     assert healthy["mean_runnable"] <= USABLE < min(x["mean_runnable"] for x in (eight, loader, mp2))
     # 8 intra-op threads: main + 7 OpenMP workers did the work
     assert eight["processes"][0]["pools"]["intra_op"]["active_threads"] + 1 == 8
-    # the fallback underestimates demand (FIELD_NOTES) but still sees the oversubscription
+    # the fallback underestimates demand (docs/measurements.md) but still sees the oversubscription
     fallback = analyse(load("threads8_noschedstat"), USABLE)
     assert USABLE < fallback["mean_runnable"] < eight["mean_runnable"]
     assert fallback["runqueue_wait_share"] >= 0.33

@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from diagnose import machine
-from diagnose.layers.base import Layer, last_line, run_helper
+from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report.model import LayerStatus, Report
 
 # probe, roofline and work are imported where used: each of them also runs as
@@ -48,17 +48,17 @@ class EfficiencyLayer(Layer):
     description = "hot operators against this machine's measured GEMM and memory-bandwidth peaks (roofline)"
     derived = True
 
-    def analyse(self, context, report: Report, workdir: str) -> LayerStatus:
+    def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         from diagnose.layers.efficiency import roofline
 
-        tick = getattr(context, "tick", None)
+        tick = context.tick
         if not report.operators:
             return LayerStatus("skipped", "the operator pass recorded no operators (it needs the operators layer)")
         rows = roofline.select_rows(report.operators)
         if not rows:
             return LayerStatus("skipped", f"no ATen operator takes >= {roofline.MIN_SHARE_PCT:g}% of operator time")
         t0 = time.monotonic()
-        server = getattr(context, "server", None)
+        server = context.server
         works = _estimate_work(rows, workdir, tick, t0, server)
         peaks, how = _peaks(report, workdir, tick, t0, server)
         m = report.machine

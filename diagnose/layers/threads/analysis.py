@@ -3,7 +3,7 @@
 `analyse(recording, usable_cpus)` is pure: the same recording gives the same
 numbers, so it is tested on real recordings committed under tests/data/threads.
 
-Measures (FIELD_NOTES, threads). Over the whole process tree, between the
+Measures (docs/measurements.md, threads). Over the whole process tree, between the
 first and the last snapshot (`duration_s`):
 - `mean_runnable` = Σ(run + wait) / wall: time-averaged number of threads
   that wanted a CPU (schedstat: run_ns on a CPU, wait_ns on a run queue);
@@ -18,7 +18,7 @@ first and the last snapshot (`duration_s`):
 When schedstat reads `0 0 0` (scheduler statistics off), `schedstat_available`
 is False and `method` is "state_sampling": CPU time comes from utime+stime
 ticks, runnable time from the sampled R states (each R sighting counts one
-interval; this underestimates, FIELD_NOTES), and wait = runnable - CPU
+interval; this underestimates, docs/measurements.md), and wait = runnable - CPU
 (clipped at 0). `involuntary_switches_per_s` (preemptions) is given either way.
 
 Each thread's total is its last reading minus its first, or minus zero when

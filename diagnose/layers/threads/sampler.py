@@ -24,7 +24,7 @@ file appears (the runner creates it when the window of steps begins: what
 came before was setup and warm-up).
 
 It runs outside the target so the target's GIL, caches and thread pools are
-untouched (FIELD_NOTES). Each sample reads, per thread, `stat` and
+untouched (docs/measurements.md). Each sample reads, per thread, `stat` and
 `schedstat` (cumulative counters), `children` (to find new processes), and
 every `status_every` samples `status` (context switches, CPU affinity;
 every sample until schedstat has shown a non-zero value, since the fallback

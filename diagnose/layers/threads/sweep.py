@@ -1,9 +1,11 @@
 """The thread sweep: measure the workload at several thread settings, recommend one.
 
-A recommendation needs a measurement (FIELD_NOTES): each point is a fresh
-process (OpenMP reads its variables at start-up) running the uninstrumented
-workload with OMP_NUM_THREADS / torch.set_num_threads pinned to the point's
-value, and optionally every DataLoader pinned to a worker count. Points are
+A recommendation needs a measurement (docs/measurements.md): each point is a process
+of its own, forked from the fork server, that sets OMP_NUM_THREADS /
+MKL_NUM_THREADS and torch.set_num_threads to the point's value before the
+script runs (OpenMP reads its variables when its pool starts: the server
+never started one), running the uninstrumented workload, and optionally
+every DataLoader pinned to a worker count. Points are
 run in interleaved rounds (1,2,8,1,2,8,...) so drift on a shared machine
 hits them alike. Throughput is iterations per second in function mode (the
 median iteration) and runs per second in script mode (the wall time).
