@@ -48,7 +48,6 @@ from diagnose.whatif import outputs
 SEED = 0
 CAPTURE_CALL = 2
 MAX_CAPTURED_VALUES = 16_000_000  # 64 MB of float32: larger outputs are compared on their first values
-VARIANTS = ("inference_mode", "bf16", "channels_last", "compile", "flush_denormal")
 
 
 class WhatIfChild:
@@ -57,7 +56,6 @@ class WhatIfChild:
         self.variant: str | None = options.get("variant")  # None: the baseline side
         self.out_dir: str = options["out_dir"]
         self.pass_name = pass_name
-        self.root = None
         self.root_name: str | None = None
         self.calls = 0
         self.first_call_s: float | None = None  # the first call with the variant: compile's one-off cost is in it
@@ -106,7 +104,6 @@ class WhatIfChild:
         if self.torch.compiler.is_compiling():
             return
         self._handle.remove()
-        self.root = module
         self.root_name = type(module).__name__
         module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
         module.register_forward_hook(self._on_post)
@@ -168,9 +165,8 @@ class WhatIfChild:
             return
         self.written = True
         data = {"variant": self.variant, "root": self.root_name, "applied": self.applied, "calls": self.calls,
-                "captured": self.captured, "diff": self.diff, "first_call_s": self.first_call_s, "apply_s": self.apply_s,
-                "compile": compile_info,
-                "graph_breaks": graph_breaks(self.breaks)}
+                "captured": self.captured, "diff": self.diff, "first_call_s": self.first_call_s,
+                "apply_s": self.apply_s, "compile": compile_info, "graph_breaks": graph_breaks(self.breaks)}
         with open(os.path.join(self.out_dir, f"{self.pass_name}.json"), "w") as fh:
             json.dump(data, fh, default=str)
 
