@@ -192,6 +192,11 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
 RunWorkload = Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"]
 
 
+def pass_name(round_index: int, side: str) -> str:
+    """The name `run` gets for one side's pass in one round ("trial-0-baseline", "trial-2-jemalloc")."""
+    return f"trial-{round_index}-{side}"
+
+
 def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                baseline_options: dict[str, Any] | None = None) -> list[Trial]:
     """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
@@ -213,7 +218,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                 continue
             name = "baseline" if v is None else v.name
             env = {"DIAGNOSE_TRIAL": name, **(v.env if v else {})} if fresh else {}
-            out = run(f"trial-{r}-{name}", env, dict(v.options) if v else dict(baseline_options or {}))
+            out = run(pass_name(r, name), env, dict(v.options) if v else dict(baseline_options or {}))
             if isinstance(out, str) or not out:
                 if v is None:  # without the baseline this round compares nothing
                     break

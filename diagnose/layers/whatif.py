@@ -37,6 +37,7 @@ from diagnose.report.model import (
     WhatIf,
     WhatIfVariant,
 )
+from diagnose.usercode import UserCode
 from diagnose.whatif import outputs, variants as variants_mod
 
 
@@ -61,7 +62,8 @@ class WhatIfLayer(Layer):
         compiling = any(c.name == "compile" for c in chosen)
         if context.say:
             context.say(f"what-if: {len(chosen)} variant(s) ({', '.join(c.name for c in chosen)}) x {rounds} rounds "
-                        f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s = about {what_if.estimate_s:.0f} s"
+                        f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s "
+                        f"= about {what_if.estimate_s:.0f} s"
                         + (", plus torch.compile's compilation in each of the compile runs (seconds for a small "
                            "model, minutes for a large one)" if compiling else ""))
         out_dir = os.path.join(workdir, "passes")
@@ -81,13 +83,17 @@ class WhatIfLayer(Layer):
         t0 = time.monotonic()
         trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, base_options)}
         what_if.elapsed_s = round(time.monotonic() - t0, 1)
-        info = {name: _read(os.path.join(out_dir, f"{name}.json"))
-                for name in ("trial-0-baseline", "trial-1-baseline", *(f"trial-0-{c.name}" for c in chosen))}
-        unchecked = outputs.self_check(info["trial-1-baseline"])
-        compared = info["trial-0-baseline"].get("captured")
+        info = {name[:-5]: _read(os.path.join(out_dir, name)) for name in os.listdir(out_dir) if name.endswith(".json")}
+
+        def pass_info(r: int, side: str) -> dict:  # what one pass wrote (diagnose/whatif/child.py), {} if nothing
+            return info.get(trials_mod.pass_name(r, side)) or {}
+
+        unchecked = outputs.self_check(pass_info(1, "baseline"))
+        compared = pass_info(0, "baseline").get("captured")
+        code = UserCode(report.target.script)
         for c in chosen:
             trial = trials[c.name]
-            mine = info[f"trial-0-{c.name}"]
+            mine = pass_info(0, c.name)
             applied = mine.get("applied") or ""
             if applied.startswith("failed") and trial.verdict != "failed":
                 trial.verdict, trial.reason = "failed", f"the change could not be applied: {applied[8:]}"
@@ -97,7 +103,7 @@ class WhatIfLayer(Layer):
             row = WhatIfVariant(name=c.name, why=c.why, trial=trial, outputs=check,
                                 recommended=trial.verdict == "win" and check.status == "match")
             if c.name == "compile":
-                row.compile = _compile_cost(out_dir, trial, rounds)
+                row.compile = _compile_cost([pass_info(r, c.name) for r in range(rounds)], trial, code)
             what_if.variants.append(row)
         if unchecked:
             what_if.notes.append(f"outputs not checked: {unchecked}; no variant is recommended without that check")
@@ -109,12 +115,8 @@ class WhatIfLayer(Layer):
 
 def _pass_seconds(report: Report) -> float:
     """One re-run's expected wall time: the uninstrumented pass's, start to exit (a re-run measures the same
-    window; without the thread sampler it is a little shorter)."""
-    if report.run.pass_s:
-        return report.run.pass_s
-    s = report.steps
-    setup = (s.setup_s or 0.0) + sum(s.warmup_s) if s is not None else 0.0
-    return setup + (report.run.wall_s or 0.0)
+    window; without the thread sampler it is a little shorter). Set whenever the workload can be re-run."""
+    return report.run.pass_s or 0.0
 
 
 def _read(path: str) -> dict:
@@ -125,11 +127,10 @@ def _read(path: str) -> dict:
         return {}
 
 
-def _compile_cost(out_dir: str, trial, rounds: int) -> CompileCost:
+def _compile_cost(infos: list[dict], trial, code: UserCode) -> CompileCost:
     """Compile's one-off cost per round: `torch.compile()` itself (it imports inductor) and the first compiled
     call (tracing, generating and building kernels, and the call) less a compiled step; the slowest round and
-    the fastest (inductor's on-disk cache warm)."""
-    infos = [_read(os.path.join(out_dir, f"trial-{r}-compile.json")) for r in range(rounds)]
+    the fastest (inductor's on-disk cache warm). `infos`: the compile passes' results, round by round."""
     compiles = [i.get("compile") or {} for i in infos]
     step = trial.variant_step_s or 0.0
     times = [max(0.0, (i.get("apply_s") or 0.0) + i["first_call_s"] - step) for i in infos
@@ -142,12 +143,14 @@ def _compile_cost(out_dir: str, trial, rounds: int) -> CompileCost:
         cost.break_even_steps = math.ceil(cost.compile_s / saved)
     first = compiles[0] or {}
     cost.recompiles = [Recompile(r["code"], list(r["reasons"]), int(r["count"])) for r in first.get("recompiles") or []]
-    cost.graph_breaks = [GraphBreakAt(reason=b["reason"], source=_short(b["source"]) if b.get("source") else None,
+    cost.graph_breaks = [GraphBreakAt(reason=b["reason"], source=_where(code, b["source"]) if b.get("source") else None,
                                       count=int(b.get("count") or 1), skipped=bool(b.get("skipped")))
                          for b in infos[0].get("graph_breaks") or []]
     return cost
 
 
-def _short(path: str) -> str:
-    rel = os.path.relpath(path)
-    return rel if not rel.startswith("..") else path
+def _where(code: UserCode, source: str) -> str:
+    """`FILE:LINE` as reports show files (the user's relative to the working directory, a library's to its
+    site-packages)."""
+    path, _, line = source.rpartition(":")
+    return f"{code.short(path)}:{line}"

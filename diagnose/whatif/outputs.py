@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnose.doctor.trials import pass_name
 from diagnose.report.model import OutputCheck
 
-REFERENCE = "trial-0-baseline"  # the pass whose output every other pass compares with
+REFERENCE = pass_name(0, "baseline")  # the pass whose output every other pass compares with
 SELF_TOLERANCE = 1e-6  # the baseline against itself: the same code, seed and threads
 
 

@@ -54,7 +54,8 @@ def change_text(name: str, root: str | None, line: str | None) -> str:
     model = f"your {root}" if root else "your model"
     at = f" at {line}" if line else ""
     return {
-        "inference_mode": f"wrap the call of {model}{at} (or the whole inference loop) in `with torch.inference_mode():`",
+        "inference_mode": (f"wrap the call of {model}{at} (or the whole inference loop) in "
+                           "`with torch.inference_mode():`"),
         "channels_last": (f"`model = model.to(memory_format=torch.channels_last)` once, and "
                           f"`x = x.contiguous(memory_format=torch.channels_last)` for each 4-D input of {model}"),
         "bf16": f"run {model}{at} under `with torch.autocast('cpu', dtype=torch.bfloat16):`",
@@ -135,7 +136,8 @@ def choose(report: Report, requested: list[str], cpuinfo: str = "/proc/cpuinfo"
         asked = name in requested
         hard_no = not applies and why.startswith(IMPOSSIBLE)
         if (applies and (auto or asked)) or (asked and not hard_no):
-            chosen.append(Choice(name, why if applies else f"asked for (--what-if); {why}", change_text(name, root, line)))
+            chosen.append(Choice(name, why if applies else f"asked for (--what-if); {why}",
+                                 change_text(name, root, line)))
         elif auto or asked:
             skipped.append(WhatIfSkipped(name, why))
     return chosen, skipped
