@@ -38,15 +38,14 @@ def draw_all(report: Report, jobs: list[tuple[Any, str]]) -> list[str | None]:
         except Exception as exc:  # noqa: BLE001 - a picture must not take the report down
             return f"drawing it failed: {type(exc).__name__}: {exc}"
 
-    children: list[tuple[int, int] | None] = []
+    children: dict[int, tuple[int, int]] = {}  # job index -> (pid, the pipe's read end)
     parallel = len(jobs) > 1 and hasattr(os, "fork") and len(os.sched_getaffinity(0)) > 1
-    for draw, path in jobs[:-1] if parallel else []:
+    for i, (draw, path) in enumerate(jobs[:-1] if parallel else []):
         try:
             r, w = os.pipe()
             pid = os.fork()
         except OSError:
-            children.append(None)
-            continue
+            continue  # drawn here below
         if pid == 0:  # the child: draw, say why not (or null), and leave without running the parent's exit code
             code = 1
             try:
@@ -56,18 +55,9 @@ def draw_all(report: Report, jobs: list[tuple[Any, str]]) -> list[str | None]:
             finally:
                 os._exit(code)
         os.close(w)
-        children.append((pid, r))
-    whys: list[str | None] = []
-    for i, (draw, path) in enumerate(jobs):
-        child = children[i] if i < len(children) else None
-        if child is None:
-            whys.append(one(draw, path))
-            continue
-        whys.append(None)  # filled in below, once the last picture is drawn here
-    for i, child in enumerate(children):
-        if child is None:
-            continue
-        pid, r = child
+        children[i] = (pid, r)
+    whys = [None if i in children else one(draw, path) for i, (draw, path) in enumerate(jobs)]
+    for i, (pid, r) in children.items():
         with os.fdopen(r, "rb") as fh:
             data = fh.read()
         _, status = os.waitpid(pid, 0)
