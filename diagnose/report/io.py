@@ -17,8 +17,28 @@ from typing import Any
 from diagnose.errors import UsageError
 from diagnose.report.model import SCHEMA_VERSION, Report
 
+
+
+def _v1_to_v2(data: dict) -> dict:
+    """"1" -> "2": the sections that were untyped dicts become typed sections (docs/report.md). A section
+    that was `{}` (nothing measured) is null in "2"; a section whose fields moved is rebuilt by its entry in
+    V1_SECTIONS (section name -> v1 value -> v2 value)."""
+    new = dict(data, schema_version="2")
+    for key, convert in V1_SECTIONS.items():
+        if key in new:
+            new[key] = convert(new[key])
+    return new
+
+
+def _empty_is_null(section: Any) -> Any:
+    return section or None
+
+
+# v1 section -> v2 section, one entry per section typed in "2"
+V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {}
+
 # version -> function turning that version's dict into the next version's
-MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {}
+MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {"1": _v1_to_v2}
 
 
 def to_dict(obj: Any) -> Any:

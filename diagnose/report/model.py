@@ -17,6 +17,10 @@ migration to io.MIGRATIONS):
         hangs (stalled passes with their stacks) added later (additive);
         doctor (environment checks and measured trials) added later
         (additive).
+  "2" - every section typed (report v2): threads, efficiency, counters,
+        distributed, microbenchmarks, operator_summary and python_summary
+        are dataclasses; a section with nothing measured is null instead of
+        {}. io._v1_to_v2 reads "1" files.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 SEVERITIES = ("high", "medium", "low")
 LAYER_STATUSES = ("ok", "skipped", "failed")

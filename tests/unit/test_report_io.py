@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from diagnose.errors import UsageError
 from diagnose.report import io as report_io
-from diagnose.report.model import (Finding, IterationStats, LayerStatus, OperatorRow, Report, Run, SourceShare,
-                                   TargetInfo)
+from diagnose.report.model import (SCHEMA_VERSION, Finding, IterationStats, LayerStatus, OperatorRow, Report, Run,
+                                   SourceShare, TargetInfo)
 
 
 def sample() -> Report:
@@ -30,7 +31,7 @@ def test_round_trip(tmp_path):
     path = tmp_path / "report.json"
     report_io.save(sample(), str(path))
     text = path.read_text()
-    assert text.lstrip().startswith('{\n "schema_version": "1"')
+    assert text.lstrip().startswith('{\n "schema_version": "2"')
     loaded = report_io.load(str(path))
     assert loaded == sample()
     assert report_io.to_dict(loaded) == json.loads(text)
@@ -58,9 +59,28 @@ def test_migration_is_applied(monkeypatch):
     data["target"]["path"] = data["target"].pop("script")
 
     def from_zero(old):
-        new = dict(old, schema_version="1")
+        new = dict(old, schema_version="1")  # then "1" -> "2" as usual
         new["target"] = dict(old["target"], script=old["target"]["path"])
         return new
 
     monkeypatch.setitem(report_io.MIGRATIONS, "0", from_zero)
     assert report_io.from_json_data(data) == sample()
+
+
+V1_REPORTS = sorted(p for p in (Path(__file__).parent.parent / "data").rglob("*.json")
+                    if '"schema_version": "1"' in p.read_text()[:200])
+
+
+def test_committed_v1_reports_are_v1():
+    # the recordings below stay in "1" on purpose: they are what the migration is tested on
+    assert len(V1_REPORTS) >= 10
+
+
+@pytest.mark.parametrize("path", V1_REPORTS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_committed_v1_report_loads_through_the_migration(path):
+    report = report_io.load(str(path))
+    assert report.schema_version == SCHEMA_VERSION == "2"
+    # a v2 round trip is exact: nothing of "1" survives that "2" would write differently
+    again = report_io.from_json_data(json.loads(report_io.dumps(report)))
+    assert again == report
+    assert report_io.to_dict(again) == report_io.to_dict(report)
