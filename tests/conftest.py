@@ -41,7 +41,24 @@ class CliRun:
 
     @property
     def report(self) -> dict:
-        return json.loads((self.outdir / "report.json").read_text())
+        """report.json, validated against the JSON Schema generated from the model (docs/report.schema.json)."""
+        data = json.loads((self.outdir / "report.json").read_text())
+        report_validator().validate(data)
+        return data
+
+
+_VALIDATOR = []
+
+
+def report_validator():
+    """One compiled validator of docs/report.schema.json (jsonschema, draft 2020-12)."""
+    if not _VALIDATOR:
+        import jsonschema
+
+        schema = json.loads((REPO / "docs" / "report.schema.json").read_text())
+        jsonschema.Draft202012Validator.check_schema(schema)
+        _VALIDATOR.append(jsonschema.Draft202012Validator(schema))
+    return _VALIDATOR[0]
 
 
 def run_cli(*args: str, cwd: Path | None = None, outdir: Path | None = None, timeout: float = 240,
