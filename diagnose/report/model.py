@@ -36,38 +36,38 @@ LAYER_STATUSES = ("ok", "skipped", "failed")
 
 @dataclass
 class TargetInfo:
-    script: str
-    argv: list[str] = field(default_factory=list)
+    script: str  # the target's path as given on the command line
+    argv: list[str] = field(default_factory=list)  # the arguments the script received
     mode: str = "script"  # "script" or "function"
-    function: str | None = None
-    warmup: int | None = None
-    iters: int | None = None
+    function: str | None = None  # function mode: the zero-argument function called once per step
+    warmup: int | None = None  # function mode: calls before the measured ones (--skip-steps)
+    iters: int | None = None  # function mode: measured calls (--steps)
 
 
 @dataclass
 class Machine:
-    cpu_model: str = ""
-    logical_cpus: int = 0
-    usable_cpus: int = 0
-    affinity_cpus: int = 0
-    cgroup_cpu_limit: float | None = None
+    cpu_model: str = ""  # /proc/cpuinfo's model name
+    logical_cpus: int = 0  # os.cpu_count()
+    usable_cpus: int = 0  # what the target can run on: affinity and the cgroup quota applied
+    affinity_cpus: int = 0  # CPUs in the process's affinity mask
+    cgroup_cpu_limit: float | None = None  # cgroup CPU quota in CPUs (cpu.max), None: no limit
     torch_version: str | None = None
-    parallel_backend: str | None = None
+    parallel_backend: str | None = None  # "ATen parallel backend" of torch.__config__.parallel_info()
     intra_op_threads: int | None = None  # as the target left it (after its own set_num_threads)
-    inter_op_threads: int | None = None
+    inter_op_threads: int | None = None  # torch.get_num_interop_threads()
     default_intra_op_threads: int | None = None  # before the target ran
-    threading_env: dict[str, str] = field(default_factory=dict)
+    threading_env: dict[str, str] = field(default_factory=dict)  # OMP_*/MKL_*/KMP_*/... variables that were set
     python_version: str = ""
-    platform: str = ""
+    platform: str = ""  # platform.platform()
 
 
 @dataclass
 class IterationStats:
     """Per-iteration wall times of a function-mode pass."""
 
-    n: int
-    median_s: float
-    q1_s: float
+    n: int  # steps (or calls) measured
+    median_s: float  # per step
+    q1_s: float  # first and third quartiles
     q3_s: float
     min_s: float
     max_s: float
@@ -79,21 +79,23 @@ class IterationStats:
 
 @dataclass
 class Run:
+    # what `python script.py` would have exited with: 0, sys.exit's code, 1 for an exception, 130 for Ctrl-C;
+    # None when the pass left no result
     exit_code: int | None = None
-    error: str | None = None
-    traceback: list[str] = field(default_factory=list)
+    error: str | None = None  # why the target ended early, one line ("ValueError: ...", "the target called sys.exit(3)")
+    traceback: list[str] = field(default_factory=list)  # "file.py:LINE in function: code", the last 12 frames
     wall_s: float | None = None  # uninstrumented pass: the measured calls (function mode) or the window of steps
     instrumented_wall_s: float | None = None  # operator pass, same span
     pass_s: float | None = None  # the uninstrumented pass from start to exit: what one re-run of it costs
     iterations: IterationStats | None = None  # uninstrumented: per call (function mode) or per step of the window
-    instrumented_iterations: IterationStats | None = None
+    instrumented_iterations: IterationStats | None = None  # the operator pass's, same window
     # minor page faults of the target's process over the same span (fresh pages touched): uninstrumented,
     # and in the operator pass, whose profiler fragments the heap into fresh pages for large temporaries
     minor_faults: int | None = None
     instrumented_minor_faults: int | None = None
-    interrupted: bool = False
-    timed_out: bool = False
-    started_at: str = ""
+    interrupted: bool = False  # Ctrl-C (or SIGTERM): what was measured before it is still reported
+    timed_out: bool = False  # --timeout ended a pass
+    started_at: str = ""  # local time, ISO 8601 with the UTC offset
     diagnose_version: str = ""
 
     @property
@@ -266,17 +268,17 @@ class Doctor:
 @dataclass
 class LayerStatus:
     status: str  # ok, skipped, failed
-    reason: str | None = None
-    elapsed_s: float | None = None
-    notes: list[str] = field(default_factory=list)
+    reason: str | None = None  # why skipped or failed (and how to get the missing part), None when ok
+    elapsed_s: float | None = None  # the layer's pass and analysis
+    notes: list[str] = field(default_factory=list)  # caveats on what it measured
     missing: dict[str, str] = field(default_factory=dict)  # artifact the layer could not make -> why
 
 
 @dataclass
 class SourceShare:
-    location: str | None
+    location: str | None  # file.py:LINE in the user's code, None: no user frame
     calls: int
-    self_cpu_us: float
+    self_cpu_us: float  # the row's self time from this line
     function: str | None = None  # the user function holding `location`
 
 
@@ -285,7 +287,7 @@ class ModuleShare:
     """The part of an operator row run inside one module's forward (or its backward), from one library line."""
 
     module: str | None  # module path from the outermost module ("" is that module itself); None: outside any
-    module_class: str | None
+    module_class: str | None  # that module's class name
     library_line: str | None  # innermost frame outside torch (a library's line, or yours in your own model)
     calls: int
     self_cpu_us: float
@@ -340,19 +342,19 @@ class FoldedStack:
 class PythonFunction:
     """One function of the call-graph (cProfile) pass; times are instrumented."""
 
-    function: str
+    function: str  # its name as cProfile gives it
     location: str  # "file.py:LINE" of its first line; "~" for built-ins
     kind: str  # user, library, torch (a torch built-in: operator work), wait (a blocking built-in), builtin
     calls: int
-    self_s: float
-    cumulative_s: float
+    self_s: float  # in the function itself
+    cumulative_s: float  # with what it calls
     self_pct: float  # share of the pass's total time
-    cumulative_pct: float
+    cumulative_pct: float  # likewise, cumulative
     end_line: int | None = None  # user functions: last line, to join operator source lines
     # user functions: time it spends itself or in tiny calls (< TINY_CALL_US each) it makes
     # directly, the cost of driving torch one small step at a time from Python
     loop_overhead_s: float | None = None
-    tiny_calls: int | None = None
+    tiny_calls: int | None = None  # how many such tiny calls
     operators: list[dict[str, Any]] = field(default_factory=list)  # from the operator pass
     # user functions: large torch built-ins cProfile saw it call (s); large operators at its
     # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
@@ -364,17 +366,17 @@ class PythonFunction:
 
 @dataclass
 class OperatorRow:
-    name: str
-    input_shapes: list[list[Any]]
-    dtypes: list[str]
-    calls: int
-    self_cpu_us: float
-    total_cpu_us: float
-    self_pct: float
-    source: str | None
-    sources: list[SourceShare] = field(default_factory=list)
-    flops: int | None = None
-    gflops_per_s: float | None = None
+    name: str  # aten::addmm
+    input_shapes: list[list[Any]]  # per input, [] for a scalar or a non-tensor
+    dtypes: list[str]  # per input, the profiler's names ("float", "c10::BFloat16", "Scalar", "")
+    calls: int  # in the operator pass's window
+    self_cpu_us: float  # excluding the operators it called
+    total_cpu_us: float  # including them
+    self_pct: float  # share of all operator self CPU time
+    source: str | None  # file.py:LINE: the user line with most of its self time, None outside the user's code
+    sources: list[SourceShare] = field(default_factory=list)  # every user line that called it, most time first
+    flops: int | None = None  # over all calls (torch's flop counter, or layers/efficiency/work.py)
+    gflops_per_s: float | None = None  # flops / self time
     cpu_memory_bytes: int = 0  # net bytes the op itself left allocated, over all calls
     # self CPU time by the operator that called this one ("" = called from Python)
     called_by: dict[str, float] = field(default_factory=dict)
@@ -422,14 +424,14 @@ class OperatorRow:
 
 @dataclass
 class Finding:
-    kind: str
-    severity: str
-    title: str
-    op: str | None
-    location: str | None
-    evidence: dict[str, Any]
-    suggestion: str
-    layer: str = ""
+    kind: str  # one of the finding kinds of docs/report.md
+    severity: str  # high, medium, low
+    title: str  # one sentence, read first
+    op: str | None  # the operator concerned, or None
+    location: str | None  # file.py:LINE in the user's code, or None
+    evidence: dict[str, Any]  # the measured numbers that crossed the rule's thresholds, named with their units
+    suggestion: str  # what to try, concretely
+    layer: str = ""  # the layer whose measurements raised it
 
 
 @dataclass
