@@ -82,7 +82,8 @@ class Run:
     # what `python script.py` would have exited with: 0, sys.exit's code, 1 for an exception, 130 for Ctrl-C;
     # None when the pass left no result
     exit_code: int | None = None
-    error: str | None = None  # why the target ended early, one line ("ValueError: ...", "the target called sys.exit(3)")
+    # why the target ended early, one line: "ValueError: ...", "the target called sys.exit(3)"; None: it did not
+    error: str | None = None
     traceback: list[str] = field(default_factory=list)  # "file.py:LINE in function: code", the last 12 frames
     wall_s: float | None = None  # uninstrumented pass: the measured calls (function mode) or the window of steps
     instrumented_wall_s: float | None = None  # operator pass, same span
