@@ -161,10 +161,10 @@ def low_efficiency(report: Report) -> list[Finding]:
 
 def _alone(report: Report, op: dict[str, Any]) -> float | None:
     """The operator's median µs per call micro-benchmarked alone at the run's thread count, if measured."""
-    rows = [r for r in report.microbenchmarks if r.get("op") == op["name"]
-            and r.get("input_shapes") == op.get("input_shapes") and r.get("median_us")]
-    same = [r for r in rows if r.get("threads") == op.get("threads")]
-    return float(same[0]["median_us"]) if same else None
+    rows = [r for r in report.microbenchmarks if r.op == op["name"]
+            and r.input_shapes == op.get("input_shapes") and r.median_us]
+    same = [r for r in rows if r.threads == op.get("threads")]
+    return float(same[0].median_us) if same else None
 
 
 def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> dict[str, Any]:

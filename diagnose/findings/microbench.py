@@ -54,11 +54,9 @@ confidence), since the speedup itself is then uncertain:
 
 from __future__ import annotations
 
-from typing import Any
-
 from diagnose.findings.suggestions import BANDWIDTH_TEXT, MATMUL, matmul_dims, suggestion_for
 from diagnose.layers.efficiency import probe
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, MicrobenchRow, Report
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
 SHARE_HIGH_PCT = 30.0
@@ -70,46 +68,46 @@ BANDWIDTH_BOUND_FRACTION = 0.6
 SKINNY_DIM = 32  # as findings/efficiency.py: a dimension this small leaves a GEMM kernel's register tile empty
 
 
-def _key(row: dict[str, Any]) -> tuple:
-    return row.get("op"), repr(row.get("input_shapes")), repr(row.get("dtypes"))
+def _key(row: MicrobenchRow) -> tuple:
+    return row.op, repr(row.input_shapes), repr(row.dtypes)
 
 
-def gb_per_s(row: dict[str, Any]) -> float | None:
+def gb_per_s(row: MicrobenchRow) -> float | None:
     """A micro-benchmark row's achieved GB/s (its own, else its bytes over its median)."""
-    if row.get("gbytes_per_s"):
-        return float(row["gbytes_per_s"])
-    if row.get("bytes") and row.get("median_us"):
-        return row["bytes"] / (row["median_us"] * 1e3)
+    if row.gbytes_per_s:
+        return float(row.gbytes_per_s)
+    if row.bytes and row.median_us:
+        return row.bytes / (row.median_us * 1e3)
     return None
 
 
 def sequential_operator(report: Report) -> list[Finding]:
-    cases: dict[tuple, list[dict[str, Any]]] = {}
+    cases: dict[tuple, list[MicrobenchRow]] = {}
     for row in report.microbenchmarks:
-        if row.get("median_us") and row.get("threads"):
+        if row.median_us and row.threads:
             cases.setdefault(_key(row), []).append(row)
     peaks = (report.efficiency or {}).get("peaks") or {}
     out = []
     for rows in cases.values():
-        one = next((r for r in rows if r["threads"] == 1), None)
-        most = max(rows, key=lambda r: r["threads"])
-        if one is None or most["threads"] < 2 or one["median_us"] < MIN_US:
+        one = next((r for r in rows if r.threads == 1), None)
+        most = max(rows, key=lambda r: r.threads)
+        if one is None or most.threads < 2 or one.median_us < MIN_US:
             continue
-        speedup = one["median_us"] / most["median_us"]
+        speedup = one.median_us / most.median_us
         if speedup >= SEQUENTIAL_MAX_SPEEDUP:
             continue
-        share = float(one.get("self_pct") or _share(report, one) or 0.0)
+        share = float(one.self_pct or _share(report, one) or 0.0)
         if share < SHARE_MIN_PCT:
             continue
-        n, op = most["threads"], one.get("op") or ""
+        n, op = most.threads, one.op or ""
         bandwidth, roof = gb_per_s(one), probe.bandwidth_peak(peaks, n)
         fraction = bandwidth / roof if bandwidth and roof else None
         bound = fraction is not None and fraction >= BANDWIDTH_BOUND_FRACTION
-        dims = matmul_dims(op, one.get("input_shapes") or []) if MATMUL.match(op) else None
+        dims = matmul_dims(op, one.input_shapes) if MATMUL.match(op) else None
         severity = "high" if share >= SHARE_HIGH_PCT else "medium" if share >= SHARE_MEDIUM_PCT else "low"
-        doubts = [f"{r['threads']}-thread run contended by other processes" for r in (one, most) if r.get("contended")]
-        doubts += [f"{r['threads']}-thread run noisy (IQR {r.get('noise_pct'):.0f}% of the median)"
-                   for r in (one, most) if r.get("noisy")]
+        doubts = [f"{r.threads}-thread run contended by other processes" for r in (one, most) if r.contended]
+        doubts += [f"{r.threads}-thread run noisy (IQR {r.noise_pct:.0f}% of the median)"
+                   for r in (one, most) if r.noisy]
         if dims and min(dims) >= LARGE_GEMM_DIM and not bound:
             doubts.append(f"a GEMM with M, N, K all >= {LARGE_GEMM_DIM} (M={dims[0]}, N={dims[1]}, K={dims[2]}) "
                           "splits across threads: a flat result says the measurement was disturbed; re-measure "
@@ -119,15 +117,15 @@ def sequential_operator(report: Report) -> list[Finding]:
         skinny = bool(dims) and min(dims) < SKINNY_DIM and not bound
         evidence = {
             "cause": "memory_bandwidth" if bound else "skinny_matmul" if skinny else "sequential_kernel",
-            "input_shapes": one.get("input_shapes"), "dtypes": one.get("dtypes"),
-            "median_us_1_thread": round(one["median_us"], 1), f"median_us_{n}_threads": round(most["median_us"], 1),
+            "input_shapes": one.input_shapes, "dtypes": one.dtypes,
+            "median_us_1_thread": round(one.median_us, 1), f"median_us_{n}_threads": round(most.median_us, 1),
             "threads": n, "speedup": round(speedup, 3), "parallel_efficiency": round(speedup / n, 3),
-            "noise_pct_1_thread": one.get("noise_pct"), f"noise_pct_{n}_threads": most.get("noise_pct"),
+            "noise_pct_1_thread": one.noise_pct, f"noise_pct_{n}_threads": most.noise_pct,
             "threshold_speedup": SEQUENTIAL_MAX_SPEEDUP, "share_pct": round(share, 1),
             "gb_per_s_1_thread": round(bandwidth, 2) if bandwidth else None,
             "roof_gb_per_s": roof, "bandwidth_fraction": round(fraction, 3) if fraction is not None else None,
             "threshold_bandwidth_fraction": BANDWIDTH_BOUND_FRACTION,
-            "reproducer": one.get("reproducer"),
+            "reproducer": one.reproducer,
         }
         if dims:
             evidence.update(gemm_mnk=list(dims), threshold_gemm_dim=LARGE_GEMM_DIM)
@@ -136,8 +134,8 @@ def sequential_operator(report: Report) -> list[Finding]:
         if doubts:
             evidence["doubts"] = doubts
         short = op.split("::")[-1]
-        shapes = ", ".join(str(x).replace(" ", "") for x in one.get("input_shapes") or [] if x != []) or "-"
-        times = (f"{one['median_us'] / 1e3:.2f} ms on 1 thread vs {most['median_us'] / 1e3:.2f} ms on {n} "
+        shapes = ", ".join(str(x).replace(" ", "") for x in one.input_shapes if x != []) or "-"
+        times = (f"{one.median_us / 1e3:.2f} ms on 1 thread vs {most.median_us / 1e3:.2f} ms on {n} "
                  f"({speedup:.2f}x); it takes {share:.0f}% of operator time")
         reproducer = f"{evidence['reproducer'] or 'The micro-benchmark'} reproduces it alone."
         if bound:
@@ -152,7 +150,7 @@ def sequential_operator(report: Report) -> list[Finding]:
                      + (f", streaming {bandwidth:.3g} GB/s where {n} threads stream {roof:.3g}" if bandwidth and roof
                         else "") + f": {times}")
             layout = ""
-            if one.get("contiguous") is False or _transposed_input(report, one):  # microbench's row: one bool
+            if not one.contiguous or _transposed_input(report, one):
                 layout = (" Its weight is a transposed view (x @ W.t(), nn.Linear's layout): a product over a "
                           "contiguous copy made once (W_t = W.t().contiguous() outside the loop) streams faster.")
             suggestion = (f"Each weight element of {short} serves only {m_} row(s), so it is bound by reading the "
@@ -165,27 +163,27 @@ def sequential_operator(report: Report) -> list[Finding]:
                           "then overlap it with other work or split it into independent pieces.")
         else:
             title = f"{op} at {shapes} does not speed up with threads: {times}"
-            advice = suggestion_for(report, op, one.get("input_shapes"), one.get("dtypes"), one.get("source"))
+            advice = suggestion_for(report, op, one.input_shapes, one.dtypes, one.source)
             suggestion = (f"While {short} runs, {n - 1} of the {n} CPUs idle: the kernel is sequential at this "
                           f"shape. {advice} Or overlap it with other work (torch.jit.fork, or move it into a "
                           f"DataLoader worker), or split it into independent pieces that run in parallel. "
                           f"{reproducer}")
         out.append(Finding(kind="sequential_operator", severity=severity, title=title, op=op or None,
-                           location=one.get("source"), evidence=evidence, suggestion=suggestion,
+                           location=one.source, evidence=evidence, suggestion=suggestion,
                            layer="microbench"))
     return out
 
 
-def _transposed_input(report: Report, row: dict[str, Any]) -> bool:
+def _transposed_input(report: Report, row: MicrobenchRow) -> bool:
     """The operator row behind a micro-benchmark has a non-contiguous tensor input (a transposed view)."""
     for op in report.operators:
-        if op.name == row.get("op") and op.input_shapes == row.get("input_shapes"):
+        if op.name == row.op and op.input_shapes == row.input_shapes:
             return bool(op.contiguous) and False in op.contiguous
     return False
 
 
-def _share(report: Report, row: dict[str, Any]) -> float | None:
+def _share(report: Report, row: MicrobenchRow) -> float | None:
     for op in report.operators:
-        if op.name == row.get("op") and op.input_shapes == row.get("input_shapes"):
+        if op.name == row.op and op.input_shapes == row.input_shapes:
             return op.self_pct
     return None

@@ -4,9 +4,9 @@ A derived layer: after the passes it hands the report's operator rows to the
 `microbench` package (`python -m microbench from-report`, its own process:
 torch.utils.benchmark changes the thread count, which must not happen in the
 orchestrator) with a time budget, and puts its measurements into
-`report.microbenchmarks` and a standalone reproducer script per operator into
-`reproducers/`. The `sequential_operator` finding reads those rows
-(diagnose/findings/microbench.py).
+`report.microbenchmarks` (microbench's rows as MicrobenchRow) and a standalone
+reproducer script per operator into `reproducers/`. The `sequential_operator`
+finding reads those rows (diagnose/findings/microbench.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report import io as report_io
-from diagnose.report.model import LayerStatus, Report
+from diagnose.report.model import LayerStatus, MicrobenchRow, Report
 
 DEFAULT_BUDGET_S = 15.0
 DEFAULT_TOP = 3
@@ -56,10 +56,10 @@ class MicrobenchLayer(Layer):
             return LayerStatus("failed", f"microbench wrote no results ({how}): {last_line(log_path)}")
         with open(out) as fh:
             data = json.load(fh)
-        rows = data.get("measurements") or []
+        rows = [report_io.typed(MicrobenchRow, row) for row in data.get("measurements") or []]
         for row in rows:
-            if row.get("reproducer"):
-                row["reproducer"] = f"{REPRODUCERS}/{os.path.basename(row['reproducer'])}"
+            if row.reproducer:
+                row.reproducer = f"{REPRODUCERS}/{os.path.basename(row.reproducer)}"
         report.microbenchmarks = rows
         status = LayerStatus("ok" if rows else "failed", None if rows else "no operator could be benchmarked")
         status.notes += list(data.get("notes") or [])

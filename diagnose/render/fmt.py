@@ -342,15 +342,15 @@ def microbench_rows(report: Report, limit: int = 12) -> list[tuple[str, ...]]:
         return []
     out = [("operator", "input shapes", "threads", "median", "noise", "speedup", "efficiency", "GFLOP/s", "source")]
     for r in rows:
-        noise = r.get("noise_pct")
-        flags = ("!" if r.get("noisy") else "") + (" contended" if r.get("contended") else "")
-        out.append((str(r.get("op")), shapes(r.get("input_shapes") or [], 40), str(r.get("threads")),
-                    us(r["median_us"]) if r.get("median_us") else "-",
+        noise = r.noise_pct
+        flags = ("!" if r.noisy else "") + (" contended" if r.contended else "")
+        out.append((str(r.op), shapes(r.input_shapes, 40), str(r.threads),
+                    us(r.median_us) if r.median_us else "-",
                     (f"IQR {noise:.1f}%" if noise is not None else "-") + flags,
-                    f"{r['speedup_vs_1_thread']:.2f}x" if r.get("speedup_vs_1_thread") else "-",
-                    f"{100 * r['parallel_efficiency']:.0f}%" if r.get("parallel_efficiency") else "-",
-                    f"{r['gflops_per_s']:.1f}" if r.get("gflops_per_s") else "-",
-                    str(r.get("source") or "-")))
+                    f"{r.speedup_vs_1_thread:.2f}x" if r.speedup_vs_1_thread else "-",
+                    f"{100 * r.parallel_efficiency:.0f}%" if r.parallel_efficiency else "-",
+                    f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-",
+                    str(r.source or "-")))
     return out
 
 

@@ -519,6 +519,53 @@ class WhatIf:
     notes: list[str] = field(default_factory=list)
 
 
+# ---- microbenchmarks: the microbench layer's rows (diagnose/layers/microbench.py)
+
+# A non-tensor argument's value as microbench assumed it: a number, a flag, a string (a dtype as its code,
+# "torch.float32"), a list of ints (stride, padding, dim), or None
+AssumedArg = bool | int | float | str | list[int] | None
+
+
+@dataclass(kw_only=True)  # keyword-only: the fields keep the order of microbench's own rows in report.json
+class MicrobenchRow:
+    """One operator measured alone at its recorded shapes, at one thread count: a row of the `microbench`
+    package's results file (microbench/results.py Row, its `measurements`), taken over unchanged but for
+    `reproducer`, which the layer makes relative to the report's folder. Times are per call. Required are
+    the fields microbench's own reader requires; the defaults are its reader's."""
+
+    op: str  # "aten::mm"
+    overload: str = ""  # "default"
+    input_shapes: list[list[int]]  # as in the operator row ([] = a scalar; TensorList inputs are never measured)
+    dtypes: list[str] = field(default_factory=list)  # the profiler's names, aligned with input_shapes
+    # one flag for the case: every tensor input contiguous (unlike OperatorRow.contiguous, which is per input)
+    contiguous: bool = True
+    strides: list[list[int] | None] | None = None  # per tensor input (None: that one contiguous); None: all are
+    layout: str = ""  # how the inputs were laid out and whether that was recorded or assumed
+    threads: int
+    median_us: float
+    iqr_us: float
+    runs: int = 0  # measured blocks
+    number_per_run: int = 0  # calls per block
+    noise_pct: float | None = None  # IQR / median * 100 (microbench always writes it)
+    noisy: bool = False  # noise_pct >= 10
+    flops: int | None = None  # per call; None: unknown work
+    gflops_per_s: float | None = None
+    bytes: int | None = None  # inputs + outputs once: a lower bound on memory traffic
+    gbytes_per_s: float | None = None
+    speedup_vs_1_thread: float | None = None  # median at 1 thread / median here; None without a 1-thread row
+    parallel_efficiency: float | None = None  # speedup / threads
+    others_cpus: float | None = None  # CPUs other processes used meanwhile (/proc/stat, steal included)
+    contended: bool = False  # others took CPUs these threads needed: the time measures the machine
+    source: str | None = None  # from the operator row: the user's line
+    self_pct: float | None = None  # the operator row's share of operator time
+    reproducer: str | None = None  # "reproducers/01_sort_4000000.py", relative to the report's folder
+    assumed_args: dict[str, AssumedArg] = field(default_factory=dict)  # values the report did not record
+    stmt: str = ""  # the timed call: "torch.ops.aten.mm.default(x0, x1)"
+    instructions_per_call: int | None = None  # microbench --callgrind only (never under diagnose)
+    callgrind_number: int | None = None
+    times_us: list[float] = field(default_factory=list)  # per-call time of every measured block
+
+
 @dataclass
 class Report:
     target: TargetInfo
@@ -530,7 +577,7 @@ class Report:
     python_hotspots: list[PythonFunction] = field(default_factory=list)
     python_summary: dict[str, Any] = field(default_factory=dict)
     threads: dict[str, Any] = field(default_factory=dict)
-    microbenchmarks: list[dict[str, Any]] = field(default_factory=list)
+    microbenchmarks: list[MicrobenchRow] = field(default_factory=list)
     efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline
     counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
     steps: Steps | None = None  # script mode (None in function mode)

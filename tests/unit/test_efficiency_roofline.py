@@ -8,7 +8,7 @@ from diagnose.findings.efficiency import low_efficiency
 from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
 from diagnose.render import plots
-from diagnose.report.model import IterationStats, OperatorRow, Report, TargetInfo
+from diagnose.report.model import IterationStats, MicrobenchRow, OperatorRow, Report, TargetInfo
 
 PEAKS = {"key": {"usable_cpus": 2},
          "gemm_fp32": [{"threads": 1, "gflops_per_s": 80.0}, {"threads": 2, "gflops_per_s": 160.0}],
@@ -220,8 +220,8 @@ def test_a_transposed_matmul_operand_is_not_a_layout_problem():
 
 def _alone(rep: Report, median_us: float, threads: int = 2) -> Report:
     op = rep.efficiency["operators"][0]
-    rep.microbenchmarks = [{"op": op["name"], "input_shapes": op["input_shapes"], "threads": threads,
-                            "median_us": median_us}]
+    rep.microbenchmarks = [MicrobenchRow(op=op["name"], input_shapes=op["input_shapes"], threads=threads,
+                                         median_us=median_us, iqr_us=0.0)]
     return rep
 
 

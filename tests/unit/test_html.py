@@ -14,8 +14,8 @@ from pathlib import Path
 from diagnose import findings
 from diagnose.render import html
 from diagnose.report import io
-from diagnose.report.model import (Finding, LayerStatus, OperatorRow, PythonFunction, Report, Run, SourceShare,
-                                   TargetInfo)
+from diagnose.report.model import (Finding, LayerStatus, MicrobenchRow, OperatorRow, PythonFunction, Report, Run,
+                                   SourceShare, TargetInfo)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a 1x1 PNG
@@ -61,8 +61,8 @@ def evil_report() -> Report:
     r.layers = {"operators": LayerStatus("ok"), "counters": LayerStatus("skipped", f"no counters: {EVIL}")}
     r.findings = [Finding("hot_operator", "high", f"{name} is hot", name, source, {"share_pct": 100.0, "odd": EVIL},
                           f"try {EVIL}", "operators")]
-    r.microbenchmarks = [{"op": name, "input_shapes": [[3, 4]], "threads": 1, "median_us": 3.0, "noise_pct": 1.0,
-                          "source": source}]
+    r.microbenchmarks = [MicrobenchRow(op=name, input_shapes=[[3, 4]], threads=1, median_us=3.0, iqr_us=0.03,
+                                       noise_pct=1.0, source=source)]
     r.counters = {EVIL: EVIL}
     r.machine.cpu_model = EVIL
     r.machine.threading_env = {"OMP_NUM_THREADS": EVIL}

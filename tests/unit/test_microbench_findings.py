@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.findings.microbench import sequential_operator
-from diagnose.report.model import OperatorRow, Report, TargetInfo
+from diagnose.report.model import MicrobenchRow, OperatorRow, Report, TargetInfo
 
 
 def _report(one_us: float, two_us: float, share: float = 60.0, **flags) -> Report:
@@ -13,10 +13,11 @@ def _report(one_us: float, two_us: float, share: float = 60.0, **flags) -> Repor
     rep.operators = [OperatorRow(name="aten::sort", input_shapes=[[4000000], [], []], dtypes=["float"], calls=6,
                                  self_cpu_us=1e6, total_cpu_us=1e6, self_pct=share, source="sort.py:15")]
     base = {"op": "aten::sort", "input_shapes": [[4000000], [], []], "dtypes": ["float"], "source": "sort.py:15",
-            "reproducer": "reproducers/01_sort_4000000.py"}
+            "reproducer": "reproducers/01_sort_4000000.py", "iqr_us": 0.0}
     rep.microbenchmarks = [
-        {**base, "threads": 1, "median_us": one_us, "noise_pct": 1.0, "noisy": False, "contended": False},
-        {**base, "threads": 2, "median_us": two_us, "noise_pct": 1.0, **{"noisy": False, "contended": False, **flags}},
+        MicrobenchRow(**base, threads=1, median_us=one_us, noise_pct=1.0, noisy=False, contended=False),
+        MicrobenchRow(**base, threads=2, median_us=two_us, **{"noise_pct": 1.0, "noisy": False, "contended": False,
+                                                              **flags}),
     ]
     return rep
 
@@ -56,7 +57,7 @@ def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
 
 def test_needs_one_thread_and_at_least_two():
     rep = _report(444_400, 440_000)
-    rep.microbenchmarks = [r for r in rep.microbenchmarks if r["threads"] == 1]
+    rep.microbenchmarks = [r for r in rep.microbenchmarks if r.threads == 1]
     assert sequential_operator(rep) == []
 
 
@@ -73,11 +74,12 @@ def _gemm(a: list[int], b: list[int], one_us: float, most_us: float, share: floa
     n_bytes = 4 * (a[0] * a[1] + b[0] * b[1] + a[0] * b[1])
     base = {"op": "aten::mm", "input_shapes": [a, b], "dtypes": ["float", "float"], "source": "model.py:10",
             "reproducer": "reproducers/01_mm.py", "bytes": n_bytes, "noise_pct": 1.0, "noisy": False,
-            "contended": False}
+            "contended": False, "iqr_us": 0.0}
     rep.microbenchmarks = [
-        {**base, "threads": 1, "median_us": one_us,
-         "gbytes_per_s": gb_per_s_1_thread if gb_per_s_1_thread is not None else round(n_bytes / one_us / 1e3, 2)},
-        {**base, "threads": 2, "median_us": most_us, "gbytes_per_s": round(n_bytes / most_us / 1e3, 2)},
+        MicrobenchRow(**base, threads=1, median_us=one_us,
+                      gbytes_per_s=gb_per_s_1_thread if gb_per_s_1_thread is not None
+                      else round(n_bytes / one_us / 1e3, 2)),
+        MicrobenchRow(**base, threads=2, median_us=most_us, gbytes_per_s=round(n_bytes / most_us / 1e3, 2)),
     ]
     if roof_gb_per_s is not None:
         rep.efficiency = {"peaks": {"memory": [{"threads": 1, "gb_per_s": 17.3},
@@ -121,7 +123,7 @@ def test_a_skinny_gemm_with_contiguous_inputs_gets_no_layout_advice_and_a_transp
     for contiguous, advice in ((True, False), (False, True)):
         rep = _gemm([2, 256], [256, 8000], 226.0, 233.0, roof_gb_per_s=200.0)
         for row in rep.microbenchmarks:
-            row["contiguous"] = contiguous
+            row.contiguous = contiguous
         (f,) = sequential_operator(rep)
         assert f.evidence["cause"] == "skinny_matmul"
         assert ("transposed view" in f.suggestion) is advice, f.suggestion
