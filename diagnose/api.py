@@ -23,7 +23,8 @@ from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
 from diagnose.layers.microbench import DEFAULT_BUDGET_S as MICROBENCH_BUDGET_S, DEFAULT_TOP as MICROBENCH_TOP
-from diagnose.render import fmt, markdown, plots
+from diagnose import render
+from diagnose.render import plots
 from diagnose.report import io as report_io
 from diagnose.report.model import (
     Compile, Doctor, GraphBreak, IterationStats, LayerStatus, ProcessFacts, Recompile, Report, Steps, SubnormalScan,
@@ -285,30 +286,41 @@ def write_report(report: Report, output_dir: str) -> None:
 
 
 def _write_report(report: Report, output_dir: str) -> None:
-    pictures = ((report.threads.get("timeline"), plots.threads_png, "threads", "threads.png"),
-                (report.stacks, plots.flame_png, "operators", "flamegraph.png"),
-                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"))
-    pictures = tuple(p for p in pictures if p[0])
-    whys = plots.draw_all(report, [(draw, os.path.join(output_dir, name)) for _, draw, _, name in pictures])
-    for (_, _, layer, name), why in zip(pictures, whys):  # a picture that cannot be drawn is named missing, with why
-        if why is None:
-            report.artifacts[name.replace(".", "_")] = name
-        elif layer in report.layers:
-            report.layers[layer].missing[name] = why
-    if report.stacks:  # flamegraph.pl and speedscope read it
-        with open(os.path.join(output_dir, "stacks.folded"), "w", encoding="utf-8") as fh:
-            fh.write(fmt.folded_stacks(report))
-        report.artifacts["stacks"] = "stacks.folded"
-    report.artifacts["report_json"] = "report.json"
-    report.artifacts["report_md"] = "report.md"
-    report.artifacts["report_html"] = "report.html"
-    report_io.save(report, os.path.join(output_dir, "report.json"))
-    with open(os.path.join(output_dir, "report.md"), "w", encoding="utf-8") as fh:
-        fh.write(markdown.render(report))
-    from diagnose.render import html  # the page embeds the PNGs written above
+    """The registry's renderers in order (diagnose/render/__init__.py): the drawings, written first (report.html
+    embeds the pictures it finds in output_dir); then the report learns its files; then the documents render it."""
+    renderers = render.RENDERERS.values()
+    drawn = [r.render(report, output_dir) for r in renderers if not r.document]
+    for rendered in drawn:
+        _write_files(output_dir, rendered)
+    documents = [r for r in renderers if r.document and r.written]
+    _record_files(report, drawn, [name for r in documents for name in r.files])
+    for r in documents:
+        _write_files(output_dir, r.render(report, output_dir))
 
-    with open(os.path.join(output_dir, "report.html"), "w", encoding="utf-8") as fh:
-        fh.write(html.render(report, output_dir))
+
+def _record_files(report: Report, drawn: list[render.Rendered], documents: list[str]) -> None:
+    """report.artifacts and each layer's `missing` from what the drawings made, and the documents' own files:
+    the one place the report learns its files, before any document renders it. A picture that could not be
+    drawn is named missing in the layer whose data it shows (when that layer ran), with why."""
+    layer_of = {p.file: p.layer for p in render.PICTURES}
+    for rendered in drawn:
+        for name in rendered.files:
+            report.artifacts[render.artifact_key(name)] = name
+        for name, why in rendered.missing.items():
+            if layer_of.get(name) in report.layers:
+                report.layers[layer_of[name]].missing[name] = why
+    for name in documents:
+        report.artifacts[render.artifact_key(name)] = name
+
+
+def _write_files(output_dir: str, rendered: render.Rendered) -> None:
+    """Each file whole or not at all (a temporary name, then renamed)."""
+    for name, content in rendered.files.items():
+        path = os.path.join(output_dir, name)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write(content.encode("utf-8") if isinstance(content, str) else content)
+        os.replace(tmp, path)
 
 
 def diagnose(target: Target, config: Config, progress: Progress | None = None) -> Result:

@@ -63,6 +63,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     from diagnose.layers import LAYERS
+    from diagnose.render import PRINTABLE
     from diagnose.tools import callgraph
 
     p = _Parser(
@@ -145,8 +146,7 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         '"--nnodes 2 --node-rank 0 --master-addr host0 --master-port 29500" '
                         '(default: --standalone --nnodes 1)')
     p.add_argument("--load", metavar="REPORT_JSON", help="re-render an existing report.json; runs nothing")
-    p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal",
-                   help="with --load: what to print (terminal)")
+    p.add_argument("--format", choices=PRINTABLE, default="terminal", help="with --load: what to print (terminal)")
     p.add_argument("--fail-on", choices=("high", "medium"),
                    help="CI gate: exit 4 when a finding of this severity or higher exists (medium: medium or "
                         "high); the report is written either way; works with --load too")
@@ -214,16 +214,11 @@ def _shadowed_options(own: list[str], target: str | None, script: str) -> list[s
 
 
 def _load(args) -> int:
-    from diagnose.render import markdown, terminal
+    from diagnose.render import RENDERERS
     from diagnose.report import io as report_io
 
     report = report_io.load(args.load)
-    if args.format == "json":
-        sys.stdout.write(report_io.dumps(report) + "\n")
-    elif args.format == "md":
-        sys.stdout.write(markdown.render(report))
-    else:
-        sys.stdout.write(terminal.render(report))
+    sys.stdout.write(RENDERERS[args.format].render(report, None).text())
     return _gate(report, args.fail_on, ExitCode.OK)
 
 
