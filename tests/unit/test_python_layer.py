@@ -21,11 +21,20 @@ ROWLOOP = DATA / "rowloop.py"
 @pytest.fixture(scope="module")
 def rowloop_stats(tmp_path_factory):
     """Profile the planted row loop in this process, then read it back from disk."""
+    import torch
+
     ns = runpy.run_path(str(ROWLOOP), run_name="rowloop")
+    # one intra-op thread: main's `@` is operator work cProfile books as main's own time, and a 2-thread
+    # OpenMP matmul on a loaded machine waits for a CPU (5 ms for 1 MFLOP, seen beside other test runs)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     prof = cProfile.Profile()
-    prof.enable()
-    ns["main"](rows=300)
-    prof.disable()
+    try:
+        prof.enable()
+        ns["main"](rows=300)
+        prof.disable()
+    finally:
+        torch.set_num_threads(threads)
     path = tmp_path_factory.mktemp("pstats") / "profile.pstats"
     prof.dump_stats(str(path))
     return pstats.Stats(str(path)).stats  # the round trip through the file format
