@@ -384,7 +384,7 @@ class OperatorRow:
     contiguous: list[bool | None] | None = None
     concrete_inputs: list[Any] | None = None
     # per call, from the shapes (layers/efficiency/work.py): flops, bytes moved, how each was counted
-    work: dict[str, Any] | None = None
+    work: Work | None = None
     bytes: int | None = None  # bytes moved over all calls (inputs read + outputs written once: a lower bound)
     # where it ran: the module whose forward called it (the largest share) and the library line that did
     module: str | None = None
@@ -514,6 +514,23 @@ class WhatIf:
     estimate_s: float | None = None  # the cost announced before it started
     elapsed_s: float | None = None
     notes: list[str] = field(default_factory=list)
+
+
+# ---- operator and Python summaries: operator_summary, python_summary, OperatorRow.work,
+# PythonFunction.operators
+
+
+@dataclass
+class Work:
+    """Per call of one operator, from its recorded shapes (layers/efficiency/work.py), rebuilt on the meta device."""
+
+    flops: int | None = None
+    flops_source: str | None = None  # how they were counted: "flop_counter", "pointwise estimate: ...", ...
+    bytes: int | None = None  # inputs read once + outputs written once (compulsory traffic, a lower bound)
+    bytes_source: str | None = None
+    output_shapes: list[list[int]] | None = None
+    contiguous: bool | None = None  # every tensor input has its row-major strides
+    reason: str | None = None  # why flops or bytes are missing
 
 
 @dataclass
