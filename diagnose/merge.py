@@ -30,7 +30,7 @@ from collections import defaultdict
 from typing import Any
 
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
-from diagnose.report.model import OperatorRow, Report, SourceShare
+from diagnose.report.model import OperatorRow, OperatorSummary, Report, SourceShare
 
 ORDER = ("ok", "skipped", "failed")
 
@@ -141,13 +141,15 @@ def merge(reports: list[tuple[str, Report]]) -> Report:
     base = copy.deepcopy(reports[0][1])
     all_reports = [r for _, r in reports]
     base.operators = merge_operator_rows([r.operators for r in all_reports])
-    totals = [r.operator_summary.get("total_self_cpu_us") or 0.0 for r in all_reports]
-    shares = [r.operator_summary.get("attributed_share") for r in all_reports]
-    base.operator_summary["total_self_cpu_us"] = round(sum(totals), 3)
+    summaries = [r.operator_summary or OperatorSummary() for r in all_reports]
+    totals = [s.total_self_cpu_us or 0.0 for s in summaries]
+    shares = [s.attributed_share for s in summaries]
+    merged = base.operator_summary = base.operator_summary or OperatorSummary()
+    merged.total_self_cpu_us = round(sum(totals), 3)
     if all(s is not None for s in shares) and sum(totals):
-        base.operator_summary["attributed_share"] = round(sum(s * t for s, t in zip(shares, totals)) / sum(totals), 4)
-    base.operator_summary["events"] = sum(r.operator_summary.get("events") or 0 for r in all_reports)
-    base.operator_summary["ranks"] = sorted(x for r in all_reports for x in r.operator_summary.get("ranks") or [])
+        merged.attributed_share = round(sum(s * t for s, t in zip(shares, totals)) / sum(totals), 4)
+    merged.events = sum(s.events or 0 for s in summaries)
+    merged.ranks = sorted(x for s in summaries for x in s.ranks)
     # the run: the slowest node; the first error
     walls = [(r.run.wall_s or 0.0, r) for r in all_reports]
     slowest = max(walls, key=lambda w: w[0])[1]

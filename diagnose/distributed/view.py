@@ -162,7 +162,8 @@ def finish(report: Any) -> None:
     layer = report.layers.get("operators")
     measured = [e["rank"] for e in d["ranks"] if e.get("operator_self_us") is not None]
     if layer is not None and measured:
-        report.operator_summary["ranks"] = measured
+        if report.operator_summary is not None:
+            report.operator_summary.ranks = measured
         layer.notes.append(f"operator rows merge rank{'s' if len(measured) > 1 else ''} "
                            f"{', '.join(map(str, measured))}: calls and times summed over ranks "
                            "(each rank's own table is in distributed.ranks)")

@@ -165,13 +165,15 @@ def copy_overhead(report: Report) -> list[Finding]:
 
 
 def memory_churn(report: Report) -> list[Finding]:
-    mem = report.operator_summary.get("memory") or {}
-    allocated = int(mem.get("allocated_bytes") or 0)
+    if report.operator_summary is None:
+        return []
+    mem = report.operator_summary.memory
+    allocated = int(mem.allocated_bytes or 0)
     wall, span_basis = recorded_span(report)
     if allocated < CHURN_MIN_BYTES or not wall:
         return []
     rate = allocated / wall
-    peak = int(mem.get("peak_live_bytes") or 0)
+    peak = int(mem.peak_live_bytes or 0)
     turnover = allocated / peak if peak else None
     severity = next((sev for limit, sev in CHURN_RATES if rate >= limit), None)
     if severity is None:
@@ -196,7 +198,7 @@ def memory_churn(report: Report) -> list[Finding]:
         location=location,
         evidence={
             "allocated_bytes": allocated,
-            "allocations": int(mem.get("allocations") or 0),
+            "allocations": int(mem.allocations or 0),
             "bytes_per_s": round(rate),
             "recorded_s": round(wall, 4),
             "recorded_s_basis": span_basis,

@@ -28,6 +28,8 @@ Python relative to operators; the evidence carries that pass's slowdown.
 
 from __future__ import annotations
 
+import dataclasses
+
 from diagnose.findings.stake import UPPER_BOUND
 from diagnose.report.model import Finding, PythonFunction, Report
 
@@ -41,9 +43,9 @@ STAKE_BASIS = f"share of the cProfile pass ({UPPER_BOUND}: cProfile inflates Pyt
 
 def python_overhead(report: Report) -> list[Finding]:
     summary = report.python_summary
-    total_s = summary.get("total_s")
-    if not total_s or not report.python_hotspots:
+    if summary is None or not summary.total_s or not report.python_hotspots:
         return []
+    total_s = summary.total_s
     user = [r for r in report.python_hotspots if r.kind == "user"]
     out = []
     for row in user:
@@ -56,14 +58,14 @@ def python_overhead(report: Report) -> list[Finding]:
             kind="python_overhead", severity=severity, layer="python",
             title=f"{row.function}() spends {share:.0f}% of the run in Python and in "
                   f"{row.tiny_calls} tiny calls it makes one at a time, at {location}",
-            op=row.operators[0]["op"] if row.operators else None,
+            op=row.operators[0].op if row.operators else None,
             location=location,
             evidence={
                 "function": row.function, "share_pct": round(share, 1),
                 "python_self_s": row.self_s, "tiny_calls": row.tiny_calls,
                 "loop_overhead_s": row.loop_overhead_s, "function_cumulative_pct": row.cumulative_pct,
                 "operator_calls_at_line": line_calls,
-                "callgraph_pass_overhead": summary.get("overhead_ratio"),
+                "callgraph_pass_overhead": summary.overhead_ratio,
                 "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS,
             },
             suggestion=f"Vectorise {row.function}(): replace the Python loop over rows/elements with whole-tensor "
@@ -75,16 +77,16 @@ def python_overhead(report: Report) -> list[Finding]:
         framework = _framework_overhead(report)
         if framework is not None:
             return [framework]
-    if not out and summary.get("python_share", 0) >= FRAMEWORK_MIN_SHARE and user:
+    if not out and summary.python_share >= FRAMEWORK_MIN_SHARE and user:
         top = max(user, key=lambda r: r.cumulative_s)
-        share = 100.0 * summary["python_share"]
+        share = 100.0 * summary.python_share
         out.append(Finding(
             kind="python_overhead", severity="low", layer="python",
             title=f"Python (framework and glue code) takes {share:.0f}% of the call-graph pass; "
                   "operators get the rest",
             op=None, location=top.location,
-            evidence={"share_pct": round(share, 1), "split_s": summary.get("split_s"),
-                      "callgraph_pass_overhead": summary.get("overhead_ratio"),
+            evidence={"share_pct": round(share, 1), "split_s": dataclasses.asdict(summary.split_s),
+                      "callgraph_pass_overhead": summary.overhead_ratio,
                       "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS},
             suggestion="The operators are small next to the Python around them: use larger batches, "
                        "torch.compile to cut framework overhead, or torch.inference_mode() for inference.",
@@ -153,7 +155,7 @@ def _framework_overhead(report: Report) -> Finding | None:
 def _busiest_line(row: PythonFunction) -> tuple[str, int | None]:
     calls: dict[str, int] = {}
     for op in row.operators:
-        calls[op["location"]] = calls.get(op["location"], 0) + op["calls"]
+        calls[op.location] = calls.get(op.location, 0) + op.calls
     if not calls:
         return row.location, None
     location = max(calls, key=lambda loc: calls[loc])

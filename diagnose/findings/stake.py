@@ -112,10 +112,10 @@ def recorded_span(report: Report) -> tuple[float | None, str]:
 
 def operator_wall_fraction(report: Report) -> tuple[float, str]:
     """(share of the run spent in torch operators, 0..1; where that number comes from)."""
-    s = report.python_summary or {}
-    if s.get("total_s") and s.get("operator_share") is not None:
-        return _clamp(float(s["operator_share"])), "operator share x torch built-ins' share of the cProfile pass"
-    total_us = (report.operator_summary or {}).get("total_self_cpu_us")
+    s = report.python_summary
+    if s is not None and s.total_s:
+        return _clamp(float(s.operator_share)), "operator share x torch built-ins' share of the cProfile pass"
+    total_us = report.operator_summary.total_self_cpu_us if report.operator_summary else None
     span, _ = recorded_span(report)
     if total_us and span:
         return _clamp(total_us / (span * 1e6)), "operator share x operator self CPU time over the operator pass"

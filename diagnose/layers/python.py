@@ -27,6 +27,7 @@ uninstrumented one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pstats
 import re
@@ -36,7 +37,8 @@ from collections import defaultdict
 from typing import Any
 
 from diagnose.layers.base import Layer, Recorder
-from diagnose.report.model import LayerStatus, PythonFunction, Report
+from diagnose.report.model import CallgraphSettings, LayerStatus, LineOperator, PythonFunction, PythonSplit, \
+    PythonSummary, Report
 from diagnose.tools import callgraph
 
 PSTATS = "profile.pstats"
@@ -168,7 +170,7 @@ def _label(func: tuple[str, int, str], usercode) -> tuple[str, str]:
     return name, f"{usercode.display(filename)}:{line}"
 
 
-def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[str, Any]]:
+def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], PythonSummary]:
     """Rows for `python_hotspots` and the time split, from `pstats.Stats(...).stats`."""
     total_s = sum(v[2] for v in stats.values()) or 1e-12
     split: dict[str, float] = defaultdict(float)
@@ -205,14 +207,14 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
     rows.sort(key=lambda r: -r.self_s)
     keep = rows[:TOP_BY_SELF] + [r for r in rows[TOP_BY_SELF:]
                                  if r.kind == "user" and r.cumulative_pct >= USER_MIN_CUMULATIVE_PCT]
-    summary = {
-        "total_s": round(total_s, 6),
-        "functions": len(stats),
-        "calls": sum(v[1] for v in stats.values()),
-        "split_s": {k: round(split.get(k, 0.0), 6) for k in ("torch", "user", "library", "builtin", "wait")},
-        "operator_share": round(split.get("torch", 0.0) / total_s, 4),
-        "python_share": round(1 - (split.get("torch", 0.0) + split.get("wait", 0.0)) / total_s, 4),
-    }
+    summary = PythonSummary(
+        total_s=round(total_s, 6),
+        functions=len(stats),
+        calls=sum(v[1] for v in stats.values()),
+        split_s=PythonSplit(**{f.name: round(split.get(f.name, 0.0), 6) for f in dataclasses.fields(PythonSplit)}),
+        operator_share=round(split.get("torch", 0.0) / total_s, 4),
+        python_share=round(1 - (split.get("torch", 0.0) + split.get("wait", 0.0)) / total_s, 4),
+    )
     return keep, summary
 
 
@@ -221,7 +223,7 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], dict[s
 CPROFILE_CALL_US = 1.0
 
 
-def pass_pace(summary: dict[str, Any], report: Report, pass_wall_s: float | None) -> float:
+def pass_pace(summary: PythonSummary, report: Report, pass_wall_s: float | None) -> float:
     """How much slower the call-graph pass ran its torch work than the operator pass did, beyond what
     cProfile's per-call cost explains (>= 1). Passes run one after the other on a shared machine, and a
     pass slowed by the host (seen: 1.4x on a script of 20 large matmuls with ~100 Python calls) would
@@ -229,11 +231,11 @@ def pass_pace(summary: dict[str, Any], report: Report, pass_wall_s: float | None
     op_wall = report.run.instrumented_wall_s
     if not pass_wall_s or not op_wall:
         return 1.0
-    profiled = pass_wall_s - summary.get("calls", 0) * CPROFILE_CALL_US / 1e6
+    profiled = pass_wall_s - summary.calls * CPROFILE_CALL_US / 1e6
     return max(1.0, profiled / op_wall)
 
 
-def correct_hidden_operators(rows: list[PythonFunction], summary: dict[str, Any], report: Report,
+def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary, report: Report,
                              pass_wall_s: float | None = None) -> None:
     """Move operator work that cProfile booked as a user function's own time back to operators.
 
@@ -253,7 +255,7 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: dict[str, Any]
     if report.target.function and report.target.iters and run.instrumented_iterations:
         scale = report.target.iters / max(1, run.instrumented_iterations.n)
     pace = pass_pace(summary, report, pass_wall_s)
-    summary["operator_pace"] = round(pace, 3)
+    summary.operator_pace = round(pace, 3)
     scale *= pace
     moved = 0.0
     for row in rows:
@@ -265,13 +267,13 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: dict[str, Any]
         row.hidden_operator_s = round(hidden, 6)
         row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden), 6)
         moved += hidden
-    if moved and summary.get("total_s"):
-        split = summary["split_s"]
-        split["user"] = round(max(0.0, split.get("user", 0.0) - moved), 6)
-        split["torch"] = round(split.get("torch", 0.0) + moved, 6)
-        summary["operator_share"] = round(split["torch"] / summary["total_s"], 4)
-        summary["python_share"] = round(1 - (split["torch"] + split.get("wait", 0.0)) / summary["total_s"], 4)
-        summary["hidden_operator_s"] = round(moved, 6)
+    if moved and summary.total_s:
+        split = summary.split_s
+        split.user = round(max(0.0, split.user - moved), 6)
+        split.torch = round(split.torch + moved, 6)
+        summary.operator_share = round(split.torch / summary.total_s, 4)
+        summary.python_share = round(1 - (split.torch + split.wait) / summary.total_s, 4)
+        summary.hidden_operator_s = round(moved, 6)
 
 
 def join_operators(rows: list[PythonFunction], report: Report, spans=None) -> None:
@@ -296,11 +298,11 @@ def join_operators(rows: list[PythonFunction], report: Report, spans=None) -> No
         for line, location, (op, share) in by_file.get(real, []):
             inside = spans.enclosing(real, line) is None if module_scope else first_line <= line <= row.end_line
             if inside:
-                found.append({"op": op.name, "input_shapes": op.input_shapes, "location": location,
-                              "calls": share.calls, "self_cpu_us": share.self_cpu_us})
+                found.append(LineOperator(op=op.name, input_shapes=op.input_shapes, location=location,
+                                          calls=share.calls, self_cpu_us=share.self_cpu_us))
                 if share.calls and share.self_cpu_us / share.calls >= TINY_CALL_US:
                     row.operators_all_s = (row.operators_all_s or 0.0) + share.self_cpu_us / 1e6
-        found.sort(key=lambda d: -d["self_cpu_us"])
+        found.sort(key=lambda o: -o.self_cpu_us)
         row.operators = found[:MAX_OPERATORS_PER_FUNCTION]
 
 
@@ -341,9 +343,9 @@ class PythonLayer(Layer):
         join_operators(rows, report, spans)
         wall = (outcome.result or {}).get("wall_s")
         correct_hidden_operators(rows, summary, report, wall)
-        summary["wall_s"] = wall
+        summary.wall_s = wall
         if wall and report.run.wall_s:
-            summary["overhead_ratio"] = round(wall / report.run.wall_s, 3)
+            summary.overhead_ratio = round(wall / report.run.wall_s, 3)
         report.python_hotspots = rows
         report.artifacts["pstats"] = PSTATS
         status = LayerStatus("ok")
@@ -355,8 +357,9 @@ class PythonLayer(Layer):
             root=_entry_selector(stats, report, script, raw.get("root")),
             timeout_s=opts.get("timeout_s", callgraph.DOT_TIMEOUT_S),
         )
-        summary["callgraph"] = {"node_thres_pct": options.node_thres_pct, "edge_thres_pct": options.edge_thres_pct,
-                                "focus": opts.get("focus", "all"), "root": options.root}
+        summary.callgraph = CallgraphSettings(node_thres_pct=options.node_thres_pct,
+                                              edge_thres_pct=options.edge_thres_pct,
+                                              focus=opts.get("focus", "all"), root=options.root)
         report.python_summary = summary
         try:
             callgraph.pstats_to_dot(pstats_path, os.path.join(workdir, DOT), options)

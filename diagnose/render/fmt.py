@@ -139,18 +139,17 @@ def outcome_line(report: Report) -> str:
 def python_split_line(report: Report) -> str | None:
     """Operators vs Python in the call-graph pass, with that pass's own slowdown."""
     s = report.python_summary
-    if not s.get("total_s"):
+    if s is None or not s.total_s:
         return None
-    split = s.get("split_s") or {}
-    total = s["total_s"]
-    parts = ", ".join(f"{label} {100 * split.get(key, 0.0) / total:.0f}%"
-                      for key, label in (("user", "your code"), ("library", "library Python"),
-                                         ("builtin", "other built-ins"), ("wait", "waiting"))
-                      if key != "wait" or split.get(key))
-    line = f"operators (torch built-ins) {100 * s.get('operator_share', 0):.0f}% vs Python {100 * s.get('python_share', 0):.0f}% ({parts})"
-    ratio = s.get("overhead_ratio")
+    split, total = s.split_s, s.total_s
+    parts = ", ".join(f"{label} {100 * seconds / total:.0f}%"
+                      for seconds, label in ((split.user, "your code"), (split.library, "library Python"),
+                                             (split.builtin, "other built-ins"), (split.wait, "waiting"))
+                      if label != "waiting" or seconds)
+    line = f"operators (torch built-ins) {100 * s.operator_share:.0f}% vs Python {100 * s.python_share:.0f}% ({parts})"
+    ratio = s.overhead_ratio
     if ratio:
-        line += f"; cProfile pass {duration(s.get('wall_s'))} vs {duration(report.run.wall_s)} uninstrumented ({ratio:.2f}x), which inflates Python most"
+        line += f"; cProfile pass {duration(s.wall_s)} vs {duration(report.run.wall_s)} uninstrumented ({ratio:.2f}x), which inflates Python most"
     else:
         line += "; from the cProfile pass, which inflates Python most"
     return line

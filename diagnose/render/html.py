@@ -25,7 +25,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from diagnose.render import distributed, fmt
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, OperatorSummary, Report
 
 MAX_OPERATOR_ROWS = 500
 MAX_FUNCTION_ROWS = 15
@@ -225,7 +225,7 @@ def _ranks(report: Report) -> str:
 def _operators(report: Report) -> str:
     out = []
     ops = report.operators
-    s = report.operator_summary or {}
+    s = report.operator_summary or OperatorSummary()
     ratio = report.run.overhead_ratio
     out.append(_noise(f"instrumentation overhead {ratio:.2f}x: the operator pass ran that much slower than the "
                       f"uninstrumented one; times below come from it" if ratio else None,
@@ -234,7 +234,7 @@ def _operators(report: Report) -> str:
     if not ops:
         return "".join(out) + _notes(report, "operators")
     out.append(f"<p>One row per (operator, input shapes), by self CPU time in the instrumented pass; total "
-               f"{_e(fmt.us(s.get('total_self_cpu_us') or 0))}, {100 * (s.get('attributed_share') or 0):.0f}% "
+               f"{_e(fmt.us(s.total_self_cpu_us or 0))}, {100 * (s.attributed_share or 0):.0f}% "
                f"of it attributed to a line of your code. Click a header to sort.</p>")
     shown = ops[:MAX_OPERATOR_ROWS]
     out.append(f'<div class="filter"><input id="op-filter" type="search" placeholder="filter by operator, '
@@ -269,11 +269,11 @@ def _operators(report: Report) -> str:
                f'<tbody>{"".join(body)}</tbody></table></div>')
     if len(ops) > MAX_OPERATOR_ROWS:
         out.append(f"<p class=more>{len(ops) - MAX_OPERATOR_ROWS} more rows in report.json.</p>")
-    mem = s.get("memory") or {}
-    if mem.get("allocations"):
-        out.append(f"<p>Memory: {_e(mem['allocations'])} allocations, {_e(fmt.size(mem.get('allocated_bytes') or 0))} "
+    mem = s.memory
+    if mem.allocations:
+        out.append(f"<p>Memory: {_e(mem.allocations)} allocations, {_e(fmt.size(mem.allocated_bytes or 0))} "
                    f"allocated during the operator pass"
-                   + (f", at most {_e(fmt.size(mem['peak_live_bytes']))} alive at once" if mem.get("peak_live_bytes") else "")
+                   + (f", at most {_e(fmt.size(mem.peak_live_bytes))} alive at once" if mem.peak_live_bytes else "")
                    + ".</p>")
     out.append(_notes(report, "operators"))
     return "".join(out)
@@ -330,9 +330,10 @@ def _python(report: Report, image_dir: str | None) -> str:
     out = []
     split = fmt.python_split_line(report)
     if split:
-        ratio = (report.python_summary or {}).get("overhead_ratio")
+        summary = report.python_summary  # a split line means there is one
+        ratio = summary.overhead_ratio
         out.append(f"<p>{_e(split.split('; ')[0])}.</p>")
-        out.append(_noise(f"cProfile pass {fmt.duration((report.python_summary or {}).get('wall_s'))} vs "
+        out.append(_noise(f"cProfile pass {fmt.duration(summary.wall_s)} vs "
                           f"{fmt.duration(report.run.wall_s)} uninstrumented ({ratio:.2f}x); cProfile inflates "
                           "Python most, so Python shares are upper bounds" if ratio else
                           "from the cProfile pass, which inflates Python most"))
@@ -342,7 +343,7 @@ def _python(report: Report, image_dir: str | None) -> str:
     if rows:
         table = [("function", "where", "kind", "calls", "self", "cumulative", "self + tiny calls", "operators it calls")]
         for i, r in enumerate(rows):
-            ops = ", ".join(f"{o.get('op')} ({o.get('location')}, {o.get('calls')}x)" for o in r.operators[:3])
+            ops = ", ".join(f"{o.op} ({o.location}, {o.calls}x)" for o in r.operators[:3])
             where = r.location.split("site-packages/")[-1] if r.location else r.location
             table.append((f"<code id=\"py-{i}\">{_e(r.function)}</code>",
                           f'<span class="loc" title="{_e(r.location)}">{_code(where)}</span>', _e(r.kind),

@@ -7,7 +7,7 @@ details; tables are trimmed and say so.
 from __future__ import annotations
 
 from diagnose.render import fmt
-from diagnose.report.model import Report
+from diagnose.report.model import OperatorSummary, Report
 
 TOP_OPERATORS = 15
 TOP_FINDINGS = 10
@@ -62,10 +62,10 @@ def render(report: Report) -> str:
         out.append(f"_{layer.status}: {layer.reason}_")
         out.append("")
     if report.operators:
-        summary = report.operator_summary
+        summary = report.operator_summary or OperatorSummary()
         out.append(f"One row per (operator, input shapes), by self CPU time in the instrumented pass; "
-                   f"total {fmt.us(summary.get('total_self_cpu_us', 0))}, "
-                   f"{(summary.get('attributed_share') or 0) * 100:.0f}% of it attributed to a line of your code.")
+                   f"total {fmt.us(summary.total_self_cpu_us)}, "
+                   f"{(summary.attributed_share or 0) * 100:.0f}% of it attributed to a line of your code.")
         out.append("")
         out.append("| operator | input shapes | dtypes | calls | self | share | per call (min / mean / max) "
                    "| GFLOP/s | source | module | library line |")
@@ -79,10 +79,10 @@ def render(report: Report) -> str:
             ]) + " |")
         if len(report.operators) > TOP_OPERATORS:
             out.append(f"\n_{len(report.operators) - TOP_OPERATORS} more rows in report.json._")
-        mem = summary.get("memory") or {}
-        if mem.get("allocations"):
+        mem = summary.memory
+        if mem.allocations:
             out.append("")
-            out.append(f"Memory: {mem['allocations']} allocations, {fmt.size(mem['allocated_bytes'])} allocated "
+            out.append(f"Memory: {mem.allocations} allocations, {fmt.size(mem.allocated_bytes)} allocated "
                        "during the operator pass.")
         out.append("")
     if layer and layer.notes:
@@ -159,7 +159,7 @@ def _python(report: Report) -> list[str]:
         out += ["| function | where | kind | calls | self | cumulative | operators it calls |",
                 "|---|---|---|---:|---:|---:|---|"]
         for r in rows:
-            ops = ", ".join(f"{o['op']} ({o['location']}, {o['calls']}x)" for o in r.operators[:3])
+            ops = ", ".join(f"{o.op} ({o.location}, {o.calls}x)" for o in r.operators[:3])
             out.append("| " + " | ".join([
                 _code(r.function), _code(r.location), r.kind, str(r.calls), fmt.duration(r.self_s),
                 f"{r.cumulative_pct:.1f}%", _cell(ops or "-"),

@@ -356,7 +356,7 @@ class PythonFunction:
     # directly, the cost of driving torch one small step at a time from Python
     loop_overhead_s: float | None = None
     tiny_calls: int | None = None  # how many such tiny calls
-    operators: list[dict[str, Any]] = field(default_factory=list)  # from the operator pass
+    operators: list[LineOperator] = field(default_factory=list)  # at its lines, by self time, from the operator pass
     # user functions: large torch built-ins cProfile saw it call (s); large operators at its
     # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
     # its own time (operator overloads, indexing), already taken out of loop_overhead_s
@@ -387,7 +387,7 @@ class OperatorRow:
     contiguous: list[bool | None] | None = None
     concrete_inputs: list[Any] | None = None
     # per call, from the shapes (layers/efficiency/work.py): flops, bytes moved, how each was counted
-    work: dict[str, Any] | None = None
+    work: Work | None = None
     bytes: int | None = None  # bytes moved over all calls (inputs read + outputs written once: a lower bound)
     # where it ran: the module whose forward called it (the largest share) and the library line that did
     module: str | None = None
@@ -565,6 +565,108 @@ class MicrobenchRow:
     callgrind_number: int | None = None
     times_us: list[float] = field(default_factory=list)  # per-call time of every measured block
 
+# ---- operator and Python summaries: operator_summary, python_summary, OperatorRow.work,
+# PythonFunction.operators
+
+
+@dataclass
+class Work:
+    """Per call of one operator, from its recorded shapes (layers/efficiency/work.py), rebuilt on the meta device."""
+
+    flops: int | None = None
+    flops_source: str | None = None  # how they were counted: "flop_counter", "pointwise estimate: ...", ...
+    bytes: int | None = None  # inputs read once + outputs written once (compulsory traffic, a lower bound)
+    bytes_source: str | None = None
+    output_shapes: list[list[int]] | None = None
+    contiguous: bool | None = None  # every tensor input has its row-major strides
+    reason: str | None = None  # why flops or bytes are missing
+
+
+@dataclass
+class OperatorMemory:
+    """CPU allocations the profiler recorded in the operator pass's window."""
+
+    allocations: int = 0
+    allocated_bytes: int = 0
+    freed_bytes: int = 0
+    # most bytes allocated in the window and alive at once (memory held from before it is not seen)
+    peak_live_bytes: int = 0
+
+
+@dataclass
+class TraceSummary:
+    """What trace.json holds of the window (capped at --trace-max-events)."""
+
+    events_written: int = 0
+    events_total: int = 0
+    truncated: bool = False
+    span_s: float = 0.0  # from the first written event's start to the last's
+
+
+@dataclass
+class OperatorSummary:
+    """Totals of the operator pass (layers/operators/)."""
+
+    total_self_cpu_us: float = 0.0  # all operator rows, before MAX_ROWS kept the largest
+    attributed_share: float | None = None  # of total_self_cpu_us, the part with a user line (0-1)
+    attribution_overhead_us: float = 0.0  # self time of diagnose's user-line label spans (not operator time)
+    events: int = 0  # profiler events in the window
+    memory: OperatorMemory = field(default_factory=OperatorMemory)
+    window: str | None = None  # which iterations were recorded, when not all of them
+    trace: TraceSummary | None = None
+    ranks: list[int] = field(default_factory=list)  # torchrun: the ranks whose rows are merged (else empty)
+
+
+@dataclass
+class LineOperator:
+    """An operator (name, shapes) called from one line of a user function, per the operator pass."""
+
+    op: str
+    input_shapes: list[list[Any]]
+    location: str  # "file.py:LINE"
+    calls: int
+    self_cpu_us: float
+
+
+@dataclass
+class PythonSplit:
+    """The call-graph pass's self time by kind of function (PythonFunction.kind), seconds."""
+
+    torch: float = 0.0  # torch built-ins, and operator work cProfile booked to user lines (hidden_operator_s)
+    user: float = 0.0
+    library: float = 0.0
+    builtin: float = 0.0
+    wait: float = 0.0
+
+
+@dataclass
+class CallgraphSettings:
+    """How callgraph.dot was drawn (gprof2dot's options)."""
+
+    node_thres_pct: float
+    edge_thres_pct: float
+    focus: str  # "all", or "user": the user's files only
+    root: str | None = None  # gprof2dot's name of the node the graph starts from
+
+
+@dataclass
+class PythonSummary:
+    """The call-graph (cProfile) pass's split of time (layers/python.py)."""
+
+    total_s: float = 0.0  # self time of every function: the pass's time under cProfile
+    functions: int = 0
+    calls: int = 0  # function calls cProfile counted
+    split_s: PythonSplit = field(default_factory=PythonSplit)
+    operator_share: float = 0.0  # split_s.torch / total_s
+    python_share: float = 0.0  # everything but operators and waiting, over total_s
+    # how much slower this pass ran its operators than the operator pass, beyond cProfile's per-call cost
+    # (>= 1): the operator-pass times moved into split_s.torch were scaled by it
+    operator_pace: float | None = None
+    hidden_operator_s: float | None = None  # operator work moved from user functions' self time to split_s.torch
+    wall_s: float | None = None  # this pass's wall time over the measured span
+    overhead_ratio: float | None = None  # wall_s / the uninstrumented run.wall_s
+    callgraph: CallgraphSettings | None = None
+
 
 @dataclass
 class Report:
@@ -573,9 +675,9 @@ class Report:
     run: Run = field(default_factory=Run)
     layers: dict[str, LayerStatus] = field(default_factory=dict)
     operators: list[OperatorRow] = field(default_factory=list)
-    operator_summary: dict[str, Any] = field(default_factory=dict)
+    operator_summary: OperatorSummary | None = None  # None: the operator pass gave nothing
     python_hotspots: list[PythonFunction] = field(default_factory=list)
-    python_summary: dict[str, Any] = field(default_factory=dict)
+    python_summary: PythonSummary | None = None  # None: the call-graph pass gave nothing
     threads: dict[str, Any] = field(default_factory=dict)
     microbenchmarks: list[MicrobenchRow] = field(default_factory=list)
     efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline

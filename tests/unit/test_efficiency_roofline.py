@@ -8,7 +8,7 @@ from diagnose.findings.efficiency import low_efficiency
 from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
 from diagnose.render import plots
-from diagnose.report.model import IterationStats, MicrobenchRow, OperatorRow, Report, TargetInfo
+from diagnose.report.model import IterationStats, MicrobenchRow, OperatorRow, Report, TargetInfo, Work
 
 PEAKS = {"key": {"usable_cpus": 2},
          "gemm_fp32": [{"threads": 1, "gflops_per_s": 80.0}, {"threads": 2, "gflops_per_s": 160.0}],
@@ -30,7 +30,7 @@ def test_roofs_at_the_runs_threads():
 def test_compute_bound_placement():
     # 10 calls of a 1 GFLOP matmul in 0.1 s: 100 GFLOP/s against a 160 roof
     r = row("aten::mm", [[1024, 1024], [1024, 512]], 100_000, 40.0)
-    p = roofline.place(r, {"flops": 10 ** 9, "bytes": 10 ** 7}, roofline.roofs(PEAKS, 2, 2))
+    p = roofline.place(r, Work(flops=10 ** 9, bytes=10 ** 7), roofline.roofs(PEAKS, 2, 2))
     assert (p["achieved_gflops_per_s"], p["intensity_flop_per_byte"], p["bound"]) == (100.0, 100.0, "compute")
     assert (p["roof_gflops_per_s"], p["efficiency_pct"], p["achieved_gb_per_s"]) == (160.0, 62.5, 1.0)
     assert p["us_per_call"] == 10_000 and p["threads"] == 2
@@ -39,14 +39,14 @@ def test_compute_bound_placement():
 def test_memory_bound_placement_is_bandwidth_efficiency():
     # 1 FLOP per 8 bytes; 10 calls x 80 MB in 0.1 s = 8 GB/s of a 20 GB/s roof
     r = row("aten::add", [[10 ** 7], [10 ** 7]], 100_000, 20.0)
-    p = roofline.place(r, {"flops": 10 ** 7, "bytes": 8 * 10 ** 7}, roofline.roofs(PEAKS, 2, 2))
+    p = roofline.place(r, Work(flops=10 ** 7, bytes=8 * 10 ** 7), roofline.roofs(PEAKS, 2, 2))
     assert p["bound"] == "memory" and p["roof_gflops_per_s"] == 2.5 and p["achieved_gb_per_s"] == 8.0
     assert p["efficiency_pct"] == 40.0
 
 
 def test_without_a_flop_count_the_memory_roof_alone():
     r = row("aten::copy_", [[10 ** 6], [10 ** 6]], 10_000, 12.0)
-    p = roofline.place(r, {"flops": None, "bytes": 8 * 10 ** 6}, roofline.roofs(PEAKS, 2, 2))
+    p = roofline.place(r, Work(flops=None, bytes=8 * 10 ** 6), roofline.roofs(PEAKS, 2, 2))
     assert p["bound"] == "memory" and "memory roof only" in p["bound_basis"]
     assert p["achieved_gb_per_s"] == 8.0 and p["efficiency_pct"] == 40.0 and p["roof_gflops_per_s"] is None
 
@@ -54,20 +54,20 @@ def test_without_a_flop_count_the_memory_roof_alone():
 def test_memory_bound_data_that_fits_in_the_cache_may_beat_the_dram_roof():
     roof = {**roofline.roofs(PEAKS, 2, 2), "llc_bytes": 32 << 20}
     small = roofline.place(row("aten::add_", [[1024, 1024], [1024, 1024]], 1000, 2.0),
-                           {"flops": 1 << 20, "bytes": 12 << 20}, roof)
+                           Work(flops=1 << 20, bytes=12 << 20), roof)
     assert small["cache_resident"] and small["efficiency_pct"] > 100 and "last-level cache" in small["roof_note"]
     big = roofline.place(row("aten::add_", [[8192, 8192], [8192, 8192]], 1000, 2.0),
-                         {"flops": 1 << 26, "bytes": 768 << 20}, roof)
+                         Work(flops=1 << 26, bytes=768 << 20), roof)
     mm = roofline.place(row("aten::mm", [[256, 1024], [1024, 1024]], 1000, 2.0),
-                        {"flops": 1 << 29, "bytes": 6 << 20}, roof)
+                        Work(flops=1 << 29, bytes=6 << 20), roof)
     assert big["cache_resident"] is False and mm["cache_resident"] is False  # compute-bound: the cache is moot
 
 
 def test_scalar_double_is_not_a_float64_kernel():
     r = row("aten::div", [[32, 512], []], 1000, 5.0, dtypes=["float", "double"])
-    assert roofline.place(r, {}, roofline.roofs(PEAKS, 2, 2))["roof_note"] is None
+    assert roofline.place(r, Work(), roofline.roofs(PEAKS, 2, 2))["roof_note"] is None
     r64 = row("aten::mm", [[32, 512], [512, 8]], 1000, 5.0, dtypes=["double", "double"])
-    assert "float64" in roofline.place(r64, {}, roofline.roofs(PEAKS, 2, 2))["roof_note"]
+    assert "float64" in roofline.place(r64, Work(), roofline.roofs(PEAKS, 2, 2))["roof_note"]
 
 
 def test_selection_keeps_hot_aten_kernels_only():
@@ -158,15 +158,15 @@ def test_rng_sort_allocation_and_views_get_no_roofline_verdict():
     # BERT's embedding init: aten::normal_ on [30522,256] (31 MB written per call) measured as "3% of this
     # machine's memory roof"; a generator step per element is compute the bytes do not describe
     normal = row("aten::normal_", [[30522, 256], [], [], []], 50_000, 40.0, calls=1)
-    p = roofline.place(normal, {"flops": None, "bytes": 31_254_528}, roofline.roofs(PEAKS, 2, 2))
+    p = roofline.place(normal, Work(flops=None, bytes=31_254_528), roofline.roofs(PEAKS, 2, 2))
     assert p["efficiency_pct"] is None and p["bound"] is None and "random number generation" in p["reason"]
     for name, word in (("aten::sort", "sorting"), ("aten::empty", "allocation"), ("aten::transpose", "a view")):
-        q = roofline.place(row(name, [[1024, 1024]], 1000, 5.0), {"flops": None, "bytes": 1 << 23},
+        q = roofline.place(row(name, [[1024, 1024]], 1000, 5.0), Work(flops=None, bytes=1 << 23),
                            roofline.roofs(PEAKS, 2, 2))
         assert q["efficiency_pct"] is None and q["reason"].startswith(word), name
     # write-only operators keep their bytes model: fill_ writes every byte once, as a streaming store does
     fill = roofline.place(row("aten::fill_", [[10 ** 7], []], 10_000, 12.0, calls=1),
-                          {"flops": None, "bytes": 4 * 10 ** 7}, roofline.roofs(PEAKS, 2, 2))
+                          Work(flops=None, bytes=4 * 10 ** 7), roofline.roofs(PEAKS, 2, 2))
     assert fill["efficiency_pct"] == 20.0 and fill["reason"] is None
 
 
@@ -206,16 +206,16 @@ def test_a_transposed_matmul_operand_is_not_a_layout_problem():
     linear = OperatorRow(name="aten::addmm", input_shapes=[[256], [8, 256], [256, 256]], dtypes=["float"] * 3,
                          calls=1, self_cpu_us=50.0, total_cpu_us=50.0, self_pct=50.0, source=None,
                          input_strides=[[1], [256, 1], [1, 256]], contiguous=[True, True, False])
-    assert roofline._contiguous(linear, {}) is None
+    assert roofline._contiguous(linear, Work()) is None
     # a gathered column slice is: the kernel strides through memory
     sliced = OperatorRow(name="aten::addmm", input_shapes=[[256], [8, 256], [256, 256]], dtypes=["float"] * 3,
                          calls=1, self_cpu_us=50.0, total_cpu_us=50.0, self_pct=50.0, source=None,
                          input_strides=[[1], [512, 2], [256, 1]], contiguous=[True, False, True])
-    assert roofline._contiguous(sliced, {}) is False
+    assert roofline._contiguous(sliced, Work()) is False
     # an element-wise op on a transposed view strides through memory too
     relu = OperatorRow(name="aten::relu", input_shapes=[[256, 256]], dtypes=["float"], calls=1, self_cpu_us=5.0,
                        total_cpu_us=5.0, self_pct=5.0, source=None, input_strides=[[1, 256]], contiguous=[False])
-    assert roofline._contiguous(relu, {}) is False
+    assert roofline._contiguous(relu, Work()) is False
 
 
 def _alone(rep: Report, median_us: float, threads: int = 2) -> Report:

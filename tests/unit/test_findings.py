@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from diagnose import findings
-from diagnose.report.model import OperatorRow, Report, Run, SourceShare, TargetInfo
+from diagnose.report import io as report_io
+from diagnose.report.model import OperatorRow, OperatorSummary, Report, Run, SourceShare, TargetInfo
 
 
 def row(name, pct, source="m.py:3", called_by=None, mem=0):
@@ -17,7 +18,7 @@ def row(name, pct, source="m.py:3", called_by=None, mem=0):
 def report(*rows, **summary) -> Report:
     r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.5))
     r.operators = sorted(rows, key=lambda x: -x.self_cpu_us)
-    r.operator_summary = summary
+    r.operator_summary = report_io.typed(OperatorSummary, summary)
     return r
 
 

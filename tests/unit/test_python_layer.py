@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import cProfile
+import copy
 import pstats
 import runpy
 from pathlib import Path
+
+import dataclasses
 
 import pytest
 
 from diagnose.findings.python import python_overhead
 from diagnose.layers.python import hotspots, join_operators, classify
-from diagnose.report.model import OperatorRow, PythonFunction, Report, SourceShare, TargetInfo
+from diagnose.report.model import OperatorRow, PythonFunction, PythonSplit, PythonSummary, Report, SourceShare, \
+    TargetInfo
 from diagnose.usercode import FunctionSpans, UserCode
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "python"
@@ -60,15 +64,15 @@ def test_pstats_round_trip_classifies_and_counts(rowloop_stats):
     assert classify(("~", 0, "<built-in method builtins.print>"), usercode) == "builtin"
     assert classify((pstats.__file__, 1, "f"), usercode) == "library"
     # the split adds up to the total, and the loop dominates the user functions
-    assert abs(sum(summary["split_s"].values()) - summary["total_s"]) < 1e-3
-    assert summary["operator_share"] + summary["python_share"] == pytest.approx(1.0, abs=1e-3)
+    assert abs(sum(dataclasses.asdict(summary.split_s).values()) - summary.total_s) < 1e-3
+    assert summary.operator_share + summary.python_share == pytest.approx(1.0, abs=1e-3)
     users = [r for r in rows if r.kind == "user"]
     assert max(users, key=lambda r: r.loop_overhead_s).function == "normalise_rows"
 
 
 def _report(loop_overhead_s: float, total_s: float = 10.0, operators=None) -> Report:
     report = Report(target=TargetInfo(script="m.py"))
-    report.python_summary = {"total_s": total_s, "python_share": 0.3, "overhead_ratio": 1.2}
+    report.python_summary = PythonSummary(total_s=total_s, python_share=0.3, overhead_ratio=1.2)
     report.python_hotspots = [PythonFunction(
         function="loop", location="m.py:3", kind="user", calls=1, self_s=loop_overhead_s / 2,
         cumulative_s=total_s, self_pct=5, cumulative_pct=100, end_line=9,
@@ -96,7 +100,7 @@ def test_python_overhead_points_at_the_busiest_line_inside_the_function():
     report = _report(loop_overhead_s=5.0, operators=ops)
     join_operators(report.python_hotspots, report)
     # only the line inside the function's span (3..9) is joined
-    assert [o["location"] for o in report.python_hotspots[0].operators] == ["m.py:6"]
+    assert [o.location for o in report.python_hotspots[0].operators] == ["m.py:6"]
     finding = python_overhead(report)[0]
     assert finding.location == "m.py:6" and finding.op == "aten::mean"
     assert finding.evidence["operator_calls_at_line"] == 900
@@ -104,10 +108,10 @@ def test_python_overhead_points_at_the_busiest_line_inside_the_function():
 
 def test_framework_overhead_is_low_when_no_user_function_is_to_blame():
     report = _report(loop_overhead_s=0.1)
-    report.python_summary["python_share"] = 0.6
+    report.python_summary.python_share = 0.6
     found = python_overhead(report)
     assert [(f.severity, f.location) for f in found] == [("low", "m.py:3")]
-    report.python_summary["python_share"] = 0.4
+    report.python_summary.python_share = 0.4
     assert python_overhead(report) == []
 
 
@@ -123,12 +127,12 @@ def test_operator_work_hidden_in_a_functions_self_time_goes_back_to_operators():
     loop = PythonFunction(function="rows", location="m.py:9", kind="user", calls=1, self_s=0.3, cumulative_s=0.5,
                           self_pct=14.0, cumulative_pct=24.0, loop_overhead_s=0.45, tiny_calls=4000,
                           torch_calls_s=0.0, operators_all_s=None)
-    summary = {"total_s": 2.1, "split_s": {"torch": 0.5, "user": 1.6, "library": 0.0, "builtin": 0.0}}
+    summary = PythonSummary(total_s=2.1, split_s=PythonSplit(torch=0.5, user=1.6))
     correct_hidden_operators([step, loop], summary, rep)
     assert step.hidden_operator_s == pytest.approx(1.3)  # 1.7 s of large operators, 0.4 s of them seen as calls
     assert step.loop_overhead_s == pytest.approx(0.2)
     assert loop.hidden_operator_s is None and loop.loop_overhead_s == 0.45  # tiny calls stay overhead
-    assert summary["split_s"]["torch"] == pytest.approx(1.8) and summary["operator_share"] == pytest.approx(0.8571)
+    assert summary.split_s.torch == pytest.approx(1.8) and summary.operator_share == pytest.approx(0.8571)
 
 
 def test_blocking_built_ins_are_waiting_not_python(tmp_path):
@@ -157,8 +161,8 @@ def test_blocking_built_ins_are_waiting_not_python(tmp_path):
     assert "<built-in method time.sleep>" in waits
     assert any("acquire" in w for w in waits)  # Thread.join waits on a lock
     rows, summary = hotspots(stats, usercode, FunctionSpans())
-    assert summary["split_s"]["wait"] >= 0.35  # 0.1 + ~0.2 (+ start-up of the child) + 0.1 s
-    assert summary["python_share"] < 0.2  # what is left is Python's own: spawning, bookkeeping
+    assert summary.split_s.wait >= 0.35  # 0.1 + ~0.2 (+ start-up of the child) + 0.1 s
+    assert summary.python_share < 0.2  # what is left is Python's own: spawning, bookkeeping
     report = Report(target=TargetInfo(script=__file__), python_hotspots=rows, python_summary=summary)
     assert not [f for f in python_overhead(report) if "framework" in f.title]
 
@@ -175,17 +179,17 @@ def test_a_call_graph_pass_the_host_slowed_does_not_turn_slower_operators_into_p
                               tiny_calls=0, torch_calls_s=0.147, operators_all_s=3.047)
 
     rep = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=3.06, instrumented_wall_s=3.09))
-    summary = {"total_s": 4.46, "calls": 120, "split_s": {"torch": 0.2, "user": 4.26, "library": 0.0, "builtin": 0.0}}
+    summary = PythonSummary(total_s=4.46, calls=120, split_s=PythonSplit(torch=0.2, user=4.26))
     row = module_row()
     correct_hidden_operators([row], summary, rep, pass_wall_s=4.46)
-    assert summary["operator_pace"] == pytest.approx(4.46 / 3.09, abs=1e-3)
+    assert summary.operator_pace == pytest.approx(4.46 / 3.09, abs=1e-3)
     assert row.loop_overhead_s == 0.0  # all of it was the slower pass's matmuls
     # without the pass's wall time the operator pass's times are taken as they are: the old reading
     row = module_row()
-    correct_hidden_operators([row], dict(summary), rep)
+    correct_hidden_operators([row], copy.deepcopy(summary), rep)
     assert row.loop_overhead_s == pytest.approx(1.324, abs=1e-3)
     # a pass slowed by cProfile itself (a million profiled calls, 1 us each at most) is not a slow host
     row = module_row()
-    many = {**summary, "calls": 1_500_000}
+    many = dataclasses.replace(copy.deepcopy(summary), calls=1_500_000)
     correct_hidden_operators([row], many, rep, pass_wall_s=4.46)
-    assert many["operator_pace"] == 1.0 and row.loop_overhead_s == pytest.approx(1.324, abs=1e-3)
+    assert many.operator_pace == 1.0 and row.loop_overhead_s == pytest.approx(1.324, abs=1e-3)

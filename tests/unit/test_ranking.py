@@ -12,8 +12,8 @@ from diagnose.findings import python as python_rules
 from diagnose.findings import stake
 from diagnose.findings import threads as thread_rules
 from diagnose.layers.threads.analysis import analyse
-from diagnose.report.model import (Finding, Machine, OperatorRow, PythonFunction, Report, Run, SourceShare,
-                                   TargetInfo)
+from diagnose.report.model import (Finding, Machine, OperatorRow, OperatorSummary, PythonFunction, PythonSummary,
+                                   Report, Run, SourceShare, TargetInfo)
 
 THREADS = Path(__file__).resolve().parents[1] / "data" / "threads"
 
@@ -34,10 +34,10 @@ def loop_function(share_pct, location="m.py:5"):
 def report(ops=(), python=(), operator_share=None) -> Report:
     r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.5))
     r.operators = sorted(ops, key=lambda x: -x.self_cpu_us)
-    r.operator_summary = {"total_self_cpu_us": sum(o.self_cpu_us for o in ops)}
+    r.operator_summary = OperatorSummary(total_self_cpu_us=sum(o.self_cpu_us for o in ops))
     r.python_hotspots = list(python)
     if operator_share is not None:
-        r.python_summary = {"total_s": 1.0, "operator_share": operator_share, "python_share": 1 - operator_share}
+        r.python_summary = PythonSummary(total_s=1.0, operator_share=operator_share, python_share=1 - operator_share)
     return r
 
 
@@ -53,7 +53,7 @@ def test_without_the_python_layer_the_operator_pass_gives_the_operators_share():
     # 100 ms of operator self time in a 1.5 s operator pass
     rep = report([op("aten::div", 40, source="m.py:3"), op("aten::addmm", 60)])
     assert stake.operator_wall_fraction(rep)[0] == pytest.approx(10_000 / 1.5e6)
-    rep.operator_summary = {}
+    rep.operator_summary = None
     rep.run.instrumented_wall_s = None
     assert stake.operator_wall_fraction(rep)[0] == 1.0
 

@@ -30,11 +30,11 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
 
 from diagnose import machine
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
-from diagnose.report.model import LayerStatus, Report
+from diagnose.report import io as report_io
+from diagnose.report.model import LayerStatus, Report, Work
 
 # probe, roofline and work are imported where used: each of them also runs as
 # `python -m diagnose.layers.efficiency.<module>`, which imports this package first
@@ -94,7 +94,7 @@ def _run(cmd: list[str], log_path: str, timeout_s: float, tick, t0: float, serve
     return subprocess.CompletedProcess(cmd, code, out)
 
 
-def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[dict[str, Any]]:
+def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[Work]:
     if all(r.work is not None for r in rows):  # estimated in the operator pass (operators.attach_work)
         return [r.work for r in rows]
     src, out = os.path.join(workdir, "rows.json"), os.path.join(workdir, "work.json")
@@ -105,7 +105,7 @@ def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[dic
     _run([sys.executable, "-m", "diagnose.layers.efficiency.work", src, out], os.path.join(workdir, "work.log"),
          WORK_TIMEOUT_S, tick, t0, server)
     with open(out) as fh:
-        return json.load(fh)
+        return report_io.typed(list[Work], json.load(fh))
 
 
 def _peaks(report: Report, workdir: str, tick, t0: float, server):

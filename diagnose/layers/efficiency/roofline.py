@@ -57,6 +57,7 @@ import re
 from typing import Any
 
 from diagnose.layers.efficiency import probe
+from diagnose.report.model import Work
 
 MIN_SHARE_PCT = 1.0
 MAX_ROWS = 12
@@ -130,21 +131,21 @@ def _sig(x: float | None, digits: int = 4) -> float | None:
     return float(f"{x:.{digits}g}")
 
 
-def place(row: Any, work: dict[str, Any], roof: dict[str, Any]) -> dict[str, Any]:
+def place(row: Any, work: Work, roof: dict[str, Any]) -> dict[str, Any]:
     """One operator row on the roofline (a dict for report.efficiency["operators"])."""
     seconds = row.self_cpu_us / 1e6
-    flops, nbytes = work.get("flops"), work.get("bytes")
+    flops, nbytes = work.flops, work.bytes
     out: dict[str, Any] = {
         "name": row.name, "input_shapes": row.input_shapes, "dtypes": row.dtypes, "source": row.source,
         "share_pct": row.self_pct, "calls": row.calls, "self_cpu_us": row.self_cpu_us,
         "us_per_call": round(row.self_cpu_us / row.calls, 3) if row.calls else None,
-        "threads": roof["threads"], "flops": flops, "flops_source": work.get("flops_source"), "bytes": nbytes,
-        "output_shapes": work.get("output_shapes"),
+        "threads": roof["threads"], "flops": flops, "flops_source": work.flops_source, "bytes": nbytes,
+        "output_shapes": work.output_shapes,
         "contiguous": _contiguous(row, work),
         "intensity_flop_per_byte": None, "achieved_gflops_per_s": None, "achieved_gb_per_s": None,
         "bound": None, "bound_basis": None, "roof_gflops_per_s": None, "roof_gb_per_s": roof["gb_per_s"],
         "efficiency_pct": None, "roof_note": _roof_note(tensor_dtypes(row.input_shapes, row.dtypes)),
-        "reason": work.get("reason"),
+        "reason": work.reason,
     }
     if no_verdict(row.name):
         out["reason"] = no_verdict(row.name)
@@ -183,7 +184,7 @@ def place(row: Any, work: dict[str, Any], roof: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def _contiguous(row: Any, work: dict[str, Any]) -> bool | None:
+def _contiguous(row: Any, work: Work) -> bool | None:
     """False when an input strides through memory the kernel must copy or gather; a matrix product's 2-D
     operand transposed as a whole (nn.Linear's weight.t(): strides (1, rows)) is not that: BLAS reads a
     transposed operand natively."""
@@ -197,7 +198,7 @@ def _contiguous(row: Any, work: dict[str, Any]) -> bool | None:
                                                strides[i] if i < len(strides) else None))]
         if odd:
             return False
-    return work.get("contiguous")
+    return work.contiguous
 
 
 def _transposed(shape: Any, stride: Any) -> bool:
@@ -221,7 +222,7 @@ def _roof_note(kinds: set[str]) -> str | None:
     return None
 
 
-def analyse(rows: list[Any], works: list[dict[str, Any]], peaks: dict[str, Any], threads: int | None,
+def analyse(rows: list[Any], works: list[Work], peaks: dict[str, Any], threads: int | None,
             usable: int | None) -> dict[str, Any]:
     roof = roofs(peaks, threads, usable)
     return {"roofs": roof, "operators": [place(r, w, roof) for r, w in zip(rows, works)]}

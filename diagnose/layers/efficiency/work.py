@@ -5,8 +5,8 @@
 Contract
 - Input: operator rows as in report.json (name, input_shapes, dtypes and,
   when recorded, input_strides, contiguous, concrete_inputs). Output: one
-  entry per row, in order: {"flops", "flops_source", "bytes", "bytes_source",
-  "output_shapes", "contiguous", "reason"} per call.
+  `Work` per row, in order (report/model.py; as JSON its fields: flops,
+  flops_source, bytes, bytes_source, output_shapes, contiguous, reason), per call.
 - The call is rebuilt with microbench.cases (same overload choice and
   argument guesses as the micro-benchmarks) on the `meta` device: shapes,
   dtypes and strides, no data, no compute; milliseconds per row.
@@ -33,10 +33,13 @@ Contract
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 from typing import Any
+
+from diagnose.report.model import Work
 
 WRITE_ONLY_FIRST_ARG = {"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "index_put_",
                         "exponential_", "set_", "resize_", "masked_fill_"}
@@ -88,19 +91,18 @@ def _meta_args(case) -> tuple[list[Any], dict[str, Any], list[Any]]:
     return pos, kw, tensors
 
 
-def estimate(row: dict[str, Any]) -> dict[str, Any]:
+def estimate(row: dict[str, Any]) -> Work:
     """Work per call of one operator row; never raises (the reason says what was not possible)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
     from microbench.cases import CannotRebuild, case_from_row
 
-    out: dict[str, Any] = {"flops": None, "flops_source": None, "bytes": None, "bytes_source": None,
-                           "output_shapes": None, "contiguous": None, "reason": None}
+    out = Work()
     try:
         case = case_from_row(row)
     except CannotRebuild as exc:
-        out["reason"] = f"cannot rebuild the call: {exc}"
+        out.reason = f"cannot rebuild the call: {exc}"
         return out
     ns, opname = case.op.split("::")
     packet = getattr(getattr(torch.ops, ns), opname)
@@ -110,12 +112,12 @@ def estimate(row: dict[str, Any]) -> dict[str, Any]:
         with FlopCounterMode(display=False) as counter:
             result = overload(*pos, **kw)
     except Exception as exc:  # noqa: BLE001 - an op without a meta kernel: no estimate, say why
-        out["reason"] = f"{case.op} does not run on the meta device: {type(exc).__name__}: " \
+        out.reason = f"{case.op} does not run on the meta device: {type(exc).__name__}: " \
                         f"{str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
         return out
     outputs = [t for t in _tensors(result)]
-    out["output_shapes"] = [list(t.shape) for t in outputs]
-    out["contiguous"] = all(st is None for _, st in tensors)
+    out.output_shapes = [list(t.shape) for t in outputs]
+    out.contiguous = all(st is None for _, st in tensors)
     read = [t for t in tensors]
     if opname in WRITE_ONLY_FIRST_ARG and read:
         read = read[1:]
@@ -125,32 +127,32 @@ def estimate(row: dict[str, Any]) -> dict[str, Any]:
         source = read[0][0]
         read_bytes[0] = min(read_bytes[0], outputs[0].numel() * source.element_size())
     in_bytes = sum(read_bytes)
-    out["bytes"] = int(in_bytes + out_bytes)
-    out["bytes_source"] = "inputs read once + outputs written once (compulsory traffic, a lower bound)"
+    out.bytes = int(in_bytes + out_bytes)
+    out.bytes_source = "inputs read once + outputs written once (compulsory traffic, a lower bound)"
     out_elems = sum(t.numel() for t in outputs)
     in_elems = max((t.numel() for t, _ in tensors), default=0)
     base = opname.rstrip("_")
     if packet in flop_registry:
-        out["flops"], out["flops_source"] = int(counter.get_total_flops()), "flop_counter"
+        out.flops, out.flops_source = int(counter.get_total_flops()), "flop_counter"
     elif opname in ATTENTION_FORWARD and len(tensors) >= 3:
         from torch.utils.flop_counter import sdpa_flop_count
 
         q, k, v = (list(t.shape) for t, _ in tensors[:3])
-        out["flops"], out["flops_source"] = int(sdpa_flop_count(q, k, v)), \
+        out.flops, out.flops_source = int(sdpa_flop_count(q, k, v)), \
             "flop_counter's attention count (Q K^T and P V: 4 x batch x heads x L x S x E; softmax not counted)"
     elif torch.Tag.pointwise in getattr(overload, "tags", ()):
-        out["flops"], out["flops_source"] = out_elems * FLOPS_PER_ELEMENT["pointwise"], \
+        out.flops, out.flops_source = out_elems * FLOPS_PER_ELEMENT["pointwise"], \
             "pointwise estimate: 1 FLOP per output element"
     elif opname in SOFTMAX_FAMILY:
-        out["flops"], out["flops_source"] = in_elems * FLOPS_PER_ELEMENT["softmax"], \
+        out.flops, out.flops_source = in_elems * FLOPS_PER_ELEMENT["softmax"], \
             "estimate: 5 FLOPs per element (max, subtract, exp, sum, divide; exp counted as 1)"
     elif base in REDUCTIONS:
-        out["flops"], out["flops_source"] = in_elems * FLOPS_PER_ELEMENT["reduction"], \
+        out.flops, out.flops_source = in_elems * FLOPS_PER_ELEMENT["reduction"], \
             "estimate: 1 FLOP per input element"
     return out
 
 
-def estimate_all(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def estimate_all(rows: list[dict[str, Any]]) -> list[Work]:
     return [estimate(r) for r in rows]
 
 
@@ -159,7 +161,7 @@ def main(argv: list[str]) -> int:
         rows = json.load(fh)
     result = estimate_all(rows)
     with open(argv[1] + ".tmp", "w") as fh:
-        json.dump(result, fh)
+        json.dump([dataclasses.asdict(w) for w in result], fh)
     import os
 
     os.replace(argv[1] + ".tmp", argv[1])

@@ -15,7 +15,9 @@ from typing import Any
 from diagnose.layers.base import Layer
 from diagnose.layers.operators import modules
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
-from diagnose.report.model import Autograd, LayerStatus, RecordingLine, Report
+from diagnose.report import io as report_io
+from diagnose.report.model import Autograd, LayerStatus, OperatorMemory, OperatorSummary, RecordingLine, Report, \
+    TraceSummary
 
 
 COMPILE_EVENT = "(dynamo_timed)"  # torch.compile's own phases as the profiler names them
@@ -50,15 +52,16 @@ class OperatorsLayer(Layer):
         report.operators = rows
         total_self_us = sum(r["self_cpu_us"] for r in raw["rows"])
         attributed_us = sum(r["self_cpu_us"] for r in raw["rows"] if r["source"])
-        report.operator_summary = {
-            "total_self_cpu_us": round(total_self_us, 3),
-            "attributed_share": round(attributed_us / total_self_us, 4) if total_self_us else None,
-            "attribution_overhead_us": round(raw.get("attribution_overhead_us", 0.0), 3),
-            "events": raw.get("events"),
-            "memory": raw.get("memory", {}),
-            "window": raw.get("window"),
-            "trace": raw.get("trace"),
-        }
+        trace = report_io.typed(TraceSummary, raw.get("trace"))
+        report.operator_summary = OperatorSummary(
+            total_self_cpu_us=round(total_self_us, 3),
+            attributed_share=round(attributed_us / total_self_us, 4) if total_self_us else None,
+            attribution_overhead_us=round(raw.get("attribution_overhead_us", 0.0), 3),
+            events=raw.get("events") or 0,
+            memory=report_io.typed(OperatorMemory, raw.get("memory") or {}),
+            window=raw.get("window"),
+            trace=trace,
+        )
         report.modules = modules.build(raw["rows"], seen, raw.get("module_roots") or [])
         report.stacks = modules.stacks(raw["rows"], seen, raw.get("module_roots") or [])
         report.autograd = autograd_summary(raw)
@@ -66,13 +69,12 @@ class OperatorsLayer(Layer):
             notes.append(raw["window"])
         if raw.get("budget"):
             notes.append(raw["budget"])
-        trace = raw.get("trace") or {}
         if os.path.exists(os.path.join(workdir, "trace.json")):
             report.artifacts["trace"] = "trace.json"
-            if trace.get("truncated"):
+            if trace and trace.truncated:
                 notes.append(
-                    f"trace.json holds the first {trace['events_written']} of {trace['events_total']} events "
-                    f"({trace['span_s']:.2f} s); fewer --steps (or --trace-max-events) keep the whole window"
+                    f"trace.json holds the first {trace.events_written} of {trace.events_total} events "
+                    f"({trace.span_s:.2f} s); fewer --steps (or --trace-max-events) keep the whole window"
                 )
         if outcome.status != "ok":
             notes.append(f"the target did not finish this pass ({outcome.status}): rows cover what ran before")

@@ -23,6 +23,7 @@ torch is loaded (efficiency/work.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -420,6 +421,7 @@ def attach_work(rows: list[dict[str, Any]]) -> None:
     to do it; estimating on meta tensors takes milliseconds per row.
     """
     from diagnose.layers.efficiency.work import estimate
+    from diagnose.report.model import Work
 
     total = sum(r["self_cpu_us"] for r in rows) or 1.0
     by_key: dict[str, float] = defaultdict(float)
@@ -433,9 +435,10 @@ def attach_work(rows: list[dict[str, Any]]) -> None:
         if key in hot and r.get("input_strides") is not None:
             if key not in done:
                 try:
-                    done[key] = estimate(r)
+                    work = estimate(r)
                 except Exception as exc:  # noqa: BLE001 - the efficiency layer reports rows without work
-                    done[key] = {"flops": None, "bytes": None, "reason": f"{type(exc).__name__}: {exc}"}
+                    work = Work(reason=f"{type(exc).__name__}: {exc}")
+                done[key] = dataclasses.asdict(work)  # the pass's result is JSON
             r["work"] = done[key]
 
 

@@ -6,7 +6,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from diagnose.report.model import ModuleShare, OperatorRow, SourceShare
+from diagnose.report import io as report_io
+from diagnose.report.model import ModuleShare, OperatorRow, SourceShare, Work
 
 MAX_ROWS = 1000
 
@@ -50,6 +51,7 @@ def merge_rows(raw_rows: list[dict[str, Any]], classes: dict[str, str] | None = 
         lows = [p["min_self_us"] for p in parts if p.get("min_self_us") is not None]
         highs = [p["max_self_us"] for p in parts if p.get("max_self_us") is not None]
         calls = sum(p["calls"] for p in parts)
+        work: Work | None = report_io.typed(Work, layout.get("work"))
         self_us = sum(p["self_cpu_us"] for p in parts)
         total_us = sum(p["total_cpu_us"] for p in parts)
         flops = sum(p["flops"] for p in parts)
@@ -70,8 +72,8 @@ def merge_rows(raw_rows: list[dict[str, Any]], classes: dict[str, str] | None = 
             input_strides=layout.get("input_strides"),
             contiguous=contiguous_flags(json.loads(shapes), layout.get("input_strides")),
             concrete_inputs=layout.get("concrete_inputs"),
-            work=layout.get("work"),
-            bytes=(layout["work"]["bytes"] * calls) if (layout.get("work") or {}).get("bytes") else None,
+            work=work,
+            bytes=work.bytes * calls if work and work.bytes else None,
             module=top.module if top else None,
             module_class=top.module_class if top else None,
             library_line=top.library_line if top else None,
