@@ -287,7 +287,8 @@ def write_report(report: Report, output_dir: str) -> None:
 def _write_report(report: Report, output_dir: str) -> None:
     pictures = ((report.threads.get("timeline"), plots.threads_png, "threads", "threads.png"),
                 (report.stacks, plots.flame_png, "operators", "flamegraph.png"),
-                (report.efficiency.get("operators"), plots.roofline_png, "efficiency", "roofline.png"))
+                (report.efficiency.operators if report.efficiency else None, plots.roofline_png, "efficiency",
+                 "roofline.png"))
     pictures = tuple(p for p in pictures if p[0])
     whys = plots.draw_all(report, [(draw, os.path.join(output_dir, name)) for _, draw, _, name in pictures])
     for (_, _, layer, name), why in zip(pictures, whys):  # a picture that cannot be drawn is named missing, with why

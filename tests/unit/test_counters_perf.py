@@ -73,7 +73,8 @@ def test_layer_analyse_fills_counters_from_a_counting_run(tmp_path):
     report = Report(target=TargetInfo(script="x.py"))
     status = CountersLayer().analyse(None, report, str(tmp_path))
     assert status.status == "ok" and "cache-misses" in status.notes[0]
-    assert report.counters["source"] == "perf" and report.counters["cpi"] == 0.5
+    assert report.counters.source == "perf" and report.counters.cpi == 0.5
+    assert report.counters.perf.events["cycles"].value and report.counters.vtune is None
     assert low_efficiency(report) == []  # CPI 0.5 is healthy
 
 
