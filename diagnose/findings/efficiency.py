@@ -46,7 +46,7 @@ from typing import Any
 
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.layers.efficiency.roofline import no_verdict
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, RooflineRow
 
 HOT_SHARE_PCT = 10.0
 MIN_US_PER_CALL = 20.0
@@ -64,26 +64,26 @@ def _shape_text(shapes) -> str:
     return ", ".join(str(s).replace(" ", "") for s in shapes if s != []) or "scalars"
 
 
-def _suggestion(report: Report, op: dict[str, Any]) -> str:
-    name, usable = op["name"], report.machine.usable_cpus
+def _suggestion(report: Report, op: RooflineRow) -> str:
+    name, usable = op.name, report.machine.usable_cpus
     parts = []
-    if op.get("contiguous") is False:
+    if op.contiguous is False:
         parts.append("Its inputs are not contiguous, so the kernel strides through memory or copies first: "
                      "make them contiguous once, where they are produced (e.g. .contiguous() after a transpose "
                      "outside the loop, or keep the layout the next operator wants), not on every call.")
-    dims = matmul_dims(name, op.get("input_shapes") or []) if MATMUL.match(name) else None
+    dims = matmul_dims(name, op.input_shapes or []) if MATMUL.match(name) else None
     if dims and min(dims) < SKINNY_DIM:
         m, n, k = dims
         parts.append(f"A skinny matmul (M={m}, N={n}, K={k}): a dimension this small leaves most of the GEMM "
                      "kernel idle. Batch the work: stack the small matrices into one larger mm/bmm (more rows per "
                      "call, e.g. a bigger batch), or fold repeated calls into one.")
-    threads, bound = op.get("threads"), op.get("bound")
+    threads, bound = op.threads, op.bound
     if usable and threads and threads < usable and bound == "compute":
         parts.append(f"It ran with {threads} intra-op threads of {usable} usable CPUs: torch.set_num_threads({usable}).")
     if bound == "memory":
-        text = (f"It is memory-bound and moves {op.get('achieved_gb_per_s'):.3g} GB/s of the "
-                f"{op.get('roof_gb_per_s'):.3g} GB/s this machine streams.")
-        out_mib = sum(math.prod(s) for s in op.get("output_shapes") or []) * 4 / (1 << 20)
+        text = (f"It is memory-bound and moves {op.achieved_gb_per_s:.3g} GB/s of the "
+                f"{op.roof_gb_per_s:.3g} GB/s this machine streams.")
+        out_mib = sum(math.prod(s) for s in op.output_shapes or []) * 4 / (1 << 20)
         short = name.split("::")[-1]
         if op_class(name) == "softmax":
             text += " Softmax also pays for exp, counted here as one FLOP."
@@ -92,26 +92,25 @@ def _suggestion(report: Report, op: dict[str, Any]) -> str:
                      f"on first touch: write into a reused buffer (torch.{short}(..., out=buf)) or in place "
                      f"(x.{short}_(...)) where the input is not needed again.")
         parts.append(text)
-    parts.append(suggestion_for(report, name, op.get("input_shapes"), op.get("dtypes"), op.get("source")))
+    parts.append(suggestion_for(report, name, op.input_shapes, op.dtypes, op.source))
     parts.append("Check a fix with `microbench run` at this shape before and after.")
     return " ".join(parts)
 
 
 def low_efficiency(report: Report) -> list[Finding]:
-    eff = report.efficiency or {}
+    eff = report.efficiency
     out = []
-    peaks = eff.get("peaks") or {}
-    for op in eff.get("operators") or []:
-        pct, share = op.get("efficiency_pct"), float(op.get("share_pct") or 0.0)
-        if pct is None or share < HOT_SHARE_PCT or (op.get("us_per_call") or 0.0) < MIN_US_PER_CALL \
-                or no_verdict(op["name"]):
+    for op in eff.operators if eff else []:
+        pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
+        if pct is None or share < HOT_SHARE_PCT or (op.us_per_call or 0.0) < MIN_US_PER_CALL \
+                or no_verdict(op.name):
             continue
         alone = _alone(report, op)
         context = None
         if alone is not None:
-            ratio = op["us_per_call"] / alone
-            if ratio >= CONTEXT_RATIO and op["us_per_call"] - alone >= CONTEXT_MIN_US:
-                context = {"in_model_us_per_call": op["us_per_call"], "alone_us_per_call": round(alone, 3),
+            ratio = op.us_per_call / alone
+            if ratio >= CONTEXT_RATIO and op.us_per_call - alone >= CONTEXT_MIN_US:
+                context = {"in_model_us_per_call": op.us_per_call, "alone_us_per_call": round(alone, 3),
                            "in_model_vs_alone": round(ratio, 2), "efficiency_pct_alone": round(pct * ratio, 3)}
                 if pct * ratio >= MEDIUM_BELOW_PCT:
                     out.append(_context_finding(report, op, context, share))
@@ -120,35 +119,35 @@ def low_efficiency(report: Report) -> list[Finding]:
         if pct >= MEDIUM_BELOW_PCT:
             continue
         severity = "high" if pct < HIGH_BELOW_PCT else "medium"
-        if op.get("roof_gflops_per_s") is not None:
-            rate = f"{op['achieved_gflops_per_s']:.3g} of {op['roof_gflops_per_s']:.3g} GFLOP/s"
+        if op.roof_gflops_per_s is not None:
+            rate = f"{op.achieved_gflops_per_s:.3g} of {op.roof_gflops_per_s:.3g} GFLOP/s"
         else:
-            rate = f"{op['achieved_gb_per_s']:.3g} of {op['roof_gb_per_s']:.3g} GB/s"
-        where = f" at {op['source']}" if op.get("source") else ""
+            rate = f"{op.achieved_gb_per_s:.3g} of {op.roof_gb_per_s:.3g} GB/s"
+        where = f" at {op.source}" if op.source else ""
         out.append(Finding(
             kind="low_efficiency",
             severity=severity,
-            title=(f"{op['name']} on {_shape_text(op.get('input_shapes') or [])} runs at {pct:.3g}% of this "
-                   f"machine's roof ({rate}, {op.get('bound')}-bound){where}"),
-            op=op["name"],
-            location=op.get("source"),
+            title=(f"{op.name} on {_shape_text(op.input_shapes or [])} runs at {pct:.3g}% of this "
+                   f"machine's roof ({rate}, {op.bound}-bound){where}"),
+            op=op.name,
+            location=op.source,
             evidence={
                 "efficiency_pct": pct,
-                "achieved_gflops_per_s": op.get("achieved_gflops_per_s"),
-                "roof_gflops_per_s": op.get("roof_gflops_per_s"),
-                "achieved_gb_per_s": op.get("achieved_gb_per_s"),
-                "roof_gb_per_s": op.get("roof_gb_per_s"),
-                "intensity_flop_per_byte": op.get("intensity_flop_per_byte"),
-                "bound": op.get("bound"),
+                "achieved_gflops_per_s": op.achieved_gflops_per_s,
+                "roof_gflops_per_s": op.roof_gflops_per_s,
+                "achieved_gb_per_s": op.achieved_gb_per_s,
+                "roof_gb_per_s": op.roof_gb_per_s,
+                "intensity_flop_per_byte": op.intensity_flop_per_byte,
+                "bound": op.bound,
                 "share_pct": share,
-                "us_per_call": op.get("us_per_call"),
-                "threads": op.get("threads"),
-                "input_shapes": op.get("input_shapes"),
-                "contiguous": op.get("contiguous"),
-                "flops_source": op.get("flops_source"),
+                "us_per_call": op.us_per_call,
+                "threads": op.threads,
+                "input_shapes": op.input_shapes,
+                "contiguous": op.contiguous,
+                "flops_source": op.flops_source,
                 "threshold_pct": HIGH_BELOW_PCT if severity == "high" else MEDIUM_BELOW_PCT,
-                "peaks_contended": bool(peaks.get("contended")),
-                "instrumentation_overhead": eff.get("instrumentation_overhead"),
+                "peaks_contended": bool(eff.peaks.contended),
+                "instrumentation_overhead": eff.instrumentation_overhead,
                 **(context or {}),
                 **_fault_doubt(report, op, context),
             },
@@ -159,19 +158,19 @@ def low_efficiency(report: Report) -> list[Finding]:
     return out
 
 
-def _alone(report: Report, op: dict[str, Any]) -> float | None:
+def _alone(report: Report, op: RooflineRow) -> float | None:
     """The operator's median µs per call micro-benchmarked alone at the run's thread count, if measured."""
-    rows = [r for r in report.microbenchmarks if r.op == op["name"]
-            and r.input_shapes == op.get("input_shapes") and r.median_us]
-    same = [r for r in rows if r.threads == op.get("threads")]
+    rows = [r for r in report.microbenchmarks if r.op == op.name
+            and r.input_shapes == op.input_shapes and r.median_us]
+    same = [r for r in rows if r.threads == op.threads]
     return float(same[0].median_us) if same else None
 
 
-def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> dict[str, Any]:
+def _fault_doubt(report: Report, op: RooflineRow, context: dict | None) -> dict[str, Any]:
     """A doubt on a memory-bound verdict, or on a context finding, when the operator pass page-faulted far more
     per step than the uninstrumented run: the operator's time there carries faults the real run does not have."""
     plain, instrumented = report.faults_per_step()
-    if (op.get("bound") != "memory" and not context) or plain is None or instrumented is None:
+    if (op.bound != "memory" and not context) or plain is None or instrumented is None:
         return {}
     if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
         return {"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented),
@@ -181,7 +180,7 @@ def _fault_doubt(report: Report, op: dict[str, Any], context: dict | None) -> di
     return {}
 
 
-def _context_finding(report: Report, op: dict[str, Any], context: dict[str, Any], share: float) -> Finding:
+def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], share: float) -> Finding:
     from diagnose.findings.stake import operator_stake
 
     plain, instrumented = report.faults_per_step()
@@ -191,16 +190,16 @@ def _context_finding(report: Report, op: dict[str, Any], context: dict[str, Any]
         faults = f"; {plain:.0f} minor page faults a step uninstrumented"
         if instrumented is not None:
             faults += f", {instrumented:.0f} in the operator pass"
-    where = f" at {op['source']}" if op.get("source") else ""
+    where = f" at {op.source}" if op.source else ""
     return Finding(
         kind="low_efficiency", severity="medium" if share >= HOT_SHARE_PCT else "low", layer="efficiency",
-        title=(f"{op['name']} on {_shape_text(op.get('input_shapes') or [])} takes {ratio:.1f}x longer a call in "
+        title=(f"{op.name} on {_shape_text(op.input_shapes or [])} takes {ratio:.1f}x longer a call in "
                f"the model than alone ({context['in_model_us_per_call']:.0f} vs {context['alone_us_per_call']:.0f} "
                f"µs), where it reaches {context['efficiency_pct_alone']:.3g}% of this machine's roof: the context "
                f"slows it, not the kernel{where}"),
-        op=op["name"], location=op.get("source"),
-        evidence={"cause": "context", **context, "share_pct": share, "input_shapes": op.get("input_shapes"),
-                  "threads": op.get("threads"), "bound": op.get("bound"),
+        op=op.name, location=op.source,
+        evidence={"cause": "context", **context, "share_pct": share, "input_shapes": op.input_shapes,
+                  "threads": op.threads, "bound": op.bound,
                   "minor_faults_per_step": round(plain) if plain is not None else None,
                   "minor_faults_per_step_operator_pass": round(instrumented) if instrumented is not None else None,
                   "threshold_ratio": CONTEXT_RATIO,
@@ -218,36 +217,38 @@ def _context_finding(report: Report, op: dict[str, Any], context: dict[str, Any]
 
 
 def _counter_findings(report: Report) -> list[Finding]:
-    c = report.counters or {}
-    out = []
-    cpi = c.get("cpi")
+    c = report.counters
+    out: list[Finding] = []
+    if c is None:
+        return out
+    cpi = c.cpi
     if cpi is not None and cpi >= CPI_LOW:
         severity = "medium" if cpi >= CPI_MEDIUM else "low"
         out.append(Finding(
             kind="low_efficiency",
             severity=severity,
-            title=f"The run retires an instruction every {cpi:.2f} cycles (CPI, {c.get('source')}): the cores "
+            title=f"The run retires an instruction every {cpi:.2f} cycles (CPI, {c.source}): the cores "
                   "mostly wait",
             op=None, location=None,
-            evidence={"cpi": cpi, "ipc": c.get("ipc"), "cycles": c.get("cycles"),
-                      "instructions": c.get("instructions"), "cache_miss_pct": c.get("cache_miss_pct"),
-                      "branch_miss_pct": c.get("branch_miss_pct"),
-                      "threshold_cpi": CPI_MEDIUM if severity == "medium" else CPI_LOW, "source": c.get("source")},
+            evidence={"cpi": cpi, "ipc": c.ipc, "cycles": c.cycles,
+                      "instructions": c.instructions, "cache_miss_pct": c.cache_miss_pct,
+                      "branch_miss_pct": c.branch_miss_pct,
+                      "threshold_cpi": CPI_MEDIUM if severity == "medium" else CPI_LOW, "source": c.source},
             suggestion="A high CPI means stalls, most often on memory: look at the memory-bound operators in the "
                        "efficiency table first (fuse them, use contiguous inputs, smaller dtypes); a VTune "
                        "uarch-exploration run (vtune_scripts/collect.sh uarch) names the stall per aten op.",
             layer="counters",
         ))
-    spin = c.get("spin_overhead_pct")
+    spin = c.spin_overhead_pct
     if spin is not None and spin >= SPIN_MEDIUM_PCT:
         out.append(Finding(
             kind="low_efficiency",
             severity="medium",
             title=f"{spin:.0f}% of CPU time is spin and overhead time (VTune): threads wait busily instead of working",
             op=None, location=None,
-            evidence={"spin_overhead_pct": spin, "spin_time_s": c.get("spin_time_s"),
-                      "overhead_time_s": c.get("overhead_time_s"), "cpu_time_s": c.get("cpu_time_s"),
-                      "threshold_pct": SPIN_MEDIUM_PCT, "source": c.get("source")},
+            evidence={"spin_overhead_pct": spin, "spin_time_s": c.spin_time_s,
+                      "overhead_time_s": c.overhead_time_s, "cpu_time_s": c.cpu_time_s,
+                      "threshold_pct": SPIN_MEDIUM_PCT, "source": c.source},
             suggestion="OpenMP threads spin at barriers between small parallel regions: fewer intra-op threads "
                        "(torch.set_num_threads), larger operators per call, or OMP_WAIT_POLICY=PASSIVE when "
                        "other work shares the CPUs.",

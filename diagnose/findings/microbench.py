@@ -86,7 +86,7 @@ def sequential_operator(report: Report) -> list[Finding]:
     for row in report.microbenchmarks:
         if row.median_us and row.threads:
             cases.setdefault(_key(row), []).append(row)
-    peaks = (report.efficiency or {}).get("peaks") or {}
+    peaks = report.efficiency.peaks if report.efficiency else None
     out = []
     for rows in cases.values():
         one = next((r for r in rows if r.threads == 1), None)
@@ -129,7 +129,7 @@ def sequential_operator(report: Report) -> list[Finding]:
         }
         if dims:
             evidence.update(gemm_mnk=list(dims), threshold_gemm_dim=LARGE_GEMM_DIM)
-        if bound and peaks.get("contended"):
+        if bound and peaks and peaks.contended:
             evidence["peaks_contended"] = True  # a low roof reads as saturated: stake.py halves the confidence
         if doubts:
             evidence["doubts"] = doubts

@@ -97,8 +97,8 @@ def python_overhead(report: Report) -> list[Finding]:
 def step_at_roofs(report: Report) -> dict | None:
     """The step's work at this machine's roofs against the step's time (see the module docstring)."""
     it, recorded = report.run.iterations, report.run.instrumented_iterations
-    roofs = (report.efficiency or {}).get("roofs") or {}
-    gflops, gbs = roofs.get("gflops_per_s"), roofs.get("gb_per_s")
+    roofs = report.efficiency.roofs if report.efficiency else None
+    gflops, gbs = (roofs.gflops_per_s, roofs.gb_per_s) if roofs else (None, None)
     if not it or not recorded or not recorded.n or not gflops or not gbs or it.median_s <= 0:
         return None
     work_s = sum(max((r.flops or 0) / (gflops * 1e9), (r.bytes or 0) / (gbs * 1e9)) for r in report.operators
@@ -107,7 +107,7 @@ def step_at_roofs(report: Report) -> dict | None:
     per_step = work_s / recorded.n
     return {"work_s_per_step": per_step, "step_s": it.median_s, "fraction": per_step / it.median_s,
             "operator_calls_per_step": calls / recorded.n, "flops_per_step": sum(r.flops or 0 for r in report.operators)
-            / recorded.n, "roof_gflops_per_s": gflops, "roof_gb_per_s": gbs, "threads": roofs.get("threads")}
+            / recorded.n, "roof_gflops_per_s": gflops, "roof_gb_per_s": gbs, "threads": roofs.threads}
 
 
 def _kernel(row) -> bool:

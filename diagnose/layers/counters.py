@@ -7,10 +7,10 @@ begins, torch already imported) a watcher thread starts
 steps begins perf is started over (what it counted was setup and warm-up);
 at the stop marker (or when the pass ends) perf gets SIGINT and writes its
 counts (diagnose/markers.py).
-`analyse` turns them into `report.counters` (diagnose/tools/perf.py):
-
-    {"source": "perf", "cpi", "ipc", "cache_miss_pct", "branch_miss_pct",
-     "cycles", "instructions", "cpus_utilized", ..., "perf": {events, command}}
+`analyse` turns them into `report.counters` (model.Counters, from
+diagnose/tools/perf.py): source "perf", CPI, IPC, miss rates, cycles,
+instructions, CPUs utilised at the top, and every event under `perf`
+(model.PerfStat).
 
 When perf cannot count cycles and instructions (no PMU: these VMs print
 `<not supported>`; perf missing; kernel.perf_event_paranoid too strict) the
@@ -22,11 +22,13 @@ the launcher can wrap a pass, see `command_prefix`) runs its own pass under
 `vtune -collect ...`, with a recorder that wraps the measured workload in
 `torch.autograd.profiler.emit_itt()` so every aten op is an ITT task; its
 `analyse` runs VTune's CSV reports and puts the summary (CPI, spin and
-overhead time, effective CPU use, top aten tasks) in `report.counters["vtune"]`.
+overhead time, effective CPU use, top aten tasks) in `report.counters.vtune`
+(model.VtuneSummary), filling the top-level numbers perf did not give.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -35,7 +37,8 @@ from typing import Any
 
 from diagnose import markers
 from diagnose.layers.base import Layer, Recorder, last_line
-from diagnose.report.model import LayerStatus, Report
+from diagnose.report import io as report_io
+from diagnose.report.model import Counters, LayerStatus, PerfStat, Report, VtuneSummary
 from diagnose.tools import perf, vtune
 
 PERF_OUT = "perf-stat.csv"
@@ -134,12 +137,17 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def counters_from_perf(text: str) -> dict[str, Any]:
+# the top-level numbers of report.counters that perf fills (over any VTune gave)
+PERF_TOP = ("cpi", "ipc", "cycles", "instructions", "cache_miss_pct", "branch_miss_pct", "cpus_utilized")
+# those VTune fills where perf did not
+VTUNE_TOP = ("cpi", "spin_overhead_pct", "spin_time_s", "overhead_time_s", "cpu_time_s",
+             "effective_cpu_utilization_pct")
+
+
+def counters_from_perf(text: str) -> Counters:
     events = perf.parse_stat_csv(text)
-    m = perf.metrics(events)
-    return {"source": "perf", **{k: m[k] for k in ("cpi", "ipc", "cycles", "instructions", "cache_miss_pct",
-                                                    "branch_miss_pct", "cpus_utilized")},
-            "perf": {**m, "events": events}}
+    stat = report_io.typed(PerfStat, {**perf.metrics(events), "events": events})
+    return Counters(source="perf", perf=stat, **{k: getattr(stat, k) for k in PERF_TOP})
 
 
 class CountersLayer(Layer):
@@ -162,18 +170,22 @@ class CountersLayer(Layer):
             return LayerStatus("failed", "perf stat wrote no counts (the workload may have ended before the "
                                          f"measured part began): {last_line(os.path.join(workdir, PERF_LOG))}")
         counters = counters_from_perf(text)
-        report.counters.update(counters)
-        m = counters["perf"]
-        if counters["cpi"] is None:
+        if report.counters is None:
+            report.counters = counters
+        else:  # VTune's pass came first: perf's numbers take the top level, VTune's part stays
+            report.counters = dataclasses.replace(report.counters, source=counters.source, perf=counters.perf,
+                                                  **{k: getattr(counters, k) for k in PERF_TOP})
+        m = counters.perf
+        if counters.cpi is None:
             return LayerStatus("failed", "perf stat ran but counted no cycles/instructions for this run"
-                                         + (f" (<not supported>: {', '.join(m['not_supported'])})"
-                                            if m["not_supported"] else ""))
+                                         + (f" (<not supported>: {', '.join(m.not_supported)})"
+                                            if m.not_supported else ""))
         status = LayerStatus("ok")
-        if m["multiplexed"]:
-            status.notes.append(f"{', '.join(m['multiplexed'])} shared the counters with other events (perf "
+        if m.multiplexed:
+            status.notes.append(f"{', '.join(m.multiplexed)} shared the counters with other events (perf "
                                 "scaled their counts from the time they ran)")
-        if m["not_supported"]:
-            status.notes.append(f"not supported here: {', '.join(m['not_supported'])}")
+        if m.not_supported:
+            status.notes.append(f"not supported here: {', '.join(m.not_supported)}")
         return status
 
 
@@ -239,13 +251,13 @@ class VtuneLayer(Layer):
             return LayerStatus("failed", "vtune -report summary produced no CSV")
         summary = vtune.parse_summary_csv(texts["summary"])
         tasks = vtune.parse_table_csv(texts["tasks"]) if "tasks" in texts else None
-        data = vtune.summarize(summary, tasks)
-        report.counters["vtune"] = {**data, "summary": summary}
-        report.counters.setdefault("source", "vtune")
-        for key in ("cpi", "spin_overhead_pct", "spin_time_s", "overhead_time_s", "cpu_time_s",
-                    "effective_cpu_utilization_pct"):
-            if report.counters.get(key) is None and data.get(key) is not None:
-                report.counters[key] = data[key]
+        data = report_io.typed(VtuneSummary, {**vtune.summarize(summary, tasks), "summary": summary})
+        counters = report.counters or Counters(source="vtune")
+        counters.vtune = data
+        for key in VTUNE_TOP:
+            if getattr(counters, key) is None:
+                setattr(counters, key, getattr(data, key))
+        report.counters = counters
         status = LayerStatus("ok")
         if not (outcome.raw or {}).get("itt_available"):
             status.notes.append("torch reports ITT unavailable: aten ops are not labelled in the VTune result")

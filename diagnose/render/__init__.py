@@ -61,7 +61,8 @@ class Picture:
 PICTURES = (
     Picture("threads.png", "threads", "threads_png", lambda r: r.threads.get("timeline")),
     Picture("flamegraph.png", "operators", "flame_png", lambda r: r.stacks),
-    Picture("roofline.png", "efficiency", "roofline_png", lambda r: r.efficiency.get("operators")),
+    Picture("roofline.png", "efficiency", "roofline_png",
+            lambda r: r.efficiency.operators if r.efficiency else None),
 )
 ARTIFACT_KEYS = {"stacks.folded": "stacks"}  # report.artifacts key of a file; others: the name with _ for .
 

@@ -355,36 +355,38 @@ def microbench_rows(report: Report, limit: int = 12) -> list[tuple[str, ...]]:
 
 def efficiency_rows(report: Report, limit: int = 10) -> list[tuple[str, ...]]:
     """Hot operators against this machine's roofs (header first)."""
-    ops = (report.efficiency or {}).get("operators") or []
-    rows = [r for r in ops if r.get("efficiency_pct") is not None][:limit]
+    ops = report.efficiency.operators if report.efficiency else []
+    rows = [r for r in ops if r.efficiency_pct is not None][:limit]
     if not rows:
         return []
     out = [("operator", "input shapes", "share", "GFLOP/s", "GB/s", "FLOP/B", "bound", "of roof", "source")]
     for r in rows:
-        out.append((str(r.get("name")), shapes(r.get("input_shapes") or [], 36), f"{r.get('share_pct') or 0:.0f}%",
-                    f"{r['achieved_gflops_per_s']:.3g}" if r.get("achieved_gflops_per_s") is not None else "-",
-                    f"{r['achieved_gb_per_s']:.3g}" if r.get("achieved_gb_per_s") is not None else "-",
-                    f"{r['intensity_flop_per_byte']:.3g}" if r.get("intensity_flop_per_byte") is not None else "-",
-                    str(r.get("bound") or "-") + (" (in cache)" if r.get("cache_resident") else ""),
-                    f"{r['efficiency_pct']:.0f}%", str(r.get("source") or "-")))
+        out.append((str(r.name), shapes(r.input_shapes or [], 36), f"{r.share_pct or 0:.0f}%",
+                    f"{r.achieved_gflops_per_s:.3g}" if r.achieved_gflops_per_s is not None else "-",
+                    f"{r.achieved_gb_per_s:.3g}" if r.achieved_gb_per_s is not None else "-",
+                    f"{r.intensity_flop_per_byte:.3g}" if r.intensity_flop_per_byte is not None else "-",
+                    str(r.bound or "-") + (" (in cache)" if r.cache_resident else ""),
+                    f"{r.efficiency_pct:.0f}%", str(r.source or "-")))
     return out
 
 
 def roofs_line(report: Report) -> str | None:
-    e = report.efficiency or {}
-    roofs, peaks = e.get("roofs") or {}, e.get("peaks") or {}
-    if not roofs:
+    e = report.efficiency
+    if e is None:
         return None
-    cached = " (cached probe; `diagnose probe --refresh` re-measures)" if peaks.get("cached") else ""
-    return (f"roofs at {roofs.get('threads')} threads: fp32 GEMM {roofs.get('gflops_per_s')} GFLOP/s, memory "
-            f"{roofs.get('gb_per_s')} GB/s, ridge {roofs.get('ridge_flop_per_byte')} FLOP/byte{cached}")
+    roofs = e.roofs
+    cached = " (cached probe; `diagnose probe --refresh` re-measures)" if e.peaks.cached else ""
+    return (f"roofs at {roofs.threads} threads: fp32 GEMM {roofs.gflops_per_s} GFLOP/s, memory "
+            f"{roofs.gb_per_s} GB/s, ridge {roofs.ridge_flop_per_byte} FLOP/byte{cached}")
 
 
 def counters_lines(report: Report) -> list[str]:
-    c = report.counters or {}
-    names = (("cpi", "CPI"), ("ipc", "IPC"), ("cache_miss_pct", "cache misses %"),
-             ("branch_miss_pct", "branch misses %"), ("spin_overhead_pct", "spin + overhead %"))
-    parts = [f"{label} {c[key]:.3g}" for key, label in names if isinstance(c.get(key), (int, float))]
+    c = report.counters
+    if c is None:
+        return []
+    values = ((c.cpi, "CPI"), (c.ipc, "IPC"), (c.cache_miss_pct, "cache misses %"),
+              (c.branch_miss_pct, "branch misses %"), (c.spin_overhead_pct, "spin + overhead %"))
+    parts = [f"{label} {value:.3g}" for value, label in values if isinstance(value, (int, float))]
     return [", ".join(parts)] if parts else []
 
 

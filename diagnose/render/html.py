@@ -25,7 +25,8 @@ import os
 from typing import Any, Callable, Iterable
 
 from diagnose.render import distributed, fmt
-from diagnose.report.model import Finding, OperatorSummary, Report
+from diagnose.report import io as report_io
+from diagnose.report.model import Finding, OperatorSummary, Peaks, Report
 
 MAX_OPERATOR_ROWS = 500
 MAX_FUNCTION_ROWS = 15
@@ -397,38 +398,35 @@ def _threads(report: Report, image_dir: str | None) -> str:
 
 # ------------------------------------------------------------------------------------- efficiency
 
-def _peaks(peaks: dict[str, Any]) -> str:
-    rows: list[tuple[str, ...]] = []
-    for kind, label, rate in (("gemm_fp32", "fp32 GEMM", "gflops_per_s"), ("memory", "memory (STREAM)", "gb_per_s")):
-        for p in peaks.get(kind) or []:
-            if isinstance(p, dict):
-                rows.append((label, str(p.get("threads")), _num(p.get(rate)), "GFLOP/s" if rate.startswith("gflops") else "GB/s",
-                             f"IQR {p['iqr_pct']}%" if p.get("iqr_pct") is not None else "-",
-                             "yes" if p.get("contended") else "no"))
+def _peaks(peaks: Peaks) -> str:
+    measured = [("fp32 GEMM", p, p.gflops_per_s, "GFLOP/s") for p in peaks.gemm_fp32]
+    measured += [("memory (STREAM)", p, p.gb_per_s, "GB/s") for p in peaks.memory]
+    rows = [(label, str(p.threads), _num(rate), unit, f"IQR {p.iqr_pct}%" if p.iqr_pct is not None else "-",
+             "yes" if p.contended else "no") for label, p, rate, unit in measured]
     if not rows:
         return ""
-    when = f" (measured {peaks.get('measured_at')})" if peaks.get("measured_at") else ""
+    when = f" (measured {peaks.measured_at})" if peaks.measured_at else ""
     return f"<h3>Machine peaks{_e(when)}</h3>" + _table(
         [("probe", "threads", "peak", "unit", "noise", "contended"), *rows], numeric=(1, 2, 4))
 
 
 def _efficiency(report: Report, image_dir: str | None) -> str:
     out = []
-    e = report.efficiency or {}
+    e = report.efficiency
     if fmt.roofs_line(report):
         out.append(f"<p>{_e(fmt.roofs_line(report))}</p>")
-    out.append(_noise(e.get("timing") if isinstance(e.get("timing"), str) else None))
+    out.append(_noise(e.timing if e else None))
     out.append(_image(report, image_dir, "roofline_png", "roofline: each hot operator against this machine's roofs"))
     rows = fmt.efficiency_rows(report, 50)
     if rows:
         out.append(_table(rows, numeric=(2, 3, 4, 5, 7)))
-    missing = [o for o in e.get("operators") or [] if isinstance(o, dict) and o.get("efficiency_pct") is None]
+    missing = [o for o in (e.operators if e else []) if o.efficiency_pct is None]
     if missing:
-        items = "".join(f"<li><code>{_e(o.get('name'))}</code> {_e(fmt.shapes(o.get('input_shapes') or [], 60))}: "
-                        f"{_e(o.get('reason') or 'no efficiency')}</li>" for o in missing[:30])
+        items = "".join(f"<li><code>{_e(o.name)}</code> {_e(fmt.shapes(o.input_shapes or [], 60))}: "
+                        f"{_e(o.reason or 'no efficiency')}</li>" for o in missing[:30])
         out.append(f"<details><summary>{len(missing)} operator(s) without an efficiency</summary><ul>{items}</ul></details>")
-    if isinstance(e.get("peaks"), dict):
-        out.append(_peaks(e["peaks"]))
+    if e:
+        out.append(_peaks(e.peaks))
     out.append(_notes(report, "efficiency"))
     return "".join(out)
 
@@ -454,7 +452,8 @@ def _counters(report: Report) -> str:
     lines = fmt.counters_lines(report)
     if lines:
         out.append(f"<p>{_e(lines[0])}</p>")
-    c = report.counters or {}
+    # every field as report.json writes it (perf's events and VTune's summary nested as JSON)
+    c = report_io.to_dict(report.counters) if report.counters else {}
     pairs = [(k, _value(v)) for k, v in c.items() if v not in (None, [], {})]
     out.append(_kv(pairs))
     out.append(_notes(report, "counters"))

@@ -284,7 +284,7 @@ def _efficiency(report: Report) -> list[str]:
     out = ["## Efficiency", ""]
     if layer.status != "ok":
         return out + [f"_{layer.status}: {_cell(layer.reason)}_", ""]
-    for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")):
+    for line in (fmt.roofs_line(report), report.efficiency.timing if report.efficiency else None):
         if line:
             out.append(f"- {_cell(line)}")
     out.append("")

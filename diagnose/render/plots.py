@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from diagnose.report.model import Report
+from diagnose.report.model import Report, RooflineRow
 
 MAX_PROCESSES_DRAWN = 6  # the rest are summed into "other processes"
 LABEL_GAP_PX = 13  # roofline.png: vertical room per operator label (8 pt text at 100 dpi)
@@ -136,19 +136,20 @@ def threads_png(report: Report, path: str) -> str | None:
     return None
 
 
-def _op_label(op: dict[str, Any]) -> str:
-    shapes = " ".join(str(s).replace(" ", "") for s in (op.get("input_shapes") or []) if s)
-    name = (op.get("name") or "").replace("aten::", "")
+def _op_label(op: RooflineRow) -> str:
+    shapes = " ".join(str(s).replace(" ", "") for s in (op.input_shapes or []) if s)
+    name = (op.name or "").replace("aten::", "")
     return f"{name} {shapes}" if len(shapes) <= 34 else f"{name} {shapes[:33]}…"
 
 
 def roofline_png(report: Report, path: str) -> str | None:
     """Log-log roofline: the measured roofs and each hot operator placed at its intensity."""
-    eff = report.efficiency or {}
-    roofs = eff.get("roofs") or {}
-    peak, bw = roofs.get("gflops_per_s"), roofs.get("gb_per_s")
-    ops = [o for o in eff.get("operators") or []
-           if o.get("intensity_flop_per_byte") and o.get("achieved_gflops_per_s")]
+    eff = report.efficiency
+    if eff is None:
+        return "no machine peaks were measured (the efficiency layer did not run or failed)"
+    roofs = eff.roofs
+    peak, bw = roofs.gflops_per_s, roofs.gb_per_s
+    ops = [o for o in eff.operators if o.intensity_flop_per_byte and o.achieved_gflops_per_s]
     if not (peak and bw):
         return "no machine peaks were measured (the efficiency layer did not run or failed)"
     if not ops:
@@ -158,9 +159,9 @@ def roofline_png(report: Report, path: str) -> str | None:
     except ImportError as exc:
         return f"matplotlib is not importable ({exc}); pip install matplotlib"
     ridge = peak / bw
-    xs = [o["intensity_flop_per_byte"] for o in ops]
-    ys = [o["achieved_gflops_per_s"] for o in ops]
-    shares = [float(o.get("share_pct") or 0) for o in ops]
+    xs = [o.intensity_flop_per_byte for o in ops]
+    ys = [o.achieved_gflops_per_s for o in ops]
+    shares = [float(o.share_pct or 0) for o in ops]
     x_lo, x_hi = min(min(xs), ridge) / 8, max(max(xs), ridge) * 8
     y_lo, y_hi = min(min(ys), x_lo * bw) / 3, peak * 3
     fig, ax = plt.subplots(figsize=(11, 7))
@@ -179,12 +180,12 @@ def roofline_png(report: Report, path: str) -> str | None:
                 alpha=0.6, label=f"{frac:.0%} of the roof (low_efficiency below)")
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
     to_px = ax.transData.transform
-    ax.annotate(f"fp32 GEMM peak {peak:.3g} GFLOP/s at {roofs.get('threads')} thread"
-                f"{'s' if roofs.get('threads') != 1 else ''}", xy=(x_hi, peak), fontsize=9, ha="right",
+    ax.annotate(f"fp32 GEMM peak {peak:.3g} GFLOP/s at {roofs.threads} thread"
+                f"{'s' if roofs.threads != 1 else ''}", xy=(x_hi, peak), fontsize=9, ha="right",
                 xytext=(-6, 5), textcoords="offset points")
     ax.annotate(f"ridge {ridge:.2g} FLOP/B", xy=(ridge, y_hi), fontsize=8, color="grey", ha="left", va="top",
                 xytext=(4, -6), textcoords="offset points")
-    colors = ["tab:blue" if o.get("bound") == "compute" else "tab:orange" for o in ops]
+    colors = ["tab:blue" if o.bound == "compute" else "tab:orange" for o in ops]
     ax.scatter(xs, ys, s=[40 + 12 * s for s in shares], c=colors, alpha=0.75, edgecolors="black",
                linewidths=0.6, zorder=3)
     # labels in two columns (points in the right half labelled to their left, the others to their right),
@@ -204,8 +205,8 @@ def roofline_png(report: Report, path: str) -> str | None:
         for i, ly in zip(idx, label_y):
             op = ops[i]
             px, py = to_px((xs[i], ys[i]))
-            note = ", in cache" if op.get("cache_resident") else ""
-            ax.annotate(f"{_op_label(op)}: {shares[i]:.0f}% of op time, {op.get('efficiency_pct'):.3g}% of roof"
+            note = ", in cache" if op.cache_resident else ""
+            ax.annotate(f"{_op_label(op)}: {shares[i]:.0f}% of op time, {op.efficiency_pct:.3g}% of roof"
                         f"{note}", xy=(xs[i], ys[i]), xytext=(edge - px, ly + lift - py),
                         textcoords="offset pixels", fontsize=8, ha="right" if left else "left", va="center",
                         arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5})
@@ -213,7 +214,7 @@ def roofline_png(report: Report, path: str) -> str | None:
     ax.scatter([], [], c="tab:orange", label="memory-bound operator")
     ax.set_xlabel("arithmetic intensity, FLOP per byte (bytes = inputs read + outputs written once: a lower bound)")
     ax.set_ylabel("achieved GFLOP/s (operator pass, self CPU time)")
-    overhead = eff.get("instrumentation_overhead")
+    overhead = eff.instrumentation_overhead
     title = f"Roofline of {report.target.script} on {report.machine.cpu_model or 'this machine'}"
     if overhead:
         title += f" (times from the instrumented pass, {overhead:.2f}x the plain run)"

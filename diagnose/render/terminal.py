@@ -46,7 +46,8 @@ def render(report: Report, output_dir: str | None = None) -> str:
     if rows:
         out += ["", "Efficiency (operator pass times against this machine's measured peaks)"]
         out += fmt.text_table(rows, right={2, 3, 4, 5, 7})
-        out += [f"  {line}" for line in (fmt.roofs_line(report), (report.efficiency or {}).get("timing")) if line]
+        timing = report.efficiency.timing if report.efficiency else None
+        out += [f"  {line}" for line in (fmt.roofs_line(report), timing) if line]
     out += _doctor(report)
     out += _what_if(report)
     counters = fmt.counters_lines(report)

@@ -38,6 +38,8 @@ def _empty_is_null(section: Any) -> Any:
 V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {
     "operator_summary": _empty_is_null,
     "python_summary": _empty_is_null,
+    "efficiency": _empty_is_null,  # v1's keys are the v2 fields (model.Efficiency)
+    "counters": _empty_is_null,  # likewise (model.Counters)
 }
 
 # version -> function turning that version's dict into the next version's

@@ -565,6 +565,7 @@ class MicrobenchRow:
     callgrind_number: int | None = None
     times_us: list[float] = field(default_factory=list)  # per-call time of every measured block
 
+
 # ---- operator and Python summaries: operator_summary, python_summary, OperatorRow.work,
 # PythonFunction.operators
 
@@ -668,6 +669,215 @@ class PythonSummary:
     callgraph: CallgraphSettings | None = None
 
 
+# ---------------------------------------------------------------- efficiency (diagnose/layers/efficiency/)
+
+
+@dataclass
+class ProbeKey:
+    """What a probe result stands for (probe.machine_key): a cached result is used only for the same key."""
+
+    cpu_model: str
+    usable_cpus: int
+    torch_version: str
+    isa: str = ""  # vector instruction sets (a VM's "AMD EPYC" can be an AVX2 or an AVX-512 host); "": not recorded
+    mode: str | None = None  # "full" or "quick"; None in results written before the mode was part of the key
+
+
+@dataclass
+class GemmPeak:
+    """torch.mm on square fp32 matrices at one thread count: the median call after a warm-up."""
+
+    threads: int
+    gflops_per_s: float
+    n: int | None = None  # matrix size (n x n)
+    calls: int | None = None  # timed calls
+    median_s: float | None = None
+    iqr_pct: float | None = None  # IQR of the calls over the median
+    others_cpus: float | None = None  # CPUs other processes used meanwhile (/proc/stat), None where unreadable
+    contended: bool = False  # they took CPUs our threads needed: the number is low
+
+
+@dataclass
+class MemoryPeak:
+    """STREAM-style copy and triad on fp32 arrays larger than the last-level cache, at one thread count."""
+
+    threads: int
+    gb_per_s: float  # the better of copy and triad: the memory roof
+    array_mib: int | None = None  # each array's size
+    copy_gb_per_s: float | None = None
+    triad_gb_per_s: float | None = None
+    iqr_pct: float | None = None  # the noisier of the two
+    others_cpus: float | None = None
+    contended: bool = False
+
+
+@dataclass
+class Peaks:
+    """This machine's measured peaks (diagnose/layers/efficiency/probe.py): the probe's result as it caches it
+    (a JSON file per machine key), plus whether this report took it from that cache."""
+
+    key: ProbeKey | None = None
+    gemm_fp32: list[GemmPeak] = field(default_factory=list)
+    memory: list[MemoryPeak] = field(default_factory=list)
+    format: int | None = None  # the cache file's format (probe.CACHE_FORMAT)
+    measured_at: str | None = None  # ISO time of the measurement
+    mode: str | None = None  # "full" or "quick"
+    llc_bytes: int | None = None  # last-level cache size (sysfs)
+    loadavg_1m: float | None = None  # when the probe ran
+    contended: bool = False  # other processes took CPUs during the probe: the roofs are low
+    probe_s: float | None = None  # what the probe took
+    method: str | None = None  # how it measured, in words
+    cached: bool = False  # this report read it from the cache instead of measuring
+    cache_path: str | None = None  # the cache file (None: not cached, e.g. a contended probe)
+
+
+@dataclass
+class Roofs:
+    """The peaks at the run's intra-op threads (capped at the usable CPUs): the best measured at <= them."""
+
+    threads: int
+    gflops_per_s: float | None  # compute roof: fp32 GEMM
+    gb_per_s: float | None  # memory roof: copy/triad
+    ridge_flop_per_byte: float | None  # their ratio: at or right of it an operator is compute-bound
+    llc_bytes: int | None = None  # last-level cache: a memory-bound row whose bytes fit may beat the DRAM roof
+
+
+@dataclass
+class RooflineRow:
+    """One hot operator row placed on the roofline (roofline.place). Times are the operator pass's self CPU
+    time, so rates carry its instrumentation overhead; flops and bytes are per call."""
+
+    name: str
+    input_shapes: list[list[Any]]
+    dtypes: list[str]
+    source: str | None = None  # the user's line (file.py:LINE)
+    share_pct: float = 0.0  # of operator self CPU time
+    calls: int = 0
+    self_cpu_us: float = 0.0
+    us_per_call: float | None = None
+    threads: int | None = None  # the roofs' threads
+    flops: int | None = None  # per call (layers/efficiency/work.py)
+    flops_source: str | None = None  # how they were counted ("flop_counter", ...)
+    bytes: int | None = None  # per call: inputs read and outputs written once (a lower bound)
+    output_shapes: list[list[Any]] | None = None
+    contiguous: bool | None = None  # False: an input strides through memory the kernel must copy or gather
+    intensity_flop_per_byte: float | None = None
+    achieved_gflops_per_s: float | None = None
+    achieved_gb_per_s: float | None = None
+    bound: str | None = None  # "compute" or "memory"; None without a verdict
+    bound_basis: str | None = None  # why that roof, in words
+    roof_gflops_per_s: float | None = None  # the roof at its intensity
+    roof_gb_per_s: float | None = None
+    efficiency_pct: float | None = None  # achieved / roof; None: no verdict (`reason` says why)
+    roof_note: str | None = None  # e.g. float64 against the fp32 roof, data that fits in the cache
+    reason: str | None = None  # why there is no efficiency
+    cache_resident: bool = False  # memory-bound and its bytes per call fit in the last-level cache
+
+
+@dataclass
+class Efficiency:
+    """Hot operators against this machine's measured peaks (the efficiency layer)."""
+
+    peaks: Peaks
+    roofs: Roofs
+    operators: list[RooflineRow] = field(default_factory=list)  # most self time first
+    timing: str = ""  # how the achieved rates were timed, in words
+    instrumentation_overhead: float | None = None  # operator pass / uninstrumented wall time of the same work
+
+
+# ---------------------------------------------------------------- counters (diagnose/layers/counters.py)
+
+
+@dataclass
+class PerfEvent:
+    """One event of `perf stat -x,` (tools/perf.parse_stat_csv)."""
+
+    raw_name: str  # as perf printed it, modifiers included (`cycles:u`)
+    unit: str | None = None  # "msec" for task-clock
+    value: float | None = None  # None when not supported or not counted
+    supported: bool = True  # False: `<not supported>` (no PMU)
+    counted: bool = True  # False: `<not counted>`
+    running_pct: float | None = None  # share of the run it was scheduled (< 100: multiplexed, perf scaled it)
+    metric: float | None = None  # perf's derived metric on the line (CPUs utilized for task-clock)
+    metric_unit: str | None = None
+
+
+@dataclass
+class PerfStat:
+    """perf stat over the measured workload of the uninstrumented pass (tools/perf.metrics)."""
+
+    cycles: int | None = None
+    instructions: int | None = None
+    cpi: float | None = None
+    ipc: float | None = None
+    cache_miss_pct: float | None = None  # cache-misses / cache-references
+    branch_miss_pct: float | None = None
+    task_clock_ms: float | None = None
+    cpus_utilized: float | None = None
+    context_switches: int | None = None
+    cpu_migrations: int | None = None
+    page_faults: int | None = None
+    not_supported: list[str] = field(default_factory=list)  # event names
+    not_counted: list[str] = field(default_factory=list)
+    multiplexed: list[str] = field(default_factory=list)
+    events: dict[str, PerfEvent] = field(default_factory=dict)  # event name (modifiers stripped) -> its line
+
+
+@dataclass
+class VtuneTask:
+    """An ITT task (an aten op under emit_itt) in VTune's hotspots by task."""
+
+    task: str | None
+    cpu_time_s: float | None = None
+    spin_time_s: float | None = None
+    overhead_time_s: float | None = None
+
+
+# a VTune summary value: a number (units taken off), text, or a nested table's row
+VtuneValue = float | str | list[float | str | None] | None
+
+
+@dataclass
+class VtuneSummary:
+    """The VTune pass's CSV reports (tools/vtune.summarize)."""
+
+    source: str = "vtune"
+    elapsed_s: float | None = None
+    cpu_time_s: float | None = None
+    effective_time_s: float | None = None
+    spin_time_s: float | None = None
+    overhead_time_s: float | None = None
+    spin_overhead_pct: float | None = None  # (spin + overhead) / CPU time
+    cpi: float | None = None
+    effective_cpu_utilization_pct: float | None = None
+    total_thread_count: float | None = None
+    paused_time_s: float | None = None
+    top_tasks: list[VtuneTask] | None = None  # by CPU time; None without a tasks report
+    summary: dict[str, VtuneValue] = field(default_factory=dict)  # metric path ("Elapsed Time/CPU Time") -> value
+
+
+@dataclass
+class Counters:
+    """Hardware counters where the machine has them: perf (the counters layer) and/or VTune (--vtune). The top
+    level holds the numbers findings read, from perf first, VTune filling what perf did not give."""
+
+    source: str  # "perf" or "vtune": the tool that filled the top level first
+    cpi: float | None = None  # cycles per instruction over the run
+    ipc: float | None = None
+    cycles: int | None = None
+    instructions: int | None = None
+    cache_miss_pct: float | None = None
+    branch_miss_pct: float | None = None
+    cpus_utilized: float | None = None
+    perf: PerfStat | None = None
+    vtune: VtuneSummary | None = None
+    spin_overhead_pct: float | None = None  # VTune: spin + overhead share of CPU time
+    spin_time_s: float | None = None
+    overhead_time_s: float | None = None
+    cpu_time_s: float | None = None
+    effective_cpu_utilization_pct: float | None = None
+
+
 @dataclass
 class Report:
     target: TargetInfo
@@ -680,8 +890,8 @@ class Report:
     python_summary: PythonSummary | None = None  # None: the call-graph pass gave nothing
     threads: dict[str, Any] = field(default_factory=dict)
     microbenchmarks: list[MicrobenchRow] = field(default_factory=list)
-    efficiency: dict[str, Any] = field(default_factory=dict)  # machine peaks, per-operator roofline
-    counters: dict[str, Any] = field(default_factory=dict)  # perf / VTune, where the machine has them
+    efficiency: Efficiency | None = None  # machine peaks, per-operator roofline (None: the layer did not run)
+    counters: Counters | None = None  # perf / VTune, where the machine has them (None: no counters)
     steps: Steps | None = None  # script mode (None in function mode)
     modules: Modules | None = None  # operator time per nn.Module (None: no module ran, or an older report)
     autograd: Autograd | None = None  # graph recording in the operator pass's window (None: an older report)

@@ -11,6 +11,7 @@ import pytest
 
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.layers.counters import CountersLayer, PerfStatObserver, counters_from_perf, skip_reason
+from diagnose.report import io as report_io
 from diagnose.report.model import Report, TargetInfo
 from diagnose.markers import START as START_MARKER, STOP as STOP_MARKER
 from diagnose.tools import perf
@@ -73,7 +74,8 @@ def test_layer_analyse_fills_counters_from_a_counting_run(tmp_path):
     report = Report(target=TargetInfo(script="x.py"))
     status = CountersLayer().analyse(None, report, str(tmp_path))
     assert status.status == "ok" and "cache-misses" in status.notes[0]
-    assert report.counters["source"] == "perf" and report.counters["cpi"] == 0.5
+    assert report.counters.source == "perf" and report.counters.cpi == 0.5
+    assert report.counters.perf.events["cycles"].value and report.counters.vtune is None
     assert low_efficiency(report) == []  # CPI 0.5 is healthy
 
 
@@ -83,6 +85,20 @@ def test_layer_analyse_fails_honestly_without_hardware_counts(tmp_path):
     status = CountersLayer().analyse(None, report, str(tmp_path))
     assert status.status == "failed" and "<not supported>" in status.reason
     assert CountersLayer().analyse(None, report, str(tmp_path / "nope")).status == "failed"
+
+
+def test_a_schema_1_counters_section_reads_as_the_typed_one():
+    # schema "1" wrote counters_from_perf's dict as is: the migration's _empty_is_null keeps it, the fields match
+    for name in ("perf_stat_counting_format.csv", "perf_stat_pid_torch.csv"):
+        events = perf.parse_stat_csv(text(name))
+        m = perf.metrics(events)
+        v1 = {"source": "perf", **{k: m[k] for k in ("cpi", "ipc", "cycles", "instructions", "cache_miss_pct",
+                                                      "branch_miss_pct", "cpus_utilized")},
+              "perf": {**m, "events": events}}
+        report = report_io.from_json_data({"schema_version": "1", "target": {"script": "x.py"}, "counters": v1})
+        assert report.counters == counters_from_perf(text(name))
+        assert report_io.from_json_data({"schema_version": "1", "target": {"script": "x.py"},
+                                         "counters": {}}).counters is None
 
 
 def test_high_cpi_is_a_low_efficiency_finding():

@@ -11,7 +11,8 @@ import pytest
 
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.layers.counters import VtuneLayer
-from diagnose.report.model import Report, TargetInfo
+from diagnose.report import io as report_io
+from diagnose.report.model import Counters, Report, TargetInfo, VtuneSummary
 from diagnose.tools import vtune
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +93,8 @@ def test_collect_and_report_commands():
 def test_spin_and_overhead_share_is_a_finding():
     report = Report(target=TargetInfo(script="x.py"))
     d = vtune.summarize(vtune.parse_summary_csv(text("vtune_summary_hotspots.csv")))
-    report.counters = {"source": "vtune", "spin_overhead_pct": d["spin_overhead_pct"], "vtune": d}
+    report.counters = Counters(source="vtune", spin_overhead_pct=d["spin_overhead_pct"],
+                               vtune=report_io.typed(VtuneSummary, d))
     (f,) = low_efficiency(report)
     assert f.severity == "medium" and f.evidence["spin_overhead_pct"] == 24.37 and "OMP" in f.suggestion
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
 from diagnose.render import plots
-from diagnose.report.model import IterationStats, MicrobenchRow, OperatorRow, Report, TargetInfo, Work
+from diagnose.report.model import (Efficiency, GemmPeak, IterationStats, MemoryPeak, MicrobenchRow, OperatorRow,
+                                   Peaks, Report, RooflineRow, Roofs, TargetInfo, Work)
 
-PEAKS = {"key": {"usable_cpus": 2},
-         "gemm_fp32": [{"threads": 1, "gflops_per_s": 80.0}, {"threads": 2, "gflops_per_s": 160.0}],
-         "memory": [{"threads": 1, "gb_per_s": 16.0}, {"threads": 2, "gb_per_s": 20.0}]}
+PEAKS = Peaks(gemm_fp32=[GemmPeak(threads=1, gflops_per_s=80.0), GemmPeak(threads=2, gflops_per_s=160.0)],
+              memory=[MemoryPeak(threads=1, gb_per_s=16.0), MemoryPeak(threads=2, gb_per_s=20.0)])
 
 
 def row(name, shapes, self_us, pct, calls=10, total_us=None, dtypes=None, source="model.py:12", **kw):
@@ -21,53 +23,53 @@ def row(name, shapes, self_us, pct, calls=10, total_us=None, dtypes=None, source
 
 
 def test_roofs_at_the_runs_threads():
-    assert roofline.roofs(PEAKS, 2, 2) == {"threads": 2, "gflops_per_s": 160.0, "gb_per_s": 20.0,
-                                           "ridge_flop_per_byte": 8.0, "llc_bytes": None}
-    assert roofline.roofs(PEAKS, 1, 2)["gflops_per_s"] == 80.0
-    assert roofline.roofs(PEAKS, 8, 2)["threads"] == 2  # oversubscribed: the usable CPUs are the roof
+    assert roofline.roofs(PEAKS, 2, 2) == Roofs(threads=2, gflops_per_s=160.0, gb_per_s=20.0,
+                                                ridge_flop_per_byte=8.0, llc_bytes=None)
+    assert roofline.roofs(PEAKS, 1, 2).gflops_per_s == 80.0
+    assert roofline.roofs(PEAKS, 8, 2).threads == 2  # oversubscribed: the usable CPUs are the roof
 
 
 def test_compute_bound_placement():
     # 10 calls of a 1 GFLOP matmul in 0.1 s: 100 GFLOP/s against a 160 roof
     r = row("aten::mm", [[1024, 1024], [1024, 512]], 100_000, 40.0)
     p = roofline.place(r, Work(flops=10 ** 9, bytes=10 ** 7), roofline.roofs(PEAKS, 2, 2))
-    assert (p["achieved_gflops_per_s"], p["intensity_flop_per_byte"], p["bound"]) == (100.0, 100.0, "compute")
-    assert (p["roof_gflops_per_s"], p["efficiency_pct"], p["achieved_gb_per_s"]) == (160.0, 62.5, 1.0)
-    assert p["us_per_call"] == 10_000 and p["threads"] == 2
+    assert (p.achieved_gflops_per_s, p.intensity_flop_per_byte, p.bound) == (100.0, 100.0, "compute")
+    assert (p.roof_gflops_per_s, p.efficiency_pct, p.achieved_gb_per_s) == (160.0, 62.5, 1.0)
+    assert p.us_per_call == 10_000 and p.threads == 2
 
 
 def test_memory_bound_placement_is_bandwidth_efficiency():
     # 1 FLOP per 8 bytes; 10 calls x 80 MB in 0.1 s = 8 GB/s of a 20 GB/s roof
     r = row("aten::add", [[10 ** 7], [10 ** 7]], 100_000, 20.0)
     p = roofline.place(r, Work(flops=10 ** 7, bytes=8 * 10 ** 7), roofline.roofs(PEAKS, 2, 2))
-    assert p["bound"] == "memory" and p["roof_gflops_per_s"] == 2.5 and p["achieved_gb_per_s"] == 8.0
-    assert p["efficiency_pct"] == 40.0
+    assert p.bound == "memory" and p.roof_gflops_per_s == 2.5 and p.achieved_gb_per_s == 8.0
+    assert p.efficiency_pct == 40.0
 
 
 def test_without_a_flop_count_the_memory_roof_alone():
     r = row("aten::copy_", [[10 ** 6], [10 ** 6]], 10_000, 12.0)
     p = roofline.place(r, Work(flops=None, bytes=8 * 10 ** 6), roofline.roofs(PEAKS, 2, 2))
-    assert p["bound"] == "memory" and "memory roof only" in p["bound_basis"]
-    assert p["achieved_gb_per_s"] == 8.0 and p["efficiency_pct"] == 40.0 and p["roof_gflops_per_s"] is None
+    assert p.bound == "memory" and "memory roof only" in p.bound_basis
+    assert p.achieved_gb_per_s == 8.0 and p.efficiency_pct == 40.0 and p.roof_gflops_per_s is None
 
 
 def test_memory_bound_data_that_fits_in_the_cache_may_beat_the_dram_roof():
-    roof = {**roofline.roofs(PEAKS, 2, 2), "llc_bytes": 32 << 20}
+    roof = dataclasses.replace(roofline.roofs(PEAKS, 2, 2), llc_bytes=32 << 20)
     small = roofline.place(row("aten::add_", [[1024, 1024], [1024, 1024]], 1000, 2.0),
                            Work(flops=1 << 20, bytes=12 << 20), roof)
-    assert small["cache_resident"] and small["efficiency_pct"] > 100 and "last-level cache" in small["roof_note"]
+    assert small.cache_resident and small.efficiency_pct > 100 and "last-level cache" in small.roof_note
     big = roofline.place(row("aten::add_", [[8192, 8192], [8192, 8192]], 1000, 2.0),
                          Work(flops=1 << 26, bytes=768 << 20), roof)
     mm = roofline.place(row("aten::mm", [[256, 1024], [1024, 1024]], 1000, 2.0),
                         Work(flops=1 << 29, bytes=6 << 20), roof)
-    assert big["cache_resident"] is False and mm["cache_resident"] is False  # compute-bound: the cache is moot
+    assert big.cache_resident is False and mm.cache_resident is False  # compute-bound: the cache is moot
 
 
 def test_scalar_double_is_not_a_float64_kernel():
     r = row("aten::div", [[32, 512], []], 1000, 5.0, dtypes=["float", "double"])
-    assert roofline.place(r, Work(), roofline.roofs(PEAKS, 2, 2))["roof_note"] is None
+    assert roofline.place(r, Work(), roofline.roofs(PEAKS, 2, 2)).roof_note is None
     r64 = row("aten::mm", [[32, 512], [512, 8]], 1000, 5.0, dtypes=["double", "double"])
-    assert "float64" in roofline.place(r64, Work(), roofline.roofs(PEAKS, 2, 2))["roof_note"]
+    assert "float64" in roofline.place(r64, Work(), roofline.roofs(PEAKS, 2, 2)).roof_note
 
 
 def test_selection_keeps_hot_aten_kernels_only():
@@ -87,8 +89,9 @@ def eff_report(pct: float, share: float = 30.0, us_per_call: float = 5000.0, **o
             "achieved_gflops_per_s": 160.0 * pct / 100, "roof_gflops_per_s": 160.0, "achieved_gb_per_s": 3.0,
             "roof_gb_per_s": 20.0, "intensity_flop_per_byte": 3.9, "bound": "memory", "efficiency_pct": pct,
             "contiguous": True, "flops_source": "flop_counter", "output_shapes": [[8, 1024]]}
-    rep.efficiency = {"peaks": {"contended": False}, "roofs": {"threads": 2, "gflops_per_s": 160.0, "gb_per_s": 20.0},
-                      "operators": [{**base, **op}], "instrumentation_overhead": 1.05}
+    rep.efficiency = Efficiency(peaks=Peaks(contended=False),
+                                roofs=Roofs(threads=2, gflops_per_s=160.0, gb_per_s=20.0, ridge_flop_per_byte=8.0),
+                                operators=[RooflineRow(**{**base, **op})], instrumentation_overhead=1.05)
     return rep
 
 
@@ -138,9 +141,9 @@ def test_matmul_dims():
 
 def test_roofline_png_is_drawn_with_every_hot_op(tmp_path):
     rep = eff_report(30.0)
-    rep.efficiency["operators"].append({**rep.efficiency["operators"][0], "name": "aten::add",
-                                        "intensity_flop_per_byte": 0.08, "achieved_gflops_per_s": 0.9,
-                                        "efficiency_pct": 56.0, "share_pct": 12.0})
+    rep.efficiency.operators.append(dataclasses.replace(rep.efficiency.operators[0], name="aten::add",
+                                                        intensity_flop_per_byte=0.08, achieved_gflops_per_s=0.9,
+                                                        efficiency_pct=56.0, share_pct=12.0))
     path = tmp_path / "roofline.png"
     assert plots.roofline_png(rep, str(path)) is None
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
@@ -148,7 +151,9 @@ def test_roofline_png_is_drawn_with_every_hot_op(tmp_path):
 
 def test_roofline_png_says_why_not():
     rep = eff_report(30.0)
-    rep.efficiency["roofs"] = {}
+    rep.efficiency.roofs = Roofs(threads=2, gflops_per_s=None, gb_per_s=None, ridge_flop_per_byte=None)
+    assert "peaks" in plots.roofline_png(rep, "/nonexistent/x.png")
+    rep.efficiency = None
     assert "peaks" in plots.roofline_png(rep, "/nonexistent/x.png")
     rep = eff_report(30.0, intensity_flop_per_byte=None)
     assert "FLOP count" in plots.roofline_png(rep, "/nonexistent/x.png")
@@ -159,15 +164,15 @@ def test_rng_sort_allocation_and_views_get_no_roofline_verdict():
     # machine's memory roof"; a generator step per element is compute the bytes do not describe
     normal = row("aten::normal_", [[30522, 256], [], [], []], 50_000, 40.0, calls=1)
     p = roofline.place(normal, Work(flops=None, bytes=31_254_528), roofline.roofs(PEAKS, 2, 2))
-    assert p["efficiency_pct"] is None and p["bound"] is None and "random number generation" in p["reason"]
+    assert p.efficiency_pct is None and p.bound is None and "random number generation" in p.reason
     for name, word in (("aten::sort", "sorting"), ("aten::empty", "allocation"), ("aten::transpose", "a view")):
         q = roofline.place(row(name, [[1024, 1024]], 1000, 5.0), Work(flops=None, bytes=1 << 23),
                            roofline.roofs(PEAKS, 2, 2))
-        assert q["efficiency_pct"] is None and q["reason"].startswith(word), name
+        assert q.efficiency_pct is None and q.reason.startswith(word), name
     # write-only operators keep their bytes model: fill_ writes every byte once, as a streaming store does
     fill = roofline.place(row("aten::fill_", [[10 ** 7], []], 10_000, 12.0, calls=1),
                           Work(flops=None, bytes=4 * 10 ** 7), roofline.roofs(PEAKS, 2, 2))
-    assert fill["efficiency_pct"] == 20.0 and fill["reason"] is None
+    assert fill.efficiency_pct == 20.0 and fill.reason is None
 
 
 def test_low_efficiency_gives_no_verdict_on_rng_even_from_an_older_report():
@@ -219,8 +224,8 @@ def test_a_transposed_matmul_operand_is_not_a_layout_problem():
 
 
 def _alone(rep: Report, median_us: float, threads: int = 2) -> Report:
-    op = rep.efficiency["operators"][0]
-    rep.microbenchmarks = [MicrobenchRow(op=op["name"], input_shapes=op["input_shapes"], threads=threads,
+    op = rep.efficiency.operators[0]
+    rep.microbenchmarks = [MicrobenchRow(op=op.name, input_shapes=op.input_shapes, threads=threads,
                                          median_us=median_us, iqr_us=0.0)]
     return rep
 

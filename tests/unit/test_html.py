@@ -14,8 +14,9 @@ from pathlib import Path
 from diagnose import findings
 from diagnose.render import html
 from diagnose.report import io
-from diagnose.report.model import (Finding, LayerStatus, MicrobenchRow, OperatorRow, PythonFunction, Report, Run,
-                                   SourceShare, TargetInfo)
+from diagnose.report.model import (Counters, Efficiency, Finding, LayerStatus, MicrobenchRow, OperatorRow, Peaks,
+                                   PythonFunction, Report, RooflineRow, Roofs, Run, SourceShare, TargetInfo,
+                                   VtuneSummary)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a 1x1 PNG
@@ -63,7 +64,7 @@ def evil_report() -> Report:
                           f"try {EVIL}", "operators")]
     r.microbenchmarks = [MicrobenchRow(op=name, input_shapes=[[3, 4]], threads=1, median_us=3.0, iqr_us=0.03,
                                        noise_pct=1.0, source=source)]
-    r.counters = {EVIL: EVIL}
+    r.counters = Counters(source=EVIL, vtune=VtuneSummary(summary={EVIL: EVIL}))
     r.machine.cpu_model = EVIL
     r.machine.threading_env = {"OMP_NUM_THREADS": EVIL}
     return r
@@ -133,7 +134,10 @@ def test_noise_and_overhead_sit_next_to_each_measurement():
 def test_skipped_layers_show_their_reason_and_partial_data_does_not_break_the_page():
     r = Report(target=TargetInfo(script="m.py"), run=Run(exit_code=0, wall_s=1.0))
     r.layers = {"efficiency": LayerStatus("failed", "probe crashed"), "microbench": LayerStatus("skipped", "budget 0")}
-    r.efficiency = {"peaks": {"gemm_fp32": "not a list"}, "operators": [{"name": "aten::mm"}, "junk"]}
+    r.efficiency = Efficiency(peaks=Peaks(), roofs=Roofs(threads=1, gflops_per_s=None, gb_per_s=None,
+                                                        ridge_flop_per_byte=None),
+                              operators=[RooflineRow(name="aten::mm", input_shapes=[], dtypes=[]),
+                                         RooflineRow(name="junk", input_shapes=[], dtypes=[], efficiency_pct="junk")])
     r.threads = {"sweep": {"threads": [{"intra_op_threads": 1, "median_s": 0.5, "throughput_per_s": 2.0,
                                         "spread_pct": 4.0, "runs_s": [0.5, 0.51]},
                                        {"intra_op_threads": 2, "median_s": 0.3, "throughput_per_s": 3.3,

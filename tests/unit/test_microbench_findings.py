@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.findings.microbench import sequential_operator
-from diagnose.report.model import MicrobenchRow, OperatorRow, Report, TargetInfo
+from diagnose.report.model import Efficiency, MemoryPeak, MicrobenchRow, OperatorRow, Peaks, Report, Roofs, TargetInfo
 
 
 def _report(one_us: float, two_us: float, share: float = 60.0, **flags) -> Report:
@@ -82,8 +82,9 @@ def _gemm(a: list[int], b: list[int], one_us: float, most_us: float, share: floa
         MicrobenchRow(**base, threads=2, median_us=most_us, gbytes_per_s=round(n_bytes / most_us / 1e3, 2)),
     ]
     if roof_gb_per_s is not None:
-        rep.efficiency = {"peaks": {"memory": [{"threads": 1, "gb_per_s": 17.3},
-                                               {"threads": 2, "gb_per_s": roof_gb_per_s}]}}
+        rep.efficiency = Efficiency(
+            peaks=Peaks(memory=[MemoryPeak(threads=1, gb_per_s=17.3), MemoryPeak(threads=2, gb_per_s=roof_gb_per_s)]),
+            roofs=Roofs(threads=2, gflops_per_s=None, gb_per_s=roof_gb_per_s, ridge_flop_per_byte=None))
     return rep
 
 

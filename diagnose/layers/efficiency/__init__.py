@@ -8,12 +8,10 @@ an older report, in a subprocess, since the orchestrator never imports
 torch), gets the machine's
 peaks (probe.py: from the per-machine cache, else measured in a subprocess,
 ~5 s on 2 cores) and places every row on the roofline (roofline.py). The
-result goes to `report.efficiency`:
-
-    {"peaks": probe result + "cached", "cache_path",
-     "roofs": {"threads", "gflops_per_s", "gb_per_s", "ridge_flop_per_byte"},
-     "operators": [roofline.place rows], "timing": how the times were taken,
-     "instrumentation_overhead": operator pass / uninstrumented wall time}
+result goes to `report.efficiency` (model.Efficiency): the probe's result
+with `cached` and `cache_path` (model.Peaks), the roofs at the run's threads
+(model.Roofs), a roofline.place row per operator (model.RooflineRow), how the
+times were taken, and the operator pass's instrumentation overhead.
 
 The `low_efficiency` finding (diagnose/findings/efficiency.py) reads it;
 `roofline.png` is drawn from it (diagnose/render/plots.py).
@@ -34,7 +32,7 @@ import time
 from diagnose import machine
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report import io as report_io
-from diagnose.report.model import LayerStatus, Report, Work
+from diagnose.report.model import Efficiency, LayerStatus, Peaks, Report, Work
 
 # probe, roofline and work are imported where used: each of them also runs as
 # `python -m diagnose.layers.efficiency.<module>`, which imports this package first
@@ -60,27 +58,26 @@ class EfficiencyLayer(Layer):
         t0 = time.monotonic()
         server = context.server
         works = _estimate_work(rows, workdir, tick, t0, server)
-        peaks, how = _peaks(report, workdir, tick, t0, server)
+        peaks = _peaks(report, workdir, tick, t0, server)
         m = report.machine
-        result = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus)
+        roofs, placed = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus)
         overhead = report.run.overhead_ratio
-        report.efficiency = {
-            "peaks": {**peaks, **how},
-            **result,
-            "timing": "achieved rates use self CPU time from the instrumented operator pass"
-                      + (f" (it ran {overhead:.2f}x the uninstrumented wall time)" if overhead else ""),
-            "instrumentation_overhead": round(overhead, 3) if overhead else None,
-        }
+        report.efficiency = Efficiency(
+            peaks=peaks, roofs=roofs, operators=placed,
+            timing="achieved rates use self CPU time from the instrumented operator pass"
+                   + (f" (it ran {overhead:.2f}x the uninstrumented wall time)" if overhead else ""),
+            instrumentation_overhead=round(overhead, 3) if overhead else None,
+        )
         status = LayerStatus("ok")
-        if peaks.get("contended"):
+        if peaks.contended:
             status.notes.append("other processes took CPUs while the peaks were measured: the roofs are low, "
                                 "so efficiencies read high; run `diagnose probe --refresh` on a quiet machine")
-        missing = [o for o in result["operators"] if o["efficiency_pct"] is None]
-        for o in missing:
-            status.notes.append(f"{o['name']} {o['input_shapes']}: no efficiency ({o['reason'] or 'no work estimate'})")
-        if how.get("cached"):
-            status.notes.append(f"machine peaks from the cache ({how.get('cache_path')}, measured "
-                                f"{peaks.get('measured_at')}); `diagnose probe --refresh` measures again")
+        for o in placed:
+            if o.efficiency_pct is None:
+                status.notes.append(f"{o.name} {o.input_shapes}: no efficiency ({o.reason or 'no work estimate'})")
+        if peaks.cached:
+            status.notes.append(f"machine peaks from the cache ({peaks.cache_path}, measured "
+                                f"{peaks.measured_at}); `diagnose probe --refresh` measures again")
         return status
 
 
@@ -108,7 +105,7 @@ def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[Wor
         return report_io.typed(list[Work], json.load(fh))
 
 
-def _peaks(report: Report, workdir: str, tick, t0: float, server):
+def _peaks(report: Report, workdir: str, tick, t0: float, server) -> Peaks:
     """The full probe's peaks for this machine: from the cache, else measured (and cached)."""
     from diagnose.layers.efficiency import probe
 
@@ -117,9 +114,8 @@ def _peaks(report: Report, workdir: str, tick, t0: float, server):
         key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version, "full", machine.vector_isa())
         hit = probe.cached_peaks(key)
         if hit is not None:
-            return hit, {"cached": True, "cache_path": probe.cache_path(key)}
+            return report_io.typed(Peaks, {**hit, "cached": True, "cache_path": probe.cache_path(key)})
     cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--json"]
     done = _run(cmd, os.path.join(workdir, "probe.log"), PROBE_TIMEOUT_S, tick, t0, server)
-    data = json.loads(done.stdout.decode())
-    how = {"cached": bool(data.pop("cached", False)), "cache_path": data.pop("cache_path", None)}
-    return data, how
+    data = json.loads(done.stdout.decode())  # the probe's result with "cached" and "cache_path"
+    return report_io.typed(Peaks, {**data, "cached": bool(data.get("cached", False))})

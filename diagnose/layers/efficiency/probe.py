@@ -30,7 +30,9 @@ Contract
 Output (`--json`, and the cache file): {"key": {...}, "measured_at", "mode":
 "full"|"quick", "gemm_fp32": [{"threads", "n", "gflops_per_s", "calls",
 "median_s", "iqr_pct"}], "memory": [{"threads", "array_mib", "copy_gb_per_s",
-"triad_gb_per_s", "gb_per_s"}], "loadavg_1m", "probe_s"}.
+"triad_gb_per_s", "gb_per_s"}], "loadavg_1m", "probe_s"}: plain JSON, readable
+without diagnose. A report holds it typed, as report.model.Peaks (with
+`cached` and `cache_path` added); `gemm_peak`/`bandwidth_peak` read that type.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from diagnose.report import io as report_io
+from diagnose.report.model import Peaks
 from microbench.machine import cpu_snapshot, others_cpus
 
 CACHE_ENV = "DIAGNOSE_CACHE_DIR"
@@ -110,14 +114,14 @@ def save_peaks(peaks: dict[str, Any], directory: str | None = None) -> str:
 # ------------------------------------------------------------------ summaries of a probe result
 
 
-def gemm_peak(peaks: dict[str, Any], threads: int) -> float | None:
+def gemm_peak(peaks: Peaks | None, threads: int) -> float | None:
     """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""
-    vals = [g["gflops_per_s"] for g in peaks.get("gemm_fp32") or [] if g.get("threads", 0) <= max(threads, 1)]
+    vals = [g.gflops_per_s for g in (peaks.gemm_fp32 if peaks else []) if g.threads <= max(threads, 1)]
     return max(vals) if vals else None
 
 
-def bandwidth_peak(peaks: dict[str, Any], threads: int) -> float | None:
-    vals = [m["gb_per_s"] for m in peaks.get("memory") or [] if m.get("threads", 0) <= max(threads, 1)]
+def bandwidth_peak(peaks: Peaks | None, threads: int) -> float | None:
+    vals = [m.gb_per_s for m in (peaks.memory if peaks else []) if m.threads <= max(threads, 1)]
     return max(vals) if vals else None
 
 
@@ -284,26 +288,28 @@ def peaks_for_this_machine(*, refresh: bool = False, mode: str = "full") -> tupl
     return peaks, save_peaks(peaks), False
 
 
-def describe(peaks: dict[str, Any], path: str | None = None, cached: bool | None = None) -> str:
-    key = peaks.get("key") or {}
-    head = (f"Machine peaks: {key.get('cpu_model')}, {key.get('usable_cpus')} usable CPUs, "
-            f"torch {key.get('torch_version')} ({peaks.get('mode')} probe, {peaks.get('measured_at')}")
-    head += ", from the cache)" if cached else f", {peaks.get('probe_s')} s)"
+def describe(data: dict[str, Any], path: str | None = None, cached: bool | None = None) -> str:
+    """A probe result (its JSON, as cached) in words."""
+    peaks = report_io.typed(Peaks, data)
+    key = peaks.key
+    head = (f"Machine peaks: {key and key.cpu_model}, {key and key.usable_cpus} usable CPUs, "
+            f"torch {key and key.torch_version} ({peaks.mode} probe, {peaks.measured_at}")
+    head += ", from the cache)" if cached else f", {peaks.probe_s} s)"
     lines = [head]
-    for g in peaks.get("gemm_fp32") or []:
-        lines.append(f"  GEMM fp32      {g['threads']:>2} thread{'s' if g['threads'] != 1 else ' '}: "
-                     f"{g['gflops_per_s']:8.1f} GFLOP/s  (torch.mm {g['n']}x{g['n']}, median of {g['calls']}, "
-                     f"IQR {g['iqr_pct']}%)")
-    for m in peaks.get("memory") or []:
-        lines.append(f"  memory         {m['threads']:>2} thread{'s' if m['threads'] != 1 else ' '}: "
-                     f"{m['gb_per_s']:8.1f} GB/s     (copy {m['copy_gb_per_s']}, triad {m['triad_gb_per_s']}; "
-                     f"{m['array_mib']} MiB arrays)")
-    usable = key.get("usable_cpus") or 1
+    for g in peaks.gemm_fp32:
+        lines.append(f"  GEMM fp32      {g.threads:>2} thread{'s' if g.threads != 1 else ' '}: "
+                     f"{g.gflops_per_s:8.1f} GFLOP/s  (torch.mm {g.n}x{g.n}, median of {g.calls}, "
+                     f"IQR {g.iqr_pct}%)")
+    for m in peaks.memory:
+        lines.append(f"  memory         {m.threads:>2} thread{'s' if m.threads != 1 else ' '}: "
+                     f"{m.gb_per_s:8.1f} GB/s     (copy {m.copy_gb_per_s}, triad {m.triad_gb_per_s}; "
+                     f"{m.array_mib} MiB arrays)")
+    usable = (key and key.usable_cpus) or 1
     flops, bw = gemm_peak(peaks, usable), bandwidth_peak(peaks, usable)
     if flops and bw:
         lines.append(f"  ridge point at {usable} threads: {flops / bw:.1f} FLOP/byte (below it an operator is "
                      "memory-bound)")
-    if peaks.get("contended"):
+    if peaks.contended:
         lines.append("  contended: other processes took CPUs during the probe, so these peaks are low; "
                      "not cached (run `diagnose probe` on a quiet machine)")
     if path:

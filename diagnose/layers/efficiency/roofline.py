@@ -5,12 +5,12 @@ Contract
   first, >= MIN_SHARE_PCT of operator time, at most MAX_ROWS, leaving out
   autograd/Python-level events and wrappers whose time is mostly in the
   operators they call (self < half of total: their children have rows).
-- `roofs(peaks, threads)`: the compute roof is the best fp32 GEMM GFLOP/s the
-  probe measured at <= the run's intra-op threads (capped at the usable
-  CPUs), the memory roof the best copy/triad GB/s likewise; the ridge point
-  is their ratio (FLOP/byte).
-- `place(row, work, roofs)`: achieved GFLOP/s = FLOPs x calls / self time and
-  GB/s = bytes x calls / self time (self CPU time of the instrumented
+- `roofs(peaks, threads, usable)` -> model.Roofs: the compute roof is the
+  best fp32 GEMM GFLOP/s the probe measured at <= the run's intra-op threads
+  (capped at the usable CPUs), the memory roof the best copy/triad GB/s
+  likewise; the ridge point is their ratio (FLOP/byte).
+- `place(row, work, roofs)` -> model.RooflineRow: achieved GFLOP/s = FLOPs x
+  calls / self time and GB/s = bytes x calls / self time (self CPU time of the instrumented
   operator pass, so the numbers carry that pass's overhead); intensity =
   FLOPs / bytes; `bound` is "compute" at or right of the ridge, else
   "memory"; the roof at that intensity is min(compute roof, intensity x
@@ -57,7 +57,7 @@ import re
 from typing import Any
 
 from diagnose.layers.efficiency import probe
-from diagnose.report.model import Work
+from diagnose.report.model import Peaks, RooflineRow, Roofs, Work
 
 MIN_SHARE_PCT = 1.0
 MAX_ROWS = 12
@@ -116,13 +116,12 @@ def no_verdict(name: str) -> str | None:
     return next((why for names, why in NO_VERDICT if base in names), None)
 
 
-def roofs(peaks: dict[str, Any], threads: int | None, usable: int | None) -> dict[str, Any]:
-    usable = usable or (peaks.get("key") or {}).get("usable_cpus") or 1
+def roofs(peaks: Peaks, threads: int | None, usable: int | None) -> Roofs:
+    usable = usable or (peaks.key.usable_cpus if peaks.key else None) or 1
     t = max(1, min(threads or usable, usable))
     flops, bw = probe.gemm_peak(peaks, t), probe.bandwidth_peak(peaks, t)
-    return {"threads": t, "gflops_per_s": flops, "gb_per_s": bw,
-            "ridge_flop_per_byte": round(flops / bw, 3) if flops and bw else None,
-            "llc_bytes": peaks.get("llc_bytes")}
+    return Roofs(threads=t, gflops_per_s=flops, gb_per_s=bw,
+                 ridge_flop_per_byte=round(flops / bw, 3) if flops and bw else None, llc_bytes=peaks.llc_bytes)
 
 
 def _sig(x: float | None, digits: int = 4) -> float | None:
@@ -131,55 +130,51 @@ def _sig(x: float | None, digits: int = 4) -> float | None:
     return float(f"{x:.{digits}g}")
 
 
-def place(row: Any, work: Work, roof: dict[str, Any]) -> dict[str, Any]:
-    """One operator row on the roofline (a dict for report.efficiency["operators"])."""
+def place(row: Any, work: Work, roof: Roofs) -> RooflineRow:
+    """One operator row on the roofline (a row of report.efficiency.operators)."""
     seconds = row.self_cpu_us / 1e6
     flops, nbytes = work.flops, work.bytes
-    out: dict[str, Any] = {
-        "name": row.name, "input_shapes": row.input_shapes, "dtypes": row.dtypes, "source": row.source,
-        "share_pct": row.self_pct, "calls": row.calls, "self_cpu_us": row.self_cpu_us,
-        "us_per_call": round(row.self_cpu_us / row.calls, 3) if row.calls else None,
-        "threads": roof["threads"], "flops": flops, "flops_source": work.flops_source, "bytes": nbytes,
-        "output_shapes": work.output_shapes,
-        "contiguous": _contiguous(row, work),
-        "intensity_flop_per_byte": None, "achieved_gflops_per_s": None, "achieved_gb_per_s": None,
-        "bound": None, "bound_basis": None, "roof_gflops_per_s": None, "roof_gb_per_s": roof["gb_per_s"],
-        "efficiency_pct": None, "roof_note": _roof_note(tensor_dtypes(row.input_shapes, row.dtypes)),
-        "reason": work.reason,
-    }
+    out = RooflineRow(
+        name=row.name, input_shapes=row.input_shapes, dtypes=row.dtypes, source=row.source,
+        share_pct=row.self_pct, calls=row.calls, self_cpu_us=row.self_cpu_us,
+        us_per_call=round(row.self_cpu_us / row.calls, 3) if row.calls else None,
+        threads=roof.threads, flops=flops, flops_source=work.flops_source, bytes=nbytes,
+        output_shapes=work.output_shapes, contiguous=_contiguous(row, work), roof_gb_per_s=roof.gb_per_s,
+        roof_note=_roof_note(tensor_dtypes(row.input_shapes, row.dtypes)), reason=work.reason,
+    )
     if no_verdict(row.name):
-        out["reason"] = no_verdict(row.name)
+        out.reason = no_verdict(row.name)
         return out
     if seconds <= 0 or not row.calls:
-        out["reason"] = out["reason"] or "no self time recorded"
+        out.reason = out.reason or "no self time recorded"
         return out
     if nbytes:
-        out["achieved_gb_per_s"] = _sig(nbytes * row.calls / seconds / 1e9)
-    peak, bw, ridge = roof["gflops_per_s"], roof["gb_per_s"], roof["ridge_flop_per_byte"]
+        out.achieved_gb_per_s = _sig(nbytes * row.calls / seconds / 1e9)
+    peak, bw, ridge = roof.gflops_per_s, roof.gb_per_s, roof.ridge_flop_per_byte
     if flops:
         achieved = flops * row.calls / seconds / 1e9
-        out["achieved_gflops_per_s"] = _sig(achieved)
+        out.achieved_gflops_per_s = _sig(achieved)
         if nbytes:
             intensity = flops / nbytes
-            out["intensity_flop_per_byte"] = _sig(intensity)
+            out.intensity_flop_per_byte = _sig(intensity)
             if peak and bw:
-                compute = intensity >= ridge
                 roof_here = min(peak, intensity * bw)
-                out.update(bound="compute" if compute else "memory",
-                           bound_basis=f"intensity {intensity:.3g} FLOP/byte vs ridge {ridge:.3g}",
-                           roof_gflops_per_s=_sig(roof_here),
-                           efficiency_pct=_sig(100.0 * achieved / roof_here, 3))
+                out.bound = "compute" if intensity >= ridge else "memory"
+                out.bound_basis = f"intensity {intensity:.3g} FLOP/byte vs ridge {ridge:.3g}"
+                out.roof_gflops_per_s = _sig(roof_here)
+                out.efficiency_pct = _sig(100.0 * achieved / roof_here, 3)
         elif peak:
-            out.update(bound="compute", bound_basis="no byte estimate: compute roof only",
-                       roof_gflops_per_s=_sig(peak), efficiency_pct=_sig(100.0 * achieved / peak, 3))
+            out.bound, out.bound_basis = "compute", "no byte estimate: compute roof only"
+            out.roof_gflops_per_s = _sig(peak)
+            out.efficiency_pct = _sig(100.0 * achieved / peak, 3)
     elif nbytes and bw:
-        out.update(bound="memory", bound_basis="no FLOP count for this operator: memory roof only",
-                   efficiency_pct=_sig(100.0 * out["achieved_gb_per_s"] / bw, 3))
-    llc = roof.get("llc_bytes")
-    out["cache_resident"] = bool(out["bound"] == "memory" and nbytes and llc and nbytes <= llc)
-    if out["cache_resident"]:
-        out["roof_note"] = "; ".join(filter(None, [
-            out["roof_note"], f"its {nbytes / (1 << 20):.3g} MiB per call fit in the {llc / (1 << 20):.0f} MiB "
+        out.bound, out.bound_basis = "memory", "no FLOP count for this operator: memory roof only"
+        out.efficiency_pct = _sig(100.0 * out.achieved_gb_per_s / bw, 3)
+    llc = roof.llc_bytes
+    out.cache_resident = bool(out.bound == "memory" and nbytes and llc and nbytes <= llc)
+    if out.cache_resident:
+        out.roof_note = "; ".join(filter(None, [
+            out.roof_note, f"its {nbytes / (1 << 20):.3g} MiB per call fit in the {llc / (1 << 20):.0f} MiB "
             "last-level cache, which streams faster than the DRAM roof: above 100% is possible"]))
     return out
 
@@ -222,7 +217,7 @@ def _roof_note(kinds: set[str]) -> str | None:
     return None
 
 
-def analyse(rows: list[Any], works: list[Work], peaks: dict[str, Any], threads: int | None,
-            usable: int | None) -> dict[str, Any]:
+def analyse(rows: list[Any], works: list[Work], peaks: Peaks, threads: int | None,
+            usable: int | None) -> tuple[Roofs, list[RooflineRow]]:
     roof = roofs(peaks, threads, usable)
-    return {"roofs": roof, "operators": [place(r, w, roof) for r, w in zip(rows, works)]}
+    return roof, [place(r, w, roof) for r, w in zip(rows, works)]
