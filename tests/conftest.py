@@ -43,11 +43,22 @@ class CliRun:
     def report(self) -> dict:
         """report.json, validated against the JSON Schema generated from the model (docs/report.schema.json)."""
         data = json.loads((self.outdir / "report.json").read_text())
-        report_validator().validate(data)
+        assert_valid_report(data)
         return data
 
 
 _VALIDATOR = []
+
+
+def assert_valid_report(data: dict) -> None:
+    """report.json against docs/report.schema.json; a failure names each offending field and why."""
+    def leaves(errors):
+        for e in errors:
+            yield from leaves(e.context) if e.context else (e,)
+
+    problems = sorted({f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:160]}"
+                       for e in leaves(report_validator().iter_errors(data))})
+    assert not problems, "report.json does not match docs/report.schema.json:\n" + "\n".join(problems[:20])
 
 
 def report_validator():

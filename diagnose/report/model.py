@@ -189,7 +189,7 @@ class Fact:
     """One reading behind a doctor check: what was read, its value and unit, and where from."""
 
     name: str  # "minor faults per step", "allocator", "nr_throttled"
-    value: str | float | int | None
+    value: str | float | int | bool | None
     unit: str = ""  # "", "faults", "%", "us", ...
     source: str = ""  # "/proc/PID/maps", "/sys/fs/cgroup/cpu.stat", "operator pass", ...
 
