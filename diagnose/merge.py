@@ -30,7 +30,7 @@ from collections import defaultdict
 from typing import Any
 
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
-from diagnose.report.model import OperatorRow, OperatorSummary, Report, SourceShare
+from diagnose.report.model import MergedFrom, OperatorRow, OperatorSummary, Report, SourceShare
 
 ORDER = ("ok", "skipped", "failed")
 
@@ -58,9 +58,8 @@ def _key(report: Report) -> tuple:
 
 
 def _node(report: Report) -> int:
-    nodes = (report.distributed or {}).get("nodes") or []
-    ranks = (report.distributed or {}).get("ranks") or []
-    values = {n.get("node_rank") for n in nodes} | {e.get("node_rank") for e in ranks}
+    d = report.distributed
+    values = ({n.node_rank for n in d.nodes} | {e.node_rank for e in d.ranks}) if d else set()
     values.discard(None)
     return min(values) if values else 0
 
@@ -70,24 +69,24 @@ def check(reports: list[tuple[str, Report]]) -> None:
     if len(reports) < 2:
         raise UsageError("give the reports of at least two nodes to merge")
     for path, r in reports:
-        if not (r.distributed or {}).get("ranks"):
+        if not (r.distributed and r.distributed.ranks):
             raise UsageError(f"{path} is not a distributed report (made with diagnose --nproc-per-node N)")
     first_path, first = reports[0]
     for path, r in reports[1:]:
         if _key(r) != _key(first):
             raise UsageError(f"{path} and {first_path} are not the same job: "
                              f"{_label(r)} vs {_label(first)}")
-        if r.distributed.get("world_size") != first.distributed.get("world_size"):
+        if r.distributed.world_size != first.distributed.world_size:
             raise UsageError(f"{path} and {first_path} are not the same job: world size "
-                             f"{r.distributed.get('world_size')} vs {first.distributed.get('world_size')}")
+                             f"{r.distributed.world_size} vs {first.distributed.world_size}")
     seen: dict[int, str] = {}
     for path, r in reports:
-        for e in r.distributed["ranks"]:
-            if e["rank"] in seen:
-                raise UsageError(f"rank {e['rank']} is in both {seen[e['rank']]} and {path}: "
+        for e in r.distributed.ranks:
+            if e.rank in seen:
+                raise UsageError(f"rank {e.rank} is in both {seen[e.rank]} and {path}: "
                                  "give each node's report once")
-        for e in r.distributed["ranks"]:
-            seen[e["rank"]] = path
+        for e in r.distributed.ranks:
+            seen[e.rank] = path
 
 
 def _label(r: Report) -> str:
@@ -179,18 +178,16 @@ def merge(reports: list[tuple[str, Report]]) -> Report:
                 base.layers[name] = copy.deepcopy(status)
     # distributed: every node's ranks and nodes, summaries recomputed
     d = base.distributed
-    d["ranks"] = sorted((copy.deepcopy(e) for r in all_reports for e in r.distributed["ranks"]),
-                        key=lambda e: e["rank"])
-    d["nodes"] = sorted((copy.deepcopy(n) for r in all_reports for n in r.distributed.get("nodes") or []),
-                        key=lambda n: n.get("node_rank") or 0)
-    d["merged_from"] = [{"report": path, "node_rank": _node(r), "started_at": r.run.started_at,
-                         "hostname": next((n.get("hostname") for n in r.distributed.get("nodes") or []), None)}
-                        for path, r in reports]
+    d.ranks = sorted((copy.deepcopy(e) for r in all_reports for e in r.distributed.ranks), key=lambda e: e.rank)
+    d.nodes = sorted((copy.deepcopy(n) for r in all_reports for n in r.distributed.nodes), key=lambda n: n.node_rank)
+    d.merged_from = [MergedFrom(report=path, node_rank=_node(r), started_at=r.run.started_at,
+                                hostname=next((n.hostname for n in r.distributed.nodes), None))
+                     for path, r in reports]
     view.summarise(d)
-    present = {n.get("node_rank") for n in d["nodes"]}
-    expected = (d.get("world_size") or 0) // max(1, int(d.get("nproc_per_node") or 1))
+    present = {n.node_rank for n in d.nodes}
+    expected = (d.world_size or 0) // max(1, d.nproc_per_node or 1)
     missing = sorted(set(range(expected)) - present) if expected > 1 else []
-    d["notes"] = [f"merged from {len(reports)} node reports"
+    d.notes = [f"merged from {len(reports)} node reports"
                   + (f"; node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing" if missing else "")
                   + (f"; threads are node {base.threads.get('node_rank')}'s, whose threads waited most"
                      if measured else "")

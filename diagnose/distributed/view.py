@@ -2,35 +2,10 @@
 
 Filled pass by pass (`record_pass`, from the outcome's per-rank results) and
 completed once the passes ran (`finish`). `summarise(d)` recomputes every
-derived part from the per-rank entries alone, so `diagnose merge` reuses it
-on the ranks of several nodes' reports.
-
-    launcher, nproc_per_node, torchrun_args, world_size, backend,
-    nodes: [{node_rank, hostname, ranks, usable_cpus, threads {mean_runnable,
-             runqueue_wait_share, compute_processes, threads_per_rank,
-             fair_threads_per_rank}}],
-    ranks: [{rank, local_rank, node_rank, hostname, status (ok, failed,
-             stopped, missing: the worst over the passes), passes {pass:
-             status}, errors {pass: error}, omp_num_threads (as the rank saw
-             it), intra_op_threads, wall_s (uninstrumented pass, from the
-             rank's start: it includes waiting for later ranks at the rendezvous),
-             iteration_median_s, instrumented_wall_s, operator_self_us,
-             compute_us (operator self time minus the c10d:: launches),
-             collective_us (wall time with a collective in flight),
-             collective_share (collective / (collective + compute)),
-             collectives [{name, calls, us, elements}], operators (top
-             PER_RANK_ROWS rows: name, input_shapes, calls, self_cpu_us,
-             self_pct, source), other_operators_us, pid, threads {cpu_used,
-             mean_runnable, wait_share, active_threads}}],
-    collectives: {collective_us, compute_us, share, by_name, note},
-    straggler (needs the operator pass): {rank, fastest_rank, measure
-                ("compute_us"), slow, fast, slower_pct,
-                wall_s, fastest_wall_s, fastest_extra_collective_us,
-                operators [{name, slow_us, fast_us, diff_us, shapes, source}]},
-    failed_ranks: [{rank, node_rank, status, error, pass, failed_at, first
-                    (the earliest failure: the others failed because of it)}],
-    observations: [{kind, severity, title, evidence, suggestion}],
-    notes: [...]
+derived part (world size, failed ranks, backend, collectives, straggler,
+observations) from the per-rank entries alone, so `diagnose merge` reuses it
+on the ranks of several nodes' reports. The shapes are the model's
+`Distributed` and its parts (diagnose/report/model.py).
 
 The report's `operators` (one row per (operator, input shapes), the
 contract's table) is the merge of all ranks: calls and times summed over
@@ -53,6 +28,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from diagnose.report import io as report_io
+from diagnose.report.model import (CollectiveStat, Collectives, Distributed, FailedRank, NodeResult, NodeThreads,
+                                   Observation, RankOperator, RankResult, RankThreads, Straggler, StragglerOperator)
+
 PER_RANK_ROWS = 20
 STRAGGLER_LOW_PCT = 10.0
 STRAGGLER_MEDIUM_PCT = 25.0
@@ -61,71 +40,70 @@ STRAGGLER_OPERATORS = 5
 COLLECTIVE_LOW_SHARE = 0.3
 COLLECTIVE_MEDIUM_SHARE = 0.5
 _STATUS_ORDER = ("ok", "stopped", "failed", "missing")
+_IDENTITY = ("local_rank", "node_rank", "hostname", "world_size", "local_world_size", "omp_num_threads")
 
 
-def start(dist: dict[str, Any]) -> dict[str, Any]:
+def start(dist: dict[str, Any]) -> Distributed:
     from diagnose.distributed import launcher
 
-    return {"launcher": launcher.display_command(dist), "nproc_per_node": dist["nproc_per_node"],
-            "torchrun_args": list(dist.get("torchrun_args") or []), "world_size": None, "ranks": []}
+    return Distributed(launcher=launcher.display_command(dist), nproc_per_node=dist["nproc_per_node"],
+                       torchrun_args=list(dist.get("torchrun_args") or []))
 
 
-def _entry(d: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
-    for e in d["ranks"]:
-        if e["rank"] == r["rank"]:
-            break
-    else:
-        e = {"rank": r["rank"], "passes": {}, "errors": {}, "status": "ok"}
-        d["ranks"].append(e)
-        d["ranks"].sort(key=lambda x: x["rank"])
-    for key in ("local_rank", "node_rank", "hostname", "world_size", "local_world_size", "omp_num_threads"):
-        if r.get(key) is not None:
-            e[key] = r[key]
+def _entry(d: Distributed, r: dict[str, Any]) -> RankResult:
+    e = next((e for e in d.ranks if e.rank == r["rank"]), None)
+    if e is None:
+        e = RankResult(rank=r["rank"])
+        d.ranks.append(e)
+        d.ranks.sort(key=lambda x: x.rank)
+    for key in _IDENTITY:
+        if r[key] is not None:
+            setattr(e, key, r[key])
     return e
 
 
 def record_pass(report: Any, pass_name: str, layer: str | None, ranks: list[dict[str, Any]]) -> None:
-    """One pass's per-rank results into report.distributed."""
+    """One pass's per-rank results (distributed/collect.py's rank entries) into report.distributed."""
     from diagnose.layers.operators.rows import merge_rows
 
     d = report.distributed
     for r in ranks:
         e = _entry(d, r)
-        e["passes"][pass_name] = r["status"]
-        if r.get("error"):
-            e["errors"][pass_name] = r["error"]
-        if r["status"] == "failed" and r.get("finished_at") and "failed_at" not in e:
-            e["failed_at"] = r["finished_at"]
-        if _STATUS_ORDER.index(r["status"]) > _STATUS_ORDER.index(e["status"]):
-            e["status"] = r["status"]
+        e.passes[pass_name] = r["status"]
+        if r["error"]:
+            e.errors[pass_name] = r["error"]
+        if r["status"] == "failed" and r["finished_at"] and e.failed_at is None:
+            e.failed_at = r["finished_at"]
+        if _STATUS_ORDER.index(r["status"]) > _STATUS_ORDER.index(e.status):
+            e.status = r["status"]
         if r["status"] == "missing":
             continue
+        intra_op_threads = r["torch"].get("intra_op_threads")
         if layer is None and pass_name == "baseline":
-            e["pid"] = r.get("pid")
-            e["wall_s"] = _round(r.get("wall_s"), 4)
-            its = sorted(r.get("iteration_s") or [])
-            e["iteration_median_s"] = _round(its[len(its) // 2], 5) if its else None
-            e["intra_op_threads"] = (r.get("torch") or {}).get("intra_op_threads")
+            e.pid = r["pid"]
+            e.wall_s = _round(r["wall_s"], 4)
+            its = sorted(r["iteration_s"])
+            e.iteration_median_s = _round(its[len(its) // 2], 5) if its else None
+            e.intra_op_threads = intra_op_threads
         elif layer == "operators":
-            raw = r.get("raw") or {}
-            e["instrumented_wall_s"] = _round(r.get("wall_s"), 4)
-            raw_rows = raw.get("rows") or []
-            rows = merge_rows(raw_rows) if raw_rows else []
+            raw = r["raw"] or {}
+            e.instrumented_wall_s = _round(r["wall_s"], 4)
+            rows = merge_rows(raw["rows"]) if raw.get("rows") else []
             total = sum(row.self_cpu_us for row in rows)
             launches = sum(row.self_cpu_us for row in rows if row.name.startswith("c10d::"))
-            coll = raw.get("collectives") or {}
-            e["operator_self_us"] = round(total, 3)
-            e["compute_us"] = round(total - launches, 3)
-            e["collective_us"] = coll.get("busy_us", 0.0)
-            both = e["compute_us"] + e["collective_us"]
-            e["collective_share"] = round(e["collective_us"] / both, 4) if both else None
-            e["collectives"] = coll.get("by_name") or []
-            e["operators"] = [{"name": row.name, "input_shapes": row.input_shapes, "calls": row.calls,
-                               "self_cpu_us": row.self_cpu_us, "self_pct": row.self_pct, "source": row.source}
-                              for row in rows[:PER_RANK_ROWS]]
-            e["other_operators_us"] = round(sum(row.self_cpu_us for row in rows[PER_RANK_ROWS:]), 3)
-            if e.get("intra_op_threads") is None:
-                e["intra_op_threads"] = (r.get("torch") or {}).get("intra_op_threads")
+            coll = raw.get("collectives") or {"busy_us": 0.0, "by_name": []}
+            e.operator_self_us = round(total, 3)
+            e.compute_us = round(total - launches, 3)
+            e.collective_us = coll["busy_us"]
+            both = e.compute_us + e.collective_us
+            e.collective_share = round(e.collective_us / both, 4) if both else None
+            e.collectives = report_io.typed(list[CollectiveStat], coll["by_name"])
+            e.operators = [RankOperator(name=row.name, input_shapes=row.input_shapes, calls=row.calls,
+                                        self_cpu_us=row.self_cpu_us, self_pct=row.self_pct, source=row.source)
+                           for row in rows[:PER_RANK_ROWS]]
+            e.other_operators_us = round(sum(row.self_cpu_us for row in rows[PER_RANK_ROWS:]), 3)
+            if e.intra_op_threads is None:
+                e.intra_op_threads = intra_op_threads
 
 
 def finish(report: Any) -> None:
@@ -133,34 +111,31 @@ def finish(report: Any) -> None:
     d = report.distributed
     t = report.threads or {}
     by_pid = {p.get("pid"): p for p in t.get("processes") or []}
-    for e in d["ranks"]:
-        p = by_pid.get(e.get("pid"))
+    for e in d.ranks:
+        p = by_pid.get(e.pid)
         if p is None:
             continue
-        p["rank"] = e["rank"]  # the sampler's process row says which rank it is
-        e["threads"] = {"cpu_used": p.get("cpu_used"), "mean_runnable": p.get("mean_runnable"),
-                        "wait_share": p.get("wait_share"),
-                        "active_threads": sum((p.get("active_threads") or {}).values()),
-                        "threads": p.get("threads")}
-    node_ranks = sorted({e.get("node_rank") for e in d["ranks"] if e.get("node_rank") is not None})
+        p["rank"] = e.rank  # the sampler's process row says which rank it is
+        e.threads = RankThreads(cpu_used=p.get("cpu_used"), mean_runnable=p.get("mean_runnable"),
+                                wait_share=p.get("wait_share"),
+                                active_threads=sum((p.get("active_threads") or {}).values()),
+                                threads=p.get("threads"))
+    node_ranks = sorted({e.node_rank for e in d.ranks if e.node_rank is not None})
     usable = report.machine.usable_cpus or None
-    nodes = []
+    d.nodes = []
     for node in node_ranks or [0]:
-        here = [e for e in d["ranks"] if e.get("node_rank", 0) == node]
-        info: dict[str, Any] = {"node_rank": node, "hostname": next((e.get("hostname") for e in here), None),
-                                "ranks": [e["rank"] for e in here], "usable_cpus": usable}
+        here = [e for e in d.ranks if (e.node_rank or 0) == node]
+        info = NodeResult(node_rank=node, hostname=next((e.hostname for e in here), None),
+                          ranks=[e.rank for e in here], usable_cpus=usable)
         if t.get("mean_runnable") is not None:
-            active = [e["threads"]["active_threads"] for e in here if e.get("threads")]
-            info["threads"] = {
-                "mean_runnable": t.get("mean_runnable"), "runqueue_wait_share": t.get("runqueue_wait_share"),
-                "compute_processes": t.get("compute_processes"),
-                "threads_per_rank": max(active) if active else None,
-                "fair_threads_per_rank": max(1, (usable or 1) // max(1, len(here))),
-            }
-        nodes.append(info)
-    d["nodes"] = nodes
+            active = [e.threads.active_threads for e in here if e.threads]
+            info.threads = NodeThreads(
+                mean_runnable=t.get("mean_runnable"), runqueue_wait_share=t.get("runqueue_wait_share"),
+                compute_processes=t.get("compute_processes"), threads_per_rank=max(active) if active else None,
+                fair_threads_per_rank=max(1, (usable or 1) // max(1, len(here))))
+        d.nodes.append(info)
     layer = report.layers.get("operators")
-    measured = [e["rank"] for e in d["ranks"] if e.get("operator_self_us") is not None]
+    measured = [e.rank for e in d.ranks if e.operator_self_us is not None]
     if layer is not None and measured:
         if report.operator_summary is not None:
             report.operator_summary.ranks = measured
@@ -170,25 +145,23 @@ def finish(report: Any) -> None:
     summarise(d)
 
 
-def summarise(d: dict[str, Any]) -> dict[str, Any]:
-    """World size, failed ranks, collectives, straggler and observations from d["ranks"] (in place)."""
-    ranks = d.get("ranks") or []
-    sizes = [e.get("world_size") for e in ranks if e.get("world_size")]
-    d["world_size"] = max(sizes) if sizes else (len(ranks) or None)
-    d["failed_ranks"] = [
-        {"rank": e["rank"], "node_rank": e.get("node_rank"), "status": e["status"],
-         "pass": next((p for p, s in e["passes"].items() if s == e["status"]), None),
-         "error": next(iter(e["errors"].values()), None), "failed_at": e.get("failed_at")}
-        for e in ranks if e["status"] != "ok"]
-    timed = [f for f in d["failed_ranks"] if f["status"] == "failed" and f.get("failed_at")]
+def summarise(d: Distributed) -> Distributed:
+    """World size, failed ranks, collectives, straggler and observations from d.ranks (in place)."""
+    sizes = [e.world_size for e in d.ranks if e.world_size]
+    d.world_size = max(sizes) if sizes else (len(d.ranks) or None)
+    d.failed_ranks = [
+        FailedRank(rank=e.rank, node_rank=e.node_rank, status=e.status,
+                   pass_name=next((p for p, s in e.passes.items() if s == e.status), None),
+                   error=next(iter(e.errors.values()), None), failed_at=e.failed_at)
+        for e in d.ranks if e.status != "ok"]
+    timed = [f for f in d.failed_ranks if f.status == "failed" and f.failed_at]
     if timed:  # the others fail because of the first (by the ranks' clocks)
-        min(timed, key=lambda f: f["failed_at"])["first"] = True
-    names = [c["name"] for e in ranks for c in e.get("collectives") or []]
-    d["backend"] = names[0].split(":", 1)[0] if names else d.get("backend")
-    d["collectives"] = _collectives(ranks)
-    d["straggler"] = _straggler(ranks)
-    d["observations"] = [o for o in (_straggler_observation(d["straggler"]),
-                                     _collective_observation(d["collectives"])) if o]
+        min(timed, key=lambda f: f.failed_at).first = True
+    names = [c.name for e in d.ranks for c in e.collectives]
+    d.backend = names[0].split(":", 1)[0] if names else d.backend
+    d.collectives = _collectives(d.ranks)
+    d.straggler = _straggler(d.ranks)
+    d.observations = [o for o in (_straggler_observation(d.straggler), _collective_observation(d.collectives)) if o]
     return d
 
 
@@ -200,109 +173,104 @@ def _round(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def _collectives(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    measured = [e for e in ranks if e.get("compute_us") is not None]
+def _collectives(ranks: list[RankResult]) -> Collectives | None:
+    measured = [e for e in ranks if e.compute_us is not None]
     if not measured:
-        return {}
-    coll = sum(e.get("collective_us") or 0.0 for e in measured)
-    comp = sum(e["compute_us"] for e in measured)
+        return None
+    coll = sum(e.collective_us or 0.0 for e in measured)
+    comp = sum(e.compute_us for e in measured)
     by_name: dict[str, list] = defaultdict(lambda: [0, 0.0, 0])
     for e in measured:
-        for c in e.get("collectives") or []:
-            row = by_name[c["name"]]
-            row[0] += c.get("calls") or 0
-            row[1] += c.get("us") or 0.0
-            row[2] += c.get("elements") or 0
-    return {
-        "collective_us": round(coll, 3), "compute_us": round(comp, 3),
-        "share": round(coll / (coll + comp), 4) if coll + comp else None,
-        "by_name": [{"name": n, "calls": c, "us": round(us, 3), "elements": el}
-                    for n, (c, us, el) in sorted(by_name.items(), key=lambda kv: -kv[1][1])],
-        "ranks": len(measured),
-        "note": "collective time is the wall time with a gloo collective in flight on a rank (it includes "
-                "waiting for slower ranks, and overlaps the backward pass under DDP); compute is the rank's "
-                "operator self time; both from the operator pass, summed over ranks",
-    }
+        for c in e.collectives:
+            row = by_name[c.name]
+            row[0] += c.calls
+            row[1] += c.us
+            row[2] += c.elements
+    return Collectives(
+        collective_us=round(coll, 3), compute_us=round(comp, 3),
+        share=round(coll / (coll + comp), 4) if coll + comp else None,
+        by_name=[CollectiveStat(name=n, calls=c, us=round(us, 3), elements=el)
+                 for n, (c, us, el) in sorted(by_name.items(), key=lambda kv: -kv[1][1])],
+        ranks=len(measured),
+        note="collective time is the wall time with a gloo collective in flight on a rank (it includes "
+             "waiting for slower ranks, and overlaps the backward pass under DDP); compute is the rank's "
+             "operator self time; both from the operator pass, summed over ranks",
+    )
 
 
-def _by_name(e: dict[str, Any]) -> dict[str, tuple[float, list]]:
-    out: dict[str, tuple[float, dict]] = {}
-    for row in e.get("operators") or []:
-        us, top = out.get(row["name"], (0.0, row))
-        out[row["name"]] = (us + row["self_cpu_us"], top)
+def _by_name(e: RankResult) -> dict[str, tuple[float, RankOperator]]:
+    """A rank's operator time by name (over its shapes), with its largest row."""
+    out: dict[str, tuple[float, RankOperator]] = {}
+    for row in e.operators:
+        us, top = out.get(row.name, (0.0, row))
+        out[row.name] = (us + row.self_cpu_us, top)
     return out
 
 
-def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _straggler(ranks: list[RankResult]) -> Straggler | None:
     # by compute, not wall time: the ranks wait for each other in collectives, and each
     # rank's wall time also counts its wait at the rendezvous for ranks that started later
-    measured = [e for e in ranks if e.get("compute_us") is not None and e["status"] != "missing"]
-    measure = "compute_us"
+    measured = [e for e in ranks if e.compute_us is not None and e.status != "missing"]
     if len(measured) < 2:
-        return {}
-    slow = max(measured, key=lambda e: (e[measure], -e["rank"]))
-    fast = min(measured, key=lambda e: (e[measure], e["rank"]))
-    slow_v, fast_v = float(slow[measure]), float(fast[measure])
-    out: dict[str, Any] = {
-        "rank": slow["rank"], "fastest_rank": fast["rank"], "measure": measure,
-        "slow": slow_v, "fast": fast_v,
-        "slower_pct": round(100.0 * (slow_v - fast_v) / fast_v, 1) if fast_v > 0 else None,
-        "wall_s": slow.get("wall_s"), "fastest_wall_s": fast.get("wall_s"),
-        "node_rank": slow.get("node_rank"), "fastest_node_rank": fast.get("node_rank"),
-    }
-    if measure == "compute_us":
-        out["fastest_extra_collective_us"] = round((fast.get("collective_us") or 0.0)
-                                                   - (slow.get("collective_us") or 0.0), 3)
-        a, b = _by_name(slow), _by_name(fast)
-        diffs = []
-        for name in set(a) | set(b):
-            s_us, f_us = a.get(name, (0.0, None))[0], b.get(name, (0.0, None))[0]
-            top = (a.get(name) or b.get(name))[1]
-            diffs.append({"name": name, "slow_us": round(s_us, 3), "fast_us": round(f_us, 3),
-                          "diff_us": round(s_us - f_us, 3), "shapes": top["input_shapes"],
-                          "source": top.get("source")})
-        diffs.sort(key=lambda x: -x["diff_us"])
-        out["operators"] = [x for x in diffs if x["diff_us"] > 0][:STRAGGLER_OPERATORS]
-    return out
-
-
-def _straggler_observation(s: dict[str, Any]) -> dict[str, Any] | None:
-    if not s or s.get("measure") != "compute_us" or s.get("slower_pct") is None:
         return None
-    pct, diff = s["slower_pct"], s["slow"] - s["fast"]
+    slow = max(measured, key=lambda e: (e.compute_us, -e.rank))
+    fast = min(measured, key=lambda e: (e.compute_us, e.rank))
+    slow_v, fast_v = float(slow.compute_us), float(fast.compute_us)
+    a, b = _by_name(slow), _by_name(fast)
+    diffs = []
+    for name in set(a) | set(b):
+        s_us, f_us = a[name][0] if name in a else 0.0, b[name][0] if name in b else 0.0
+        top = (a[name] if name in a else b[name])[1]
+        diffs.append(StragglerOperator(name=name, slow_us=round(s_us, 3), fast_us=round(f_us, 3),
+                                       diff_us=round(s_us - f_us, 3), shapes=top.input_shapes, source=top.source))
+    diffs.sort(key=lambda x: -x.diff_us)
+    return Straggler(
+        rank=slow.rank, fastest_rank=fast.rank, measure="compute_us", slow=slow_v, fast=fast_v,
+        slower_pct=round(100.0 * (slow_v - fast_v) / fast_v, 1) if fast_v > 0 else None,
+        wall_s=slow.wall_s, fastest_wall_s=fast.wall_s, node_rank=slow.node_rank, fastest_node_rank=fast.node_rank,
+        fastest_extra_collective_us=round((fast.collective_us or 0.0) - (slow.collective_us or 0.0), 3),
+        operators=[x for x in diffs if x.diff_us > 0][:STRAGGLER_OPERATORS],
+    )
+
+
+def _straggler_observation(s: Straggler | None) -> Observation | None:
+    if s is None or s.slower_pct is None:
+        return None
+    pct, diff = s.slower_pct, s.slow - s.fast
     if pct < STRAGGLER_LOW_PCT or diff < STRAGGLER_MIN_US:
         return None
-    ops = s.get("operators") or []
-    top = ", ".join(f"{o['name']} +{_ms(o['diff_us'])}" for o in ops[:3])
-    return {
-        "kind": "straggler", "severity": "medium" if pct >= STRAGGLER_MEDIUM_PCT else "low",
-        "title": (f"rank {s['rank']} computes {pct:.0f}% longer than rank {s['fastest_rank']} "
-                  f"({_ms(diff)} more operator time" + (f": {top}" if top else "") + "); "
-                  "the other ranks wait for it in every collective"),
-        "evidence": {"slow_rank": s["rank"], "fast_rank": s["fastest_rank"], "slow_compute_us": s["slow"],
-                     "fast_compute_us": s["fast"], "slower_pct": pct, "threshold_pct": STRAGGLER_LOW_PCT,
-                     "fastest_extra_collective_us": s.get("fastest_extra_collective_us"), "operators": ops[:3]},
-        "suggestion": ("Give every rank the same work per step: equal batch sizes and sequence lengths per rank "
-                       "(DistributedSampler, drop_last=True, length bucketing), no extra work on one rank inside "
-                       "the step (logging, metrics, checkpoints, evaluation: do it outside the step or on every "
-                       "rank's share), and the same CPUs and thread count on every rank."
-                       + (f" Start with {ops[0]['name']}"
-                          + (f" at {ops[0]['source']}" if ops[0].get("source") else "")
-                          + f", which runs {_ms(ops[0]['diff_us'])} longer on rank {s['rank']}." if ops else "")),
-    }
+    ops = s.operators
+    top = ", ".join(f"{o.name} +{_ms(o.diff_us)}" for o in ops[:3])
+    return Observation(
+        kind="straggler", severity="medium" if pct >= STRAGGLER_MEDIUM_PCT else "low",
+        title=(f"rank {s.rank} computes {pct:.0f}% longer than rank {s.fastest_rank} "
+               f"({_ms(diff)} more operator time" + (f": {top}" if top else "") + "); "
+               "the other ranks wait for it in every collective"),
+        evidence={"slow_rank": s.rank, "fast_rank": s.fastest_rank, "slow_compute_us": s.slow,
+                  "fast_compute_us": s.fast, "slower_pct": pct, "threshold_pct": STRAGGLER_LOW_PCT,
+                  "fastest_extra_collective_us": s.fastest_extra_collective_us,
+                  "operators": report_io.to_dict(ops[:3])},
+        suggestion=("Give every rank the same work per step: equal batch sizes and sequence lengths per rank "
+                    "(DistributedSampler, drop_last=True, length bucketing), no extra work on one rank inside "
+                    "the step (logging, metrics, checkpoints, evaluation: do it outside the step or on every "
+                    "rank's share), and the same CPUs and thread count on every rank."
+                    + (f" Start with {ops[0].name}"
+                       + (f" at {ops[0].source}" if ops[0].source else "")
+                       + f", which runs {_ms(ops[0].diff_us)} longer on rank {s.rank}." if ops else "")),
+    )
 
 
-def _collective_observation(c: dict[str, Any]) -> dict[str, Any] | None:
-    share = (c or {}).get("share")
-    if share is None or share < COLLECTIVE_LOW_SHARE:
+def _collective_observation(c: Collectives | None) -> Observation | None:
+    if c is None or c.share is None or c.share < COLLECTIVE_LOW_SHARE:
         return None
-    return {
-        "kind": "collectives", "severity": "medium" if share >= COLLECTIVE_MEDIUM_SHARE else "low",
-        "title": f"collectives take {100 * share:.0f}% of the ranks' time against {100 * (1 - share):.0f}% compute",
-        "evidence": {"collective_us": c["collective_us"], "compute_us": c["compute_us"], "share": share,
-                     "threshold_share": COLLECTIVE_LOW_SHARE, "by_name": c.get("by_name", [])[:4]},
-        "suggestion": ("Communicate less per unit of compute: a larger batch per rank, gradient accumulation "
-                       "(model.no_sync() on all but the last micro-batch), larger DDP buckets (bucket_cap_mb); "
-                       "on one CPU node, fewer ranks with more threads each often beats many small ranks. "
-                       "Collective time includes waiting for a straggler: balance the ranks first."),
-    }
+    share = c.share
+    return Observation(
+        kind="collectives", severity="medium" if share >= COLLECTIVE_MEDIUM_SHARE else "low",
+        title=f"collectives take {100 * share:.0f}% of the ranks' time against {100 * (1 - share):.0f}% compute",
+        evidence={"collective_us": c.collective_us, "compute_us": c.compute_us, "share": share,
+                  "threshold_share": COLLECTIVE_LOW_SHARE, "by_name": report_io.to_dict(c.by_name[:4])},
+        suggestion=("Communicate less per unit of compute: a larger batch per rank, gradient accumulation "
+                    "(model.no_sync() on all but the last micro-batch), larger DDP buckets (bucket_cap_mb); "
+                    "on one CPU node, fewer ranks with more threads each often beats many small ranks. "
+                    "Collective time includes waiting for a straggler: balance the ranks first."),
+    )

@@ -154,12 +154,12 @@ def oversubscription(report: Report) -> list[Finding]:
                       f"when the variable is unset; multiprocessing and plain subprocesses do not."
                       + _sweep_note(t))
         pids = {p.get("pid") for p in compute}
-        ranks = [e for e in (report.distributed or {}).get("ranks") or [] if e.get("pid") in pids]
+        ranks = [e for e in (report.distributed.ranks if report.distributed else []) if e.pid in pids]
         if ranks:  # torchrun ranks of this node (diagnose --nproc-per-node): the split is per rank
             fair = max(1, usable // len(ranks))
-            omp = sorted({str(e.get("omp_num_threads")) for e in ranks})
-            intra = sorted({e["intra_op_threads"] for e in ranks if e.get("intra_op_threads") is not None})
-            evidence.update(fair_share_threads=fair, recommended_threads=fair, ranks=[e["rank"] for e in ranks],
+            omp = sorted({str(e.omp_num_threads) for e in ranks})
+            intra = sorted({e.intra_op_threads for e in ranks if e.intra_op_threads is not None})
+            evidence.update(fair_share_threads=fair, recommended_threads=fair, ranks=[e.rank for e in ranks],
                             rank_omp_num_threads=omp, rank_intra_op_threads=intra)
             title = (f"{len(ranks)} torchrun ranks each run a pool of up to {per_proc} busy threads on {usable} "
                      f"usable CPUs ({runnable:.1f} threads wanted a CPU); threads waited {100 * share:.0f}% of their "

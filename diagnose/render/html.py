@@ -204,10 +204,10 @@ def _verdict(report: Report) -> str:
                 f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
                 f"line are one finding.</p>")
     ranks = ""
-    observations = (report.distributed or {}).get("observations") or []
+    observations = report.distributed.observations if report.distributed else []
     if observations:  # a torchrun job's straggler and collectives (distributed/view.py), beside the findings
         ranks = ('<div class="also"><div class="label">across the ranks</div><ul>' + "".join(
-            f'<li>{_badge(o.get("severity", "low"))} <b>{_e(o.get("kind"))}</b>: {_e(o.get("title"))} '
+            f'<li>{_badge(o.severity)} <b>{_e(o.kind)}</b>: {_e(o.title)} '
             f'<a href="#ranks">ranks</a></li>' for o in observations) + "</ul></div>")
     return head + ranks + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1))
 

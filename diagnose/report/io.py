@@ -34,12 +34,23 @@ def _empty_is_null(section: Any) -> Any:
     return section or None
 
 
+def _v1_distributed(section: Any) -> Any:
+    """{} (one process) -> null; its straggler and collectives {} (not measured) -> null; a failed rank's
+    "pass" (a Python keyword) -> "pass_name"."""
+    if not section:
+        return None
+    failed = [{("pass_name" if k == "pass" else k): v for k, v in f.items()} for f in section.get("failed_ranks") or []]
+    return dict(section, straggler=section.get("straggler") or None, collectives=section.get("collectives") or None,
+                failed_ranks=failed)
+
+
 # v1 section -> v2 section, one entry per section typed in "2"
 V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {
     "operator_summary": _empty_is_null,
     "python_summary": _empty_is_null,
     "efficiency": _empty_is_null,  # v1's keys are the v2 fields (model.Efficiency)
     "counters": _empty_is_null,  # likewise (model.Counters)
+    "distributed": _v1_distributed,
 }
 
 # version -> function turning that version's dict into the next version's

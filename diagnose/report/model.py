@@ -878,6 +878,187 @@ class Counters:
     effective_cpu_utilization_pct: float | None = None
 
 
+# ---- distributed: a torchrun job (--nproc-per-node; diagnose/distributed/view.py) ----
+
+
+@dataclass
+class CollectiveStat:
+    """One collective's calls on a rank, or summed over ranks (gloo:all_reduce, gloo:broadcast, ...)."""
+
+    name: str  # the backend's annotation: "gloo:all_reduce"
+    calls: int
+    us: float  # summed duration, from the start of the exchange until every peer contributed (includes waiting)
+    elements: int  # summed tensor elements exchanged
+
+
+@dataclass
+class RankOperator:
+    """One row of a rank's own operator table (operator pass), most self CPU time first."""
+
+    name: str
+    input_shapes: list[list[Any]]
+    calls: int
+    self_cpu_us: float
+    self_pct: float  # share of this rank's operator self time
+    source: str | None
+
+
+@dataclass
+class RankThreads:
+    """The thread sampler's process row of this rank (matched by pid)."""
+
+    cpu_used: float | None = None  # CPUs the rank's threads used on average
+    mean_runnable: float | None = None  # time-averaged runnable threads of the rank
+    wait_share: float | None = None  # share of runnable time spent waiting for a CPU
+    active_threads: int = 0  # busy threads over every pool
+    threads: dict[str, int] | None = None  # pool -> thread count
+
+
+@dataclass
+class RankResult:
+    """One rank across the passes: identity, status, and what its uninstrumented and operator passes measured."""
+
+    rank: int
+    passes: dict[str, str] = field(default_factory=dict)  # pass -> ok, failed, stopped, missing
+    errors: dict[str, str] = field(default_factory=dict)  # pass -> error message
+    status: str = "ok"  # the worst over the passes: ok, stopped (torchrun ended it), failed, missing (wrote nothing)
+    local_rank: int | None = None
+    node_rank: int | None = None
+    hostname: str | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    omp_num_threads: str | None = None  # OMP_NUM_THREADS as the rank saw it (torchrun sets 1 when unset)
+    failed_at: float | None = None  # the rank's clock (time.time()) when it failed first
+    pid: int | None = None  # in the uninstrumented pass
+    wall_s: float | None = None  # uninstrumented pass, from the rank's start (includes the rendezvous wait)
+    iteration_median_s: float | None = None
+    intra_op_threads: int | None = None
+    instrumented_wall_s: float | None = None  # operator pass
+    operator_self_us: float | None = None  # operator pass: all operator self time
+    compute_us: float | None = None  # operator self time minus the c10d:: launches
+    collective_us: float | None = None  # wall time with a collective in flight
+    collective_share: float | None = None  # collective / (collective + compute)
+    collectives: list[CollectiveStat] = field(default_factory=list)
+    operators: list[RankOperator] = field(default_factory=list)  # the top rows (view.PER_RANK_ROWS)
+    other_operators_us: float | None = None  # self time of the rows below them
+    threads: RankThreads | None = None  # None: the sampler did not see this rank (or did not run)
+
+
+@dataclass
+class NodeThreads:
+    """The thread sampler's view of one node (its process tree: torchrun and every local rank)."""
+
+    mean_runnable: float | None = None
+    runqueue_wait_share: float | None = None
+    compute_processes: int | None = None
+    threads_per_rank: int | None = None  # most busy threads of one rank
+    fair_threads_per_rank: int = 1  # usable CPUs // ranks on the node
+
+
+@dataclass
+class NodeResult:
+    node_rank: int
+    hostname: str | None = None
+    ranks: list[int] = field(default_factory=list)
+    usable_cpus: int | None = None
+    threads: NodeThreads | None = None  # None: the threads layer did not run
+
+
+@dataclass
+class FailedRank:
+    """A rank whose status is not ok, and where it stopped."""
+
+    rank: int
+    status: str  # failed, stopped, missing
+    node_rank: int | None = None
+    pass_name: str | None = None  # the first pass it ended with that status ("pass" in schema "1")
+    error: str | None = None
+    failed_at: float | None = None  # the rank's clock
+    first: bool = False  # the earliest failure: the others failed because of it
+
+
+@dataclass
+class Collectives:
+    """Collectives against compute over the ranks' operator passes, summed over ranks."""
+
+    collective_us: float
+    compute_us: float
+    share: float | None  # collective / (collective + compute)
+    by_name: list[CollectiveStat] = field(default_factory=list)  # most time first
+    ranks: int = 0  # ranks whose operator pass was measured
+    note: str = ""  # what the two times mean
+
+
+@dataclass
+class StragglerOperator:
+    """An operator the slowest rank spends more time in than the fastest (summed over its shapes)."""
+
+    name: str
+    slow_us: float
+    fast_us: float
+    diff_us: float
+    shapes: list[list[Any]]  # input shapes of its largest row
+    source: str | None
+
+
+@dataclass
+class Straggler:
+    """The rank that computes most against the one that computes least (operator pass)."""
+
+    rank: int
+    fastest_rank: int
+    measure: str  # what `slow` and `fast` are: "compute_us" (operator self time minus collective launches)
+    slow: float
+    fast: float
+    slower_pct: float | None
+    wall_s: float | None = None  # the two ranks' uninstrumented wall times
+    fastest_wall_s: float | None = None
+    node_rank: int | None = None
+    fastest_node_rank: int | None = None
+    fastest_extra_collective_us: float | None = None  # the fastest rank's collective time minus the slowest's
+    operators: list[StragglerOperator] = field(default_factory=list)  # the largest differences first
+
+
+@dataclass
+class Observation:
+    """What the ranks together say (straggler, collectives): beside the findings, whose kinds are fixed."""
+
+    kind: str  # straggler, collectives
+    severity: str
+    title: str
+    evidence: dict[str, Any]  # the numbers that crossed the threshold, as a finding's evidence
+    suggestion: str
+
+
+@dataclass
+class MergedFrom:
+    """One node report `diagnose merge` combined."""
+
+    report: str  # its path as given
+    node_rank: int
+    started_at: str = ""
+    hostname: str | None = None
+
+
+@dataclass
+class Distributed:
+    """A torchrun job: per-rank results, and the world, collectives and straggler derived from them."""
+
+    launcher: str = ""  # the pass's command line (SPEC.json stands for the pass's spec)
+    nproc_per_node: int = 1
+    torchrun_args: list[str] = field(default_factory=list)  # the user's rendezvous options, [] for --standalone
+    world_size: int | None = None
+    backend: str | None = None  # from the collectives' names: gloo, nccl, mpi, ucc
+    ranks: list[RankResult] = field(default_factory=list)  # by rank
+    nodes: list[NodeResult] = field(default_factory=list)  # by node rank
+    failed_ranks: list[FailedRank] = field(default_factory=list)
+    collectives: Collectives | None = None  # None: no operator pass measured
+    straggler: Straggler | None = None  # None: fewer than two ranks measured
+    observations: list[Observation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    merged_from: list[MergedFrom] = field(default_factory=list)  # diagnose merge: the node reports
+
+
 @dataclass
 class Report:
     target: TargetInfo
@@ -901,8 +1082,8 @@ class Report:
     what_if: WhatIf | None = None  # --what-if: code changes measured on the user's steps (None: not asked for)
     stacks: list[FoldedStack] = field(default_factory=list)  # the operator pass's folded stacks (stacks.folded)
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
-    # (diagnose/distributed/view.py); empty for a single process
-    distributed: dict[str, Any] = field(default_factory=dict)
+    # (diagnose/distributed/view.py); None for a single process
+    distributed: Distributed | None = None
     findings: list[Finding] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION

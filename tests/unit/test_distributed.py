@@ -14,6 +14,7 @@ from diagnose.distributed import collect, launcher, view
 from diagnose.errors import UsageError
 from diagnose.merge import check, merge
 from diagnose.report import io as report_io
+from diagnose.report.model import Distributed, RankResult
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "distributed"
 NODES = [str(DATA / "node0" / "report.json"), str(DATA / "node1" / "report.json")]
@@ -135,32 +136,31 @@ def test_all_ranks_ok_is_an_ok_result_with_operator_rows_of_every_rank(tmp_path)
 
 def test_committed_node_reports_each_hold_their_own_rank():
     (_, n0), (_, n1) = _load()
-    assert [e["rank"] for e in n0.distributed["ranks"]] == [0]
-    assert [e["rank"] for e in n1.distributed["ranks"]] == [1]
-    assert n1.distributed["ranks"][0]["node_rank"] == 1 and n0.distributed["world_size"] == 2
-    coll = {c["name"] for c in n0.distributed["ranks"][0]["collectives"]}
+    assert [e.rank for e in n0.distributed.ranks] == [0]
+    assert [e.rank for e in n1.distributed.ranks] == [1]
+    assert n1.distributed.ranks[0].node_rank == 1 and n0.distributed.world_size == 2
+    coll = {c.name for c in n0.distributed.ranks[0].collectives}
     assert "gloo:all_reduce" in coll  # measured: gloo's collectives as they appear in torch 2.13's profiler
 
 
 def test_summarise_finds_the_straggler_and_the_operators_that_make_the_difference():
-    ranks = [e for _, r in _load() for e in r.distributed["ranks"]]
-    d = view.summarise({"ranks": ranks})
-    s = d["straggler"]
-    assert (s["rank"], s["fastest_rank"], s["measure"]) == (1, 0, "compute_us")
-    assert s["slower_pct"] > view.STRAGGLER_LOW_PCT
-    top = s["operators"][0]
-    assert top["name"] == "aten::mm" and top["source"] == "examples/ddp_train.py:71"
-    obs = {o["kind"]: o for o in d["observations"]}
-    assert obs["straggler"]["evidence"]["slow_rank"] == 1
-    c = d["collectives"]
-    assert 0 < c["share"] < 1 and c["collective_us"] == pytest.approx(sum(e["collective_us"] for e in ranks))
+    ranks = [e for _, r in _load() for e in r.distributed.ranks]
+    d = view.summarise(Distributed(ranks=ranks))
+    s = d.straggler
+    assert (s.rank, s.fastest_rank, s.measure) == (1, 0, "compute_us")
+    assert s.slower_pct > view.STRAGGLER_LOW_PCT
+    top = s.operators[0]
+    assert top.name == "aten::mm" and top.source == "examples/ddp_train.py:71"
+    obs = {o.kind: o for o in d.observations}
+    assert obs["straggler"].evidence["slow_rank"] == 1
+    c = d.collectives
+    assert 0 < c.share < 1 and c.collective_us == pytest.approx(sum(e.collective_us for e in ranks))
 
 
 def test_no_straggler_when_ranks_compute_alike():
-    ranks = [{"rank": r, "status": "ok", "passes": {}, "errors": {}, "compute_us": 1000.0 + r, "collective_us": 5.0,
-              "operators": []} for r in range(3)]
-    d = view.summarise({"ranks": ranks})
-    assert d["straggler"]["slower_pct"] < 1 and not d["observations"]
+    ranks = [RankResult(rank=r, compute_us=1000.0 + r, collective_us=5.0) for r in range(3)]
+    d = view.summarise(Distributed(ranks=ranks))
+    assert d.straggler.slower_pct < 1 and not d.observations
 
 
 # ------------------------------------------------------------------- merge
@@ -170,9 +170,9 @@ def test_merge_sums_operator_rows_over_nodes_and_keeps_every_rank():
     reports = _load()
     merged = merge(reports)
     d = merged.distributed
-    assert [e["rank"] for e in d["ranks"]] == [0, 1]
-    assert [n["node_rank"] for n in d["nodes"]] == [0, 1]
-    assert d["straggler"]["rank"] == 1
+    assert [e.rank for e in d.ranks] == [0, 1]
+    assert [n.node_rank for n in d.nodes] == [0, 1]
+    assert d.straggler.rank == 1
     key = lambda r: (r.name, json.dumps(r.input_shapes))  # noqa: E731
     per_node = [{key(r): r for r in rep.operators} for _, rep in reports]
     for row in merged.operators[:10]:
@@ -183,7 +183,7 @@ def test_merge_sums_operator_rows_over_nodes_and_keeps_every_rank():
     straggler_op = next(r for r in merged.operators if r.name == "aten::mm" and r.input_shapes == [[768, 768], [768, 768]])
     assert straggler_op.source == "examples/ddp_train.py:71"
     assert merged.run.wall_s == max(r.run.wall_s for _, r in reports)
-    assert any("merged from 2 node reports" in n for n in d["notes"])
+    assert any("merged from 2 node reports" in n for n in d.notes)
 
 
 def test_merge_refuses_reports_of_different_jobs(tmp_path):
@@ -212,4 +212,17 @@ def test_old_reports_without_the_field_still_load():
     data = json.loads(Path(NODES[0]).read_text())
     del data["distributed"]
     report = report_io.from_json_data(data)
-    assert report.distributed == {}
+    assert report.distributed is None
+
+
+def test_a_v1_section_reads_into_the_typed_model():
+    data = json.loads(Path(NODES[0]).read_text())
+    assert data["schema_version"] == "1" and data["distributed"]["straggler"] == {}
+    data["distributed"]["failed_ranks"] = [{"rank": 1, "node_rank": 0, "status": "failed", "pass": "baseline",
+                                            "error": "RuntimeError: x", "failed_at": 3.5, "first": True}]
+    d = report_io.from_json_data(data).distributed
+    assert d.straggler is None and d.collectives.by_name[0].name == "gloo:all_reduce"
+    f = d.failed_ranks[0]
+    assert (f.rank, f.pass_name, f.first) == (1, "baseline", True)
+    assert d.ranks[0].threads.threads == {"main": 1, "intra_op": 3, "other": 3} and d.nodes[0].threads.threads_per_rank == 2
+    assert d.observations[0].kind == "collectives"

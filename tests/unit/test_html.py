@@ -184,10 +184,10 @@ def test_a_torchrun_job_gets_its_ranks_section_after_the_verdict():
     ids = [attrs["id"] for t, attrs in parse(page).tags if t == "section"]
     assert ids[:2] == ["verdict", "ranks"] and 'href="#ranks"' in page
     ranks = re.search(r'<section id="ranks">(.*?)</section>', page, re.S).group(1)
-    for e in rep.distributed["ranks"]:
-        assert f"<td class=num>{e['rank']}</td>" in ranks
+    for e in rep.distributed.ranks:
+        assert f"<td class=num>{e.rank}</td>" in ranks
     assert "collectives" in ranks and "world size" in ranks
     verdict = re.search(r'<section id="verdict">(.*?)</section>', page, re.S).group(1)
-    for o in rep.distributed["observations"]:  # the straggler and collectives, read first, linked to the ranks
-        assert f"<b>{o['kind']}</b>: {html._e(o['title'])} <a href=\"#ranks\">" in verdict
+    for o in rep.distributed.observations:  # the straggler and collectives, read first, linked to the ranks
+        assert f"<b>{o.kind}</b>: {html._e(o.title)} <a href=\"#ranks\">" in verdict
     assert 'id="ranks"' not in html.render(io.load(str(DATA / "compare" / "row_loop_before.json")))
