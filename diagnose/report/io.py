@@ -35,7 +35,9 @@ def _empty_is_null(section: Any) -> Any:
 
 
 # v1 section -> v2 section, one entry per section typed in "2"
-V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {}
+V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {
+    "threads": _empty_is_null,  # same fields; {} (no sampler, no thread call recorded) is null
+}
 
 # version -> function turning that version's dict into the next version's
 MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {"1": _v1_to_v2}

@@ -15,7 +15,7 @@ from diagnose import findings
 from diagnose.render import html
 from diagnose.report import io
 from diagnose.report.model import (Finding, LayerStatus, OperatorRow, PythonFunction, Report, Run, SourceShare,
-                                   TargetInfo)
+                                   Sweep, SweepPoint, SweepRecommendation, TargetInfo, Threads)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a 1x1 PNG
@@ -134,13 +134,12 @@ def test_skipped_layers_show_their_reason_and_partial_data_does_not_break_the_pa
     r = Report(target=TargetInfo(script="m.py"), run=Run(exit_code=0, wall_s=1.0))
     r.layers = {"efficiency": LayerStatus("failed", "probe crashed"), "microbench": LayerStatus("skipped", "budget 0")}
     r.efficiency = {"peaks": {"gemm_fp32": "not a list"}, "operators": [{"name": "aten::mm"}, "junk"]}
-    r.threads = {"sweep": {"threads": [{"intra_op_threads": 1, "median_s": 0.5, "throughput_per_s": 2.0,
-                                        "spread_pct": 4.0, "runs_s": [0.5, 0.51]},
-                                       {"intra_op_threads": 2, "median_s": 0.3, "throughput_per_s": 3.3,
-                                        "spread_pct": 2.0, "runs_s": [0.3, 0.31]}],
-                           "recommendation": {"code": "torch.set_num_threads(2)", "env": "OMP_NUM_THREADS=2",
-                                              "gain_vs_configured_pct": 0.0}, "tolerance_pct": 5,
-                           "configured_threads": 2, "unit": "runs"}}
+    r.threads = Threads(sweep=Sweep(
+        threads=[SweepPoint(1, median_s=0.5, throughput_per_s=2.0, spread_pct=4.0, runs_s=[0.5, 0.51]),
+                 SweepPoint(2, median_s=0.3, throughput_per_s=3.3, spread_pct=2.0, runs_s=[0.3, 0.31])],
+        recommendation=SweepRecommendation(code="torch.set_num_threads(2)", env="OMP_NUM_THREADS=2",
+                                           gain_vs_configured_pct=0.0),
+        tolerance_pct=5, configured_threads=2, unit="runs"))
     page = html.render(r)
     sections = {m.group(1): m.group(2) for m in re.finditer(r'<section id="(\w+)">(.*?)</section>', page, re.S)}
     assert "<b>failed</b>: probe crashed" in sections["efficiency"]
