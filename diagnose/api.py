@@ -30,6 +30,7 @@ from diagnose.report.model import (
     Compile, Doctor, GraphBreak, IterationStats, LayerStatus, ProcessFacts, Recompile, Report, Steps, SubnormalScan,
     TargetInfo,
 )
+from diagnose.report.model import Sweep, ThreadCall, Threads
 from diagnose.runner import NO_FUNCTION
 from diagnose.stall import STALL_AFTER_S
 from diagnose.target import Target
@@ -246,7 +247,8 @@ def _apply_baseline(report: Report, outcome: PassOutcome) -> None:
     if res.get("process"):
         report.doctor = Doctor(process=report_io.typed(ProcessFacts, res["process"]))
     if res.get("thread_calls"):
-        report.threads["thread_calls"] = res["thread_calls"]
+        report.threads = report.threads or Threads()
+        report.threads.thread_calls = report_io.typed(list[ThreadCall], res["thread_calls"])
 
 
 def _apply_instrumented(report: Report, outcome: PassOutcome) -> None:
@@ -599,16 +601,16 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
             return None  # no DataLoader was built in this run: the point did not measure what it claims
         return statistics.median(res["iteration_s"]) if res.get("iteration_s") else res.get("wall_s")
 
-    threads = report.threads or {}
-    workers = threads.get("dataloader_workers")
+    threads = report.threads = report.threads or Threads()
+    workers = threads.dataloader_workers
     try:
-        report.threads["sweep"] = sweep.run_sweep(
+        result = sweep.run_sweep(
             run_point, usable_cpus=report.machine.usable_cpus, configured_threads=report.machine.intra_op_threads,
             configured_workers=workers, has_dataloader=bool(workers), repeats=config.sweep_repeats,
             threads=config.sweep_threads, on_point=on_point)
-        report.threads["sweep"]["unit"] = "iterations" if target.function else "runs"
+        threads.sweep = report_io.typed(Sweep, {**result, "unit": "iterations" if target.function else "runs"})
     except KeyboardInterrupt:
-        report.threads["sweep"] = {"status": "interrupted before the sweep finished"}
+        threads.sweep = Sweep(status="interrupted before the sweep finished")
         raise
 
 

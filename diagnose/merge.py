@@ -165,11 +165,11 @@ def merge(reports: list[tuple[str, Report]]) -> Report:
     base.run.interrupted = any(r.run.interrupted for r in all_reports)
     base.run.timed_out = any(r.run.timed_out for r in all_reports)
     # threads: the node that queued most
-    measured = [r for r in all_reports if (r.threads or {}).get("runqueue_wait_share") is not None]
+    measured = [r for r in all_reports if r.threads is not None and r.threads.runqueue_wait_share is not None]
     if measured:
-        worst = max(measured, key=lambda r: r.threads["runqueue_wait_share"])
+        worst = max(measured, key=lambda r: r.threads.runqueue_wait_share)
         base.threads = copy.deepcopy(worst.threads)
-        base.threads["node_rank"] = _node(worst)
+        base.threads.node_rank = _node(worst)
     # layers: the worst status of each
     for r in all_reports[1:]:
         for name, status in r.layers.items():
@@ -189,7 +189,7 @@ def merge(reports: list[tuple[str, Report]]) -> Report:
     missing = sorted(set(range(expected)) - present) if expected > 1 else []
     d.notes = [f"merged from {len(reports)} node reports"
                   + (f"; node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing" if missing else "")
-                  + (f"; threads are node {base.threads.get('node_rank')}'s, whose threads waited most"
+                  + (f"; threads are node {base.threads.node_rank}'s, whose threads waited most"
                      if measured else "")
                   + "; trace.json and the call graph stay beside each node's report"]
     base.artifacts = {}

@@ -109,17 +109,15 @@ def record_pass(report: Any, pass_name: str, layer: str | None, ranks: list[dict
 def finish(report: Any) -> None:
     """After the passes: ranks matched to the thread sampler's processes, then the summaries."""
     d = report.distributed
-    t = report.threads or {}
-    by_pid = {p.get("pid"): p for p in t.get("processes") or []}
+    t = report.threads
+    by_pid = {p.pid: p for p in t.processes} if t else {}
     for e in d.ranks:
         p = by_pid.get(e.pid)
         if p is None:
             continue
-        p["rank"] = e.rank  # the sampler's process row says which rank it is
-        e.threads = RankThreads(cpu_used=p.get("cpu_used"), mean_runnable=p.get("mean_runnable"),
-                                wait_share=p.get("wait_share"),
-                                active_threads=sum((p.get("active_threads") or {}).values()),
-                                threads=p.get("threads"))
+        p.rank = e.rank  # the sampler's process row says which rank it is
+        e.threads = RankThreads(cpu_used=p.cpu_used, mean_runnable=p.mean_runnable, wait_share=p.wait_share,
+                                active_threads=sum(p.active_threads.values()), threads=p.threads)
     node_ranks = sorted({e.node_rank for e in d.ranks if e.node_rank is not None})
     usable = report.machine.usable_cpus or None
     d.nodes = []
@@ -127,11 +125,11 @@ def finish(report: Any) -> None:
         here = [e for e in d.ranks if (e.node_rank or 0) == node]
         info = NodeResult(node_rank=node, hostname=next((e.hostname for e in here), None),
                           ranks=[e.rank for e in here], usable_cpus=usable)
-        if t.get("mean_runnable") is not None:
+        if t is not None and t.mean_runnable is not None:
             active = [e.threads.active_threads for e in here if e.threads]
             info.threads = NodeThreads(
-                mean_runnable=t.get("mean_runnable"), runqueue_wait_share=t.get("runqueue_wait_share"),
-                compute_processes=t.get("compute_processes"), threads_per_rank=max(active) if active else None,
+                mean_runnable=t.mean_runnable, runqueue_wait_share=t.runqueue_wait_share,
+                compute_processes=t.compute_processes, threads_per_rank=max(active) if active else None,
                 fair_threads_per_rank=max(1, (usable or 1) // max(1, len(here))))
         d.nodes.append(info)
     layer = report.layers.get("operators")

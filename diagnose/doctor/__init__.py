@@ -34,6 +34,7 @@ def _op_dtypes(report: Report) -> dict[str, float]:
 def checks(report: Report, cpuinfo: str = "/proc/cpuinfo", sys_root: str = "/sys") -> list[DoctorCheck]:
     """Every doctor check on the report (and this machine's cpuinfo and sysfs: the machine it ran on)."""
     process = report.doctor.process if report.doctor else None
+    busy_threads = report.threads.busy_threads if report.threads else []
     out = [check_page_faults(report), check_denormals(report)]
     if process is None:
         out.append(DoctorCheck("openmp_runtimes", "skipped", "The uninstrumented pass wrote no process readings."))
@@ -45,19 +46,18 @@ def checks(report: Report, cpuinfo: str = "/proc/cpuinfo", sys_root: str = "/sys
                  if lib.owner != "torch" and lib.path in process.blas_pools]
         out.append(env_checks.check_blas_threads(runtimes, threading_env, report.machine.usable_cpus,
                                                  report.machine.intra_op_threads, any(pools) if pools else None))
-        busy = sum(t.get("cpu_used") or 0.0 for t in report.threads.get("busy_threads") or []) or None
+        busy = sum(t.cpu_used or 0.0 for t in busy_threads) or None
         out.append(env_checks.check_cpu_quota(process.cpu_stat_before, process.cpu_stat_after,
                                               report.run.wall_s or 0.0, busy, report.machine.cgroup_cpu_limit,
                                               source=process.cpu_stat_path or "cgroup cpu.stat"))
-    busy_threads = report.threads.get("busy_threads") or []
     # more busy threads than CPUs must move between them: that is oversubscription (the threads findings),
     # not a placement the topology check could fix, so migrations are judged only when the threads fit
     fits = bool(busy_threads) and len(busy_threads) <= max(1, report.machine.usable_cpus)
     out.append(env_checks.check_topology(
         env_checks.read_topology(sys_root),
-        {t["tid"]: t["cpus"] for t in busy_threads if t.get("cpus")},
-        sum(t.get("cpu_changes") or 0 for t in busy_threads) if fits else None,
-        sum(max(0, (t.get("cpu_samples") or 0) - 1) for t in busy_threads) if fits else None,
+        {t.tid: t.cpus for t in busy_threads if t.cpus},
+        sum(t.cpu_changes for t in busy_threads) if fits else None,
+        sum(max(0, t.cpu_samples - 1) for t in busy_threads) if fits else None,
         sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None))
     out.append(env_checks.check_low_precision(read_cpu_flags(cpuinfo), _op_dtypes(report)))
     return out

@@ -22,7 +22,7 @@ def data_wait(report: Report) -> list[Finding]:
     share = 100.0 * st.data_wait_s / wall
     if share < DATA_WAIT_MIN_PCT:
         return []
-    workers = (report.threads or {}).get("dataloader_workers")
+    workers = report.threads.dataloader_workers if report.threads else None
     if workers:
         what = (f"The {workers} DataLoader workers do not keep up with the steps: more workers (within the usable "
                 "CPUs, beside the intra-op threads), cheaper per-sample work (precompute or cache transforms, "

@@ -14,7 +14,7 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   threads than usable CPUs ("one_process"). The suggestion gives exact
   values: fair share = max(1, usable // compute processes); beside n
   workers the main process gets max(1, usable - n). A measured sweep
-  recommendation (threads["sweep"]) is quoted when present; when the sweep
+  recommendation (threads.sweep) is quoted when present; when the sweep
   measured less than SWEEP_NEGLIGIBLE_PCT throughput to gain over the
   configured setting the severity drops to `low` (the queueing is real, its
   cost here is not). For one process, `location` is the target's own
@@ -41,10 +41,11 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from diagnose.findings.stake import UPPER_BOUND
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, ThreadProcess, Threads
 
 WAIT_SHARE_MEDIUM = 0.2
 WAIT_SHARE_HIGH = 0.33
@@ -59,36 +60,36 @@ SWEEP_NEGLIGIBLE_PCT = 5.0  # a sweep that measured less to gain makes oversubsc
 PROCESSES_IN_EVIDENCE = 6
 
 
-def _measured(t: dict[str, Any]) -> bool:
-    return bool(t) and t.get("mean_runnable") is not None and t.get("runqueue_wait_share") is not None \
-        and (t.get("duration_s") or 0) >= MIN_DURATION_S and (t.get("usable_cpus") or 0) > 0
+def _measured(t: Threads | None) -> bool:
+    return t is not None and t.mean_runnable is not None and t.runqueue_wait_share is not None \
+        and (t.duration_s or 0) >= MIN_DURATION_S and t.usable_cpus > 0
 
 
-def _usable(report: Report, t: dict[str, Any]) -> int:
-    return int(t.get("usable_cpus") or report.machine.usable_cpus or 1)
+def _usable(report: Report, t: Threads) -> int:
+    return int(t.usable_cpus or report.machine.usable_cpus or 1)
 
 
-def _compute_processes(t: dict[str, Any]) -> list[dict[str, Any]]:
+def _compute_processes(t: Threads) -> list[ThreadProcess]:
     """Processes that did compute (the analysis marks them; helpers and idle parents do not count)."""
-    return [p for p in t.get("processes") or [] if p.get("compute")]
+    return [p for p in t.processes if p.compute]
 
 
-def _active(p: dict[str, Any]) -> int:
-    return sum((p.get("active_threads") or {}).values())
+def _active(p: ThreadProcess) -> int:
+    return sum(p.active_threads.values())
 
 
-def _process_evidence(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"pid": p.get("pid"), "role": p.get("role"), "name": p.get("name"), "threads": p.get("threads"),
-             "active_threads": p.get("active_threads"), "mean_runnable": p.get("mean_runnable"),
-             "cpu_used": p.get("cpu_used"), "wait_share": p.get("wait_share")}
+def _process_evidence(procs: list[ThreadProcess]) -> list[dict[str, Any]]:
+    return [{"pid": p.pid, "role": p.role, "name": p.name, "threads": p.threads,
+             "active_threads": p.active_threads, "mean_runnable": p.mean_runnable,
+             "cpu_used": p.cpu_used, "wait_share": p.wait_share}
             for p in procs[:PROCESSES_IN_EVIDENCE]]
 
 
-def _sweep_note(t: dict[str, Any]) -> str:
-    rec = (t.get("sweep") or {}).get("recommendation") if isinstance(t.get("sweep"), dict) else None
-    if not rec or not rec.get("code"):
+def _sweep_note(t: Threads) -> str:
+    rec = t.sweep.recommendation if t.sweep else None
+    if not rec or not rec.code:
         return " `diagnose threads --sweep` measures the best setting."
-    return f" Measured by the thread sweep: {rec['code']} ({rec.get('env', '')}) is within 5% of the best throughput."
+    return f" Measured by the thread sweep: {rec.code} ({rec.env}) is within 5% of the best throughput."
 
 
 def _severity(share: float, medium: float, high: float, low: float | None = None) -> str | None:
@@ -102,25 +103,25 @@ def _severity(share: float, medium: float, high: float, low: float | None = None
 
 
 def oversubscription(report: Report) -> list[Finding]:
-    t = report.threads or {}
-    if not _measured(t):
+    t = report.threads
+    if t is None or not _measured(t):
         return []
     usable = _usable(report, t)
-    share = float(t["runqueue_wait_share"])
-    runnable = float(t["mean_runnable"])
+    share = float(t.runqueue_wait_share)
+    runnable = float(t.mean_runnable)
     if share < WAIT_SHARE_MEDIUM or runnable <= usable:
         return []
     severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH)
     compute = _compute_processes(t)
-    workers = [p for p in compute if p.get("role") == "dataloader_worker"]
-    mains = [p for p in compute if p.get("role") != "dataloader_worker"]
+    workers = [p for p in compute if p.role == "dataloader_worker"]
+    mains = [p for p in compute if p.role != "dataloader_worker"]
     evidence: dict[str, Any] = {
         "mean_runnable": runnable, "usable_cpus": usable, "runqueue_wait_share": share,
         "share_pct": round(100 * share, 1), "threshold_wait_share": WAIT_SHARE_HIGH if severity == "high"
-        else WAIT_SHARE_MEDIUM, "cpu_used": t.get("cpu_used"), "others_cpus": t.get("others_cpus"),
-        "method": t.get("method"), "compute_processes": len(compute),
+        else WAIT_SHARE_MEDIUM, "cpu_used": t.cpu_used, "others_cpus": t.others_cpus,
+        "method": t.method, "compute_processes": len(compute),
         "active_threads": sum(_active(p) for p in compute),
-        "processes": _process_evidence(sorted(compute, key=lambda p: -(p.get("mean_runnable") or 0))),
+        "processes": _process_evidence(sorted(compute, key=lambda p: -(p.mean_runnable or 0))),
         "intra_op_threads": report.machine.intra_op_threads,
     }
     if workers and mains:
@@ -153,7 +154,7 @@ def oversubscription(report: Report) -> list[Finding]:
                       f"thread{'s' if fair > 1 else ''} <= {usable} CPUs. torchrun sets OMP_NUM_THREADS=1 itself only "
                       f"when the variable is unset; multiprocessing and plain subprocesses do not."
                       + _sweep_note(t))
-        pids = {p.get("pid") for p in compute}
+        pids = {p.pid for p in compute}
         ranks = [e for e in (report.distributed.ranks if report.distributed else []) if e.pid in pids]
         if ranks:  # torchrun ranks of this node (diagnose --nproc-per-node): the split is per rank
             fair = max(1, usable // len(ranks))
@@ -171,12 +172,12 @@ def oversubscription(report: Report) -> list[Finding]:
                                              f"{','.join(map(str, intra))} intra-op threads" if intra else "")
                           + "." + _sweep_note(t))
     else:
-        proc = compute[0] if compute else max(t.get("processes") or [{}], key=lambda p: p.get("mean_runnable") or 0)
-        pools = proc.get("pools") or {}
-        intra = sum((pools.get(k) or {}).get("active_threads", 0) for k in ("main", "intra_op"))
-        inter = (pools.get("inter_op") or {}).get("active_threads", 0)
+        proc = compute[0] if compute else max(t.processes, key=lambda p: p.mean_runnable or 0, default=None)
+        pools = proc.pools if proc else {}
+        intra = sum(pools[k].active_threads for k in ("main", "intra_op") if k in pools)
+        inter = pools["inter_op"].active_threads if "inter_op" in pools else 0
         env_omp = report.machine.threading_env.get("OMP_NUM_THREADS")
-        evidence.update(cause="one_process", pid=proc.get("pid"), intra_op_active_threads=intra,
+        evidence.update(cause="one_process", pid=proc.pid if proc else None, intra_op_active_threads=intra,
                         inter_op_active_threads=inter, recommended_threads=usable)
         title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: one process runs "
                  f"{intra} busy intra-op threads" + (f" and {inter} inter-op threads" if inter else "")
@@ -192,13 +193,12 @@ def oversubscription(report: Report) -> list[Finding]:
     location = None
     if evidence["cause"] == "one_process" or evidence.get("ranks"):
         limit = usable if evidence["cause"] == "one_process" else evidence["fair_share_threads"]
-        calls = [c for c in t.get("thread_calls") or []
-                 if c.get("call") == "set_num_threads" and (c.get("threads") or 0) > limit and c.get("location")]
+        calls = [c for c in t.thread_calls if c.call == "set_num_threads" and c.threads > limit and c.location]
         if calls:  # the target's own call that asked for more threads than CPUs
-            location = calls[-1]["location"]
-            evidence["set_num_threads_call"] = calls[-1]
-    rec = (t.get("sweep") or {}).get("recommendation") if isinstance(t.get("sweep"), dict) else None
-    gain = (rec or {}).get("gain_vs_configured_pct")
+            location = calls[-1].location
+            evidence["set_num_threads_call"] = dataclasses.asdict(calls[-1])
+    rec = t.sweep.recommendation if t.sweep else None
+    gain = rec.gain_vs_configured_pct if rec else None
     evidence.update(time_at_stake_pct=round(100 * share, 1),
                     time_at_stake_basis=f"run-queue wait share ({UPPER_BOUND})")
     if gain is not None:
@@ -206,7 +206,7 @@ def oversubscription(report: Report) -> list[Finding]:
         # throughput gained -> wall time saved
         evidence.update(time_at_stake_pct=round(max(0.0, 100 * (1 - 1 / (1 + gain / 100))), 1),
                         time_at_stake_basis="wall time the thread sweep measured to save")
-        title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec['code']}"
+        title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec.code}"
         if gain < SWEEP_NEGLIGIBLE_PCT:
             severity = "low"
             suggestion = (f"The measured cost is small for this workload ({gain:+.1f}% throughput from the "
@@ -217,32 +217,32 @@ def oversubscription(report: Report) -> list[Finding]:
 
 
 def external_contention(report: Report) -> list[Finding]:
-    t = report.threads or {}
-    if not _measured(t) or t.get("others_cpus") is None:
+    t = report.threads
+    if t is None or not _measured(t) or t.others_cpus is None:
         return []
     usable = _usable(report, t)
-    others = float(t["others_cpus"])
-    share = float(t["runqueue_wait_share"])
+    others = float(t.others_cpus)
+    share = float(t.runqueue_wait_share)
     minimum = max(EXTERNAL_MIN_OTHERS_CPUS, EXTERNAL_MIN_OTHERS_SHARE * usable)
     severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH, EXTERNAL_WAIT_SHARE_LOW)
     if others < minimum or severity is None:
         return []
-    runnable = float(t["mean_runnable"])
+    runnable = float(t.mean_runnable)
     own = runnable <= usable
-    tops = t.get("other_processes") or []
-    names = ", ".join(f"{o.get('name')} (pid {o.get('pid')}, {o.get('cpu_s')} CPU-s)" for o in tops[:3])
+    tops = t.other_processes
+    names = ", ".join(f"{o.name} (pid {o.pid}, {o.cpu_s} CPU-s)" for o in tops[:3])
     title = (f"Other processes used {others:.1f} of the machine's CPUs while this run's threads waited "
              f"{100 * share:.0f}% of their runnable time"
              + (" - the waiting is not the workload's doing" if own else ""))
     return [Finding(
         kind="external_contention", severity=severity, title=title, op=None, location=None,
         evidence={"others_cpus": others, "threshold_others_cpus": minimum,
-                  "machine_busy_cpus": t.get("machine_busy_cpus"),
-                  "cpu_used": t.get("cpu_used"), "mean_runnable": runnable, "usable_cpus": usable,
+                  "machine_busy_cpus": t.machine_busy_cpus,
+                  "cpu_used": t.cpu_used, "mean_runnable": runnable, "usable_cpus": usable,
                   "runqueue_wait_share": share, "share_pct": round(100 * share, 1),
                   "threshold_wait_share": {"high": WAIT_SHARE_HIGH, "medium": WAIT_SHARE_MEDIUM}.get(
                       severity, EXTERNAL_WAIT_SHARE_LOW),
-                  "other_processes": tops[:5], "method": t.get("method"),
+                  "other_processes": [dataclasses.asdict(o) for o in tops[:5]], "method": t.method,
                   "time_at_stake_pct": round(100 * share, 1),
                   "time_at_stake_basis": "run-queue wait share (time other processes took)"},
         suggestion=("Timings from this run are skewed by other load on the machine"
@@ -254,20 +254,20 @@ def external_contention(report: Report) -> list[Finding]:
 
 
 def undersubscription(report: Report) -> list[Finding]:
-    t = report.threads or {}
-    if not _measured(t) or t.get("cpu_used") is None or t.get("busy_share") is None:
+    t = report.threads
+    if t is None or not _measured(t) or t.cpu_used is None or t.busy_share is None:
         return []
     usable = _usable(report, t)
-    cpu_used = float(t["cpu_used"])
+    cpu_used = float(t.cpu_used)
     idle = usable - cpu_used
-    busy_share = float(t["busy_share"])
-    machine_busy = t.get("machine_busy_cpus")
-    seen = t.get("machine_cpus_seen")
+    busy_share = float(t.busy_share)
+    machine_busy = t.machine_busy_cpus
+    seen = t.machine_cpus_seen
     # /proc/stat covers every CPU of the machine: it says whether the usable ones sat idle
     # only when they are all there is (not for a run pinned to a few CPUs of a big host)
     comparable = machine_busy is not None and (seen is None or seen <= usable + 0.5)
     machine_idle = usable - float(machine_busy) if comparable else idle
-    share = float(t["runqueue_wait_share"])
+    share = float(t.runqueue_wait_share)
     if busy_share < UNDER_MIN_BUSY_SHARE or idle < UNDER_MIN_IDLE_CPUS or machine_idle < UNDER_MIN_IDLE_CPUS \
             or share >= WAIT_SHARE_MEDIUM:
         return []
@@ -294,10 +294,10 @@ def undersubscription(report: Report) -> list[Finding]:
         evidence={"cpu_used": cpu_used, "usable_cpus": usable, "idle_cpus": round(idle, 3),
                   "threshold_idle_cpus": UNDER_MIN_IDLE_CPUS, "busy_share": busy_share,
                   "threshold_busy_share": UNDER_MIN_BUSY_SHARE, "machine_busy_cpus": machine_busy,
-                  "runqueue_wait_share": share, "mean_runnable": t.get("mean_runnable"),
+                  "runqueue_wait_share": share, "mean_runnable": t.mean_runnable,
                   "intra_op_threads": intra, "active_threads": active,
                   "share_pct": round(100 * idle / usable, 1),
-                  "processes": _process_evidence(compute), "method": t.get("method"),
+                  "processes": _process_evidence(compute), "method": t.method,
                   "time_at_stake_pct": round(100 * idle / usable, 1),
                   "time_at_stake_basis": f"idle usable CPUs' share (perfect scaling, {UPPER_BOUND})",
                   # serial work (Python, small operators) leaves the CPUs idle: a consequence the python

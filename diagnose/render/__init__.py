@@ -59,7 +59,7 @@ class Picture:
 
 
 PICTURES = (
-    Picture("threads.png", "threads", "threads_png", lambda r: r.threads.get("timeline")),
+    Picture("threads.png", "threads", "threads_png", lambda r: r.threads.timeline if r.threads else None),
     Picture("flamegraph.png", "operators", "flame_png", lambda r: r.stacks),
     Picture("roofline.png", "efficiency", "roofline_png",
             lambda r: r.efficiency.operators if r.efficiency else None),

@@ -164,30 +164,30 @@ def user_functions(report: Report, limit: int):
 
 def threads_lines(report: Report) -> list[str]:
     """What the thread sampler saw, in plain words, with how it was measured."""
-    t = report.threads or {}
-    if t.get("mean_runnable") is None:
+    t = report.threads
+    if t is None or t.mean_runnable is None:
         return []
-    how = "schedstat" if t.get("schedstat_available") else "sampled thread states (schedstat off: coarser)"
-    lines = [f"sampled /proc every {t.get('interval_s')} s for {duration(t.get('duration_s'))} "
-             f"({t.get('samples')} samples, from {how}) during the uninstrumented pass",
-             f"{t.get('usable_cpus')} usable CPUs; mean runnable threads {t['mean_runnable']:.2f}; "
-             f"run-queue wait {100 * (t.get('runqueue_wait_share') or 0):.0f}% of runnable time; "
-             f"CPUs used {t.get('cpu_used') or 0:.2f}"
-             + (f"; other processes used {t['others_cpus']:.2f} CPUs" if t.get("others_cpus") is not None else "")]
-    for p in (t.get("processes") or [])[:6]:
-        if not p.get("compute") and p.get("role") != "target":
+    how = "schedstat" if t.schedstat_available else "sampled thread states (schedstat off: coarser)"
+    lines = [f"sampled /proc every {t.interval_s} s for {duration(t.duration_s)} "
+             f"({t.samples} samples, from {how}) during the uninstrumented pass",
+             f"{t.usable_cpus} usable CPUs; mean runnable threads {t.mean_runnable:.2f}; "
+             f"run-queue wait {100 * (t.runqueue_wait_share or 0):.0f}% of runnable time; "
+             f"CPUs used {t.cpu_used or 0:.2f}"
+             + (f"; other processes used {t.others_cpus:.2f} CPUs" if t.others_cpus is not None else "")]
+    for p in t.processes[:6]:
+        if not p.compute and p.role != "target":
             continue
-        pools = ", ".join(f"{k} {v}" for k, v in (p.get("threads") or {}).items())
-        active = sum((p.get("active_threads") or {}).values())
-        who = f"rank {p['rank']}" if p.get("rank") is not None else p.get("role")  # torchrun ranks (distributed)
-        lines.append(f"{who} pid {p.get('pid')}: {p.get('max_threads')} threads ({pools}), "
-                     f"{active} active; runnable {p.get('mean_runnable') or 0:.2f}, CPUs {p.get('cpu_used') or 0:.2f}, "
-                     f"wait {100 * (p.get('wait_share') or 0):.0f}%")
-    health = t.get("health") or {}
-    if health.get("overhead_cpu_share") is not None:
-        lines.append(f"sampler cost {100 * health['overhead_cpu_share']:.2f}% of one CPU; "
-                     f"{health.get('missed_samples', 0)} missed samples, "
-                     f"{health.get('unreadable_files', 0)} unreadable files")
+        pools = ", ".join(f"{k} {v}" for k, v in p.threads.items())
+        active = sum(p.active_threads.values())
+        who = f"rank {p.rank}" if p.rank is not None else p.role  # torchrun ranks (distributed)
+        lines.append(f"{who} pid {p.pid}: {p.max_threads} threads ({pools}), "
+                     f"{active} active; runnable {p.mean_runnable or 0:.2f}, CPUs {p.cpu_used or 0:.2f}, "
+                     f"wait {100 * (p.wait_share or 0):.0f}%")
+    health = t.health
+    if health is not None and health.overhead_cpu_share is not None:
+        lines.append(f"sampler cost {100 * health.overhead_cpu_share:.2f}% of one CPU; "
+                     f"{health.missed_samples} missed samples, "
+                     f"{health.unreadable_files} unreadable files")
     return lines
 
 
@@ -307,29 +307,31 @@ def doctor_lines(report: Report) -> list[str]:
 
 def sweep_rows(report: Report) -> tuple[list[tuple[str, ...]], str | None]:
     """The thread sweep as table rows (header first) and its recommendation line."""
-    sweep = (report.threads or {}).get("sweep") or {}
-    points = (sweep.get("threads") or []) + (sweep.get("workers") or [])
+    sweep = report.threads.sweep if report.threads else None
+    if sweep is None:
+        return [], None
+    points = sweep.threads + sweep.workers
     if not points:
-        return [], sweep.get("status")
-    unit = sweep.get("unit") or "runs"
+        return [], sweep.status
+    unit = sweep.unit
     rows = [("intra-op threads", "DataLoader workers", f"time per {unit[:-1]}", f"{unit}/s", "spread", "runs")]
     for p in points:
-        w = p.get("dataloader_workers")
-        rows.append((str(p["intra_op_threads"]), "-" if w is None else str(w), duration(p.get("median_s")),
-                     f"{p['throughput_per_s']:.3g}" if p.get("throughput_per_s") else "failed",
-                     f"±{p['spread_pct'] / 2:.1f}%" if p.get("spread_pct") is not None else "-",
-                     f"{len(p.get('runs_s') or [])}" + (f" ({p['failed_runs']} failed)" if p.get("failed_runs") else "")))
-    rec = sweep.get("recommendation")
+        w = p.dataloader_workers
+        rows.append((str(p.intra_op_threads), "-" if w is None else str(w), duration(p.median_s),
+                     f"{p.throughput_per_s:.3g}" if p.throughput_per_s else "failed",
+                     f"±{p.spread_pct / 2:.1f}%" if p.spread_pct is not None else "-",
+                     f"{len(p.runs_s)}" + (f" ({p.failed_runs} failed)" if p.failed_runs else "")))
+    rec = sweep.recommendation
     line = None
     if rec:
-        gain = rec.get("gain_vs_configured_pct")
-        line = (f"recommended: {rec['code']}  (or {rec['env']}): the smallest setting within "
-                f"{sweep.get('tolerance_pct', 5)}% of the best measured throughput"
-                + (f"; {gain:+.1f}% vs the configured {sweep.get('configured_threads')} threads" if gain is not None else ""))
-        over = rec.get("passed_over")
+        gain = rec.gain_vs_configured_pct
+        line = (f"recommended: {rec.code}  (or {rec.env}): the smallest setting within "
+                f"{sweep.tolerance_pct}% of the best measured throughput"
+                + (f"; {gain:+.1f}% vs the configured {sweep.configured_threads} threads" if gain is not None else ""))
+        over = rec.passed_over
         if over:
-            line += (f"; {over['intra_op_threads']} threads measured {over['lead_pct']:+.1f}%, not clearly faster "
-                     f"than the {sweep.get('usable_cpus')} usable CPUs (more than {sweep.get('tolerance_pct', 5)}%, "
+            line += (f"; {over.intra_op_threads} threads measured {over.lead_pct:+.1f}%, not clearly faster "
+                     f"than the {sweep.usable_cpus} usable CPUs (more than {sweep.tolerance_pct}%, "
                      "in every run), so not worth oversubscribing")
     return rows, line
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 from diagnose.render import distributed, fmt
 from diagnose.report import io as report_io
-from diagnose.report.model import Finding, OperatorSummary, Peaks, Report
+from diagnose.report.model import Finding, OperatorSummary, Peaks, Report, Threads
 
 MAX_OPERATOR_ROWS = 500
 MAX_FUNCTION_ROWS = 15
@@ -363,22 +363,22 @@ def _python(report: Report, image_dir: str | None) -> str:
 
 def _threads(report: Report, image_dir: str | None) -> str:
     out = []
-    t = report.threads or {}
+    t = report.threads or Threads()
     lines = fmt.threads_lines(report)
     if lines:
         health = [line for line in lines if line.startswith("sampler cost")]
         out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines[:2]) + "</ul>")
-        out.append(_noise(*health, f"method: {t.get('method')}" if t.get("method") else None))
-    elif t.get("reason"):
-        out.append(f"<p>{_e(t.get('reason'))}</p>")
-    procs = t.get("processes") or []
+        out.append(_noise(*health, f"method: {t.method}" if t.method else None))
+    elif t.reason:
+        out.append(f"<p>{_e(t.reason)}</p>")
+    procs = t.processes
     if procs:
         rows = [("pid", "role", "name", "threads by pool", "active", "runnable", "CPUs used", "run-queue wait")]
         for p in procs[:20]:
-            pools = ", ".join(f"{k} {v}" for k, v in (p.get("threads") or {}).items())
-            rows.append((str(p.get("pid")), str(p.get("role")), str(p.get("name") or ""), pools or "-",
-                         str(sum((p.get("active_threads") or {}).values())), f"{p.get('mean_runnable') or 0:.2f}",
-                         f"{p.get('cpu_used') or 0:.2f}", f"{100 * (p.get('wait_share') or 0):.0f}%"))
+            pools = ", ".join(f"{k} {v}" for k, v in p.threads.items())
+            rows.append((str(p.pid), str(p.role), str(p.name or ""), pools or "-",
+                         str(sum(p.active_threads.values())), f"{p.mean_runnable or 0:.2f}",
+                         f"{p.cpu_used or 0:.2f}", f"{100 * (p.wait_share or 0):.0f}%"))
         out.append("<h3>Processes</h3>" + _table(rows, numeric=(0, 4, 5, 6, 7)))
     out.append(_image(report, image_dir, "threads_png", "runnable threads and CPUs used over time"))
     rows, recommendation = fmt.sweep_rows(report)
@@ -387,10 +387,10 @@ def _threads(report: Report, image_dir: str | None) -> str:
                    "spread is the half-range of its runs.</p>" + _table(rows, numeric=(0, 1, 2, 3, 4, 5)))
     if recommendation:
         out.append(f'<p class="recommend">{_e(recommendation)}</p>')
-    env = [x for x in t.get("environment") or [] if isinstance(x, dict) and x.get("level") == "warning"]
+    env = [x for x in t.environment if x.level == "warning"]
     if env:
         out.append("<h3>Threading environment</h3><ul>" + "".join(
-            f"<li><code>{_e(x.get('name'))}={_e(x.get('value'))}</code>: {_e(x.get('implication'))}</li>"
+            f"<li><code>{_e(x.name)}={_e(x.value)}</code>: {_e(x.implication)}</li>"
             for x in env) + "</ul>")
     out.append(_notes(report, "threads"))
     return "".join(out)

@@ -191,9 +191,9 @@ def _threads(report: Report) -> list[str]:
         out.append("")
     if recommendation:
         out += [f"**{_cell(recommendation)}**", ""]
-    env = [e for e in (report.threads or {}).get("environment") or [] if e.get("level") == "warning"]
+    env = [e for e in (report.threads.environment if report.threads else []) if e.level == "warning"]
     if env:
-        out += ["Threading environment:", ""] + [f"- `{e['name']}={e['value']}`: {_cell(e['implication'])}" for e in env]
+        out += ["Threading environment:", ""] + [f"- `{e.name}={e.value}`: {_cell(e.implication)}" for e in env]
         out.append("")
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from diagnose.report.model import Report, RooflineRow
+from diagnose.report.model import Report, RooflineRow, ThreadProcess
 
 MAX_PROCESSES_DRAWN = 6  # the rest are summed into "other processes"
 LABEL_GAP_PX = 13  # roofline.png: vertical room per operator label (8 pt text at 100 dpi)
@@ -74,32 +74,31 @@ def _pyplot():
     return plt
 
 
-def _label(p: dict[str, Any]) -> str:
-    role = (p.get("role") or "process").replace("_", " ")
-    return f"{role} {p.get('pid')}"
+def _label(pid: int, p: ThreadProcess | None) -> str:
+    role = ((p.role if p else None) or "process").replace("_", " ")
+    return f"{role} {pid}"
 
 
 def threads_png(report: Report, path: str) -> str | None:
-    t = report.threads or {}
-    timeline = t.get("timeline") or {}
-    xs = timeline.get("t_s") or []
-    if len(xs) < 2:
+    t = report.threads
+    timeline = t.timeline if t else None
+    xs = timeline.t_s if timeline else []
+    if t is None or timeline is None or len(xs) < 2:
         return "the thread sampler took too few samples to draw a timeline"
     try:
         plt = _pyplot()
     except ImportError as exc:
         return f"matplotlib is not importable ({exc}); pip install matplotlib"
-    usable = t.get("usable_cpus") or report.machine.usable_cpus
-    info = {p.get("pid"): p for p in t.get("processes") or []}
-    series = timeline.get("processes") or []
-    series = sorted(series, key=lambda s: -sum(v or 0 for v in s.get("cpu_used") or []))
+    usable = t.usable_cpus or report.machine.usable_cpus
+    info = {p.pid: p for p in t.processes}
+    series = sorted(timeline.processes, key=lambda s: -sum(v or 0 for v in s.cpu_used))
     drawn, rest = series[:MAX_PROCESSES_DRAWN], series[MAX_PROCESSES_DRAWN:]
-    labels = [_label(info.get(s["pid"], {"pid": s["pid"]})) for s in drawn]
+    labels = [_label(s.pid, info.get(s.pid)) for s in drawn]
 
     def stack(key: str) -> list[list[float]]:
-        rows = [[v or 0.0 for v in s.get(key) or [0.0] * len(xs)] for s in drawn]
+        rows = [[v or 0.0 for v in getattr(s, key) or [0.0] * len(xs)] for s in drawn]
         if rest:
-            rows.append([sum((s.get(key) or [0.0] * len(xs))[i] or 0.0 for s in rest) for i in range(len(xs))])
+            rows.append([sum((getattr(s, key) or [0.0] * len(xs))[i] or 0.0 for s in rest) for i in range(len(xs))])
         return rows
 
     if rest:
@@ -107,7 +106,7 @@ def threads_png(report: Report, path: str) -> str | None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, constrained_layout=True)
     top.stackplot(xs, stack("runnable"), labels=labels, step="pre", alpha=0.85)
     bottom.stackplot(xs, stack("cpu_used"), labels=labels, step="pre", alpha=0.85)
-    busy = timeline.get("machine_busy_cpus")
+    busy = timeline.machine_busy_cpus
     if busy and any(v is not None for v in busy):
         bottom.step(xs, [v if v is not None else float("nan") for v in busy], where="pre", color="black",
                     linewidth=1, linestyle=":", label="whole machine busy")
@@ -124,8 +123,8 @@ def threads_png(report: Report, path: str) -> str | None:
                           "setup and warm-up not shown)")
     else:
         bottom.set_xlabel("seconds since the measured workload began")
-    wait = t.get("runqueue_wait_share")
-    title = f"Threads of {report.target.script}: mean runnable {t.get('mean_runnable') or 0:.2f} on {usable} usable CPUs"
+    wait = t.runqueue_wait_share
+    title = f"Threads of {report.target.script}: mean runnable {t.mean_runnable or 0:.2f} on {usable} usable CPUs"
     if wait is not None:
         title += f", run-queue wait {wait * 100:.0f}% of runnable time"
     top.set_title(title, fontsize=10)

@@ -51,6 +51,7 @@ V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {
     "efficiency": _empty_is_null,  # v1's keys are the v2 fields (model.Efficiency)
     "counters": _empty_is_null,  # likewise (model.Counters)
     "distributed": _v1_distributed,
+    "threads": _empty_is_null,  # same fields; {} (no sampler, no thread call recorded) is null
 }
 
 # version -> function turning that version's dict into the next version's

@@ -1059,6 +1059,232 @@ class Distributed:
     merged_from: list[MergedFrom] = field(default_factory=list)  # diagnose merge: the node reports
 
 
+# ---- threads: the thread sampler's view of the process tree (layers/threads/, findings/threads.py)
+# CPUs are counts of CPUs averaged over the sampled span (duration_s); shares are 0..1.
+
+
+@dataclass
+class PoolStats:
+    """One thread pool of a process, or of the whole tree: main, intra_op, inter_op, dataloader_pin, other
+    (layers/threads/analysis.py says how a thread's name gives its pool)."""
+
+    threads: int = 0
+    active_threads: int = 0  # threads that used >= 1% of a CPU over the run (analysis.ACTIVE_MIN_CPUS)
+    cpu_s: float = 0.0
+    wait_s: float = 0.0  # time on a run queue, waiting for a CPU
+    mean_runnable: float = 0.0  # its threads that wanted a CPU (running or waiting), time-averaged
+
+
+@dataclass
+class ThreadProcess:
+    """One process of the target's tree as the sampler saw it."""
+
+    pid: int
+    ppid: int | None = None
+    role: str = "child"  # target, dataloader_worker, mp_worker, helper, child
+    name: str | None = None  # its comm
+    cmdline: str = ""  # at most analysis.CMDLINE_MAX_CHARS
+    threads: dict[str, int] = field(default_factory=dict)  # pool -> threads seen over the run
+    active_threads: dict[str, int] = field(default_factory=dict)  # pool -> threads that did work
+    max_threads: int = 0  # most threads alive at once
+    mean_runnable: float | None = None
+    cpu_used: float | None = None
+    cpu_s: float | None = None
+    wait_s: float | None = None
+    wait_share: float | None = None  # wait over runnable time
+    involuntary_switches: int = 0  # preemptions
+    pools: dict[str, PoolStats] = field(default_factory=dict)
+    cpus_allowed: list[str] = field(default_factory=list)  # its threads' affinity lists, e.g. "0-1"
+    first_seen_s: float | None = None  # since the first sample
+    last_seen_s: float | None = None
+    compute: bool = False  # used >= 0.1 CPU or wanted >= 0.2 on average (helpers never)
+    rank: int | None = None  # its torchrun rank (distributed/view.py), None outside torchrun
+
+
+@dataclass
+class OtherProcess:
+    """A process outside the tree that used CPU during the run (the top few)."""
+
+    pid: int
+    name: str | None = None
+    cpu_s: float = 0.0
+
+
+@dataclass
+class BusyThread:
+    """A thread that did work (the doctor's topology check reads where it ran)."""
+
+    pid: int
+    tid: int
+    pool: str
+    cpu_used: float | None = None
+    cpus: list[int] = field(default_factory=list)  # CPUs it was seen running on
+    cpu_samples: int = 0  # samples that read its CPU
+    cpu_changes: int = 0  # times its CPU differed from the previous sample
+
+
+@dataclass
+class ProcessTimeline:
+    """One process's share of the timeline, per interval."""
+
+    pid: int
+    runnable: list[float] = field(default_factory=list)
+    cpu_used: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ThreadTimeline:
+    """Per-interval averages (each exact), at most analysis.TIMELINE_MAX_POINTS intervals; threads.png."""
+
+    t_s: list[float] = field(default_factory=list)  # end of each interval, since the first sample
+    runnable: list[float] = field(default_factory=list)  # the tree's
+    cpu_used: list[float] = field(default_factory=list)
+    machine_busy_cpus: list[float | None] = field(default_factory=list)  # /proc/stat; None where unread
+    processes: list[ProcessTimeline] = field(default_factory=list)  # in the order of Threads.processes
+
+
+@dataclass
+class SamplerHealth:
+    """How the sampling went: what it missed and what it cost."""
+
+    samples: int = 0
+    kept_snapshots: int = 0
+    missed_samples: int = 0
+    late_samples: int = 0
+    unreadable_files: int = 0
+    vanished_files: int = 0  # unreadable because the thread or process had exited
+    sampler_cpu_s: float | None = None
+    overhead_cpu_share: float | None = None  # the sampler's CPU over the wall time, as a share of one CPU
+    read_s_mean: float | None = None  # one sample's reading time
+    interval_s: float | None = None
+    final_interval_s: float | None = None  # after decimations and slowdowns
+    decimations: int = 0  # times the kept snapshots were halved (and the interval doubled) to bound memory
+    slowdowns: int = 0  # times the interval was doubled to keep the sampler within its CPU budget
+    stopped_by: str | None = None  # tree_exited, stop, max_duration, root_not_found
+    error: str | None = None
+
+
+@dataclass
+class EnvSetting:
+    """One threading setting and what it implies on this machine (layers/threads/environment.py)."""
+
+    name: str  # an environment variable (OMP_NUM_THREADS), or a torch setting (intra_op_threads, parallel_backend)
+    value: str | int | None  # None: unset
+    implication: str
+    level: str = "info"  # "warning" (likely to cost time here) or "info"
+
+
+@dataclass
+class ThreadCall:
+    """The target's own call that set a thread count (uninstrumented pass, runner._record_thread_calls)."""
+
+    call: str  # set_num_threads or set_num_interop_threads
+    threads: int
+    location: str | None = None  # file.py:LINE in the user's code
+
+
+@dataclass
+class SweepPoint:
+    """One setting of the thread sweep, run `repeats` times interleaved with the others."""
+
+    intra_op_threads: int
+    dataloader_workers: int | None = None  # None: the target's own count
+    runs_s: list[float] = field(default_factory=list)  # seconds per unit (Sweep.unit) of each run that worked
+    failed_runs: int = 0
+    median_s: float | None = None
+    throughput_per_s: float | None = None  # 1 / median_s
+    spread_pct: float | None = None  # (slowest - fastest run) / median
+
+
+@dataclass
+class SweepSetting:
+    """A setting of the sweep and its throughput: the best measured, or one passed over."""
+
+    throughput_per_s: float
+    intra_op_threads: int | None = None  # set for the thread sweep's points
+    dataloader_workers: int | None = None  # set for the worker sweep's points
+    lead_pct: float | None = None  # passed over: its lead over the best within the usable CPUs
+
+
+@dataclass
+class SweepPick:
+    """The worker sweep's choice: the smallest count within the tolerance of the best throughput."""
+
+    throughput_per_s: float
+    dataloader_workers: int | None = None
+    best: SweepSetting | None = None
+    passed_over: SweepSetting | None = None  # faster, above the usable CPUs, but not clearly
+    tolerance_pct: int = 5
+
+
+@dataclass
+class SweepRecommendation:
+    """The settings the sweep measured best, as environment and as code."""
+
+    intra_op_threads: int | None = None
+    dataloader_workers: int | None = None  # None: the worker count was not swept
+    throughput_per_s: float | None = None
+    best: SweepSetting | None = None
+    passed_over: SweepSetting | None = None  # faster, above the usable CPUs, but not clearly
+    gain_vs_configured_pct: float | None = None  # throughput against the configured thread count's
+    env: str = ""  # "OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"
+    code: str = ""  # "torch.set_num_threads(2)", with "; DataLoader(..., num_workers=N)" when swept
+
+
+@dataclass
+class Sweep:
+    """--sweep: the workload measured at several thread settings (layers/threads/sweep.py)."""
+
+    status: str | None = None  # set when it did not finish ("interrupted before the sweep finished")
+    unit: str = "runs"  # what a point's seconds are per: "iterations" (function mode) or "runs" (script mode)
+    repeats: int = 0
+    tolerance_pct: int = 5  # the smallest setting within this of the best throughput is recommended
+    usable_cpus: int = 0
+    configured_threads: int | None = None
+    configured_workers: int | None = None
+    threads: list[SweepPoint] = field(default_factory=list)
+    workers: list[SweepPoint] = field(default_factory=list)  # at the chosen thread count, with a DataLoader
+    workers_pick: SweepPick | None = None
+    recommendation: SweepRecommendation | None = None
+
+
+@dataclass
+class Threads:
+    """Who wanted the CPUs over the uninstrumented pass, across the target's whole process tree
+    (layers/threads/analysis.py defines each measure). With fewer than two samples the measures are None
+    and `reason` says why."""
+
+    usable_cpus: int = 0
+    samples: int = 0
+    duration_s: float = 0.0  # between the first and the last sample
+    interval_s: float | None = None
+    schedstat_available: bool = False  # False: CPU and runnable time from sampled thread states
+    method: str | None = None  # "schedstat" or "state_sampling"
+    mean_runnable: float | None = None  # threads that wanted a CPU (running or on a run queue)
+    runqueue_wait_share: float | None = None  # run-queue wait over runnable time
+    cpu_used: float | None = None
+    cpu_s: float | None = None
+    wait_s: float | None = None
+    busy_share: float | None = None  # share of the wall time the tree kept at least one CPU busy
+    involuntary_switches_per_s: float | None = None
+    machine_busy_cpus: float | None = None  # /proc/stat (in a container maybe the host's)
+    machine_cpus_seen: float | None = None  # CPUs /proc/stat accounts for
+    others_cpus: float | None = None  # the machine's busy CPUs minus the tree's and the sampler's
+    other_processes: list[OtherProcess] = field(default_factory=list)
+    processes: list[ThreadProcess] = field(default_factory=list)  # the target first, then by CPU time
+    compute_processes: int = 0
+    dataloader_workers: int = 0  # most alive at once
+    pools: dict[str, PoolStats] = field(default_factory=dict)  # pool -> the tree's total
+    busy_threads: list[BusyThread] = field(default_factory=list)
+    timeline: ThreadTimeline | None = None
+    health: SamplerHealth | None = None
+    reason: str | None = None  # why nothing was measured
+    environment: list[EnvSetting] = field(default_factory=list)
+    thread_calls: list[ThreadCall] = field(default_factory=list)  # the target's own thread-count calls
+    sweep: Sweep | None = None  # --sweep
+    node_rank: int | None = None  # a merged multi-node report: the node whose threads these are
+
+
 @dataclass
 class Report:
     target: TargetInfo
@@ -1069,7 +1295,7 @@ class Report:
     operator_summary: OperatorSummary | None = None  # None: the operator pass gave nothing
     python_hotspots: list[PythonFunction] = field(default_factory=list)
     python_summary: PythonSummary | None = None  # None: the call-graph pass gave nothing
-    threads: dict[str, Any] = field(default_factory=dict)
+    threads: Threads | None = None  # thread sampling (None: the threads layer did not run)
     microbenchmarks: list[MicrobenchRow] = field(default_factory=list)
     efficiency: Efficiency | None = None  # machine peaks, per-operator roofline (None: the layer did not run)
     counters: Counters | None = None  # perf / VTune, where the machine has them (None: no counters)

@@ -15,8 +15,8 @@ from diagnose import findings
 from diagnose.render import html
 from diagnose.report import io
 from diagnose.report.model import (Counters, Efficiency, Finding, LayerStatus, MicrobenchRow, OperatorRow, Peaks,
-                                   PythonFunction, Report, RooflineRow, Roofs, Run, SourceShare, TargetInfo,
-                                   VtuneSummary)
+                                   PythonFunction, Report, RooflineRow, Roofs, Run, SourceShare, Sweep, SweepPoint,
+                                   SweepRecommendation, TargetInfo, Threads, VtuneSummary)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a 1x1 PNG
@@ -138,13 +138,12 @@ def test_skipped_layers_show_their_reason_and_partial_data_does_not_break_the_pa
                                                         ridge_flop_per_byte=None),
                               operators=[RooflineRow(name="aten::mm", input_shapes=[], dtypes=[]),
                                          RooflineRow(name="junk", input_shapes=[], dtypes=[], efficiency_pct="junk")])
-    r.threads = {"sweep": {"threads": [{"intra_op_threads": 1, "median_s": 0.5, "throughput_per_s": 2.0,
-                                        "spread_pct": 4.0, "runs_s": [0.5, 0.51]},
-                                       {"intra_op_threads": 2, "median_s": 0.3, "throughput_per_s": 3.3,
-                                        "spread_pct": 2.0, "runs_s": [0.3, 0.31]}],
-                           "recommendation": {"code": "torch.set_num_threads(2)", "env": "OMP_NUM_THREADS=2",
-                                              "gain_vs_configured_pct": 0.0}, "tolerance_pct": 5,
-                           "configured_threads": 2, "unit": "runs"}}
+    r.threads = Threads(sweep=Sweep(
+        threads=[SweepPoint(1, median_s=0.5, throughput_per_s=2.0, spread_pct=4.0, runs_s=[0.5, 0.51]),
+                 SweepPoint(2, median_s=0.3, throughput_per_s=3.3, spread_pct=2.0, runs_s=[0.3, 0.31])],
+        recommendation=SweepRecommendation(code="torch.set_num_threads(2)", env="OMP_NUM_THREADS=2",
+                                           gain_vs_configured_pct=0.0),
+        tolerance_pct=5, configured_threads=2, unit="runs"))
     page = html.render(r)
     sections = {m.group(1): m.group(2) for m in re.finditer(r'<section id="(\w+)">(.*?)</section>', page, re.S)}
     assert "<b>failed</b>: probe crashed" in sections["efficiency"]

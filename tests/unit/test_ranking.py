@@ -13,7 +13,7 @@ from diagnose.findings import stake
 from diagnose.findings import threads as thread_rules
 from diagnose.layers.threads.analysis import analyse
 from diagnose.report.model import (Finding, Machine, OperatorRow, OperatorSummary, PythonFunction, PythonSummary,
-                                   Report, Run, SourceShare, TargetInfo)
+                                   Report, Run, SourceShare, Sweep, SweepRecommendation, TargetInfo)
 
 THREADS = Path(__file__).resolve().parents[1] / "data" / "threads"
 
@@ -180,8 +180,8 @@ def _threads8(gain=None) -> Report:
                  machine=Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=8))
     rep.threads = analyse(json.loads((THREADS / "threads8.json").read_text()), 2)
     if gain is not None:
-        rep.threads["sweep"] = {"recommendation": {"code": "torch.set_num_threads(2)", "env": "OMP_NUM_THREADS=2",
-                                                   "gain_vs_configured_pct": gain}}
+        rep.threads.sweep = Sweep(recommendation=SweepRecommendation(
+            code="torch.set_num_threads(2)", env="OMP_NUM_THREADS=2", gain_vs_configured_pct=gain))
     return rep
 
 

@@ -15,7 +15,8 @@ import pytest
 from diagnose.findings import threads as rules
 from diagnose.layers.threads import environment
 from diagnose.layers.threads.analysis import TIMELINE_MAX_POINTS, analyse, pool_of, role_of
-from diagnose.report.model import Machine, Report, TargetInfo
+from diagnose.report import io as report_io
+from diagnose.report.model import (Machine, Report, Sweep, SweepRecommendation, TargetInfo, ThreadCall, Threads)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "threads"
 USABLE = 2
@@ -82,53 +83,53 @@ def findings(rep: Report):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_analysis_numbers(name):
     t = analyse(load(name), USABLE)
-    assert {k: t[k] for k in EXPECTED[name]} == EXPECTED[name]
-    assert t["usable_cpus"] == USABLE
-    assert t["method"] == ("state_sampling" if name.endswith("noschedstat") else "schedstat")
-    assert t["schedstat_available"] is not name.endswith("noschedstat")
-    json.dumps(t)
+    assert {k: getattr(t, k) for k in EXPECTED[name]} == EXPECTED[name]
+    assert t.usable_cpus == USABLE
+    assert t.method == ("state_sampling" if name.endswith("noschedstat") else "schedstat")
+    assert t.schedstat_available is not name.endswith("noschedstat")
+    json.dumps(report_io.to_dict(t))
 
 
 @pytest.mark.parametrize("name", sorted(PROCESSES))
 def test_processes_roles_and_pools(name):
     t = analyse(load(name), USABLE)
-    got = [(p["role"], p["name"], p["threads"], p["active_threads"]) for p in t["processes"]]
+    got = [(p.role, p.name, p.threads, p.active_threads) for p in t.processes]
     assert got == PROCESSES[name]
 
 
 def test_what_the_numbers_say():
     healthy, eight, loader, mp2 = (analyse(load(n), USABLE) for n in ("healthy", "threads8", "dataloader", "mp2"))
     # docs/measurements.md: healthy <= 0.016, oversubscribed >= 0.33
-    assert healthy["runqueue_wait_share"] <= 0.016
-    assert min(x["runqueue_wait_share"] for x in (eight, loader, mp2)) >= 0.33
-    assert healthy["mean_runnable"] <= USABLE < min(x["mean_runnable"] for x in (eight, loader, mp2))
+    assert healthy.runqueue_wait_share <= 0.016
+    assert min(x.runqueue_wait_share for x in (eight, loader, mp2)) >= 0.33
+    assert healthy.mean_runnable <= USABLE < min(x.mean_runnable for x in (eight, loader, mp2))
     # 8 intra-op threads: main + 7 OpenMP workers did the work
-    assert eight["processes"][0]["pools"]["intra_op"]["active_threads"] + 1 == 8
+    assert eight.processes[0].pools["intra_op"].active_threads + 1 == 8
     # the fallback underestimates demand (docs/measurements.md) but still sees the oversubscription
     fallback = analyse(load("threads8_noschedstat"), USABLE)
-    assert USABLE < fallback["mean_runnable"] < eight["mean_runnable"]
-    assert fallback["runqueue_wait_share"] >= 0.33
+    assert USABLE < fallback.mean_runnable < eight.mean_runnable
+    assert fallback.runqueue_wait_share >= 0.33
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_totals_are_consistent(name):
     t = analyse(load(name), USABLE)
-    assert sum(p["cpu_s"] for p in t["processes"]) == pytest.approx(t["cpu_s"], abs=1e-3)
-    assert sum(p["wait_s"] for p in t["processes"]) == pytest.approx(t["wait_s"], abs=1e-3)
-    assert sum(v["cpu_s"] for v in t["pools"].values()) == pytest.approx(t["cpu_s"], abs=1e-3)
-    tl = t["timeline"]
-    n = len(tl["t_s"])
+    assert sum(p.cpu_s for p in t.processes) == pytest.approx(t.cpu_s, abs=1e-3)
+    assert sum(p.wait_s for p in t.processes) == pytest.approx(t.wait_s, abs=1e-3)
+    assert sum(v.cpu_s for v in t.pools.values()) == pytest.approx(t.cpu_s, abs=1e-3)
+    tl = t.timeline
+    n = len(tl.t_s)
     assert 0 < n <= TIMELINE_MAX_POINTS
-    assert len(tl["runnable"]) == len(tl["cpu_used"]) == len(tl["machine_busy_cpus"]) == n
-    assert [p["pid"] for p in tl["processes"]] == [p["pid"] for p in t["processes"]]
+    assert len(tl.runnable) == len(tl.cpu_used) == len(tl.machine_busy_cpus) == n
+    assert [p.pid for p in tl.processes] == [p.pid for p in t.processes]
     # interval averages weighted by their length give back the run's averages
-    edges = [0.0] + tl["t_s"]
+    edges = [0.0] + tl.t_s
     weights = [b - a for a, b in zip(edges, edges[1:])]
-    mean_cpu = sum(w * c for w, c in zip(weights, tl["cpu_used"])) / sum(weights)
-    assert mean_cpu == pytest.approx(t["cpu_used"], abs=0.01)
-    h = t["health"]
-    assert h["samples"] == t["samples"] and h["stopped_by"] == "tree_exited"
-    assert 0 < h["overhead_cpu_share"] < 0.05
+    mean_cpu = sum(w * c for w, c in zip(weights, tl.cpu_used)) / sum(weights)
+    assert mean_cpu == pytest.approx(t.cpu_used, abs=0.01)
+    h = t.health
+    assert h.samples == t.samples and h.stopped_by == "tree_exited"
+    assert 0 < h.overhead_cpu_share < 0.05
 
 
 def test_timeline_is_bounded_and_exact_on_long_recordings():
@@ -144,10 +145,10 @@ def test_timeline_is_bounded_and_exact_on_long_recordings():
                         "first": snaps[0]["threads"][0], "last": snaps[-1]["threads"][0]}],
            "snapshots": snaps, "health": {"samples": 1001}}
     t = analyse(rec, USABLE)
-    assert len(t["timeline"]["t_s"]) == TIMELINE_MAX_POINTS
-    assert set(t["timeline"]["cpu_used"]) == {1.0} and set(t["timeline"]["runnable"]) == {1.5}
-    assert set(t["timeline"]["machine_busy_cpus"]) == {1.0}
-    assert (t["mean_runnable"], t["runqueue_wait_share"], t["cpu_used"]) == (1.5, 0.3333, 1.0)
+    assert len(t.timeline.t_s) == TIMELINE_MAX_POINTS
+    assert set(t.timeline.cpu_used) == {1.0} and set(t.timeline.runnable) == {1.5}
+    assert set(t.timeline.machine_busy_cpus) == {1.0}
+    assert (t.mean_runnable, t.runqueue_wait_share, t.cpu_used) == (1.5, 0.3333, 1.0)
 
 
 def test_rejects_what_is_not_a_recording():
@@ -244,8 +245,8 @@ def test_other_load_is_external_contention_not_the_model():
 
 def test_a_measured_sweep_recommendation_is_quoted():
     rep = report_for("threads8", intra=8)
-    rep.threads["sweep"] = {"recommendation": {"code": "torch.set_num_threads(2)",
-                                               "env": "OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"}}
+    rep.threads.sweep = Sweep(recommendation=SweepRecommendation(code="torch.set_num_threads(2)",
+                                                                 env="OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"))
     (f,) = findings(rep)
     assert "Measured by the thread sweep: torch.set_num_threads(2)" in f.suggestion
 
@@ -253,8 +254,8 @@ def test_a_measured_sweep_recommendation_is_quoted():
 @pytest.mark.parametrize("gain, severity", [(42.0, "high"), (1.5, "low")])
 def test_the_sweep_measured_gain_sets_what_is_at_stake(gain, severity):
     rep = report_for("threads8", intra=8)
-    rep.threads["sweep"] = {"recommendation": {"code": "torch.set_num_threads(2)", "env": "OMP_NUM_THREADS=2",
-                                               "gain_vs_configured_pct": gain}}
+    rep.threads.sweep = Sweep(recommendation=SweepRecommendation(code="torch.set_num_threads(2)",
+                                                                 env="OMP_NUM_THREADS=2", gain_vs_configured_pct=gain))
     (f,) = findings(rep)
     assert f.severity == severity and f.evidence["sweep_gain_pct"] == gain
     assert f"measured {gain:+.1f}% throughput" in f.title
@@ -262,22 +263,23 @@ def test_the_sweep_measured_gain_sets_what_is_at_stake(gain, severity):
 
 def test_one_process_finding_points_at_the_targets_set_num_threads_line():
     rep = report_for("threads8", intra=8)
-    rep.threads["thread_calls"] = [
-        {"call": "set_num_threads", "threads": 1, "location": "model.py:3"},
-        {"call": "set_num_threads", "threads": 8, "location": "model.py:12"},
-        {"call": "set_num_interop_threads", "threads": 8, "location": "model.py:13"},
+    rep.threads.thread_calls = [
+        ThreadCall("set_num_threads", 1, "model.py:3"),
+        ThreadCall("set_num_threads", 8, "model.py:12"),
+        ThreadCall("set_num_interop_threads", 8, "model.py:13"),
     ]
     (f,) = findings(rep)
     assert f.location == "model.py:12"
-    assert report_for("threads8", intra=8).threads.get("thread_calls") is None
+    assert f.evidence["set_num_threads_call"] == {"call": "set_num_threads", "threads": 8, "location": "model.py:12"}
+    assert report_for("threads8", intra=8).threads.thread_calls == []
     (plain,) = findings(report_for("threads8", intra=8))
     assert plain.location is None
 
 
-# ---------------------------------------------------------------- rule thresholds on small dicts
+# ---------------------------------------------------------------- rule thresholds on small sections
 
 
-def threads_dict(**kw) -> dict:
+def threads_of(**kw) -> Threads:
     t = dict(usable_cpus=2, duration_s=3.0, samples=30, mean_runnable=3.0, runqueue_wait_share=0.25, cpu_used=1.9,
              busy_share=1.0, machine_busy_cpus=1.95, others_cpus=0.05, method="schedstat",
              processes=[{"pid": 1, "role": "target", "name": "python", "compute": True, "cpu_used": 1.9,
@@ -285,10 +287,10 @@ def threads_dict(**kw) -> dict:
                          "active_threads": {"main": 1, "intra_op": 3},
                          "pools": {"main": {"active_threads": 1}, "intra_op": {"active_threads": 3}}}])
     t.update(kw)
-    return t
+    return report_io.typed(Threads, t)
 
 
-def with_threads(t: dict, intra: int | None = 4) -> Report:
+def with_threads(t: Threads | None, intra: int | None = 4) -> Report:
     rep = Report(target=TargetInfo(script="m.py"), machine=Machine(usable_cpus=2, intra_op_threads=intra))
     rep.threads = t
     return rep
@@ -299,20 +301,20 @@ def with_threads(t: dict, intra: int | None = 4) -> Report:
     (0.5, 2.0, []),  # waiting without more runnable threads than CPUs is not oversubscription
 ])
 def test_oversubscription_thresholds(share, runnable, expected):
-    assert kinds(with_threads(threads_dict(runqueue_wait_share=share, mean_runnable=runnable))) == expected
+    assert kinds(with_threads(threads_of(runqueue_wait_share=share, mean_runnable=runnable))) == expected
 
 
 def test_nothing_from_short_or_missing_measurements():
-    assert kinds(with_threads(threads_dict(duration_s=0.2, runqueue_wait_share=0.6))) == []
-    assert kinds(with_threads({})) == []
-    assert kinds(with_threads({"usable_cpus": 2, "samples": 1, "mean_runnable": None})) == []
+    assert kinds(with_threads(threads_of(duration_s=0.2, runqueue_wait_share=0.6))) == []
+    assert kinds(with_threads(None)) == []
+    assert kinds(with_threads(Threads(usable_cpus=2, samples=1, mean_runnable=None))) == []
 
 
 @pytest.mark.parametrize("others, share, expected", [
     (0.4, 0.5, None), (0.6, 0.05, None), (0.6, 0.1, "low"), (0.6, 0.2, "medium"), (1.0, 0.4, "high"),
 ])
 def test_external_contention_thresholds(others, share, expected):
-    t = threads_dict(others_cpus=others, runqueue_wait_share=share, mean_runnable=1.5, cpu_used=1.0)
+    t = threads_of(others_cpus=others, runqueue_wait_share=share, mean_runnable=1.5, cpu_used=1.0)
     got = [f.severity for f in rules.external_contention(with_threads(t))]
     assert got == ([expected] if expected else [])
 
@@ -325,7 +327,7 @@ def test_external_contention_thresholds(others, share, expected):
     ({"runqueue_wait_share": 0.25}, []),
 ])
 def test_undersubscription_thresholds(changes, expected):
-    t = threads_dict(**{"mean_runnable": 1.0, "runqueue_wait_share": 0.0, "cpu_used": 1.0,
+    t = threads_of(**{"mean_runnable": 1.0, "runqueue_wait_share": 0.0, "cpu_used": 1.0,
                         "machine_busy_cpus": 1.02, "busy_share": 0.95, **changes})
     assert kinds(with_threads(t, intra=1)) == expected
 
@@ -334,7 +336,7 @@ def test_undersubscription_thresholds(changes, expected):
 
 
 def names(items):
-    return {(i["name"], i["level"]) for i in items}
+    return {(i.name, i.level) for i in items}
 
 
 def test_audit_flags_counts_above_usable_cpus():
@@ -344,17 +346,16 @@ def test_audit_flags_counts_above_usable_cpus():
     assert {("usable_cpus", "info"), ("OMP_NUM_THREADS", "warning"), ("MKL_NUM_THREADS", "info"),
             ("intra_op_threads", "warning"), ("default_intra_op_threads", "warning"),
             ("parallel_backend", "info")} <= names(items)
-    omp = next(i for i in items if i["name"] == "OMP_NUM_THREADS")
-    assert omp["value"] == "8" and "use 2" in omp["implication"]
-    assert all(set(i) == {"name", "value", "implication", "level"} for i in items)
+    omp = next(i for i in items if i.name == "OMP_NUM_THREADS")
+    assert omp.value == "8" and "use 2" in omp.implication
 
 
 def test_audit_unset_omp_with_several_processes():
     m = Machine(usable_cpus=4, logical_cpus=4, intra_op_threads=4, default_intra_op_threads=4)
-    unset = next(i for i in environment.audit(m, processes=2) if i["name"] == "OMP_NUM_THREADS")
-    assert unset["value"] is None and unset["level"] == "warning" and "OMP_NUM_THREADS=2" in unset["implication"]
-    alone = next(i for i in environment.audit(m, processes=1) if i["name"] == "OMP_NUM_THREADS")
-    assert alone["level"] == "info"
+    unset = next(i for i in environment.audit(m, processes=2) if i.name == "OMP_NUM_THREADS")
+    assert unset.value is None and unset.level == "warning" and "OMP_NUM_THREADS=2" in unset.implication
+    alone = next(i for i in environment.audit(m, processes=1) if i.name == "OMP_NUM_THREADS")
+    assert alone.level == "info"
 
 
 def test_audit_spin_and_preload_implications():
@@ -364,9 +365,9 @@ def test_audit_spin_and_preload_implications():
     items = environment.audit(m, processes=2)
     assert {("OMP_WAIT_POLICY", "warning"), ("KMP_BLOCKTIME", "warning"), ("OMP_PROC_BIND", "warning"),
             ("MKL_DYNAMIC", "info")} <= names(items)
-    preloads = [i for i in items if i["name"] == "LD_PRELOAD"]
-    assert [p["value"] for p in preloads] == ["/usr/lib/libjemalloc.so.2", "/opt/intel/libiomp5.so"]
-    assert "jemalloc" in preloads[0]["implication"] and "KMP_" in preloads[1]["implication"]
+    preloads = [i for i in items if i.name == "LD_PRELOAD"]
+    assert [p.value for p in preloads] == ["/usr/lib/libjemalloc.so.2", "/opt/intel/libiomp5.so"]
+    assert "jemalloc" in preloads[0].implication and "KMP_" in preloads[1].implication
     quiet = environment.audit(Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=2,
                                       threading_env={"KMP_BLOCKTIME": "0", "OMP_WAIT_POLICY": "PASSIVE"}))
     assert {("KMP_BLOCKTIME", "info"), ("OMP_WAIT_POLICY", "info")} <= names(quiet)

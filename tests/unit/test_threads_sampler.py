@@ -236,14 +236,14 @@ def test_two_threads_exact_counters_and_analysis(fake):
     assert rec["snapshots"][1]["threads"][0][:5] == [0, "S", 400_000_000, 100_000_000, 1]
     json.dumps(rec)  # serialisable
     t = analyse(rec, usable_cpus=2)
-    assert t["duration_s"] == 0.5
-    assert t["mean_runnable"] == pytest.approx(2.0)  # (0.5 + 0.5) s of runnable time / 0.5 s
-    assert t["runqueue_wait_share"] == pytest.approx(0.3)
-    assert t["cpu_used"] == pytest.approx(1.4)
-    assert t["machine_busy_cpus"] == pytest.approx(1.8)
-    assert t["others_cpus"] == pytest.approx(0.4)
-    assert t["processes"][0]["threads"] == {"main": 1, "intra_op": 1}
-    assert t["timeline"]["runnable"] == [pytest.approx(2.0)]
+    assert t.duration_s == 0.5
+    assert t.mean_runnable == pytest.approx(2.0)  # (0.5 + 0.5) s of runnable time / 0.5 s
+    assert t.runqueue_wait_share == pytest.approx(0.3)
+    assert t.cpu_used == pytest.approx(1.4)
+    assert t.machine_busy_cpus == pytest.approx(1.8)
+    assert t.others_cpus == pytest.approx(0.4)
+    assert t.processes[0].threads == {"main": 1, "intra_op": 1}
+    assert t.timeline.runnable == [pytest.approx(2.0)]
 
 
 def test_cpus_each_thread_ran_on_and_its_cpu_changes(fake):
@@ -280,11 +280,11 @@ def test_run_follows_children_started_and_ended_during_the_run(fake):
     assert (worker["pid"], worker["comm"], worker["first_seen_s"], worker["last_seen_s"]) == (
         20, "pt_data_worker", pytest.approx(0.2), pytest.approx(0.3))
     t = analyse(rec, usable_cpus=2)
-    roles = {p["pid"]: p["role"] for p in t["processes"]}
+    roles = {p.pid: p.role for p in t.processes}
     assert roles == {10: "target", 20: "dataloader_worker"}
-    assert t["dataloader_workers"] == 1
+    assert t.dataloader_workers == 1
     # born after the first sample: its whole 50 ms counts although it was first read at 0.2 s
-    assert t["processes"][1]["cpu_s"] == pytest.approx(0.05)
+    assert t.processes[1].cpu_s == pytest.approx(0.05)
 
 
 def test_orphans_stay_watched_and_reused_pids_are_not(fake):
@@ -321,8 +321,8 @@ def test_threads_exiting_and_tid_reuse(fake):
     rec = s.recording()
     assert [(t["tid"], t["start_ticks"]) for t in rec["threads"]] == [(10, 1000), (11, 1000), (11, 2000)]
     t = analyse(rec, usable_cpus=2)
-    assert t["cpu_s"] == pytest.approx(0.13)  # the exited thread's 0.1 s and the new one's 0.03 s
-    assert t["processes"][0]["threads"] == {"main": 1, "intra_op": 2}
+    assert t.cpu_s == pytest.approx(0.13)  # the exited thread's 0.1 s and the new one's 0.03 s
+    assert t.processes[0].threads == {"main": 1, "intra_op": 2}
 
 
 def test_cmdline_is_reread_when_a_child_execs(fake):
@@ -389,8 +389,8 @@ def test_decimation_bounds_memory_and_keeps_totals_exact(fake):
     t = analyse(rec, usable_cpus=2)
     end = rec["snapshots"][-1]["t_s"]
     advances = sum(1 for k in range(1, 40) if k * 0.1 - 0.05 <= end)
-    assert t["cpu_s"] == pytest.approx(0.05 * advances)
-    assert t["wait_s"] == pytest.approx(0.01 * advances)
+    assert t.cpu_s == pytest.approx(0.05 * advances)
+    assert t.wait_s == pytest.approx(0.01 * advances)
 
 
 def test_cpu_budget_slows_the_sampler_down(fake):
@@ -419,11 +419,11 @@ def test_schedstat_zero_falls_back_to_states_and_ticks(fake):
         clock.at(k * 0.1 + 0.05, busy)
     rec = sampler_for(fake, clock).run(max_duration_s=0.95)
     t = analyse(rec, usable_cpus=2)
-    assert t["schedstat_available"] is False and t["method"] == "state_sampling"
+    assert t.schedstat_available is False and t.method == "state_sampling"
     # both threads seen R in the 10 samples after the first: 2 x 10 x 0.1 s over 1.0 s
-    assert t["mean_runnable"] == pytest.approx(2.0)
-    assert t["cpu_used"] == pytest.approx(1.5)
-    assert t["runqueue_wait_share"] == pytest.approx(0.25)
+    assert t.mean_runnable == pytest.approx(2.0)
+    assert t.cpu_used == pytest.approx(1.5)
+    assert t.runqueue_wait_share == pytest.approx(0.25)
     # status was read every sample while schedstat showed nothing
     assert rec["threads"][0]["last"][7] is not None
 
@@ -452,7 +452,7 @@ def test_root_not_found(fake):
     rec = sampler_for(fake, FakeClock(), root=4242).run()
     assert rec["health"]["stopped_by"] == "root_not_found" and rec["snapshots"] == []
     t = analyse(rec, usable_cpus=2)
-    assert t["mean_runnable"] is None and "reason" in t
+    assert t.mean_runnable is None and t.reason
 
 
 def test_main_writes_the_recording_atomically(fake, tmp_path):
@@ -528,10 +528,10 @@ def test_live_threads_spinning_on_few_cpus_show_oversubscription(tmp_path):
     rec = json.loads(out.read_text())
     assert rec["health"]["stopped_by"] == "tree_exited"
     t = analyse(rec, usable_cpus=usable)
-    assert t["processes"][0]["max_threads"] == n_threads + 1
-    assert t["schedstat_available"]  # this project's machines have scheduler statistics
-    assert t["runqueue_wait_share"] > 0.2
-    assert t["mean_runnable"] > usable + 1
+    assert t.processes[0].max_threads == n_threads + 1
+    assert t.schedstat_available  # this project's machines have scheduler statistics
+    assert t.runqueue_wait_share > 0.2
+    assert t.mean_runnable > usable + 1
 
 
 def test_live_sigterm_stops_the_sampler_at_once_and_writes(tmp_path):

@@ -20,8 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
-
 from diagnose import markers
 from diagnose.layers.base import Layer, last_line
 from diagnose.report.model import LayerStatus, Report
@@ -99,21 +97,22 @@ class ThreadsLayer(Layer):
         with open(path) as fh:
             recording = json.load(fh)
         usable = report.machine.usable_cpus or os.cpu_count() or 1
-        threads: dict[str, Any] = analysis.analyse(recording, usable)
-        threads["environment"] = environment.audit(report.machine, processes=threads.get("compute_processes") or 1)
-        report.threads.update(threads)
-        seconds = threads.get("duration_s") or 0
+        threads = analysis.analyse(recording, usable)
+        threads.environment = environment.audit(report.machine, processes=threads.compute_processes or 1)
+        if report.threads is not None:  # the uninstrumented pass recorded the target's thread-count calls
+            threads.thread_calls = report.threads.thread_calls
+        report.threads = threads
+        seconds = threads.duration_s or 0
         short = (f"the run lasted {seconds} s, under the {MIN_DURATION_S} s the thread findings need: "
                  "no oversubscription or idle-CPU verdict from so few samples; "
                  "a longer run (more iterations or steps) gets one")
-        if threads.get("mean_runnable") is None:
-            return LayerStatus("failed", threads.get("reason") or "too few samples to measure anything",
+        if threads.mean_runnable is None:
+            return LayerStatus("failed", threads.reason or "too few samples to measure anything",
                                notes=[short] if seconds < MIN_DURATION_S else [])
         status = LayerStatus("ok")
-        health = threads.get("health") or {}
-        if health.get("unreadable_files"):
-            status.notes.append(f"{health['unreadable_files']} /proc files could not be read")
-        if not threads.get("schedstat_available"):
+        if threads.health and threads.health.unreadable_files:
+            status.notes.append(f"{threads.health.unreadable_files} /proc files could not be read")
+        if not threads.schedstat_available:
             status.notes.append("schedstat reads 0 0 0 here: runnable time from sampled thread states "
                                 "(coarser, underestimates short waits)")
         if seconds < MIN_DURATION_S:

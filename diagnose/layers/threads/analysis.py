@@ -1,4 +1,4 @@
-"""Turns a thread-sampler recording (sampler.py) into the report's `threads` dict.
+"""Turns a thread-sampler recording (sampler.py) into the report's `threads` section (model.Threads).
 
 `analyse(recording, usable_cpus)` is pure: the same recording gives the same
 numbers, so it is tested on real recordings committed under tests/data/threads.
@@ -41,7 +41,7 @@ after set_num_threads, OpenBLAS's pool in a process that never calls BLAS).
 A process does "compute" when it used >= COMPUTE_MIN_CPUS on average or
 wanted >= COMPUTE_MIN_RUNNABLE (helpers never).
 
-The dict (CPUs are counts of CPUs, averaged over the run; shares in 0..1):
+The section's fields (CPUs are counts of CPUs, averaged over the run; shares in 0..1):
     usable_cpus, samples, duration_s, interval_s, schedstat_available, method,
     mean_runnable, runqueue_wait_share, cpu_used, cpu_s, wait_s, busy_share,
     involuntary_switches_per_s, machine_busy_cpus, machine_cpus_seen
@@ -73,6 +73,8 @@ from __future__ import annotations
 from typing import Any
 
 from diagnose.layers.threads import procfs
+from diagnose.report import io as report_io
+from diagnose.report.model import Threads
 
 ROLES = ("target", "dataloader_worker", "mp_worker", "helper", "child")
 POOLS = ("main", "intra_op", "inter_op", "dataloader_pin", "other")
@@ -157,8 +159,12 @@ def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
 
 
-def analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
-    """The report's `threads` dict (module docstring); units in the key names, CPUs as counts."""
+def analyse(recording: dict[str, Any], usable_cpus: int) -> Threads:
+    """The report's `threads` section (module docstring); units in the field names, CPUs as counts."""
+    return report_io.typed(Threads, _analyse(recording, usable_cpus))
+
+
+def _analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
     fmt = recording.get("format")
     if not isinstance(fmt, str) or not fmt.startswith("diagnose.threads/"):
         raise ValueError(f"not a thread-sampler recording (format {fmt!r})")

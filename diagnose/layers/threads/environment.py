@@ -3,8 +3,8 @@
 `audit(machine, processes=1)` reads only fields of diagnose.report.model.Machine
 (`threading_env`, `intra_op_threads`, `inter_op_threads`,
 `default_intra_op_threads`, `parallel_backend`, `usable_cpus`,
-`logical_cpus`) and returns a list of items {name, value, implication,
-level}, level "warning" (likely to cost time here) or "info". `processes`
+`logical_cpus`) and returns a list of model.EnvSetting (name, value,
+implication, level), level "warning" (likely to cost time here) or "info". `processes`
 is the number of compute processes seen by the sampler (several processes
 each with a full pool oversubscribe even when each one looks right).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from diagnose.report.model import Machine
+from diagnose.report.model import EnvSetting, Machine
 
 COUNT_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "TORCH_NUM_INTEROP_THREADS")
@@ -33,8 +33,8 @@ PRELOADS = (
 )
 
 
-def _item(name: str, value: Any, implication: str, level: str = "info") -> dict[str, Any]:
-    return {"name": name, "value": value, "implication": implication, "level": level}
+def _item(name: str, value: Any, implication: str, level: str = "info") -> EnvSetting:
+    return EnvSetting(name, value, implication, level)
 
 
 def _count(value: str) -> int | None:
@@ -43,11 +43,11 @@ def _count(value: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def audit(machine: Machine, processes: int = 1) -> list[dict[str, Any]]:
+def audit(machine: Machine, processes: int = 1) -> list[EnvSetting]:
     env = machine.threading_env or {}
     usable = machine.usable_cpus or 0
     processes = max(1, processes)
-    items: list[dict[str, Any]] = []
+    items: list[EnvSetting] = []
 
     if usable and machine.logical_cpus and usable < machine.logical_cpus:
         items.append(_item("usable_cpus", usable,
