@@ -58,7 +58,7 @@ class _Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments"):
             message += ("; options meant for the script go after it (diagnose train.py --lr 0.1), or after -- "
                         "when diagnose has an option of that name")
-        raise UsageError(f"{message} (see diagnose --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
@@ -347,6 +347,39 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     return _gate(result.report, args.fail_on, result.exit_code)
 
 
+def _merge(argv: list[str]) -> int:
+    """`diagnose merge REPORT.json... [-o DIR]`: the per-node reports of one torchrun job as one report
+    (diagnose/report/combine.py), its findings derived again, written like a run's."""
+    import time
+
+    from diagnose import api, findings
+    from diagnose.render import terminal
+    from diagnose.report import combine
+    from diagnose.report import io as report_io
+
+    p = _Parser(prog="diagnose merge",
+                description="Combine the per-node reports of one torchrun job (diagnose --nproc-per-node N "
+                            "--torchrun-args ... on each node) into one report.")
+    p.add_argument("reports", nargs="+", metavar="REPORT_JSON", help="each node's report.json")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="where to write the merged report (default: reports/<script>-merged-<YYYYmmdd-HHMMSS>/)")
+    p.add_argument("--force", action="store_true", help="replace report files an earlier run left in DIR")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only where the report went")
+    args = p.parse_args(argv)
+    merged = combine.combine([(path, report_io.load(path)) for path in args.reports])
+    merged.findings = findings.derive(merged)
+    out = args.output or os.path.join(
+        "reports", f"{os.path.splitext(os.path.basename(merged.target.script))[0]}-merged-"
+                   f"{time.strftime('%Y%m%d-%H%M%S')}")
+    api.prepare_output_dir(out, args.force)
+    api.write_report(merged, out)
+    if args.quiet:
+        sys.stdout.write(os.path.join(out, "report.json") + "\n")
+    else:
+        sys.stdout.write(terminal.render(merged, out))
+    return ExitCode.OK
+
+
 SUBCOMMANDS = ("callgraph", "threads")
 ALL_SUBCOMMANDS = ("compare", "merge", "probe", *SUBCOMMANDS)
 
@@ -387,9 +420,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"diagnose: error: {exc.message}", file=sys.stderr)
             return exc.exit_code
     if argv and argv[0] == "merge":  # per-node reports of one torchrun job -> one report
-        from diagnose import merge
-
-        return merge.main(argv[1:])
+        try:
+            return _merge(argv[1:])
+        except DiagnoseError as exc:
+            print(f"diagnose: error: {exc.message}", file=sys.stderr)
+            return exc.exit_code
     if argv and argv[0] == "probe":  # machine peaks only: runs no target
         from diagnose.layers.efficiency import probe
 

@@ -18,5 +18,5 @@ pass's workdir and writes its own result.json there.
   one result the layers read (operator rows of all ranks, the slowest rank's
   wall time, the first failing rank's error), plus the per-rank results;
 - view.py: `report.distributed`: per-rank tables, collectives vs compute,
-  the straggler, observations; also used by `diagnose merge` (merge.py).
+  the straggler, observations; also used by `diagnose merge` (report/combine.py).
 """

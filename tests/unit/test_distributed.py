@@ -12,7 +12,7 @@ import pytest
 
 from diagnose.distributed import collect, launcher, view
 from diagnose.errors import UsageError
-from diagnose.merge import check, merge
+from diagnose.report.combine import check, combine
 from diagnose.report import io as report_io
 from diagnose.report.model import Distributed, RankResult
 
@@ -168,7 +168,10 @@ def test_no_straggler_when_ranks_compute_alike():
 
 def test_merge_sums_operator_rows_over_nodes_and_keeps_every_rank():
     reports = _load()
-    merged = merge(reports)
+    before = [report_io.dumps(r) for _, r in reports]
+    merged = combine(reports)
+    assert [report_io.dumps(r) for _, r in reports] == before  # pure: the inputs are unchanged
+    assert merged.findings == [] and merged.artifacts == {}  # the caller derives and writes them
     d = merged.distributed
     assert [e.rank for e in d.ranks] == [0, 1]
     assert [n.node_rank for n in d.nodes] == [0, 1]

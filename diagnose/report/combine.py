@@ -1,11 +1,12 @@
-"""`diagnose merge REPORT.json... [-o DIR]`: the per-node reports of one torchrun job, as one report.
+"""Reports of one torchrun job combined into one: a pure function of the reports (pyinstrument's
+Session.combine), used by `diagnose merge` (cli.py) on the per-node reports of a multi-node job.
 
 Each node of a multi-node job runs `diagnose --nproc-per-node N
 --torchrun-args "<the same rendezvous options>" train.py` and writes its own
-report (its ranks, its threads). This combines them:
+report (its ranks, its threads). `combine` makes one of them:
 - they must be one job: the same script, arguments and mode, distributed
   reports with the same world size, each node (node rank) once; otherwise
-  a one-line error, exit 2, nothing written;
+  `check` raises a UsageError (a one-line error, exit 2, nothing written);
 - `distributed`: every node's ranks and nodes, then the collectives,
   straggler and observations recomputed over all ranks (view.summarise);
 - `operators`: one row per (operator, input shapes) summed over the nodes
@@ -14,42 +15,24 @@ report (its ranks, its threads). This combines them:
 - `threads`: the node whose threads waited most (node oversubscription is
   per node; every node's summary stays in distributed.nodes); machine,
   python hotspots, micro-benchmarks and efficiency: the lowest node's;
-- findings are derived again from the merged report.
-Only report.json and report.md (and the drawings write_report makes) are
-written; each node's trace.json and call graph stay beside its own report.
+- findings and artifacts are left empty: the caller derives the findings
+  from the combined report, and writing it records its files.
+The inputs are not changed. Within one node, torchrun's ranks are combined
+earlier, from their raw pass results (diagnose/distributed/collect.py), before
+any report exists.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
-import sys
-import time
 from collections import defaultdict
 from typing import Any
 
-from diagnose.errors import DiagnoseError, ExitCode, UsageError
+from diagnose.errors import UsageError
 from diagnose.report.model import MergedFrom, OperatorRow, OperatorSummary, Report, SourceShare
 
 ORDER = ("ok", "skipped", "failed")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(f"{message} (see diagnose merge --help)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="diagnose merge",
-                description="Combine the per-node reports of one torchrun job (diagnose --nproc-per-node N "
-                            "--torchrun-args ... on each node) into one report.")
-    p.add_argument("reports", nargs="+", metavar="REPORT_JSON", help="each node's report.json")
-    p.add_argument("-o", "--output", metavar="DIR",
-                   help="where to write the merged report (default: reports/<script>-merged-<YYYYmmdd-HHMMSS>/)")
-    p.add_argument("--force", action="store_true", help="replace report files an earlier run left in DIR")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only where the report went")
-    return p
 
 
 def _key(report: Report) -> tuple:
@@ -94,7 +77,8 @@ def _label(r: Report) -> str:
     return " ".join([f"{t.script}{':' + t.function if t.function else ''}", *t.argv])
 
 
-def merge_operator_rows(tables: list[list[OperatorRow]]) -> list[OperatorRow]:
+def operator_rows(tables: list[list[OperatorRow]]) -> list[OperatorRow]:
+    """Operator tables summed: one row per (operator, input shapes), shares of the summed total."""
     groups: dict[tuple, list[OperatorRow]] = defaultdict(list)
     for table in tables:
         for row in table:
@@ -132,14 +116,15 @@ def merge_operator_rows(tables: list[list[OperatorRow]]) -> list[OperatorRow]:
     return out
 
 
-def merge(reports: list[tuple[str, Report]]) -> Report:
-    from diagnose.distributed import view
+def combine(reports: list[tuple[str, Report]]) -> Report:
+    """(path, report) per node -> one report, without findings (see the module docstring)."""
+    from diagnose.distributed import view  # the summaries over all ranks: a pure function of the section
 
     check(reports)
     reports = sorted(reports, key=lambda pr: _node(pr[1]))
     base = copy.deepcopy(reports[0][1])
     all_reports = [r for _, r in reports]
-    base.operators = merge_operator_rows([r.operators for r in all_reports])
+    base.operators = operator_rows([r.operators for r in all_reports])
     summaries = [r.operator_summary or OperatorSummary() for r in all_reports]
     totals = [s.total_self_cpu_us or 0.0 for s in summaries]
     shares = [s.attributed_share for s in summaries]
@@ -193,31 +178,5 @@ def merge(reports: list[tuple[str, Report]]) -> Report:
                      if measured else "")
                   + "; trace.json and the call graph stay beside each node's report"]
     base.artifacts = {}
-    from diagnose import findings
-
-    base.findings = findings.derive(base)
+    base.findings = []
     return base
-
-
-def main(argv: list[str]) -> int:
-    from diagnose import api
-    from diagnose.render import terminal
-    from diagnose.report import io as report_io
-
-    try:
-        args = build_parser().parse_args(argv)
-        reports = [(path, report_io.load(path)) for path in args.reports]
-        merged = merge(reports)
-        out = args.output or os.path.join(
-            "reports", f"{os.path.splitext(os.path.basename(merged.target.script))[0]}-merged-"
-                       f"{time.strftime('%Y%m%d-%H%M%S')}")
-        api.prepare_output_dir(out, args.force)
-        api.write_report(merged, out)
-    except DiagnoseError as exc:
-        print(f"diagnose: error: {exc.message}", file=sys.stderr)
-        return exc.exit_code
-    if args.quiet:
-        sys.stdout.write(os.path.join(out, "report.json") + "\n")
-    else:
-        sys.stdout.write(terminal.render(merged, out))
-    return ExitCode.OK
