@@ -84,3 +84,15 @@ def test_every_committed_v1_report_loads_through_the_migration(path):
     again = report_io.from_json_data(json.loads(report_io.dumps(report)))
     assert again == report
     assert report_io.to_dict(again) == report_io.to_dict(report)
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "md", "json"])
+def test_diagnose_load_renders_every_committed_v1_report(fmt, capsys):
+    from diagnose import cli
+
+    for path in V1_REPORTS:
+        assert cli.main(["--load", str(path), "--format", fmt]) == 0, path
+        out, err = capsys.readouterr()
+        assert out.strip() and not err, (path, err)
+        if fmt == "json":
+            assert json.loads(out)["schema_version"] == "2"
