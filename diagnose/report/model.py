@@ -51,13 +51,14 @@ class Machine:
     usable_cpus: int = 0  # what the target can run on: affinity and the cgroup quota applied
     affinity_cpus: int = 0  # CPUs in the process's affinity mask
     cgroup_cpu_limit: float | None = None  # cgroup CPU quota in CPUs (cpu.max), None: no limit
+    # torch.__version__ in the first pass's process; None when that pass left no result
     torch_version: str | None = None
     parallel_backend: str | None = None  # "ATen parallel backend" of torch.__config__.parallel_info()
     intra_op_threads: int | None = None  # as the target left it (after its own set_num_threads)
     inter_op_threads: int | None = None  # torch.get_num_interop_threads()
     default_intra_op_threads: int | None = None  # before the target ran
     threading_env: dict[str, str] = field(default_factory=dict)  # OMP_*/MKL_*/KMP_*/... variables that were set
-    python_version: str = ""
+    python_version: str = ""  # platform.python_version() of diagnose's interpreter, which runs the passes too
     platform: str = ""  # platform.platform()
 
 
@@ -68,9 +69,9 @@ class IterationStats:
     n: int  # steps (or calls) measured
     median_s: float  # per step
     q1_s: float  # first and third quartiles
-    q3_s: float
-    min_s: float
-    max_s: float
+    q3_s: float  # third quartile (statistics.quantiles, n=4)
+    min_s: float  # the fastest step (or call)
+    max_s: float  # the slowest step (or call)
 
     @property
     def iqr_over_median(self) -> float:
@@ -93,11 +94,12 @@ class Run:
     # minor page faults of the target's process over the same span (fresh pages touched): uninstrumented,
     # and in the operator pass, whose profiler fragments the heap into fresh pages for large temporaries
     minor_faults: int | None = None
+    # the operator pass's count (see minor_faults); None without an operator pass
     instrumented_minor_faults: int | None = None
     interrupted: bool = False  # Ctrl-C (or SIGTERM): what was measured before it is still reported
     timed_out: bool = False  # --timeout ended a pass
     started_at: str = ""  # local time, ISO 8601 with the UTC offset
-    diagnose_version: str = ""
+    diagnose_version: str = ""  # diagnose.__version__ of the diagnose that wrote the report
 
     @property
     def overhead_ratio(self) -> float | None:
@@ -122,7 +124,7 @@ class Steps:
     skip_steps: int = 0  # requested: --skip-steps
     steps: int = 0  # requested: --steps
     window_first: int | None = None  # first and last step measured by every pass (1-based), None without a window
-    window_last: int | None = None
+    window_last: int | None = None  # last step measured by every pass (1-based); None without a window
     full_run: bool = False  # --full-run: every pass recorded the whole run
     ended_target: bool = False  # the passes ended the target once their window was measured
     batch_size: int | None = None  # dim 0 of the outermost module's first tensor input
@@ -130,6 +132,7 @@ class Steps:
     data_wait_s: float | None = None  # window: time inside DataLoader iterators' __next__
     data_wait_at: str | None = None  # "file.py:LINE" that iterates the DataLoader (most of the wait)
     warmup_s: list[float] = field(default_factory=list)  # the skipped steps' times (at most 200), in order
+    # how the steps were found and measured: no step found, a window shorter or longer than --steps, ...
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -142,14 +145,14 @@ class Steps:
 @dataclass
 class GraphBreak:
     reason: str  # torch._dynamo's first line for it
-    count: int
+    count: int  # times torch._dynamo counted it
 
 
 @dataclass
 class Recompile:
     code: str  # "forward at model.py:12": the function torch.compile compiled again
     reasons: list[str]  # the guards that failed, as torch._dynamo words them
-    count: int
+    count: int  # guard failures torch._dynamo recorded for it: its recompiles
 
 
 @dataclass
@@ -158,9 +161,11 @@ class Compile:
 
     compile_s: float | None = None  # torch._dynamo's compile time, all frames (compile_inner)
     in_window_s: float | None = None  # of which inside the measured window (a recompile there)
-    frames: int = 0
-    graphs: int = 0
+    frames: int = 0  # frames torch._dynamo processed (its frames counter's total)
+    graphs: int = 0  # unique graphs torch._dynamo compiled
+    # torch._dynamo's graph-break counter by reason, most first (at most 20)
     graph_breaks: list[GraphBreak] = field(default_factory=list)
+    # functions whose guards failed and that were compiled again (at most 20)
     recompiles: list[Recompile] = field(default_factory=list)
     error: str | None = None  # torch's counters could not be read
 
@@ -176,11 +181,12 @@ class ThreadStack:
 class Hang:
     """A pass whose process tree stopped using the CPU (diagnose/stall.py), and where each thread stood."""
 
-    pass_name: str
-    idle_s: float
+    pass_name: str  # the pass that hung: "baseline" or a layer's (operators, python, vtune)
+    idle_s: float  # seconds the process tree used < 2% of one CPU before the pass was declared hung (--stall-after)
     rank: int | None = None  # under torchrun
     location: str | None = None  # the innermost line of the user's code in the main thread
     stuck_in: str | None = None  # the main thread's innermost frame: where it waits
+    # every Python thread's stack then (faulthandler), diagnose's own frames left out
     threads: list[ThreadStack] = field(default_factory=list)
 
 
@@ -189,7 +195,7 @@ class Fact:
     """One reading behind a doctor check: what was read, its value and unit, and where from."""
 
     name: str  # "minor faults per step", "allocator", "nr_throttled"
-    value: str | float | int | bool | None
+    value: str | float | int | bool | None  # the reading, in `unit`; None: not known
     unit: str = ""  # "", "faults", "%", "us", ...
     source: str = ""  # "/proc/PID/maps", "/sys/fs/cgroup/cpu.stat", "operator pass", ...
 
@@ -201,7 +207,7 @@ class DoctorCheck:
     name: str  # page_faults, denormals, openmp_runtimes, blas_threads, cpu_quota, topology, low_precision
     status: str  # "ok" (nothing wrong), "warn" (a problem, see summary), "skipped" (could not read; summary says why)
     summary: str  # one line
-    facts: list[Fact] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)  # the readings behind its conclusion
     suggestion: str | None = None  # what to change (trials naming this check measure it from outside)
     at_stake_pct: float | None = None  # share of the step time the problem may cost (estimate), for ranking
 
@@ -210,16 +216,18 @@ class DoctorCheck:
 class Trial:
     """An A/B of the user's own workload with one change applied from outside (diagnose/doctor/trials.py)."""
 
-    name: str  # "jemalloc", "tcmalloc", "glibc_malloc_thresholds", "flush_denormal"
+    # "jemalloc", "tcmalloc", "glibc_malloc_thresholds", "flush_denormal", "bind_threads", "quota_threads",
+    # "blas_one_thread"; in what_if.variants the variant's name
+    name: str
     check: str  # the DoctorCheck whose suggestion it measures ("page_faults", "denormals")
     change: str  # the exact change: a launch line (`LD_PRELOAD=... python train.py`) or a line of code
     env: dict[str, str] = field(default_factory=dict)  # environment the variant ran with
     rounds: int = 0  # rounds of interleaved passes (each round: the baseline and every variant once)
     baseline_step_s: float | None = None  # median step (or call) time, baseline passes
-    variant_step_s: float | None = None
+    variant_step_s: float | None = None  # median step (or call) time, variant passes
     speedup: float | None = None  # baseline / variant (>1: the change is faster)
     ci_low: float | None = None  # 95% interval of the speedup
-    ci_high: float | None = None
+    ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
     noise_floor_pct: float | None = None  # same-setting variation between passes
     verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
     reason: str | None = None  # why skipped or failed
@@ -230,10 +238,10 @@ class SubnormalScan:
     """Subnormal values in one tensor the workload computes with (diagnose/doctor/process.py)."""
 
     tensor: str  # "encoder.weight" (a parameter or buffer of the outermost module), "input 0"
-    shape: list[int]
+    shape: list[int]  # the tensor's shape
     dtype: str  # torch's name: "float32"
     scanned: int  # values looked at (a strided sample of large tensors)
-    nonzero: int
+    nonzero: int  # nonzero values among those scanned
     subnormal: int  # nonzero values below the dtype's smallest normal number (torch.finfo(dtype).tiny)
 
 
@@ -247,7 +255,8 @@ class ProcessFacts:
     blas_pools: dict[str, bool] = field(default_factory=dict)
     cpu_stat_path: str | None = None  # the process's cgroup cpu.stat, None when there is none
     cpu_stat_before: dict[str, int] = field(default_factory=dict)  # its counters at the window's start and end
-    cpu_stat_after: dict[str, int] = field(default_factory=dict)
+    cpu_stat_after: dict[str, int] = field(default_factory=dict)  # its counters at the window's end
+    # the outermost module's parameters and buffers and its last forward's tensor inputs, largest first
     subnormals: list[SubnormalScan] = field(default_factory=list)
     subnormal_scope: str | None = None  # what was scanned, or why nothing was
     # the operator pass's scan: each torch call site's tensor inputs in the last step before the window
@@ -261,7 +270,9 @@ class Doctor:
     """The environment doctor: checks from /proc, sysfs and the profile, and the measured trials."""
 
     process: ProcessFacts | None = None  # readings from inside the target (None: the pass wrote none)
+    # the checks, in a fixed order (doctor.checks; blas_threads and cpu_quota need `process`)
     checks: list[DoctorCheck] = field(default_factory=list)
+    # the trials run: for checks that warned, every one with --doctor; [] when none ran
     trials: list[Trial] = field(default_factory=list)
     launch: str | None = None  # the launch line with every winning change, None when none won
 
@@ -278,7 +289,7 @@ class LayerStatus:
 @dataclass
 class SourceShare:
     location: str | None  # file.py:LINE in the user's code, None: no user frame
-    calls: int
+    calls: int  # calls of the row's operator from this line, in the operator pass's window
     self_cpu_us: float  # the row's self time from this line
     function: str | None = None  # the user function holding `location`
 
@@ -290,8 +301,8 @@ class ModuleShare:
     module: str | None  # module path from the outermost module ("" is that module itself); None: outside any
     module_class: str | None  # that module's class name
     library_line: str | None  # innermost frame outside torch (a library's line, or yours in your own model)
-    calls: int
-    self_cpu_us: float
+    calls: int  # calls of the row's operator from this module and library line, in the operator pass's window
+    self_cpu_us: float  # their self CPU time
 
 
 @dataclass
@@ -299,24 +310,24 @@ class ModuleRow:
     """One module (a path from the outermost module) in the operator pass's window."""
 
     path: str  # "" is the outermost module; "encoder.layer.3.attention.self"
-    module_class: str
+    module_class: str  # its class name ("Linear (compiled)" under torch.compile; "?" when unknown)
     calls: int  # forward calls in the window
     self_cpu_us: float  # operators its own forward ran, and their backward
     total_cpu_us: float  # with its submodules
     total_pct: float  # share of all operator self CPU time
-    depth: int
+    depth: int  # 0 for a root, one more per enclosing module
 
 
 @dataclass
 class ModuleClassRow:
     """All instances of one module class: "12 BertSelfAttention: 41%"."""
 
-    module_class: str
-    instances: int
-    calls: int
-    self_cpu_us: float
+    module_class: str  # the class name
+    instances: int  # its module paths in the window
+    calls: int  # forward calls in the window, over its instances
+    self_cpu_us: float  # summed over its instances
     total_cpu_us: float  # an instance nested in another of its class is counted once
-    total_pct: float
+    total_pct: float  # total_cpu_us as a share of all operator self CPU time
 
 
 @dataclass
@@ -328,6 +339,7 @@ class Modules:
     classes: list[ModuleClassRow] = field(default_factory=list)  # by total time
     outside_cpu_us: float = 0.0  # operators outside any module's forward (optimizer, functional code, glue)
     total_cpu_us: float = 0.0  # all operator self CPU time: the module totals of the roots plus outside_cpu_us
+    # caveats: torch.compile'd or scripted regions, modules with time but no forward in the window
     notes: list[str] = field(default_factory=list)
 
 
@@ -335,8 +347,9 @@ class Modules:
 class FoldedStack:
     """One line of stacks.folded: user line; modules, outermost first; operator - weighted by self time."""
 
+    # the user line (or "(no line of yours)"), the modules outermost first ("segment: Class"), the operator
     frames: list[str]
-    self_cpu_us: float
+    self_cpu_us: float  # operator self time with this stack in the operator pass's window: the line's weight
 
 
 @dataclass
@@ -346,7 +359,7 @@ class PythonFunction:
     function: str  # its name as cProfile gives it
     location: str  # "file.py:LINE" of its first line; "~" for built-ins
     kind: str  # user, library, torch (a torch built-in: operator work), wait (a blocking built-in), builtin
-    calls: int
+    calls: int  # in the pass's window, recursive calls included (cProfile's ncalls)
     self_s: float  # in the function itself
     cumulative_s: float  # with what it calls
     self_pct: float  # share of the pass's total time
@@ -361,7 +374,10 @@ class PythonFunction:
     # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
     # its own time (operator overloads, indexing), already taken out of loop_overhead_s
     torch_calls_s: float | None = None
+    # user functions: self time of the large operators (>= TINY_CALL_US a call) at its lines, in the operator
+    # pass's iterations; None: none
     operators_all_s: float | None = None
+    # user functions: operator work cProfile booked in self_s, moved to python_summary's torch time; None: none
     hidden_operator_s: float | None = None
 
 
@@ -377,25 +393,28 @@ class OperatorRow:
     source: str | None  # file.py:LINE: the user line with most of its self time, None outside the user's code
     sources: list[SourceShare] = field(default_factory=list)  # every user line that called it, most time first
     flops: int | None = None  # over all calls (torch's flop counter, or layers/efficiency/work.py)
-    gflops_per_s: float | None = None  # flops / self time
+    gflops_per_s: float | None = None  # flops / total CPU time (total_cpu_us)
     cpu_memory_bytes: int = 0  # net bytes the op itself left allocated, over all calls
     # self CPU time by the operator that called this one ("" = called from Python)
     called_by: dict[str, float] = field(default_factory=dict)
     # first call's layout: strides per input, whether each tensor input is contiguous
     # (None for non-tensors), and scalar argument values as the profiler recorded them
     input_strides: list[Any] | None = None
+    # per input: its strides are row-major for its shape (None: not a tensor); None: no strides recorded
     contiguous: list[bool | None] | None = None
+    # per input: the value recorded for a scalar argument (None for a tensor); None: none recorded
     concrete_inputs: list[Any] | None = None
     # per call, from the shapes (layers/efficiency/work.py): flops, bytes moved, how each was counted
     work: Work | None = None
     bytes: int | None = None  # bytes moved over all calls (inputs read + outputs written once: a lower bound)
     # where it ran: the module whose forward called it (the largest share) and the library line that did
     module: str | None = None
-    module_class: str | None = None
+    module_class: str | None = None  # that module's class name
+    # the innermost frame outside torch there: a library's line, or the user's in their own model
     library_line: str | None = None
     modules: list[ModuleShare] = field(default_factory=list)  # by self time, largest first
     min_self_us: float | None = None  # per call
-    max_self_us: float | None = None
+    max_self_us: float | None = None  # per call: the slowest call's self time
 
     def where_module(self) -> str | None:
         """The module that ran it, `encoder.layer.*.intermediate.dense (Linear)`: its instances' differing
@@ -460,19 +479,19 @@ class OutputCheck:
 
     status: str  # "match", "differ", "unchecked" (then `reason` says why)
     compared: str | None = None  # what was compared: "BertModel output at its call 2: 2 tensors, 270336 values"
-    max_abs_diff: float | None = None
+    max_abs_diff: float | None = None  # max |variant - baseline| over the compared values; None when not compared
     rel_diff: float | None = None  # max |variant - baseline| / max |baseline|
     tolerance: float | None = None  # the largest rel_diff that still matches, for this variant
-    reason: str | None = None
+    reason: str | None = None  # why unchecked, or why the outputs could not be compared ("differ")
 
 
 @dataclass
 class GraphBreakAt:
     """A graph break torch._dynamo logged while compiling (its `graph_breaks` log artifact)."""
 
-    reason: str
+    reason: str  # torch._dynamo's reason, its first line that is not a preface (at most 300 characters)
     source: str | None  # where in the traced code: file.py:LINE (the user's code or a library's)
-    count: int = 1
+    count: int = 1  # times this place and reason were logged
     skipped: bool = False  # dynamo gave up on the whole function there (a break inside a loop): it runs eagerly
 
 
@@ -480,12 +499,15 @@ class GraphBreakAt:
 class CompileCost:
     """What torch.compile cost in the what-if passes (compile variant only)."""
 
-    compile_s: float | None = None  # torch._dynamo's compile time, the slowest round (coldest caches)
+    # one-off cost: torch.compile() and the first compiled call, less a compiled step; the slowest round (coldest
+    # caches); None: no round timed its first compiled call
+    compile_s: float | None = None
     compile_s_warm: float | None = None  # the fastest round (inductor's on-disk cache warm)
     break_even_steps: int | None = None  # compile_s / (baseline step - compiled step); None: never repays
-    graphs: int = 0
+    graphs: int = 0  # unique graphs torch._dynamo compiled, first round
+    # the first round's graph breaks, one per place and reason
     graph_breaks: list[GraphBreakAt] = field(default_factory=list)
-    recompiles: list[Recompile] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)  # the first round's recompiles, with the failed guards
 
 
 @dataclass
@@ -495,15 +517,15 @@ class WhatIfVariant:
     name: str  # "inference_mode", "channels_last", "bf16", "compile", "flush_denormal"
     why: str  # why it ran: what in the report made it apply, or "asked for (--what-if)"
     trial: Trial  # the interleaved A/B rounds (diagnose/doctor/trials.py): speedup, 95% interval, verdict
-    outputs: OutputCheck
+    outputs: OutputCheck  # its outputs against the unchanged run's, first round
     recommended: bool = False  # a win outside the noise and outputs that match
-    compile: CompileCost | None = None
+    compile: CompileCost | None = None  # the compile variant's one-off cost; None for the others
 
 
 @dataclass
 class WhatIfSkipped:
-    name: str
-    reason: str
+    name: str  # the variant
+    reason: str  # why it did not run
 
 
 @dataclass
@@ -512,11 +534,12 @@ class WhatIf:
     unchanged run in interleaved rounds (diagnose/whatif/)."""
 
     requested: list[str] = field(default_factory=list)  # as given: names, or ["auto"]
+    # the variants run, in a fixed order (inference_mode, channels_last, bf16, compile, flush_denormal)
     variants: list[WhatIfVariant] = field(default_factory=list)
     skipped: list[WhatIfSkipped] = field(default_factory=list)  # asked for or considered, not run, and why
     estimate_s: float | None = None  # the cost announced before it started
-    elapsed_s: float | None = None
-    notes: list[str] = field(default_factory=list)
+    elapsed_s: float | None = None  # wall time of all the rounds
+    notes: list[str] = field(default_factory=list)  # how the runs were made comparable, and why outputs went unchecked
 
 
 # ---- microbenchmarks: the microbench layer's rows (diagnose/layers/microbench.py)
@@ -541,17 +564,17 @@ class MicrobenchRow:
     contiguous: bool = True
     strides: list[list[int] | None] | None = None  # per tensor input (None: that one contiguous); None: all are
     layout: str = ""  # how the inputs were laid out and whether that was recorded or assumed
-    threads: int
-    median_us: float
-    iqr_us: float
+    threads: int  # intra-op threads of this measurement (under diagnose: 1, the run's intra-op count, the usable CPUs)
+    median_us: float  # median per-call time over the measured blocks
+    iqr_us: float  # interquartile range of the blocks' per-call times
     runs: int = 0  # measured blocks
     number_per_run: int = 0  # calls per block
     noise_pct: float | None = None  # IQR / median * 100 (microbench always writes it)
     noisy: bool = False  # noise_pct >= 10
     flops: int | None = None  # per call; None: unknown work
-    gflops_per_s: float | None = None
+    gflops_per_s: float | None = None  # flops / median_us; None: unknown work
     bytes: int | None = None  # inputs + outputs once: a lower bound on memory traffic
-    gbytes_per_s: float | None = None
+    gbytes_per_s: float | None = None  # bytes / median_us, GB/s; None: unknown bytes
     speedup_vs_1_thread: float | None = None  # median at 1 thread / median here; None without a 1-thread row
     parallel_efficiency: float | None = None  # speedup / threads
     others_cpus: float | None = None  # CPUs other processes used meanwhile (/proc/stat, steal included)
@@ -562,6 +585,7 @@ class MicrobenchRow:
     assumed_args: dict[str, AssumedArg] = field(default_factory=dict)  # values the report did not record
     stmt: str = ""  # the timed call: "torch.ops.aten.mm.default(x0, x1)"
     instructions_per_call: int | None = None  # microbench --callgrind only (never under diagnose)
+    # calls callgrind counted for instructions_per_call (microbench --callgrind only)
     callgrind_number: int | None = None
     times_us: list[float] = field(default_factory=list)  # per-call time of every measured block
 
@@ -574,10 +598,11 @@ class MicrobenchRow:
 class Work:
     """Per call of one operator, from its recorded shapes (layers/efficiency/work.py), rebuilt on the meta device."""
 
-    flops: int | None = None
+    flops: int | None = None  # None: no FLOP count (no formula for the operator, or the call could not be rebuilt)
     flops_source: str | None = None  # how they were counted: "flop_counter", "pointwise estimate: ...", ...
     bytes: int | None = None  # inputs read once + outputs written once (compulsory traffic, a lower bound)
-    bytes_source: str | None = None
+    bytes_source: str | None = None  # how the bytes were counted (inputs read once + outputs written once)
+    # each output tensor's shape, from the call rebuilt on the meta device; None: it could not be rebuilt or run
     output_shapes: list[list[int]] | None = None
     contiguous: bool | None = None  # every tensor input has its row-major strides
     reason: str | None = None  # why flops or bytes are missing
@@ -587,9 +612,9 @@ class Work:
 class OperatorMemory:
     """CPU allocations the profiler recorded in the operator pass's window."""
 
-    allocations: int = 0
-    allocated_bytes: int = 0
-    freed_bytes: int = 0
+    allocations: int = 0  # CPU allocation records in the window (the profiler's profile_memory)
+    allocated_bytes: int = 0  # bytes those allocations took, summed
+    freed_bytes: int = 0  # bytes freed in the window, summed
     # most bytes allocated in the window and alive at once (memory held from before it is not seen)
     peak_live_bytes: int = 0
 
@@ -598,9 +623,9 @@ class OperatorMemory:
 class TraceSummary:
     """What trace.json holds of the window (capped at --trace-max-events)."""
 
-    events_written: int = 0
-    events_total: int = 0
-    truncated: bool = False
+    events_written: int = 0  # operator and user-line spans written to trace.json (at most --trace-max-events per rank)
+    events_total: int = 0  # such spans in the window
+    truncated: bool = False  # events_total > events_written: the trace holds only the window's beginning
     span_s: float = 0.0  # from the first written event's start to the last's
 
 
@@ -612,9 +637,10 @@ class OperatorSummary:
     attributed_share: float | None = None  # of total_self_cpu_us, the part with a user line (0-1)
     attribution_overhead_us: float = 0.0  # self time of diagnose's user-line label spans (not operator time)
     events: int = 0  # profiler events in the window
+    # CPU allocations in the window; under torchrun summed over ranks (peak_live_bytes: the largest)
     memory: OperatorMemory = field(default_factory=OperatorMemory)
     window: str | None = None  # which iterations were recorded, when not all of them
-    trace: TraceSummary | None = None
+    trace: TraceSummary | None = None  # what trace.json holds of the window; None when the pass gave no trace summary
     ranks: list[int] = field(default_factory=list)  # torchrun: the ranks whose rows are merged (else empty)
 
 
@@ -622,11 +648,11 @@ class OperatorSummary:
 class LineOperator:
     """An operator (name, shapes) called from one line of a user function, per the operator pass."""
 
-    op: str
-    input_shapes: list[list[Any]]
+    op: str  # the operator (aten::addmm)
+    input_shapes: list[list[Any]]  # per input, as in the operator row
     location: str  # "file.py:LINE"
-    calls: int
-    self_cpu_us: float
+    calls: int  # calls from this line in the operator pass's window
+    self_cpu_us: float  # their self CPU time in the operator pass
 
 
 @dataclass
@@ -634,18 +660,18 @@ class PythonSplit:
     """The call-graph pass's self time by kind of function (PythonFunction.kind), seconds."""
 
     torch: float = 0.0  # torch built-ins, and operator work cProfile booked to user lines (hidden_operator_s)
-    user: float = 0.0
-    library: float = 0.0
-    builtin: float = 0.0
-    wait: float = 0.0
+    user: float = 0.0  # the user's functions, less the operator work moved to `torch`
+    library: float = 0.0  # other Python code: torch's Python layers, packages, the standard library
+    builtin: float = 0.0  # other C built-ins
+    wait: float = 0.0  # built-ins that block: sleep, locks, pipe and socket reads, select/poll, waiting for a child
 
 
 @dataclass
 class CallgraphSettings:
     """How callgraph.dot was drawn (gprof2dot's options)."""
 
-    node_thres_pct: float
-    edge_thres_pct: float
+    node_thres_pct: float  # gprof2dot -n: functions under this share of the total time are left out
+    edge_thres_pct: float  # gprof2dot -e: calls under this share of the total time are left out
     focus: str  # "all", or "user": the user's files only
     root: str | None = None  # gprof2dot's name of the node the graph starts from
 
@@ -655,9 +681,9 @@ class PythonSummary:
     """The call-graph (cProfile) pass's split of time (layers/python.py)."""
 
     total_s: float = 0.0  # self time of every function: the pass's time under cProfile
-    functions: int = 0
+    functions: int = 0  # distinct functions cProfile recorded (all of them, not only python_hotspots' rows)
     calls: int = 0  # function calls cProfile counted
-    split_s: PythonSplit = field(default_factory=PythonSplit)
+    split_s: PythonSplit = field(default_factory=PythonSplit)  # self time by kind of function
     operator_share: float = 0.0  # split_s.torch / total_s
     python_share: float = 0.0  # everything but operators and waiting, over total_s
     # how much slower this pass ran its operators than the operator pass, beyond cProfile's per-call cost
@@ -666,7 +692,7 @@ class PythonSummary:
     hidden_operator_s: float | None = None  # operator work moved from user functions' self time to split_s.torch
     wall_s: float | None = None  # this pass's wall time over the measured span
     overhead_ratio: float | None = None  # wall_s / the uninstrumented run.wall_s
-    callgraph: CallgraphSettings | None = None
+    callgraph: CallgraphSettings | None = None  # how callgraph.dot was drawn
 
 
 # ---------------------------------------------------------------- efficiency (diagnose/layers/efficiency/)
@@ -676,9 +702,9 @@ class PythonSummary:
 class ProbeKey:
     """What a probe result stands for (probe.machine_key): a cached result is used only for the same key."""
 
-    cpu_model: str
-    usable_cpus: int
-    torch_version: str
+    cpu_model: str  # /proc/cpuinfo's model name
+    usable_cpus: int  # usable CPUs (affinity and cgroup quota) when the probe ran
+    torch_version: str  # torch.__version__ the probe ran with
     isa: str = ""  # vector instruction sets (a VM's "AMD EPYC" can be an AVX2 or an AVX-512 host); "": not recorded
     mode: str | None = None  # "full" or "quick"; None in results written before the mode was part of the key
 
@@ -687,11 +713,11 @@ class ProbeKey:
 class GemmPeak:
     """torch.mm on square fp32 matrices at one thread count: the median call after a warm-up."""
 
-    threads: int
-    gflops_per_s: float
+    threads: int  # torch.set_num_threads for this row
+    gflops_per_s: float  # 2 n^3 / median_s
     n: int | None = None  # matrix size (n x n)
     calls: int | None = None  # timed calls
-    median_s: float | None = None
+    median_s: float | None = None  # the median timed call
     iqr_pct: float | None = None  # IQR of the calls over the median
     others_cpus: float | None = None  # CPUs other processes used meanwhile (/proc/stat), None where unreadable
     contended: bool = False  # they took CPUs our threads needed: the number is low
@@ -701,14 +727,14 @@ class GemmPeak:
 class MemoryPeak:
     """STREAM-style copy and triad on fp32 arrays larger than the last-level cache, at one thread count."""
 
-    threads: int
+    threads: int  # torch.set_num_threads for this row
     gb_per_s: float  # the better of copy and triad: the memory roof
     array_mib: int | None = None  # each array's size
-    copy_gb_per_s: float | None = None
-    triad_gb_per_s: float | None = None
+    copy_gb_per_s: float | None = None  # STREAM copy (b.copy_(a)): 2 x the array's bytes / the median call
+    triad_gb_per_s: float | None = None  # STREAM triad (a = b + 3 c): 3 x the array's bytes / the median call
     iqr_pct: float | None = None  # the noisier of the two
-    others_cpus: float | None = None
-    contended: bool = False
+    others_cpus: float | None = None  # CPUs other processes used meanwhile (/proc/stat), None where unreadable
+    contended: bool = False  # they took CPUs our threads needed: the number is low
 
 
 @dataclass
@@ -716,9 +742,9 @@ class Peaks:
     """This machine's measured peaks (diagnose/layers/efficiency/probe.py): the probe's result as it caches it
     (a JSON file per machine key), plus whether this report took it from that cache."""
 
-    key: ProbeKey | None = None
-    gemm_fp32: list[GemmPeak] = field(default_factory=list)
-    memory: list[MemoryPeak] = field(default_factory=list)
+    key: ProbeKey | None = None  # the machine and torch it stands for
+    gemm_fp32: list[GemmPeak] = field(default_factory=list)  # one row per thread count probed (1 and the usable CPUs)
+    memory: list[MemoryPeak] = field(default_factory=list)  # one row per thread count probed (1 and the usable CPUs)
     format: int | None = None  # the cache file's format (probe.CACHE_FORMAT)
     measured_at: str | None = None  # ISO time of the measurement
     mode: str | None = None  # "full" or "quick"
@@ -735,7 +761,7 @@ class Peaks:
 class Roofs:
     """The peaks at the run's intra-op threads (capped at the usable CPUs): the best measured at <= them."""
 
-    threads: int
+    threads: int  # the run's intra-op threads (else the usable CPUs), capped at the usable CPUs, at least 1
     gflops_per_s: float | None  # compute roof: fp32 GEMM
     gb_per_s: float | None  # memory roof: copy/triad
     ridge_flop_per_byte: float | None  # their ratio: at or right of it an operator is compute-bound
@@ -747,27 +773,28 @@ class RooflineRow:
     """One hot operator row placed on the roofline (roofline.place). Times are the operator pass's self CPU
     time, so rates carry its instrumentation overhead; flops and bytes are per call."""
 
-    name: str
-    input_shapes: list[list[Any]]
-    dtypes: list[str]
+    name: str  # the operator row's name (aten::mm)
+    input_shapes: list[list[Any]]  # the operator row's
+    dtypes: list[str]  # the operator row's
     source: str | None = None  # the user's line (file.py:LINE)
     share_pct: float = 0.0  # of operator self CPU time
-    calls: int = 0
-    self_cpu_us: float = 0.0
-    us_per_call: float | None = None
+    calls: int = 0  # the operator row's, in the operator pass's window
+    self_cpu_us: float = 0.0  # the operator row's, over all its calls
+    us_per_call: float | None = None  # self_cpu_us / calls
     threads: int | None = None  # the roofs' threads
     flops: int | None = None  # per call (layers/efficiency/work.py)
     flops_source: str | None = None  # how they were counted ("flop_counter", ...)
     bytes: int | None = None  # per call: inputs read and outputs written once (a lower bound)
+    # per call, from the work estimate; None when the call could not be rebuilt
     output_shapes: list[list[Any]] | None = None
     contiguous: bool | None = None  # False: an input strides through memory the kernel must copy or gather
-    intensity_flop_per_byte: float | None = None
-    achieved_gflops_per_s: float | None = None
-    achieved_gb_per_s: float | None = None
+    intensity_flop_per_byte: float | None = None  # flops / bytes; None without both
+    achieved_gflops_per_s: float | None = None  # flops x calls / self time; None without a FLOP count or a verdict
+    achieved_gb_per_s: float | None = None  # bytes x calls / self time; None without bytes or a verdict
     bound: str | None = None  # "compute" or "memory"; None without a verdict
     bound_basis: str | None = None  # why that roof, in words
     roof_gflops_per_s: float | None = None  # the roof at its intensity
-    roof_gb_per_s: float | None = None
+    roof_gb_per_s: float | None = None  # the memory roof (Roofs.gb_per_s), on every row
     efficiency_pct: float | None = None  # achieved / roof; None: no verdict (`reason` says why)
     roof_note: str | None = None  # e.g. float64 against the fp32 roof, data that fits in the cache
     reason: str | None = None  # why there is no efficiency
@@ -778,8 +805,8 @@ class RooflineRow:
 class Efficiency:
     """Hot operators against this machine's measured peaks (the efficiency layer)."""
 
-    peaks: Peaks
-    roofs: Roofs
+    peaks: Peaks  # this machine's measured peaks: the probe's cached result, or measured for this report
+    roofs: Roofs  # the peaks at the run's intra-op threads: the roofs every row is placed against
     operators: list[RooflineRow] = field(default_factory=list)  # most self time first
     timing: str = ""  # how the achieved rates were timed, in words
     instrumentation_overhead: float | None = None  # operator pass / uninstrumented wall time of the same work
@@ -799,26 +826,27 @@ class PerfEvent:
     counted: bool = True  # False: `<not counted>`
     running_pct: float | None = None  # share of the run it was scheduled (< 100: multiplexed, perf scaled it)
     metric: float | None = None  # perf's derived metric on the line (CPUs utilized for task-clock)
-    metric_unit: str | None = None
+    metric_unit: str | None = None  # the unit perf printed for `metric` ("CPUs utilized", ...)
 
 
 @dataclass
 class PerfStat:
     """perf stat over the measured workload of the uninstrumented pass (tools/perf.metrics)."""
 
-    cycles: int | None = None
-    instructions: int | None = None
-    cpi: float | None = None
-    ipc: float | None = None
+    cycles: int | None = None  # the cycles event; None: not counted
+    instructions: int | None = None  # the instructions event; None: not counted
+    cpi: float | None = None  # cycles / instructions
+    ipc: float | None = None  # instructions / cycles
     cache_miss_pct: float | None = None  # cache-misses / cache-references
-    branch_miss_pct: float | None = None
-    task_clock_ms: float | None = None
-    cpus_utilized: float | None = None
-    context_switches: int | None = None
-    cpu_migrations: int | None = None
-    page_faults: int | None = None
+    branch_miss_pct: float | None = None  # branch-misses / branches
+    task_clock_ms: float | None = None  # task-clock: CPU time of the process's threads
+    cpus_utilized: float | None = None  # perf's "CPUs utilized" metric on the task-clock line
+    context_switches: int | None = None  # the context-switches event
+    cpu_migrations: int | None = None  # the cpu-migrations event
+    page_faults: int | None = None  # the page-faults event (minor and major)
     not_supported: list[str] = field(default_factory=list)  # event names
-    not_counted: list[str] = field(default_factory=list)
+    not_counted: list[str] = field(default_factory=list)  # event names perf printed as <not counted>
+    # event names counted for < 99.5% of the run (perf scaled their counts)
     multiplexed: list[str] = field(default_factory=list)
     events: dict[str, PerfEvent] = field(default_factory=dict)  # event name (modifiers stripped) -> its line
 
@@ -827,10 +855,10 @@ class PerfStat:
 class VtuneTask:
     """An ITT task (an aten op under emit_itt) in VTune's hotspots by task."""
 
-    task: str | None
-    cpu_time_s: float | None = None
-    spin_time_s: float | None = None
-    overhead_time_s: float | None = None
+    task: str | None  # its Task Type column (the aten op, under emit_itt), else its first column
+    cpu_time_s: float | None = None  # its CPU Time
+    spin_time_s: float | None = None  # its CPU Time:Spin Time
+    overhead_time_s: float | None = None  # its CPU Time:Overhead Time
 
 
 # a VTune summary value: a number (units taken off), text, or a nested table's row
@@ -841,17 +869,17 @@ VtuneValue = float | str | list[float | str | None] | None
 class VtuneSummary:
     """The VTune pass's CSV reports (tools/vtune.summarize)."""
 
-    source: str = "vtune"
-    elapsed_s: float | None = None
-    cpu_time_s: float | None = None
-    effective_time_s: float | None = None
-    spin_time_s: float | None = None
-    overhead_time_s: float | None = None
+    source: str = "vtune"  # always "vtune"
+    elapsed_s: float | None = None  # VTune's Elapsed Time: its whole pass, start-up included (not only the window)
+    cpu_time_s: float | None = None  # CPU Time, all threads
+    effective_time_s: float | None = None  # Effective Time: CPU time minus spin and overhead time
+    spin_time_s: float | None = None  # Spin Time: threads busy-waiting
+    overhead_time_s: float | None = None  # Overhead Time: the threading runtime's overhead
     spin_overhead_pct: float | None = None  # (spin + overhead) / CPU time
-    cpi: float | None = None
-    effective_cpu_utilization_pct: float | None = None
-    total_thread_count: float | None = None
-    paused_time_s: float | None = None
+    cpi: float | None = None  # CPI Rate; None when the analysis gives none
+    effective_cpu_utilization_pct: float | None = None  # Effective CPU Utilization
+    total_thread_count: float | None = None  # Total Thread Count
+    paused_time_s: float | None = None  # Paused Time
     top_tasks: list[VtuneTask] | None = None  # by CPU time; None without a tasks report
     summary: dict[str, VtuneValue] = field(default_factory=dict)  # metric path ("Elapsed Time/CPU Time") -> value
 
@@ -863,19 +891,19 @@ class Counters:
 
     source: str  # "perf" or "vtune": the tool that filled the top level first
     cpi: float | None = None  # cycles per instruction over the run
-    ipc: float | None = None
-    cycles: int | None = None
-    instructions: int | None = None
-    cache_miss_pct: float | None = None
-    branch_miss_pct: float | None = None
-    cpus_utilized: float | None = None
-    perf: PerfStat | None = None
-    vtune: VtuneSummary | None = None
+    ipc: float | None = None  # instructions per cycle (perf)
+    cycles: int | None = None  # perf: cycles over the measured workload
+    instructions: int | None = None  # perf: instructions over the measured workload
+    cache_miss_pct: float | None = None  # perf: cache-misses / cache-references
+    branch_miss_pct: float | None = None  # perf: branch-misses / branches
+    cpus_utilized: float | None = None  # perf: task-clock's "CPUs utilized" (CPU time / wall time)
+    perf: PerfStat | None = None  # every event of perf stat (the counters layer); None when perf did not count
+    vtune: VtuneSummary | None = None  # VTune's summary (--vtune); None without it
     spin_overhead_pct: float | None = None  # VTune: spin + overhead share of CPU time
-    spin_time_s: float | None = None
-    overhead_time_s: float | None = None
-    cpu_time_s: float | None = None
-    effective_cpu_utilization_pct: float | None = None
+    spin_time_s: float | None = None  # VTune: CPU time threads spent busy-waiting
+    overhead_time_s: float | None = None  # VTune: CPU time in the threading runtime's overhead
+    cpu_time_s: float | None = None  # VTune: CPU time of all threads
+    effective_cpu_utilization_pct: float | None = None  # VTune: Effective CPU Utilization
 
 
 # ---- distributed: a torchrun job (--nproc-per-node; diagnose/distributed/view.py) ----
@@ -886,7 +914,7 @@ class CollectiveStat:
     """One collective's calls on a rank, or summed over ranks (gloo:all_reduce, gloo:broadcast, ...)."""
 
     name: str  # the backend's annotation: "gloo:all_reduce"
-    calls: int
+    calls: int  # events of it in the operator pass's window
     us: float  # summed duration, from the start of the exchange until every peer contributed (includes waiting)
     elements: int  # summed tensor elements exchanged
 
@@ -895,12 +923,12 @@ class CollectiveStat:
 class RankOperator:
     """One row of a rank's own operator table (operator pass), most self CPU time first."""
 
-    name: str
-    input_shapes: list[list[Any]]
-    calls: int
-    self_cpu_us: float
+    name: str  # the operator (aten::addmm)
+    input_shapes: list[list[Any]]  # per input, as in OperatorRow
+    calls: int  # in the rank's operator-pass window
+    self_cpu_us: float  # over those calls
     self_pct: float  # share of this rank's operator self time
-    source: str | None
+    source: str | None  # file.py:LINE with most of its self time; None outside the user's code
 
 
 @dataclass
@@ -918,27 +946,28 @@ class RankThreads:
 class RankResult:
     """One rank across the passes: identity, status, and what its uninstrumented and operator passes measured."""
 
-    rank: int
+    rank: int  # global rank (torchrun's RANK)
     passes: dict[str, str] = field(default_factory=dict)  # pass -> ok, failed, stopped, missing
     errors: dict[str, str] = field(default_factory=dict)  # pass -> error message
     status: str = "ok"  # the worst over the passes: ok, stopped (torchrun ended it), failed, missing (wrote nothing)
-    local_rank: int | None = None
-    node_rank: int | None = None
-    hostname: str | None = None
-    world_size: int | None = None
-    local_world_size: int | None = None
+    local_rank: int | None = None  # LOCAL_RANK: its index on its node
+    node_rank: int | None = None  # GROUP_RANK: its node
+    hostname: str | None = None  # socket.gethostname() in the rank
+    world_size: int | None = None  # WORLD_SIZE as the rank saw it
+    local_world_size: int | None = None  # LOCAL_WORLD_SIZE: ranks on its node
     omp_num_threads: str | None = None  # OMP_NUM_THREADS as the rank saw it (torchrun sets 1 when unset)
     failed_at: float | None = None  # the rank's clock (time.time()) when it failed first
     pid: int | None = None  # in the uninstrumented pass
     wall_s: float | None = None  # uninstrumented pass, from the rank's start (includes the rendezvous wait)
-    iteration_median_s: float | None = None
+    iteration_median_s: float | None = None  # uninstrumented pass: median step (or call) time; None without steps
+    # torch.get_num_threads() as the target left it (uninstrumented pass, else operator pass)
     intra_op_threads: int | None = None
     instrumented_wall_s: float | None = None  # operator pass
     operator_self_us: float | None = None  # operator pass: all operator self time
     compute_us: float | None = None  # operator self time minus the c10d:: launches
     collective_us: float | None = None  # wall time with a collective in flight
     collective_share: float | None = None  # collective / (collective + compute)
-    collectives: list[CollectiveStat] = field(default_factory=list)
+    collectives: list[CollectiveStat] = field(default_factory=list)  # operator pass: its collectives, most time first
     operators: list[RankOperator] = field(default_factory=list)  # the top rows (view.PER_RANK_ROWS)
     other_operators_us: float | None = None  # self time of the rows below them
     threads: RankThreads | None = None  # None: the sampler did not see this rank (or did not run)
@@ -948,19 +977,19 @@ class RankResult:
 class NodeThreads:
     """The thread sampler's view of one node (its process tree: torchrun and every local rank)."""
 
-    mean_runnable: float | None = None
-    runqueue_wait_share: float | None = None
-    compute_processes: int | None = None
+    mean_runnable: float | None = None  # Threads.mean_runnable of the node's tree
+    runqueue_wait_share: float | None = None  # Threads.runqueue_wait_share of the node's tree
+    compute_processes: int | None = None  # Threads.compute_processes of the node's tree
     threads_per_rank: int | None = None  # most busy threads of one rank
     fair_threads_per_rank: int = 1  # usable CPUs // ranks on the node
 
 
 @dataclass
 class NodeResult:
-    node_rank: int
-    hostname: str | None = None
-    ranks: list[int] = field(default_factory=list)
-    usable_cpus: int | None = None
+    node_rank: int  # torchrun's node rank (GROUP_RANK); 0 when the ranks did not say
+    hostname: str | None = None  # its first rank's hostname
+    ranks: list[int] = field(default_factory=list)  # global ranks that ran on it
+    usable_cpus: int | None = None  # Machine.usable_cpus of the report that ran it
     threads: NodeThreads | None = None  # None: the threads layer did not run
 
 
@@ -968,11 +997,11 @@ class NodeResult:
 class FailedRank:
     """A rank whose status is not ok, and where it stopped."""
 
-    rank: int
+    rank: int  # global rank
     status: str  # failed, stopped, missing
-    node_rank: int | None = None
+    node_rank: int | None = None  # its node
     pass_name: str | None = None  # the first pass it ended with that status ("pass" in schema "1")
-    error: str | None = None
+    error: str | None = None  # its first error message; None when it gave none
     failed_at: float | None = None  # the rank's clock
     first: bool = False  # the earliest failure: the others failed because of it
 
@@ -981,8 +1010,8 @@ class FailedRank:
 class Collectives:
     """Collectives against compute over the ranks' operator passes, summed over ranks."""
 
-    collective_us: float
-    compute_us: float
+    collective_us: float  # wall time with a collective in flight, summed over ranks (waiting for slower ranks included)
+    compute_us: float  # operator self time minus the c10d:: launches, summed over ranks
     share: float | None  # collective / (collective + compute)
     by_name: list[CollectiveStat] = field(default_factory=list)  # most time first
     ranks: int = 0  # ranks whose operator pass was measured
@@ -993,28 +1022,28 @@ class Collectives:
 class StragglerOperator:
     """An operator the slowest rank spends more time in than the fastest (summed over its shapes)."""
 
-    name: str
-    slow_us: float
-    fast_us: float
-    diff_us: float
+    name: str  # the operator (aten::addmm)
+    slow_us: float  # the slowest rank's self time in it, over its top rows (RankResult.operators)
+    fast_us: float  # likewise, the fastest rank's
+    diff_us: float  # slow_us - fast_us
     shapes: list[list[Any]]  # input shapes of its largest row
-    source: str | None
+    source: str | None  # its largest row's user line
 
 
 @dataclass
 class Straggler:
     """The rank that computes most against the one that computes least (operator pass)."""
 
-    rank: int
-    fastest_rank: int
+    rank: int  # the rank with the most compute
+    fastest_rank: int  # the rank with the least
     measure: str  # what `slow` and `fast` are: "compute_us" (operator self time minus collective launches)
-    slow: float
-    fast: float
-    slower_pct: float | None
+    slow: float  # the slowest rank's measure
+    fast: float  # the fastest rank's measure
+    slower_pct: float | None  # 100 x (slow - fast) / fast; None when fast is 0
     wall_s: float | None = None  # the two ranks' uninstrumented wall times
-    fastest_wall_s: float | None = None
-    node_rank: int | None = None
-    fastest_node_rank: int | None = None
+    fastest_wall_s: float | None = None  # the fastest rank's
+    node_rank: int | None = None  # the slowest rank's node
+    fastest_node_rank: int | None = None  # the fastest rank's node
     fastest_extra_collective_us: float | None = None  # the fastest rank's collective time minus the slowest's
     operators: list[StragglerOperator] = field(default_factory=list)  # the largest differences first
 
@@ -1024,10 +1053,10 @@ class Observation:
     """What the ranks together say (straggler, collectives): beside the findings, whose kinds are fixed."""
 
     kind: str  # straggler, collectives
-    severity: str
-    title: str
+    severity: str  # low, or medium past the second threshold (distributed/view.py)
+    title: str  # one sentence, read first
     evidence: dict[str, Any]  # the numbers that crossed the threshold, as a finding's evidence
-    suggestion: str
+    suggestion: str  # what to try, concretely
 
 
 @dataclass
@@ -1035,9 +1064,9 @@ class MergedFrom:
     """One node report `diagnose merge` combined."""
 
     report: str  # its path as given
-    node_rank: int
-    started_at: str = ""
-    hostname: str | None = None
+    node_rank: int  # the lowest node rank in that report
+    started_at: str = ""  # its run.started_at
+    hostname: str | None = None  # its node's hostname; None when unknown
 
 
 @dataclass
@@ -1045,16 +1074,18 @@ class Distributed:
     """A torchrun job: per-rank results, and the world, collectives and straggler derived from them."""
 
     launcher: str = ""  # the pass's command line (SPEC.json stands for the pass's spec)
-    nproc_per_node: int = 1
+    nproc_per_node: int = 1  # --nproc-per-node: ranks per node
     torchrun_args: list[str] = field(default_factory=list)  # the user's rendezvous options, [] for --standalone
-    world_size: int | None = None
+    world_size: int | None = None  # the largest WORLD_SIZE a rank saw, else the number of ranks; None without ranks
     backend: str | None = None  # from the collectives' names: gloo, nccl, mpi, ucc
     ranks: list[RankResult] = field(default_factory=list)  # by rank
     nodes: list[NodeResult] = field(default_factory=list)  # by node rank
-    failed_ranks: list[FailedRank] = field(default_factory=list)
+    failed_ranks: list[FailedRank] = field(default_factory=list)  # ranks whose status is not ok
     collectives: Collectives | None = None  # None: no operator pass measured
     straggler: Straggler | None = None  # None: fewer than two ranks measured
+    # straggler and collectives, past distributed/view.py's thresholds
     observations: list[Observation] = field(default_factory=list)
+    # diagnose merge: what was merged, missing nodes, whose threads these are
     notes: list[str] = field(default_factory=list)
     merged_from: list[MergedFrom] = field(default_factory=list)  # diagnose merge: the node reports
 
@@ -1068,9 +1099,9 @@ class PoolStats:
     """One thread pool of a process, or of the whole tree: main, intra_op, inter_op, dataloader_pin, other
     (layers/threads/analysis.py says how a thread's name gives its pool)."""
 
-    threads: int = 0
+    threads: int = 0  # threads of the pool seen over the run
     active_threads: int = 0  # threads that used >= 1% of a CPU over the run (analysis.ACTIVE_MIN_CPUS)
-    cpu_s: float = 0.0
+    cpu_s: float = 0.0  # their CPU time
     wait_s: float = 0.0  # time on a run queue, waiting for a CPU
     mean_runnable: float = 0.0  # its threads that wanted a CPU (running or waiting), time-averaged
 
@@ -1079,24 +1110,25 @@ class PoolStats:
 class ThreadProcess:
     """One process of the target's tree as the sampler saw it."""
 
-    pid: int
-    ppid: int | None = None
+    pid: int  # its process id
+    ppid: int | None = None  # its parent's pid, as last read
     role: str = "child"  # target, dataloader_worker, mp_worker, helper, child
     name: str | None = None  # its comm
     cmdline: str = ""  # at most analysis.CMDLINE_MAX_CHARS
     threads: dict[str, int] = field(default_factory=dict)  # pool -> threads seen over the run
     active_threads: dict[str, int] = field(default_factory=dict)  # pool -> threads that did work
     max_threads: int = 0  # most threads alive at once
+    # its threads that wanted a CPU (running or waiting), time-averaged over duration_s
     mean_runnable: float | None = None
-    cpu_used: float | None = None
-    cpu_s: float | None = None
-    wait_s: float | None = None
+    cpu_used: float | None = None  # CPUs its threads used on average over duration_s
+    cpu_s: float | None = None  # its threads' CPU time
+    wait_s: float | None = None  # its threads' run-queue wait
     wait_share: float | None = None  # wait over runnable time
     involuntary_switches: int = 0  # preemptions
-    pools: dict[str, PoolStats] = field(default_factory=dict)
+    pools: dict[str, PoolStats] = field(default_factory=dict)  # pool -> the totals of its threads in that pool
     cpus_allowed: list[str] = field(default_factory=list)  # its threads' affinity lists, e.g. "0-1"
     first_seen_s: float | None = None  # since the first sample
-    last_seen_s: float | None = None
+    last_seen_s: float | None = None  # the last sample that saw it, since the first sample
     compute: bool = False  # used >= 0.1 CPU or wanted >= 0.2 on average (helpers never)
     rank: int | None = None  # its torchrun rank (distributed/view.py), None outside torchrun
 
@@ -1105,19 +1137,19 @@ class ThreadProcess:
 class OtherProcess:
     """A process outside the tree that used CPU during the run (the top few)."""
 
-    pid: int
-    name: str | None = None
-    cpu_s: float = 0.0
+    pid: int  # its process id
+    name: str | None = None  # its comm
+    cpu_s: float = 0.0  # CPU time it used between the first and the last sample
 
 
 @dataclass
 class BusyThread:
     """A thread that did work (the doctor's topology check reads where it ran)."""
 
-    pid: int
-    tid: int
-    pool: str
-    cpu_used: float | None = None
+    pid: int  # its process's id
+    tid: int  # its thread id
+    pool: str  # main, intra_op, inter_op, dataloader_pin or other (from its name)
+    cpu_used: float | None = None  # CPUs it used on average (its CPU time / Threads.duration_s)
     cpus: list[int] = field(default_factory=list)  # CPUs it was seen running on
     cpu_samples: int = 0  # samples that read its CPU
     cpu_changes: int = 0  # times its CPU differed from the previous sample
@@ -1127,9 +1159,9 @@ class BusyThread:
 class ProcessTimeline:
     """One process's share of the timeline, per interval."""
 
-    pid: int
-    runnable: list[float] = field(default_factory=list)
-    cpu_used: list[float] = field(default_factory=list)
+    pid: int  # a process of Threads.processes
+    runnable: list[float] = field(default_factory=list)  # its threads that wanted a CPU, per interval
+    cpu_used: list[float] = field(default_factory=list)  # CPUs its threads used, per interval
 
 
 @dataclass
@@ -1138,7 +1170,7 @@ class ThreadTimeline:
 
     t_s: list[float] = field(default_factory=list)  # end of each interval, since the first sample
     runnable: list[float] = field(default_factory=list)  # the tree's
-    cpu_used: list[float] = field(default_factory=list)
+    cpu_used: list[float] = field(default_factory=list)  # the tree's CPUs in use
     machine_busy_cpus: list[float | None] = field(default_factory=list)  # /proc/stat; None where unread
     processes: list[ProcessTimeline] = field(default_factory=list)  # in the order of Threads.processes
 
@@ -1147,21 +1179,21 @@ class ThreadTimeline:
 class SamplerHealth:
     """How the sampling went: what it missed and what it cost."""
 
-    samples: int = 0
-    kept_snapshots: int = 0
-    missed_samples: int = 0
-    late_samples: int = 0
-    unreadable_files: int = 0
+    samples: int = 0  # samples taken (a last one that found the tree gone included)
+    kept_snapshots: int = 0  # snapshots kept after decimations: the timeline's points
+    missed_samples: int = 0  # slots skipped because a sample ran long or the sampler was descheduled
+    late_samples: int = 0  # samples that began more than half an interval after their slot
+    unreadable_files: int = 0  # /proc files that could not be read, vanished_files included
     vanished_files: int = 0  # unreadable because the thread or process had exited
-    sampler_cpu_s: float | None = None
+    sampler_cpu_s: float | None = None  # the sampler process's own CPU time
     overhead_cpu_share: float | None = None  # the sampler's CPU over the wall time, as a share of one CPU
     read_s_mean: float | None = None  # one sample's reading time
-    interval_s: float | None = None
+    interval_s: float | None = None  # the requested interval between samples
     final_interval_s: float | None = None  # after decimations and slowdowns
     decimations: int = 0  # times the kept snapshots were halved (and the interval doubled) to bound memory
     slowdowns: int = 0  # times the interval was doubled to keep the sampler within its CPU budget
     stopped_by: str | None = None  # tree_exited, stop, max_duration, root_not_found
-    error: str | None = None
+    error: str | None = None  # why the sampler failed ("no process PID"); None when it worked
 
 
 @dataclass
@@ -1170,7 +1202,7 @@ class EnvSetting:
 
     name: str  # an environment variable (OMP_NUM_THREADS), or a torch setting (intra_op_threads, parallel_backend)
     value: str | int | None  # None: unset
-    implication: str
+    implication: str  # what the setting means on this machine, in a sentence or two
     level: str = "info"  # "warning" (likely to cost time here) or "info"
 
 
@@ -1179,7 +1211,7 @@ class ThreadCall:
     """The target's own call that set a thread count (uninstrumented pass, runner._record_thread_calls)."""
 
     call: str  # set_num_threads or set_num_interop_threads
-    threads: int
+    threads: int  # the count it passed
     location: str | None = None  # file.py:LINE in the user's code
 
 
@@ -1187,11 +1219,11 @@ class ThreadCall:
 class SweepPoint:
     """One setting of the thread sweep, run `repeats` times interleaved with the others."""
 
-    intra_op_threads: int
+    intra_op_threads: int  # threads it ran with: torch.set_num_threads, OMP_NUM_THREADS and MKL_NUM_THREADS
     dataloader_workers: int | None = None  # None: the target's own count
     runs_s: list[float] = field(default_factory=list)  # seconds per unit (Sweep.unit) of each run that worked
-    failed_runs: int = 0
-    median_s: float | None = None
+    failed_runs: int = 0  # runs that measured nothing (the pass failed, or a worker point built no DataLoader)
+    median_s: float | None = None  # median of runs_s; None when every run failed
     throughput_per_s: float | None = None  # 1 / median_s
     spread_pct: float | None = None  # (slowest - fastest run) / median
 
@@ -1200,7 +1232,7 @@ class SweepPoint:
 class SweepSetting:
     """A setting of the sweep and its throughput: the best measured, or one passed over."""
 
-    throughput_per_s: float
+    throughput_per_s: float  # its median run's throughput, per second (Sweep.unit)
     intra_op_threads: int | None = None  # set for the thread sweep's points
     dataloader_workers: int | None = None  # set for the worker sweep's points
     lead_pct: float | None = None  # passed over: its lead over the best within the usable CPUs
@@ -1210,20 +1242,22 @@ class SweepSetting:
 class SweepPick:
     """The worker sweep's choice: the smallest count within the tolerance of the best throughput."""
 
-    throughput_per_s: float
-    dataloader_workers: int | None = None
+    throughput_per_s: float  # the chosen count's, per second (Sweep.unit)
+    dataloader_workers: int | None = None  # the chosen worker count
+    # the best worker setting (the fastest, unless above the usable CPUs and not clearly faster)
     best: SweepSetting | None = None
     passed_over: SweepSetting | None = None  # faster, above the usable CPUs, but not clearly
-    tolerance_pct: int = 5
+    tolerance_pct: int = 5  # the chosen count is within this % of the best's throughput
 
 
 @dataclass
 class SweepRecommendation:
     """The settings the sweep measured best, as environment and as code."""
 
-    intra_op_threads: int | None = None
+    intra_op_threads: int | None = None  # the smallest thread count within Sweep.tolerance_pct of the best throughput
     dataloader_workers: int | None = None  # None: the worker count was not swept
-    throughput_per_s: float | None = None
+    throughput_per_s: float | None = None  # that thread count's, per second (Sweep.unit)
+    # the best thread setting (the fastest, unless above the usable CPUs and not clearly faster)
     best: SweepSetting | None = None
     passed_over: SweepSetting | None = None  # faster, above the usable CPUs, but not clearly
     gain_vs_configured_pct: float | None = None  # throughput against the configured thread count's
@@ -1237,15 +1271,18 @@ class Sweep:
 
     status: str | None = None  # set when it did not finish ("interrupted before the sweep finished")
     unit: str = "runs"  # what a point's seconds are per: "iterations" (function mode) or "runs" (script mode)
-    repeats: int = 0
+    repeats: int = 0  # runs of each point (--sweep-repeats), interleaved with the other points
     tolerance_pct: int = 5  # the smallest setting within this of the best throughput is recommended
-    usable_cpus: int = 0
+    usable_cpus: int = 0  # Machine.usable_cpus: the top default thread point; a setting above it must be clearly faster
+    # the target's own intra-op count (Machine.intra_op_threads), one of the default points
     configured_threads: int | None = None
+    # most DataLoader workers alive at once (Threads.dataloader_workers); None: workers not swept
     configured_workers: int | None = None
+    # the thread points: 1, 2, 4, ... up to the usable CPUs, and the configured count (or --sweep-threads)
     threads: list[SweepPoint] = field(default_factory=list)
     workers: list[SweepPoint] = field(default_factory=list)  # at the chosen thread count, with a DataLoader
-    workers_pick: SweepPick | None = None
-    recommendation: SweepRecommendation | None = None
+    workers_pick: SweepPick | None = None  # None: the workers were not swept, or no worker point measured anything
+    recommendation: SweepRecommendation | None = None  # None: no thread point measured anything
 
 
 @dataclass
@@ -1254,31 +1291,37 @@ class Threads:
     (layers/threads/analysis.py defines each measure). With fewer than two samples the measures are None
     and `reason` says why."""
 
-    usable_cpus: int = 0
-    samples: int = 0
+    usable_cpus: int = 0  # Machine.usable_cpus (or os.cpu_count()), the measures' yardstick; 0: no sampler recording
+    samples: int = 0  # samples the sampler took (health.samples); 0: no sampler recording
     duration_s: float = 0.0  # between the first and the last sample
+    # the requested interval between samples; None: fewer than two samples, or no sampler recording
     interval_s: float | None = None
     schedstat_available: bool = False  # False: CPU and runnable time from sampled thread states
     method: str | None = None  # "schedstat" or "state_sampling"
     mean_runnable: float | None = None  # threads that wanted a CPU (running or on a run queue)
     runqueue_wait_share: float | None = None  # run-queue wait over runnable time
-    cpu_used: float | None = None
-    cpu_s: float | None = None
+    cpu_used: float | None = None  # CPUs the tree used on average (its threads' CPU time / duration_s)
+    cpu_s: float | None = None  # CPU time of all the tree's threads over duration_s
+    # run-queue wait of all the tree's threads (state sampling: runnable time minus CPU time)
     wait_s: float | None = None
     busy_share: float | None = None  # share of the wall time the tree kept at least one CPU busy
+    # preemptions (nonvoluntary context switches) of the tree's threads per second
     involuntary_switches_per_s: float | None = None
     machine_busy_cpus: float | None = None  # /proc/stat (in a container maybe the host's)
     machine_cpus_seen: float | None = None  # CPUs /proc/stat accounts for
     others_cpus: float | None = None  # the machine's busy CPUs minus the tree's and the sampler's
+    # processes outside the tree: the top 5 by CPU time between the first and the last sample
     other_processes: list[OtherProcess] = field(default_factory=list)
     processes: list[ThreadProcess] = field(default_factory=list)  # the target first, then by CPU time
-    compute_processes: int = 0
+    compute_processes: int = 0  # processes with `compute` set
     dataloader_workers: int = 0  # most alive at once
     pools: dict[str, PoolStats] = field(default_factory=dict)  # pool -> the tree's total
+    # threads that used >= 1% of a CPU (analysis.ACTIVE_MIN_CPUS), with the CPUs they ran on
     busy_threads: list[BusyThread] = field(default_factory=list)
-    timeline: ThreadTimeline | None = None
-    health: SamplerHealth | None = None
+    timeline: ThreadTimeline | None = None  # None: fewer than two samples, or no sampler recording
+    health: SamplerHealth | None = None  # None: no sampler recording was analysed
     reason: str | None = None  # why nothing was measured
+    # the threading settings, each with what it implies on this machine (environment.audit)
     environment: list[EnvSetting] = field(default_factory=list)
     thread_calls: list[ThreadCall] = field(default_factory=list)  # the target's own thread-count calls
     sweep: Sweep | None = None  # --sweep
@@ -1287,15 +1330,23 @@ class Threads:
 
 @dataclass
 class Report:
-    target: TargetInfo
+    target: TargetInfo  # what ran: the script as given, its arguments, the mode (TargetInfo)
+    # the CPUs the target could use and torch's threading settings (Machine)
     machine: Machine = field(default_factory=Machine)
+    # how the target ran: exit code, error, wall times, per-step times, page faults (Run)
     run: Run = field(default_factory=Run)
+    # layer name -> its status, why skipped or failed, its time, notes and missing files
     layers: dict[str, LayerStatus] = field(default_factory=dict)
+    # the operator pass's table: one row per (operator, input shapes), most self CPU time first (<= 1000)
     operators: list[OperatorRow] = field(default_factory=list)
     operator_summary: OperatorSummary | None = None  # None: the operator pass gave nothing
+    # the call-graph (cProfile) pass's functions: the top 30 by self time, and user functions >= 1% cumulative
     python_hotspots: list[PythonFunction] = field(default_factory=list)
     python_summary: PythonSummary | None = None  # None: the call-graph pass gave nothing
-    threads: Threads | None = None  # thread sampling (None: the threads layer did not run)
+    # thread sampling (layers/threads/), the target's own thread-count calls and --sweep; None when none of them
+    # gave anything (without the threads layer the section may hold only thread_calls or a sweep)
+    threads: Threads | None = None
+    # the microbench layer's rows: the top operators measured alone at their shapes, per thread count
     microbenchmarks: list[MicrobenchRow] = field(default_factory=list)
     efficiency: Efficiency | None = None  # machine peaks, per-operator roofline (None: the layer did not run)
     counters: Counters | None = None  # perf / VTune, where the machine has them (None: no counters)
@@ -1310,8 +1361,9 @@ class Report:
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); None for a single process
     distributed: Distributed | None = None
-    findings: list[Finding] = field(default_factory=list)
-    artifacts: dict[str, str] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)  # the diagnosis (diagnose/findings/), most important first
+    artifacts: dict[str, str] = field(default_factory=dict)  # file key -> name of each file written beside report.json
+    # this report format's version (SCHEMA_VERSION; older ones are migrated by report/io.py)
     schema_version: str = SCHEMA_VERSION
 
     def faults_per_step(self) -> tuple[float | None, float | None]:
