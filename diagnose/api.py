@@ -608,7 +608,10 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
             run_point, usable_cpus=report.machine.usable_cpus, configured_threads=report.machine.intra_op_threads,
             configured_workers=workers, has_dataloader=bool(workers), repeats=config.sweep_repeats,
             threads=config.sweep_threads, on_point=on_point)
-        threads.sweep = report_io.typed(Sweep, {**result, "unit": "iterations" if target.function else "runs"})
+        # what one point's time is per: a call (function mode), a step of the window (run_point takes the
+        # median step), or the whole run when the script has no steps
+        unit = "iterations" if target.function else "steps" if report.steps and report.steps.window_steps else "runs"
+        threads.sweep = report_io.typed(Sweep, {**result, "unit": unit})
     except KeyboardInterrupt:
         threads.sweep = Sweep(status="interrupted before the sweep finished")
         raise

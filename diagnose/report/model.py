@@ -1270,7 +1270,9 @@ class Sweep:
     """--sweep: the workload measured at several thread settings (layers/threads/sweep.py)."""
 
     status: str | None = None  # set when it did not finish ("interrupted before the sweep finished")
-    unit: str = "runs"  # what a point's seconds are per: "iterations" (function mode) or "runs" (script mode)
+    # what a point's seconds are per: "iterations" (function mode), "steps" (script mode: the window's median
+    # step) or "runs" (a script with no steps: the whole run); "runs" in schema "1" meant steps when there were
+    unit: str = "runs"
     repeats: int = 0  # runs of each point (--sweep-repeats), interleaved with the other points
     tolerance_pct: int = 5  # the smallest setting within this of the best throughput is recommended
     usable_cpus: int = 0  # Machine.usable_cpus: the top default thread point; a setting above it must be clearly faster

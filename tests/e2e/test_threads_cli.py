@@ -148,6 +148,9 @@ def test_sweep_pins_the_dataloader_workers_and_recommends_a_count(tmp_path):
     assert run.code == 0, run.stderr
     sweep = run.report["threads"]["sweep"]
     assert sweep["configured_workers"] == 2
+    # the example's training loop has steps: a point's time is its median step, and the table says so
+    assert run.report["steps"]["window_first"] is not None and sweep["unit"] == "steps"
+    assert "time per step" in run.stdout
     points = sweep["workers"]
     assert [p["dataloader_workers"] for p in points] == [0, 1, 2]
     assert all(p["intra_op_threads"] == 1 and p["failed_runs"] == 0 and p["throughput_per_s"] > 0 for p in points)
