@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from diagnose import api
-from diagnose.layers.operators.recorder import OperatorsRecorder
+from diagnose.layers.operators.recorder import OperatorsOptions, OperatorsRecorder
 from diagnose.machine import cpu_model, usable_cpus
 from diagnose.target import Target
 from microbench.stats import bootstrap_median_ci
@@ -45,7 +45,8 @@ TARGET = 1.10
 
 
 def step_s(tracking: bool, out: Path) -> float:
-    config = api.Config(output_dir=str(out), force=True, layers=["operators"], track_modules=tracking)
+    config = api.Config(output_dir=str(out), force=True, layers=("operators",),
+                        operators=OperatorsOptions(track_modules=tracking))
     result = api.diagnose(Target(script=str(SCRIPT.relative_to(REPO))), config)
     it = result.report.run.instrumented_iterations
     assert it is not None and result.report.layers["operators"].status == "ok"
@@ -64,7 +65,7 @@ def in_process(rounds: int, steps: int = 6, warmup: int = 2) -> tuple[list[float
         row = {}
         for tracking in ((True, False) if r % 2 == 0 else (False, True)):
             rec = OperatorsRecorder({"script": str(SCRIPT), "cwd": str(REPO),
-                                     "options": {"track_modules": tracking}})
+                                     "options": {"operators": {"track_modules": tracking}}})
             rec.prepare()
             try:
                 for _ in range(warmup):
@@ -102,7 +103,8 @@ def per_forward_us(modules: int = 200, calls: int = 200, rounds: int = 10) -> fl
     for r in range(rounds):
         row = {}
         for tracking in ((True, False) if r % 2 == 0 else (False, True)):
-            rec = OperatorsRecorder({"script": str(SCRIPT), "cwd": str(REPO), "options": {"track_modules": tracking}})
+            rec = OperatorsRecorder({"script": str(SCRIPT), "cwd": str(REPO),
+                                     "options": {"operators": {"track_modules": tracking}}})
             rec.prepare()
             try:
                 chain(x)

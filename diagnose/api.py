@@ -14,7 +14,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from diagnose import __version__, findings, machine, markers, steps as steps_mod, target as target_mod
@@ -22,7 +22,9 @@ from diagnose.errors import ExitCode, OutputError, TargetError
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
 from diagnose.layers.base import DerivedContext
-from diagnose.layers.microbench import DEFAULT_BUDGET_S as MICROBENCH_BUDGET_S, DEFAULT_TOP as MICROBENCH_TOP
+from diagnose.layers.microbench import MicrobenchOptions
+from diagnose.layers.operators.recorder import OperatorsOptions
+from diagnose.layers.threads.sweep import SweepOptions
 from diagnose import render
 from diagnose.render import plots
 from diagnose.report import io as report_io
@@ -34,6 +36,7 @@ from diagnose.report.model import Sweep, ThreadCall, Threads
 from diagnose.runner import NO_FUNCTION
 from diagnose.stall import STALL_AFTER_S
 from diagnose.target import Target
+from diagnose.tools.callgraph import CallgraphOptions
 
 # Files diagnose writes into an output directory; never replaced without --force.
 ARTIFACT_NAMES = (
@@ -42,35 +45,37 @@ ARTIFACT_NAMES = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
+    """One run's options, typed, each with its one default (the CLI's defaults are these).
+
+    Run-wide options are fields; a layer's options are a group defined beside the code that reads them
+    (OperatorsOptions in layers/operators/recorder.py, ...). Frozen: a variant is `dataclasses.replace(config,
+    ...)`. The runner's child gets the groups it needs as JSON (`_spec`: report.io.to_dict, read back with
+    report.io.typed).
+    """
+
     output_dir: str | None = None
     force: bool = False
+    reports_root: str = "reports"  # where the default output directory goes
     timeout_s: float | None = None
-    layers: list[str] = field(default_factory=lambda: list(LAYERS))
-    trace_max_events: int = 100_000
-    profile_iters: int = 20
+    stall_after_s: float = STALL_AFTER_S  # a pass whose tree used no CPU this long is hung (0: never; stall.py)
+    layers: tuple[str, ...] = tuple(LAYERS)
+    baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
+    fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
     # script mode: the window every pass measures (diagnose/steps.py); function mode uses Target.warmup/iters
     skip_steps: int = steps_mod.DEFAULT_SKIP_STEPS
     steps: int = steps_mod.DEFAULT_STEPS
     full_run: bool = False  # record the whole run in every pass (steps are still counted)
-    max_recorded_calls: int | None = None  # the operator pass's event budget (None: its default)
-    fork_server: bool = True  # fork the passes from a process with torch imported (diagnose/forkserver.py)
-    what_if: tuple[str, ...] = ()  # --what-if: variant names, or ("auto",) (diagnose/whatif/variants.py)
+    operators: OperatorsOptions = OperatorsOptions()
+    callgraph: CallgraphOptions = CallgraphOptions()  # the python layer's call graph
+    microbench: MicrobenchOptions = MicrobenchOptions()
+    sweep: SweepOptions = SweepOptions()  # re-run at several thread (and DataLoader worker) counts, recommend one
     doctor: bool = False  # --doctor: every trial this machine can run, not only those answering a warning
-    track_modules: bool = True  # the operator pass's module tracking (benchmarks/modules_overhead.py turns it off)
-    stall_after_s: float = STALL_AFTER_S  # a pass whose tree used no CPU this long is hung (0: never; diagnose/stall.py)
-    reports_root: str = "reports"
-    baseline: bool = True  # False: skip the uninstrumented pass (quick single-layer commands)
-    callgraph: dict[str, Any] = field(default_factory=dict)  # node_thres_pct, edge_thres_pct, focus
-    sweep: bool = False  # re-run at several thread (and DataLoader worker) counts, recommend one
-    sweep_repeats: int = 2
-    sweep_threads: list[int] | None = None  # default: 1, 2, 4, ... usable CPUs, and the configured count
-    microbench_budget: float = MICROBENCH_BUDGET_S  # seconds for micro-benchmarks of the top operators; 0: off
-    microbench_top: int = MICROBENCH_TOP
+    what_if: tuple[str, ...] = ()  # --what-if: variant names, or ("auto",) (diagnose/whatif/variants.py)
     vtune: str | None = None  # hotspots, threading or uarch-exploration: a pass under `vtune -collect`
     nproc_per_node: int | None = None  # run every pass under torchrun with this many ranks (diagnose/distributed)
-    torchrun_args: list[str] = field(default_factory=list)  # rendezvous options for several nodes
+    torchrun_args: tuple[str, ...] = ()  # rendezvous options for several nodes
 
 
 class Progress(Protocol):
@@ -212,9 +217,8 @@ def _spec(target: Target, config: Config, name: str, layer: str | None,
         "argv": list(target.argv), "mode": target.mode, "function": target.function,
         "warmup": target.warmup, "iters": target.iters, "cwd": os.getcwd(),
         "window": window.spec, "expect_steps": window.expect_steps,
-        "options": {"trace_max_events": config.trace_max_events, "profile_iters": config.profile_iters,
-                    "max_recorded_calls": config.max_recorded_calls, "track_modules": config.track_modules,
-                    "callgraph": config.callgraph, "vtune_analysis": config.vtune},
+        # the layers' options as JSON (read back with report_io.typed); re-runs add theirs (_rerun)
+        "options": {"operators": report_io.to_dict(config.operators), "callgraph": report_io.to_dict(config.callgraph)},
         **({"distributed": {"nproc_per_node": config.nproc_per_node, "torchrun_args": list(config.torchrun_args)}}
            if config.nproc_per_node else {}),
     }
@@ -377,9 +381,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
             window = _run_passes(target, config, report, passes, observers, workroot, output_dir, created,
                                  progress, steps=len(passes) + len(derived), server=server)
             context = DerivedContext(
-                options={"microbench_budget": config.microbench_budget, "microbench_top": config.microbench_top,
-                         "doctor": config.doctor, "what_if": list(config.what_if)},
-                tick=progress.tick, server=server.get() if derived else None,
+                config, tick=progress.tick, server=server.get() if derived else None,
                 run_workload=_workload_runner(target, config, workroot, progress, window, server)
                 if config.baseline else None,
                 on_trial=lambda i, n, name, kind="doctor": progress.pass_started(i, n, kind, f"trial {name}", True),
@@ -387,7 +389,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
             for i, layer in enumerate(derived, 1):
                 _run_derived(layer, report, workroot, output_dir, progress, len(passes) + i,
                              len(passes) + len(derived), context)
-            if config.sweep and not report.run.interrupted:
+            if config.sweep.enabled and not report.run.interrupted:
                 _sweep(target, config, report, workroot, progress, window, server)
         except KeyboardInterrupt:  # between passes: keep what was measured
             report.run.interrupted = True
@@ -439,7 +441,7 @@ def _run_passes(target, config, report, passes, observers, workroot, output_dir,
             try:
                 spec = _spec(target, config, name, layer.name if layer else None, window)
                 spec["wait_for"] = watching.ready_files()
-                prefix = layer.command_prefix(workdir, spec["options"]) if layer else None
+                prefix = layer.command_prefix(workdir, config) if layer else None
                 outcome = run_pass(spec, workdir, passthrough=not captured, timeout_s=config.timeout_s,
                                    on_tick=progress.tick, on_start=watching.attach, command_prefix=prefix,
                                    server=server.get(), stall_after_s=config.stall_after_s or None)
@@ -606,8 +608,8 @@ def _sweep(target: Target, config: Config, report: Report, workroot: str, progre
     try:
         result = sweep.run_sweep(
             run_point, usable_cpus=report.machine.usable_cpus, configured_threads=report.machine.intra_op_threads,
-            configured_workers=workers, has_dataloader=bool(workers), repeats=config.sweep_repeats,
-            threads=config.sweep_threads, on_point=on_point)
+            configured_workers=workers, has_dataloader=bool(workers), repeats=config.sweep.repeats,
+            threads=config.sweep.threads, on_point=on_point)
         # what one point's time is per: a call (function mode), a step of the window (run_point takes the
         # median step), or the whole run when the script has no steps
         unit = "iterations" if target.function else "steps" if report.steps and report.steps.window_steps else "runs"

@@ -25,11 +25,7 @@ import os
 import sys
 
 from diagnose import __version__
-from diagnose.stall import STALL_AFTER_S
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
-from diagnose.layers.microbench import DEFAULT_BUDGET_S, DEFAULT_TOP
-from diagnose.layers.operators.recorder import MAX_RECORDED_CALLS
-from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
 
 EPILOG = """\
 examples:
@@ -62,9 +58,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
+    from diagnose.api import Config
     from diagnose.layers import LAYERS
     from diagnose.render import PRINTABLE
-    from diagnose.tools import callgraph
+
+    d = Config()  # every default below is the Config's
 
     p = _Parser(
         prog=prog,
@@ -81,48 +79,49 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                    help="where to write the report (default: reports/<script>-<YYYYmmdd-HHMMSS>/)")
     p.add_argument("--force", action="store_true",
                    help="replace report files an earlier run left in DIR (other files are never touched)")
-    p.add_argument("--skip-steps", "--warmup", dest="skip_steps", type=int, default=None, metavar="K",
+    p.add_argument("--skip-steps", "--warmup", dest="skip_steps", type=int, default=d.skip_steps, metavar="K",
                    help=f"steps to run before the measured window: the script's steps (found by themselves: "
                         f"optimizer.step(), the outermost module's forward, or diagnose.mark_step()), or calls "
-                        f"of script.py:function ({DEFAULT_SKIP_STEPS})")
-    p.add_argument("--steps", "--iters", dest="steps", type=int, default=None, metavar="N",
+                        f"of script.py:function ({d.skip_steps})")
+    p.add_argument("--steps", "--iters", dest="steps", type=int, default=d.steps, metavar="N",
                    help=f"steps every pass measures after them; in script mode the script is then ended, like a "
-                        f"normal exit ({DEFAULT_STEPS})")
+                        f"normal exit ({d.steps})")
     p.add_argument("--full-run", action="store_true",
                    help="script mode: run and record the whole script in every pass (steps are still counted)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop a pass after this long; what it measured so far is kept")
-    p.add_argument("--stall-after", type=float, default=STALL_AFTER_S, metavar="SECONDS",
+    p.add_argument("--stall-after", type=float, default=d.stall_after_s, metavar="SECONDS",
                    help=f"a pass whose processes used no CPU (under 2%% of one) this long is hung: dump its "
-                        f"threads' stacks, stop it keeping what it measured, go on ({STALL_AFTER_S:g}; 0: never, "
+                        f"threads' stacks, stop it keeping what it measured, go on ({d.stall_after_s:g}; 0: never, "
                         f"for targets that wait on input)")
-    p.add_argument("--layers", metavar="NAMES", default=",".join(LAYERS),
-                   help=f"comma-separated layers to run (default and choices: {','.join(LAYERS)})")
-    p.add_argument("--profile-iters", type=int, default=20, metavar="N",
-                   help="function mode: record at most the last N measured calls in the operator pass (20)")
-    p.add_argument("--trace-max-events", type=int, default=100_000, metavar="N",
-                   help="cap on events written to trace.json (100000)")
-    p.add_argument("--max-recorded-calls", type=int, default=MAX_RECORDED_CALLS, metavar="N",
+    p.add_argument("--layers", metavar="NAMES", default=",".join(d.layers),
+                   help=f"comma-separated layers to run (default and choices: {','.join(d.layers)})")
+    p.add_argument("--profile-iters", type=int, default=d.operators.profile_iters, metavar="N",
+                   help=f"function mode: record at most the last N measured calls in the operator pass "
+                        f"({d.operators.profile_iters})")
+    p.add_argument("--trace-max-events", type=int, default=d.operators.trace_max_events, metavar="N",
+                   help=f"cap on events written to trace.json ({d.operators.trace_max_events})")
+    p.add_argument("--max-recorded-calls", type=int, default=d.operators.max_recorded_calls, metavar="N",
                    help=f"the operator pass's event budget: stop recording after N torch calls from Python "
-                        f"({MAX_RECORDED_CALLS}), or once recording grew the process by 1 GiB")
-    p.add_argument("--callgraph-nodes", type=float, default=callgraph.NODE_THRES_PCT, metavar="PCT",
-                   help=f"call graph: hide functions under PCT%% of the time ({callgraph.NODE_THRES_PCT:g})")
-    p.add_argument("--callgraph-edges", type=float, default=callgraph.EDGE_THRES_PCT, metavar="PCT",
-                   help=f"call graph: hide calls under PCT%% of the time ({callgraph.EDGE_THRES_PCT:g})")
-    p.add_argument("--microbench-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
+                        f"({d.operators.max_recorded_calls}), or once recording grew the process by 1 GiB")
+    p.add_argument("--callgraph-nodes", type=float, default=d.callgraph.node_thres_pct, metavar="PCT",
+                   help=f"call graph: hide functions under PCT%% of the time ({d.callgraph.node_thres_pct:g})")
+    p.add_argument("--callgraph-edges", type=float, default=d.callgraph.edge_thres_pct, metavar="PCT",
+                   help=f"call graph: hide calls under PCT%% of the time ({d.callgraph.edge_thres_pct:g})")
+    p.add_argument("--microbench-budget", type=float, default=d.microbench.budget_s, metavar="S",
                    help="seconds for micro-benchmarks of the top operators at their shapes, 1 thread vs all "
-                        f"({DEFAULT_BUDGET_S:g}; 0 turns them off)")
+                        f"({d.microbench.budget_s:g}; 0 turns them off)")
     p.add_argument("--vtune", nargs="?", const="hotspots", default=None,
                    choices=("hotspots", "threading", "uarch-exploration"),
                    help="add a pass under Intel VTune (vtune on PATH) with ITT labels per aten op; "
                         "its CPI, spin and overhead time go into counters (default analysis: hotspots)")
-    p.add_argument("--microbench-top", type=int, default=DEFAULT_TOP, metavar="K",
-                   help=f"how many of the top operators to micro-benchmark ({DEFAULT_TOP})")
-    p.add_argument("--callgraph-timeout", type=float, default=callgraph.DOT_TIMEOUT_S, metavar="S",
+    p.add_argument("--microbench-top", type=int, default=d.microbench.top, metavar="K",
+                   help=f"how many of the top operators to micro-benchmark ({d.microbench.top})")
+    p.add_argument("--callgraph-timeout", type=float, default=d.callgraph.timeout_s, metavar="S",
                    help=f"call graph: stop gprof2dot or graphviz's dot after S seconds, and say so "
-                        f"({callgraph.DOT_TIMEOUT_S:g})")
-    p.add_argument("--callgraph-focus", choices=("all", "user"), default="all",
-                   help="call graph: all functions, or only those in your script's directory (all)")
+                        f"({d.callgraph.timeout_s:g})")
+    p.add_argument("--callgraph-focus", choices=("all", "user"), default=d.callgraph.focus,
+                   help=f"call graph: all functions, or only those in your script's directory ({d.callgraph.focus})")
     p.add_argument("--sweep", action="store_true",
                    help="re-run the workload at several intra-op thread counts (and DataLoader worker counts "
                         "when it has workers) and recommend a setting")
@@ -136,8 +135,8 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         "with a 95%% interval and an output check")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
-    p.add_argument("--sweep-repeats", type=int, default=2, metavar="N",
-                   help="interleaved runs per sweep point (2)")
+    p.add_argument("--sweep-repeats", type=int, default=d.sweep.repeats, metavar="N",
+                   help=f"interleaved runs per sweep point ({d.sweep.repeats})")
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="run the target under torchrun (python -m torch.distributed.run) with N ranks on this node, "
                         "every pass, every rank measured; one report for the job")
@@ -275,59 +274,51 @@ def _compare(argv: list[str]) -> int:
 
 def _run(args, extra: list[str], subcommand: str | None = None) -> int:
     from diagnose import api
-    from diagnose.layers import LAYERS
     from diagnose.render import terminal
     from diagnose.render.progress import TerminalProgress
     from diagnose.target import Target, parse_target_spec
 
     if not args.target:
         raise UsageError("give a script to diagnose, e.g. diagnose train.py (see diagnose --help)")
-    layers = [name.strip() for name in args.layers.split(",") if name.strip()]
+    script, function = parse_target_spec(args.target)
+    config = _config(args, subcommand, function)
+    target = Target(script=script, argv=extra, function=function, warmup=config.skip_steps, iters=config.steps)
+    progress = api.NullProgress() if args.quiet else TerminalProgress()
+    result = api.diagnose(target, config, progress)
+    sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
+    return _gate(result.report, args.fail_on, result.exit_code)
+
+
+def _config(args, subcommand: str | None, function: str | None):
+    """The parsed options as an api.Config; a value no run can use is a UsageError, checked in the order the
+    options are listed."""
+    from diagnose import api
+    from diagnose.layers import LAYERS
+    from diagnose.layers.microbench import MicrobenchOptions
+    from diagnose.layers.operators.recorder import OperatorsOptions
+    from diagnose.layers.threads.sweep import SweepOptions
+    from diagnose.tools.callgraph import CallgraphOptions
+
+    layers = tuple(name.strip() for name in args.layers.split(",") if name.strip())
     unknown = [name for name in layers if name not in LAYERS]
     if unknown:
         raise UsageError(f"unknown layer(s) {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
-    script, function = parse_target_spec(args.target)
-    skip = DEFAULT_SKIP_STEPS if args.skip_steps is None else args.skip_steps
-    steps = DEFAULT_STEPS if args.steps is None else args.steps
-    if steps < 1 or skip < 0:
-        raise UsageError(f"--steps wants a number of steps >= 1 and --skip-steps one >= 0, not {steps} and {skip}")
+    if args.steps < 1 or args.skip_steps < 0:
+        raise UsageError(f"--steps wants a number of steps >= 1 and --skip-steps one >= 0, not {args.steps} and "
+                         f"{args.skip_steps}")
     if args.full_run and function:
         raise UsageError("--full-run is for script mode; script.py:function measures --steps calls")
-    target = Target(script=script, argv=extra, function=function, warmup=skip, iters=steps)
-    config = api.Config(output_dir=args.output, force=args.force, timeout_s=args.timeout, layers=layers,
-                        profile_iters=args.profile_iters, trace_max_events=args.trace_max_events,
-                        skip_steps=skip, steps=steps, full_run=args.full_run,
-                        max_recorded_calls=args.max_recorded_calls, stall_after_s=args.stall_after,
-                        callgraph={"node_thres_pct": args.callgraph_nodes, "edge_thres_pct": args.callgraph_edges,
-                                   "focus": args.callgraph_focus, "timeout_s": args.callgraph_timeout})
-    config.sweep, config.sweep_repeats = args.sweep, args.sweep_repeats
     if args.stall_after < 0:
         raise UsageError("--stall-after wants seconds >= 0 (0 turns stall detection off)")
+    if args.max_recorded_calls < 1:
+        raise UsageError(f"--max-recorded-calls wants a number of calls >= 1, not {args.max_recorded_calls}")
     if args.microbench_budget < 0 or args.microbench_top < 1:
         raise UsageError("--microbench-budget wants seconds >= 0 and --microbench-top a count >= 1")
-    config.microbench_budget, config.microbench_top = args.microbench_budget, args.microbench_top
-    config.vtune = args.vtune
-    config.doctor = args.doctor
-    if args.what_if is not None:
-        from diagnose.whatif.variants import ORDER
-
-        names = [v.strip() for v in args.what_if.split(",") if v.strip()]
-        unknown = [n for n in names if n not in (*ORDER, "auto", "threads")]
-        if not names or unknown:
-            raise UsageError(f"--what-if wants auto or a comma list of {', '.join(ORDER)}, threads; "
-                             f"not {', '.join(unknown) or repr(args.what_if)}")
-        config.sweep = config.sweep or "threads" in names
-        config.what_if = tuple(n for n in names if n != "threads")
-    if args.sweep_threads:
-        try:
-            config.sweep_threads = sorted({int(v) for v in args.sweep_threads.split(",") if v.strip()})
-        except ValueError:
-            raise UsageError(f"--sweep-threads wants numbers like 1,2,4, not {args.sweep_threads!r}") from None
-        if not config.sweep_threads or min(config.sweep_threads) < 1:
-            raise UsageError("--sweep-threads wants thread counts of at least 1")
-        config.sweep = True
+    what_if = _what_if(args.what_if)
+    sweep_threads = _sweep_threads(args.sweep_threads)
     if args.sweep_repeats < 1:
         raise UsageError("--sweep-repeats must be at least 1")
+    torchrun_args: list[str] = []
     if args.nproc_per_node is not None or args.torchrun_args:
         from diagnose.distributed import launcher
 
@@ -335,16 +326,52 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
             raise UsageError("--torchrun-args goes with --nproc-per-node N (the ranks on this node)")
         if args.nproc_per_node < 1:
             raise UsageError(f"--nproc-per-node wants a number of ranks >= 1, not {args.nproc_per_node}")
-        config.nproc_per_node = args.nproc_per_node
-        config.torchrun_args = launcher.parse_torchrun_args(args.torchrun_args)
-    if subcommand == "callgraph":
-        config.layers, config.baseline = ["python"], False
+        torchrun_args = launcher.parse_torchrun_args(args.torchrun_args)
+    if subcommand == "callgraph":  # only the cProfile pass
+        layers = ("python",)
     elif subcommand == "threads":
-        config.layers = ["threads"]
-    progress = api.NullProgress() if args.quiet else TerminalProgress()
-    result = api.diagnose(target, config, progress)
-    sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
-    return _gate(result.report, args.fail_on, result.exit_code)
+        layers = ("threads",)
+    return api.Config(
+        output_dir=args.output, force=args.force, timeout_s=args.timeout, stall_after_s=args.stall_after,
+        layers=layers, baseline=subcommand != "callgraph",
+        skip_steps=args.skip_steps, steps=args.steps, full_run=args.full_run,
+        operators=OperatorsOptions(trace_max_events=args.trace_max_events, profile_iters=args.profile_iters,
+                                   max_recorded_calls=args.max_recorded_calls),
+        callgraph=CallgraphOptions(node_thres_pct=args.callgraph_nodes, edge_thres_pct=args.callgraph_edges,
+                                   focus=args.callgraph_focus, timeout_s=args.callgraph_timeout),
+        microbench=MicrobenchOptions(budget_s=args.microbench_budget, top=args.microbench_top),
+        sweep=SweepOptions(enabled=args.sweep or sweep_threads is not None or "threads" in (what_if or ()),
+                           repeats=args.sweep_repeats, threads=sweep_threads),
+        doctor=args.doctor, what_if=tuple(n for n in what_if or () if n != "threads"), vtune=args.vtune,
+        nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args),
+    )
+
+
+def _what_if(text: str | None) -> tuple[str, ...] | None:
+    """--what-if LIST: its names (threads among them meaning --sweep), or None when not given."""
+    if text is None:
+        return None
+    from diagnose.whatif.variants import ORDER
+
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [n for n in names if n not in (*ORDER, "auto", "threads")]
+    if not names or unknown:
+        raise UsageError(f"--what-if wants auto or a comma list of {', '.join(ORDER)}, threads; "
+                         f"not {', '.join(unknown) or repr(text)}")
+    return names
+
+
+def _sweep_threads(text: str | None) -> tuple[int, ...] | None:
+    """--sweep-threads N,N,...: the thread counts, sorted, or None when not given."""
+    if not text:
+        return None
+    try:
+        threads = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
+    except ValueError:
+        raise UsageError(f"--sweep-threads wants numbers like 1,2,4, not {text!r}") from None
+    if not threads or min(threads) < 1:
+        raise UsageError("--sweep-threads wants thread counts of at least 1")
+    return threads
 
 
 def _merge(argv: list[str]) -> int:

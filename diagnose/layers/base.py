@@ -13,17 +13,18 @@ A `derived` layer has neither a pass nor an observer: its
 `derive(context, report, workdir)` runs after every pass on what the other
 layers measured (efficiency: the operators against the machine's peaks; the
 doctor and what-if: trials that re-run the workload), with a
-`DerivedContext`: the run's options, a progress tick, the fork server, and a
+`DerivedContext`: the run's Config, a progress tick, the fork server, and a
 way to re-run the workload.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
+    from diagnose.api import Config
     from diagnose.launch import PassOutcome
     from diagnose.report.model import LayerStatus, Report
 
@@ -79,7 +80,7 @@ class Observer(Protocol):
 
 @dataclass
 class DerivedContext:
-    options: dict[str, Any] = field(default_factory=dict)
+    config: "Config"  # the run's options (diagnose/api.py)
     tick: Callable[[float], None] | None = None  # elapsed seconds, for progress lines
     server: Any = None  # the run's fork server, for helper processes (run_helper), or None
     # re-run the uninstrumented workload over the same window: (pass name, environment at launch (a fresh
@@ -105,7 +106,7 @@ class Layer:
     def observer(self, workdir: str) -> Observer | None:
         return None
 
-    def command_prefix(self, workdir: str, options: dict[str, Any]) -> list[str] | None:
+    def command_prefix(self, workdir: str, config: "Config") -> list[str] | None:
         """A command its pass runs under (VTune's collector), or None: the pass runs as is."""
         return None
 
@@ -115,7 +116,7 @@ class Layer:
 
     def derive(self, context: DerivedContext, report: "Report", workdir: str) -> "LayerStatus":
         """A derived layer (`derived = True`): after every pass, from the report and the context's means
-        (options, progress, the fork server, re-running the workload)."""
+        (the run's Config, progress, the fork server, re-running the workload)."""
         raise NotImplementedError
 
 

@@ -33,13 +33,16 @@ import os
 import signal
 import subprocess
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnose import markers
 from diagnose.layers.base import Layer, Recorder, last_line
 from diagnose.report import io as report_io
 from diagnose.report.model import Counters, LayerStatus, PerfStat, Report, VtuneSummary
 from diagnose.tools import perf, vtune
+
+if TYPE_CHECKING:
+    from diagnose.api import Config
 
 PERF_OUT = "perf-stat.csv"
 PERF_LOG = "perf.log"
@@ -228,12 +231,10 @@ class VtuneLayer(Layer):
     def recorder(self, spec: dict[str, Any]) -> IttRecorder:
         return IttRecorder()
 
-    def command_prefix(self, workdir: str, options: dict[str, Any] | None = None) -> list[str]:
+    def command_prefix(self, workdir: str, config: "Config") -> list[str]:
         """What goes before `python -m diagnose.runner SPEC` in this layer's pass (launch.run_pass)."""
-        options = options or {}
         # collect_command with no target command ends with "--": the runner's command follows
-        return vtune.collect_command(options.get("vtune_analysis", "hotspots"),
-                                     os.path.join(workdir, self.RESULT_DIR), [], options.get("vtune_knobs"))
+        return vtune.collect_command(config.vtune, os.path.join(workdir, self.RESULT_DIR), [])
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
         result_dir = os.path.join(workdir, self.RESULT_DIR)

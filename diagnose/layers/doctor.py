@@ -41,7 +41,7 @@ class DoctorLayer(Layer):
         if doctor.process is None:
             status.notes.append("the uninstrumented pass wrote no process readings: the checks on them are skipped")
         command = command_line(report)
-        variants, notes = trials_mod.variants_for(doctor.checks, command, every=bool(context.options.get("doctor")),
+        variants, notes = trials_mod.variants_for(doctor.checks, command, every=context.config.doctor,
                                                   quota_cpus=report.machine.cgroup_cpu_limit)
         status.notes += notes
         if not variants:

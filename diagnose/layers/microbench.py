@@ -14,13 +14,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report import io as report_io
 from diagnose.report.model import LayerStatus, MicrobenchRow, Report
 
-DEFAULT_BUDGET_S = 15.0
-DEFAULT_TOP = 3
+
+@dataclass(frozen=True)
+class MicrobenchOptions:
+    """--microbench-budget, --microbench-top (Config.microbench)."""
+
+    budget_s: float = 15.0  # seconds for the micro-benchmarks of the top operators; 0: the layer is off
+    top: int = 3  # how many of the top operators
+
+
 REPRODUCERS = "reproducers"
 # each measurement stops when IQR/median < 10% or after this long (microbench's own default is 2 s): on a
 # noisy host the adaptive loop rarely converges, and a second of blocks already pins the median that the
@@ -35,9 +43,7 @@ class MicrobenchLayer(Layer):
     derived = True
 
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
-        options = context.options
-        budget = float(options["microbench_budget"])
-        top = int(options["microbench_top"])
+        budget, top = context.config.microbench.budget_s, context.config.microbench.top
         if budget <= 0:
             return LayerStatus("skipped", "--microbench-budget 0 turned it off")
         if not report.operators:

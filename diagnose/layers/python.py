@@ -37,6 +37,7 @@ from collections import defaultdict
 from typing import Any
 
 from diagnose.layers.base import Layer, Recorder
+from diagnose.report import io as report_io
 from diagnose.report.model import CallgraphSettings, LayerStatus, LineOperator, PythonFunction, PythonSplit, \
     PythonSummary, Report
 from diagnose.tools import callgraph
@@ -349,20 +350,15 @@ class PythonLayer(Layer):
         report.python_hotspots = rows
         report.artifacts["pstats"] = PSTATS
         status = LayerStatus("ok")
-        opts = raw.get("callgraph") or {}
-        options = callgraph.CallgraphOptions(
-            node_thres_pct=opts.get("node_thres_pct", callgraph.NODE_THRES_PCT),
-            edge_thres_pct=opts.get("edge_thres_pct", callgraph.EDGE_THRES_PCT),
-            focus_paths=[os.path.dirname(script)] if opts.get("focus") == "user" else None,
-            root=_entry_selector(stats, report, script, raw.get("root")),
-            timeout_s=opts.get("timeout_s", callgraph.DOT_TIMEOUT_S),
-        )
+        options = report_io.typed(callgraph.CallgraphOptions, raw.get("callgraph") or {})  # as the pass got them
+        root = _entry_selector(stats, report, script, raw.get("root"))
         summary.callgraph = CallgraphSettings(node_thres_pct=options.node_thres_pct,
-                                              edge_thres_pct=options.edge_thres_pct,
-                                              focus=opts.get("focus", "all"), root=options.root)
+                                              edge_thres_pct=options.edge_thres_pct, focus=options.focus, root=root)
         report.python_summary = summary
         try:
-            callgraph.pstats_to_dot(pstats_path, os.path.join(workdir, DOT), options)
+            callgraph.pstats_to_dot(pstats_path, os.path.join(workdir, DOT), options,
+                                    focus_paths=[os.path.dirname(script)] if options.focus == "user" else None,
+                                    root=root)
             report.artifacts["callgraph_dot"] = DOT
             callgraph.dot_to_png(os.path.join(workdir, DOT), os.path.join(workdir, PNG), options.timeout_s)
             report.artifacts["callgraph_png"] = PNG

@@ -47,7 +47,7 @@ class WhatIfLayer(Layer):
     derived = True
 
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
-        requested = list(context.options.get("what_if") or ["auto"])
+        requested = list(context.config.what_if or ["auto"])
         what_if = report.what_if = WhatIf(requested=requested)
         chosen, what_if.skipped = variants_mod.choose(report, requested)
         if not chosen:

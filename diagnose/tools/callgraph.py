@@ -12,21 +12,20 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-# A torch model's call graph at gprof2dot's defaults (0.5% / 0.1%) is a
-# hairball of torch internals; these keep the paths that matter readable.
-NODE_THRES_PCT = 2.0
-EDGE_THRES_PCT = 0.5
-DOT_TIMEOUT_S = 120.0
 INSTALL_HINT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallgraphOptions:
-    node_thres_pct: float = NODE_THRES_PCT
-    edge_thres_pct: float = EDGE_THRES_PCT
-    focus_paths: list[str] | None = None  # keep only functions under these directories (gprof2dot -p)
-    root: str | None = None  # gprof2dot -z selector ("module:line:function")
-    timeout_s: float = DOT_TIMEOUT_S  # gprof2dot and dot each, before they are stopped
+    """--callgraph-*: what the call graph keeps and how long its tools may take (Config.callgraph; the python
+    layer's pass carries them in the runner's spec as options["callgraph"])."""
+
+    # A torch model's call graph at gprof2dot's defaults (0.5% / 0.1%) is a
+    # hairball of torch internals; these keep the paths that matter readable.
+    node_thres_pct: float = 2.0
+    edge_thres_pct: float = 0.5
+    focus: str = "all"  # "user": only functions under the script's directory (gprof2dot -p)
+    timeout_s: float = 120.0  # gprof2dot and dot each, before they are stopped
 
 
 class ToolError(Exception):
@@ -37,24 +36,27 @@ def dot_program() -> str | None:
     return shutil.which("dot")
 
 
-def pstats_to_dot(pstats_path: str, dot_path: str, options: CallgraphOptions) -> None:
+def pstats_to_dot(pstats_path: str, dot_path: str, options: CallgraphOptions, focus_paths: list[str] | None = None,
+                  root: str | None = None) -> None:
+    """`focus_paths`: keep only functions under these directories (gprof2dot -p); `root`: gprof2dot's -z
+    selector ("module:line:function")."""
     cmd = [sys.executable, "-m", "gprof2dot", "-f", "pstats", pstats_path, "-o", dot_path,
            "-n", f"{options.node_thres_pct:g}", "-e", f"{options.edge_thres_pct:g}"]
-    for path in options.focus_paths or []:
+    for path in focus_paths or []:
         cmd += ["-p", path]
-    if options.root:
-        cmd += ["-z", options.root]
+    if root:
+        cmd += ["-z", root]
     _run(cmd, "gprof2dot", options.timeout_s)
 
 
-def dot_to_png(dot_path: str, png_path: str, timeout_s: float = DOT_TIMEOUT_S) -> None:
+def dot_to_png(dot_path: str, png_path: str, timeout_s: float) -> None:
     dot = dot_program()
     if dot is None:
         raise ToolError(f"graphviz's dot is not on PATH; {INSTALL_HINT}")
     _run([dot, "-Tpng", dot_path, "-o", png_path], "dot", timeout_s)
 
 
-def _run(cmd: list[str], what: str, timeout_s: float = DOT_TIMEOUT_S) -> None:
+def _run(cmd: list[str], what: str, timeout_s: float) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

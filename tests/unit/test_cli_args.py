@@ -38,3 +38,38 @@ def test_a_subcommand_after_options_is_named(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["-q", "threads", "x.py"]) == 2
     assert "the subcommand goes first: diagnose threads [OPTIONS]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, needle", [
+    (["--max-recorded-calls", "0"], "--max-recorded-calls wants a number of calls >= 1"),
+    (["--steps", "0"], "--steps wants a number of steps >= 1"),
+    (["--microbench-top", "0"], "--microbench-top a count >= 1"),
+    (["--sweep-repeats", "0"], "--sweep-repeats must be at least 1"),
+    (["--stall-after", "-1"], "--stall-after wants seconds >= 0"),
+    (["--layers", "operators,nope"], "unknown layer(s) nope"),
+])
+def test_a_bad_option_value_is_a_one_line_usage_error_before_anything_runs(option, needle, tmp_path, capsys):
+    target = tmp_path / "t.py"
+    target.write_text("import torch\ntorch.ones(1)\n")
+    assert cli.main([*option, "-o", str(tmp_path / "r"), str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("diagnose: error: ") and needle in err[0], err
+    assert not (tmp_path / "r").exists()  # nothing ran, nothing written
+
+
+def test_the_config_is_frozen_and_every_default_is_written_once():
+    import dataclasses
+
+    from diagnose.api import Config
+
+    config = Config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.steps = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.microbench.budget_s = 0  # type: ignore[misc]
+    parser = cli.build_parser()
+    defaults = {a.dest: a.default for a in parser._actions}
+    assert defaults["microbench_budget"] == config.microbench.budget_s
+    assert defaults["max_recorded_calls"] == config.operators.max_recorded_calls
+    assert defaults["callgraph_nodes"] == config.callgraph.node_thres_pct
+    assert defaults["sweep_repeats"] == config.sweep.repeats

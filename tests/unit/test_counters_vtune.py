@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.api import Config
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.layers.counters import VtuneLayer
 from diagnose.report import io as report_io
@@ -86,7 +87,7 @@ def test_collect_and_report_commands():
     assert reports["summary"] == ["vtune", "-report", "summary", "-result-dir", "/r/x", "-format", "csv",
                                   "-csv-delimiter", "comma", "-report-output", "/o/summary.csv"]
     assert "-group-by" in reports["tasks"] and reports["tasks"][reports["tasks"].index("-group-by") + 1] == "task"
-    prefix = VtuneLayer().command_prefix("/w", {"vtune_analysis": "threading"})
+    prefix = VtuneLayer().command_prefix("/w", Config(vtune="threading"))
     assert prefix[-1] == "--" and prefix[2] == "threading" and "/w/vtune-result" in prefix
 
 

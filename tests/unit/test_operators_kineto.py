@@ -120,7 +120,7 @@ def test_schedule_window_matches_prof_events(tmp_path, workload):
     # iters > profile_iters: the profiler schedule records a window, whose
     # results arrive through on_trace_ready; a small trace cap truncates.
     spec = {"script": str(WORKLOAD), "mode": "function", "function": "step", "iters": 4, "cwd": str(ROOT),
-            "options": {"profile_iters": 2, "trace_max_events": 40}}
+            "options": {"operators": {"profile_iters": 2, "trace_max_events": 40}}}
 
     def run(rec):
         for _ in range(spec["iters"]):

@@ -28,6 +28,7 @@ import json
 import os
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from diagnose.layers.base import Recorder
@@ -48,6 +49,17 @@ _NO_OP_CALLS = frozenset(
 # step; malloc_trim gives it all back), so the limit is on memory, the count a backstop.
 MAX_RECORDED_CALLS = 200_000
 MAX_RECORDING_GROWTH_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class OperatorsOptions:
+    """The operator pass's options (Config.operators; in the runner's spec as options["operators"])."""
+
+    trace_max_events: int = 100_000  # events written to trace.json
+    profile_iters: int = 20  # function mode: the last N measured calls are recorded (a profiler schedule)
+    max_recorded_calls: int = MAX_RECORDED_CALLS  # the event budget: torch calls from Python
+    track_modules: bool = True  # which module's forward runs (benchmarks/modules_overhead.py turns it off)
+
 # So the heap is trimmed (glibc's malloc_trim: freed pages back to the kernel) each time the process grew by
 # TRIM_AFTER_GROWTH_BYTES while recording, checked every TRIM_CHECK_EVERY calls. Measured on examples/mlp.py,
 # 25 recorded training steps: 386 MB anonymous memory untrimmed, 240 MB trimmed every 8 steps, with the same
@@ -227,12 +239,14 @@ class OperatorsRecorder(Recorder):
     def __init__(self, spec: dict[str, Any]):
         from diagnose.usercode import UserCode
 
+        from diagnose.report import io as report_io
+
         self.spec = spec
-        options = spec.get("options", {})
+        self.options = report_io.typed(OperatorsOptions, (spec.get("options") or {}).get("operators") or {})
         self.usercode = UserCode(spec["script"], cwd=spec.get("cwd"))
-        self.max_trace_events = int(options.get("trace_max_events", 100_000))
-        self.window = int(options.get("profile_iters", 20))
-        self.max_calls = int(options.get("max_recorded_calls") or MAX_RECORDED_CALLS)
+        self.max_trace_events = self.options.trace_max_events
+        self.window = self.options.profile_iters
+        self.max_calls = self.options.max_recorded_calls
         self.prof = None
         self.mode = None
         self.active = False
@@ -262,7 +276,7 @@ class OperatorsRecorder(Recorder):
             inductor_config.cpp.enable_kernel_profile = True
         except (ImportError, AttributeError):
             pass
-        if self.spec.get("options", {}).get("track_modules", True):
+        if self.options.track_modules:
             self.modules.install()
         self.mode = _source_mode(self)
         self.mode.__enter__()

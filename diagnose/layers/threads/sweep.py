@@ -27,9 +27,19 @@ so the choice of points and the recommendation are tested exactly.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any, Callable
 
 TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """--sweep, --sweep-repeats, --sweep-threads (Config.sweep)."""
+
+    enabled: bool = False  # --sweep, --sweep-threads or --what-if threads
+    repeats: int = 2  # interleaved runs per point
+    threads: tuple[int, ...] | None = None  # None: thread_values(usable CPUs, the configured count)
 
 
 def thread_values(usable_cpus: int, configured: int | None) -> list[int]:
@@ -122,7 +132,7 @@ def advice(threads: int, workers: int | None) -> dict[str, str]:
 
 def run_sweep(run_point: Callable[[int, int | None], float | None], *, usable_cpus: int,
               configured_threads: int | None, configured_workers: int | None, has_dataloader: bool,
-              repeats: int = 2, threads: list[int] | None = None,
+              repeats: int = SweepOptions.repeats, threads: tuple[int, ...] | None = None,
               on_point: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Sweep intra-op threads (and DataLoader workers at the chosen thread count)."""
     points = [{"intra_op_threads": t, "dataloader_workers": None}
