@@ -18,7 +18,10 @@ Thresholds:
   thresholds and the evidence says `peaks_contended`;
 - operators without a meaningful work model (random number generation,
   sorting, allocation, views: roofline.no_verdict says which and why) get no
-  verdict, even from a report written before the efficiency layer withheld it.
+  verdict, even from a report written before the efficiency layer withheld it;
+  nor does a copy a kernel makes of its own accord (addmm's broadcast bias,
+  findings/copies.py's `internal`): it is that kernel's, not an operator the
+  user's code calls.
 - In the model vs alone: the operator pass times each call in its context
   (fresh outputs, cold caches, other threads, and the profiler's own heap
   fragmentation, which hands large temporaries fresh pages). When the
@@ -44,6 +47,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from diagnose.findings import copies
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.layers.efficiency.roofline import no_verdict
 from diagnose.report.model import Finding, Report, RooflineRow
@@ -97,13 +101,21 @@ def _suggestion(report: Report, op: RooflineRow) -> str:
     return " ".join(parts)
 
 
+def _internal_copy(report: Report, op: RooflineRow) -> bool:
+    """A copy a kernel makes of its own accord (addmm writing its broadcast bias into the output, a scalar
+    operand converted for div_): it belongs to that kernel, which nothing in the user's code calls less
+    (findings/copies.py); judged as an operator of its own it read as a slow copy inside every Linear
+    (BERT's addmm bias at 15% of the memory roof)."""
+    return op.name in copies.CHAIN and copies.row_kind(report, op.name, op.input_shapes)[0] == "internal"
+
+
 def low_efficiency(report: Report) -> list[Finding]:
     eff = report.efficiency
     out = []
     for op in eff.operators if eff else []:
         pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
         if pct is None or share < HOT_SHARE_PCT or (op.us_per_call or 0.0) < MIN_US_PER_CALL \
-                or no_verdict(op.name):
+                or no_verdict(op.name) or _internal_copy(report, op):
             continue
         alone = _alone(report, op)
         context = None

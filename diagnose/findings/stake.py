@@ -19,7 +19,10 @@ pass, thread runnable time), so this puts them on one scale:
   upper bound);
 - external_contention: the run-queue wait share; undersubscription: the
   idle usable CPUs' share (perfect scaling, an upper bound); memory_churn:
-  the time of the operators that allocated (an upper bound).
+  the fresh pages it faults in per step at 1 µs a fault (the doctor's
+  page_faults estimate); without steps the run's faults over its wall time
+  (an upper bound); without a fault count the time of the operators that
+  allocated (an upper bound).
 
 Confidence (`confidence`, evidence `confidence` and `confidence_why`): the
 share of the stake to believe, 1.0 unless

@@ -13,6 +13,9 @@ import os
 import pytest
 
 from conftest import EXAMPLES, REPO, line_of, run_cli
+from diagnose.findings.microbench import SEQUENTIAL_MAX_SPEEDUP
+from diagnose.findings.python import FRAMEWORK_MIN_SHARE, STEP_AT_ROOFS_MEDIUM, step_at_roofs
+from diagnose.report import io as report_io
 
 pytest.importorskip("transformers")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -87,9 +90,11 @@ def test_bert_diagnosis_has_nothing_above_low(bert):
     r = bert.report
     assert loud(r) == []
     assert not [f for f in r["findings"] if f["op"] in ("aten::normal_", "aten::uniform_")]  # init is setup
-    first = r["findings"][0]
-    assert first["op"] == "aten::addmm" and first["evidence"]["module"].endswith("(Linear)")
-    assert "bfloat16" in first["suggestion"]
+    # the core compute is named with its module and the dtype to try (a healthy GEMM's hot_operator is an
+    # observation: it ranks after what can be fixed, e.g. a low memory_churn where the allocations fault)
+    addmm = [f for f in r["findings"] if f["op"] == "aten::addmm" and f["kind"] == "hot_operator"]
+    assert addmm and addmm[0]["evidence"]["module"].endswith("(Linear)"), r["findings"]
+    assert "bfloat16" in addmm[0]["suggestion"]
 
 
 # ----------------------------------------------------------------------------------------------- GPT-2
@@ -102,12 +107,25 @@ def gpt2(tmp_path_factory):
 def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     r = gpt2.report
     first = r["findings"][0]
-    assert (first["kind"], first["evidence"]["cause"]) == ("python_overhead", "framework"), r["findings"][:2]
-    assert first["severity"] in ("medium", "high")
-    assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
+    assert first["kind"] == "python_overhead" and first["severity"] in ("medium", "high"), r["findings"][:2]
+    # the framework form needs the step's work at the roofs under a quarter of the step: 20% on the
+    # 2-CPU EPYC it was planted on, 33% on a Xeon with AMX (its GEMMs are faster, so its step is shorter);
+    # there the Python share of the call-graph pass names it (53%)
+    at = step_at_roofs(report_io.from_json_data(r))
+    if at and at["fraction"] < STEP_AT_ROOFS_MEDIUM:
+        assert first["evidence"]["cause"] == "framework", first
+        assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
+    else:
+        assert first["evidence"]["share_pct"] >= 100 * FRAMEWORK_MIN_SHARE, first
+    # the decoder's GEMV runs in lm_head, whatever the machine makes of it (10% of operator time, at the
+    # hot_operator threshold)
+    gemv = next(o for o in r["operators"] if o["name"] == "aten::mm" and o["input_shapes"][1] == [256, 8000])
+    assert gemv["module"] == "lm_head" and gemv["module_class"] == "Linear", gemv
     lm = [f for f in r["findings"] if f["evidence"].get("module") == "lm_head (Linear)"]
-    assert lm and all("sequential at this shape" not in f["suggestion"] for f in lm)
-    assert any("batch" in f["suggestion"] for f in lm)
+    assert all("sequential at this shape" not in f["suggestion"] for f in lm)
+    # a flat GEMV is named for its shape (batch more rows); one that scales is the model's core compute
+    seq = [f for f in lm if f["kind"] == "sequential_operator"]
+    assert all("batch" in f["suggestion"] for f in seq)
 
 
 def test_gpt2_steps_are_the_forward_calls_inside_generate(gpt2):
@@ -185,10 +203,20 @@ def test_the_gemv_decoder_is_named_for_its_shape_not_as_a_sequential_kernel(tmp_
     run = run_cli("--microbench-budget", "15", "--microbench-top", "1", "examples/gemv_decoder.py",
                   outdir=tmp_path / "r")
     assert run.code == 0, run.stderr[-2000:]
-    gemv = [f for f in run.report["findings"] if f["kind"] == "sequential_operator"]
-    assert gemv and gemv[0]["evidence"]["cause"] in ("skinny_matmul", "memory_bandwidth")
-    assert "the kernel is sequential" not in gemv[0]["suggestion"]
-    assert "batch" in gemv[0]["suggestion"] and "bfloat16" in gemv[0]["suggestion"]
+    r = run.report
+    gemv = [f for f in r["findings"] if f["kind"] == "sequential_operator"]
+    assert all("the kernel is sequential" not in f["suggestion"] for f in gemv)
+    # whether the GEMV scales is the machine's: flat on the 2-CPU EPYC this was planted on (1.0-1.1x),
+    # 2.0x on a Xeon with AMX. Flat, the finding names the shape; scaling, there is nothing to find.
+    multi = [m for m in r["microbenchmarks"] if m["threads"] > 1]
+    flat = [m for m in multi if m["speedup_vs_1_thread"] is not None
+            and m["speedup_vs_1_thread"] < SEQUENTIAL_MAX_SPEEDUP]
+    assert multi, r["microbenchmarks"]
+    if flat:
+        assert gemv and gemv[0]["evidence"]["cause"] in ("skinny_matmul", "memory_bandwidth")
+        assert "batch" in gemv[0]["suggestion"] and "bfloat16" in gemv[0]["suggestion"]
+    else:  # the rule fires only below SEQUENTIAL_MAX_SPEEDUP
+        assert not gemv, gemv
 
 
 def test_a_model_in_the_users_own_file_attributes_to_the_users_lines(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from diagnose.findings.efficiency import low_efficiency
 from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
 from diagnose.render import plots
+from diagnose.report import io as report_io
 from diagnose.report.model import (Efficiency, GemmPeak, IterationStats, MemoryPeak, MicrobenchRow, OperatorRow,
                                    Peaks, Report, RooflineRow, Roofs, TargetInfo, Work)
 
@@ -269,3 +271,16 @@ def test_a_memory_bound_verdict_is_doubted_when_the_operator_pass_faulted_far_mo
     rep.run.instrumented_minor_faults = 20 * 150  # about as often as the real run: no doubt
     (g,) = low_efficiency(rep)
     assert "doubts" not in g.evidence
+
+
+def test_a_kernels_internal_copy_gets_no_low_efficiency_but_a_users_copy_does():
+    # real BERT recording: addmm writes its broadcast bias with a copy_ (called by addmm) in every Linear
+    r = report_io.load(str(Path(__file__).parents[1] / "data" / "findings" / "bert_infer_window_report.json"))
+    bias = next(o for o in r.efficiency.operators if o.name == "aten::copy_" and o.input_shapes[0] == [1024, 1024])
+    bias.share_pct, bias.efficiency_pct = 15.0, 5.0  # hot and slow: would be a finding for an operator of its own
+    assert not [f for f in low_efficiency(r) if f.op == "aten::copy_"]
+    # the same numbers on a copy the user's code asks for (called from Python at their line) are judged
+    for row in r.operators:
+        if row.name == "aten::copy_" and row.input_shapes[0] == [1024, 1024]:
+            row.called_by = {"": row.self_cpu_us}
+    assert [f for f in low_efficiency(r) if f.op == "aten::copy_"]
