@@ -229,7 +229,7 @@ class Grid:
         return "\n".join(out + [""] + self._legend())
 
     def markdown(self) -> str:
-        marks = {"best": "**{}**", "good": "*{}*", "bad": "{} ▲", "very_bad": "**{} ▲▲**"}
+        marks = {"best": "**{}**", "good": "*{}*", "bad": "{} ▲", "very_bad": "{} ▲▲"}
         header = ["shape"] + [f"{t} thread{'s' if t != 1 else ''}" for t in self.threads]
         out = [f"**{self.title}**", "", "| " + " | ".join(header) + " |",
                "| --- |" + " ---: |" * len(self.threads)]
