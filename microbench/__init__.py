@@ -4,7 +4,8 @@ Built on `torch.utils.benchmark` (Timer.adaptive_autorange, collect_callgrind).
 Issue 5. Commands (``python -m microbench ...``):
 
   from-report REPORT.json [--top K] [--threads 1,2] [--budget S] [--json OUT.json] [--reproducers DIR]
-  run OP --shapes "[32,1024,64],[32,64,1024]" [--dtype float32] [--threads 1,2] ...
+  run OP --shapes "[32,1024,64],[32,64,1024]" [--shapes ...] [--grid M=64,256] [--fuzz N --seed S] ...
+  table RESULTS.json [--format text|markdown|json]   (the shapes x threads grid of a saved file)
   compare A.json B.json                       (two saved results; noise floor from IQR/median)
   compare --run OP --shapes ... --a-threads 1 --b-threads 2   (ABBA rounds here; CI + noise floor)
 
@@ -18,10 +19,10 @@ exits 0 and writes OUT.json even when nothing could be measured (then
 options; 1 means a bug. The budget is wall time counted after torch is
 imported; no new measurement starts once it is spent.
 
-OUT.json (format_version 1; history in microbench/results.py):
+OUT.json (format_version 2; history in microbench/results.py; version 1 files still load):
 
   {
-    "format": "microbench-results", "format_version": 1,
+    "format": "microbench-results", "format_version": 2,
     "created": "2026-01-01T12:00:00+00:00",   # UTC
     "command": "from-report" | "run",
     "source_report": "/abs/path/report.json" | null,
@@ -30,7 +31,9 @@ OUT.json (format_version 1; history in microbench/results.py):
                 report_machine{cpu_model, usable_cpus, intra_op_threads, torch_version}  # from-report only
                },
     "settings": {threads[], budget_s, threshold, max_run_time_s, callgrind, top?,
-                 warmup_calls_after_thread_change, min_run_time_s},
+                 warmup_calls_after_thread_change, min_run_time_s,
+                 autorange: "adaptive" | "blocked",
+                 fuzz: {n, seed, spread, shapes[], rule} | null},   # rows at fuzz.shapes are the fuzzed ones
     "elapsed_s": float,
     "measurements": [            # one per (case, threads); cases in report order (self_pct), threads ascending
       {
@@ -67,7 +70,13 @@ OUT.json (format_version 1; history in microbench/results.py):
        "reason": "a TensorList input: the report records no member shapes",
        "reproducer"?: "..."}
     ],
-    "notes": ["inputs were built contiguous: ...", "the time budget (60 s) ran out after 4 of 10 ..."]
+    "notes": ["inputs were built contiguous: ...", "the time budget (60 s) ran out after 4 of 10 ..."],
+    "callgrind": [               # --callgrind: function-level counts per case (1 thread)
+      {"op", "input_shapes", "dtypes", "contiguous", "strides", "threads": 1,
+       "number": 100, "total": 2572995,                # exclusive instructions of `number` calls
+       "functions": [[287800, "???:...add_kernel..."], ...]}   # standardized, top 200 by count
+    ],
+    "fuzz_verdicts"?: [{threads, unit, verdict, why, ratio, ...}]   # with --fuzz; derived, not read back
   }
 
 `diagnose` can join measurements to its operator rows on (op, input_shapes,

@@ -13,11 +13,12 @@ from typing import Any, Callable
 
 from microbench import callgrind as cg
 from microbench import reproducer
-from microbench.cases import (Case, CannotRebuild, build_case, cases_from_report, namespace, parse_shapes,
-                              spec_dtypes, split_op_name, validate)
+from microbench import fuzz as fz
+from microbench.cases import (Case, CannotRebuild, build_case, cases_from_report, expand_shapes, namespace,
+                              parse_shapes, spec_dtypes, split_op_name, validate)
 from microbench.errors import UsageError
 from microbench.machine import cpu_snapshot, describe, others_cpus, usable_cpus
-from microbench.measure import Budget, Timing, make_timer, measure, per_measurement_time
+from microbench.measure import AUTORANGES, Budget, Timing, make_timer, measure, per_measurement_time
 from microbench.results import Results, Row, read_json
 
 Progress = Callable[[str], None]
@@ -108,8 +109,12 @@ def _measured_text(rows: list[Row]) -> str:
 def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshold: float = DEFAULT_THRESHOLD,
               max_run_time: float = DEFAULT_MAX_RUN_TIME_S, callgrind: bool = False,
               reproducers: str | None = None, progress: Progress = _quiet,
-              timer: Callable[[], float] | None = None) -> tuple[list[Row], list[dict], list[str]]:
-    """Measure every case at every thread count, case by case, within the budget."""
+              timer: Callable[[], float] | None = None,
+              autorange: str = "adaptive",
+              callgrind_counts: list[dict] | None = None) -> tuple[list[Row], list[dict], list[str]]:
+    """Measure every case at every thread count, case by case, within the budget. With callgrind, the
+    function-level counts of each case go to `callgrind_counts` (Results.callgrind)."""
+    callgrind_counts = [] if callgrind_counts is None else callgrind_counts
     rows: list[Row] = []
     skipped: list[dict] = []
     notes: list[str] = []
@@ -138,7 +143,7 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
                 mrt = per_measurement_time(budget, total - done, cap=max_run_time)
                 t = make_timer(case.stmt(), env, n, label=case.label(), timer=timer)
                 before = cpu_snapshot()
-                timing = measure(t, n, max_run_time=mrt, threshold=threshold)
+                timing = measure(t, n, max_run_time=mrt, threshold=threshold, autorange=autorange)
                 others = others_cpus(before, cpu_snapshot())
             except Exception as e:  # noqa: BLE001 - an op failing at one setting must not stop the rest
                 case_skips.append(_skip(case, n, f"measurement failed: {type(e).__name__}: {e}"))
@@ -163,8 +168,14 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
                 number = cg.choose_number(one.median_us * 1e-6)
                 progress(f"{case.label()}: callgrind, {number} call(s) (slow: valgrind emulates start-up)")
                 try:
-                    one.instructions_per_call = cg.collect(case, number)
-                    one.callgrind_number = number
+                    counts = cg.collect(case, number)
+                    one.instructions_per_call = counts.instructions_per_call
+                    one.callgrind_number = counts.number
+                    callgrind_counts.append({
+                        "op": one.op, "input_shapes": one.input_shapes, "dtypes": one.dtypes,
+                        "contiguous": one.contiguous, "strides": one.strides, "threads": 1,
+                        "number": counts.number, "total": counts.total,
+                        "functions": [[c, f] for c, f in counts.functions]})
                 except Exception as e:  # noqa: BLE001 - valgrind failures are reported, not fatal
                     last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
                     case_skips.append(_skip(case, 1, f"callgrind failed: {last}"))
@@ -191,9 +202,11 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
     return rows, skipped, notes
 
 
-def _settings(threads, budget_s, threshold, max_run_time, callgrind, **extra) -> dict:
+def _settings(threads, budget_s, threshold, max_run_time, callgrind, autorange="adaptive", fuzz=None,
+              **extra) -> dict:
     return {"threads": threads, "budget_s": budget_s, "threshold": threshold, "max_run_time_s": max_run_time,
-            "callgrind": callgrind, "warmup_calls_after_thread_change": 3, "min_run_time_s": 0.2, **extra}
+            "callgrind": callgrind, "warmup_calls_after_thread_change": 3, "min_run_time_s": 0.2,
+            "autorange": autorange, "fuzz": fuzz, **extra}
 
 
 def load_report(path: str) -> dict:
@@ -209,7 +222,7 @@ def load_report(path: str) -> dict:
 def from_report(report_path: str, *, top: int = DEFAULT_TOP, threads: list[int] | None = None,
                 budget_s: float | None = DEFAULT_BUDGET_S, reproducers: str | None = None,
                 threshold: float = DEFAULT_THRESHOLD, max_run_time: float = DEFAULT_MAX_RUN_TIME_S,
-                callgrind: bool = False, progress: Progress = _quiet) -> Results:
+                callgrind: bool = False, progress: Progress = _quiet, autorange: str = "adaptive") -> Results:
     if top < 1:
         raise UsageError(f"--top must be >= 1, got {top}")
     report = load_report(report_path)
@@ -219,9 +232,11 @@ def from_report(report_path: str, *, top: int = DEFAULT_TOP, threads: list[int] 
     cases, skipped = cases_from_report(report, top)
     progress(f"{len(cases)} case(s) from {os.path.basename(report_path)}, threads {threads}, "
              f"budget {budget_s:g} s")
+    counts: list[dict] = []
     rows, more_skipped, notes = benchmark(cases, threads, budget=budget, threshold=threshold,
                                           max_run_time=max_run_time, callgrind=callgrind,
-                                          reproducers=reproducers, progress=progress)
+                                          reproducers=reproducers, progress=progress, autorange=autorange,
+                                          callgrind_counts=counts)
     if not report["operators"]:
         layer = (report.get("layers") or {}).get("operators") or {}
         why = f" (operators layer {layer.get('status')}: {layer.get('reason')})" if layer else ""
@@ -229,8 +244,8 @@ def from_report(report_path: str, *, top: int = DEFAULT_TOP, threads: list[int] 
     elif not cases:
         notes.append(f"none of the top operator rows could be rebuilt (looked at {len(skipped)})")
     res = Results(command="from-report", machine=describe(), source_report=os.path.abspath(report_path),
-                  settings=_settings(threads, budget_s, threshold, max_run_time, callgrind, top=top),
-                  rows=rows, skipped=skipped + more_skipped, notes=notes)
+                  settings=_settings(threads, budget_s, threshold, max_run_time, callgrind, autorange, top=top),
+                  rows=rows, skipped=skipped + more_skipped, notes=notes, callgrind=counts)
     res.elapsed_s = round(budget.spent, 3)
     res.machine["report_machine"] = {k: (report.get("machine") or {}).get(k) for k in
                                      ("cpu_model", "usable_cpus", "intra_op_threads", "torch_version")}
@@ -253,23 +268,55 @@ def build_spec_case(op: str, shapes_text: str, *, dtype: str | None = None, dtyp
         raise UsageError(str(e)) from None
 
 
-def run(op: str, shapes_text: str, *, dtype: str | None = None, dtypes: str | None = None,
+def run(op: str, shapes_text: str | list[str], *, dtype: str | None = None, dtypes: str | None = None,
         args: dict[str, Any] | None = None, threads: list[int] | None = None,
         budget_s: float | None = 30.0, reproducers: str | None = None, threshold: float = DEFAULT_THRESHOLD,
         max_run_time: float = DEFAULT_MAX_RUN_TIME_S, callgrind: bool = False,
-        progress: Progress = _quiet) -> Results:
-    parse_shapes(shapes_text)  # fail fast on malformed input, before the slow torch import
-    spec_dtypes(parse_shapes(shapes_text), dtype, dtypes)
+        progress: Progress = _quiet, grid: dict[str, list[int]] | None = None, fuzz: int = 0,
+        seed: int = 0, spread: float = fz.DEFAULT_SPREAD, autorange: str = "adaptive") -> Results:
+    """One operator at one or several shapes (`--shapes` repeated, or symbols expanded over `grid`);
+    with `fuzz` N > 0, N more shapes drawn around the (single) given one, seeded."""
+    texts = expand_shapes([shapes_text] if isinstance(shapes_text, str) else list(shapes_text), grid)
+    for text in texts:  # fail fast on malformed input, before the slow torch import
+        spec_dtypes(parse_shapes(text), dtype, dtypes)
+    if fuzz < 0:
+        raise UsageError(f"--fuzz must be >= 0, got {fuzz}")
+    if fuzz and len(texts) != 1:
+        raise UsageError(f"--fuzz draws around one shape; got {len(texts)} (give one --shapes, no --grid)")
+    if spread <= 1.0:
+        raise UsageError(f"--fuzz-spread must be > 1, got {spread}")
+    if autorange not in AUTORANGES:
+        raise UsageError(f"--autorange must be one of {', '.join(AUTORANGES)}, got {autorange!r}")
     import torch  # noqa: F401 - the budget counts from here: importing torch is not ours to spend
     budget = Budget(budget_s)
-    case = build_spec_case(op, shapes_text, dtype=dtype, dtypes=dtypes, args=args)
-    case.layout = "contiguous"
+    cases = [build_spec_case(op, text, dtype=dtype, dtypes=dtypes, args=args) for text in texts]
+    skipped: list[dict] = []
+    fuzz_settings = None
+    if fuzz:
+        drawn = fz.fuzzed_shapes(cases[0].input_shapes, fuzz, seed, spread)
+        fuzz_settings = {"n": fuzz, "seed": seed, "spread": spread, "shapes": drawn,
+                         "rule": fz.RULE}
+        for shapes in drawn:
+            text = fz.json_shapes(shapes)
+            try:
+                case = build_spec_case(op, text, dtype=dtype, dtypes=dtypes, args=args)
+            except UsageError as e:
+                skipped.append({"op": op, "input_shapes": shapes, "dtypes": cases[0].dtypes, "source": None,
+                                "self_pct": None, "threads": None, "reason": f"fuzzed shape rejected: {e}"})
+                continue
+            cases.append(case)
+        progress(f"--fuzz {fuzz} --seed {seed}: " + "; ".join(fz.json_shapes(s) for s in drawn))
+    for case in cases:
+        case.layout = "contiguous"
     threads = check_threads(threads) if threads else default_threads()
-    rows, skipped, notes = benchmark([case], threads, budget=budget, threshold=threshold,
-                                     max_run_time=max_run_time, callgrind=callgrind, reproducers=reproducers,
-                                     progress=progress)
+    counts: list[dict] = []
+    rows, more_skipped, notes = benchmark(cases, threads, budget=budget, threshold=threshold,
+                                          max_run_time=max_run_time, callgrind=callgrind,
+                                          reproducers=reproducers, progress=progress, autorange=autorange,
+                                          callgrind_counts=counts)
     res = Results(command="run", machine=describe(),
-                  settings=_settings(threads, budget_s, threshold, max_run_time, callgrind),
-                  rows=rows, skipped=skipped, notes=notes)
+                  settings=_settings(threads, budget_s, threshold, max_run_time, callgrind, autorange,
+                                     fuzz_settings),
+                  rows=rows, skipped=skipped + more_skipped, notes=notes, callgrind=counts)
     res.elapsed_s = round(budget.spent, 3)
     return res

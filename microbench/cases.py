@@ -625,6 +625,55 @@ def parse_shapes(text: str) -> list[list[int]]:
     return value
 
 
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_grid(items: list[str] | None) -> dict[str, list[int]]:
+    """['M=64,256', 'K=1024'] -> {'M': [64, 256], 'K': [1024]} (order kept)."""
+    out: dict[str, list[int]] = {}
+    for item in items or []:
+        name, sep, values = item.partition("=")
+        name = name.strip()
+        try:
+            nums = [int(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            nums = []
+        if not sep or not _SYMBOL.fullmatch(name) or not nums or any(v < 0 for v in nums):
+            raise UsageError(f"malformed --grid {item!r}: expected NAME=v1,v2,... e.g. M=64,256,1024")
+        if name in out:
+            raise UsageError(f"--grid {name} given twice")
+        out[name] = nums
+    return out
+
+
+def expand_shapes(texts: list[str], grid: dict[str, list[int]] | None = None) -> list[str]:
+    """Every --shapes text, with its symbols (e.g. "[M,K],[K,N]") replaced by each point of the --grid
+    product (names in the order given, the last varying fastest); duplicates dropped, order kept."""
+    import itertools
+
+    grid = grid or {}
+    used: set[str] = set()
+    out: list[str] = []
+    for text in texts:
+        names = sorted(set(_SYMBOL.findall(text)))
+        missing = [n for n in names if n not in grid]
+        if missing:
+            raise UsageError(f"--shapes {text!r} uses {', '.join(missing)}: give each a --grid NAME=v1,v2,...")
+        used.update(names)
+        mine = [n for n in grid if n in names]
+        for point in itertools.product(*(grid[n] for n in mine)):
+            values = dict(zip(mine, point))
+            concrete = _SYMBOL.sub(lambda m: str(values[m.group(0)]), text)
+            parse_shapes(concrete)
+            canon = json_key(parse_shapes(concrete))[1:-1]
+            if canon not in out:
+                out.append(canon)
+    unused = [n for n in grid if n not in used]
+    if unused:
+        raise UsageError(f"--grid {', '.join(unused)}: not used in any --shapes")
+    return out
+
+
 def spec_dtypes(shapes: list[list[int]], dtype: str | None, dtypes: str | None) -> list[str]:
     """Profiler-vocabulary dtypes for a command-line spec: [] is a Scalar unless --dtypes says otherwise."""
     if dtypes:

@@ -8,6 +8,8 @@ stderr, no traceback); 3 `compare --fail-on-slower` found a real slowdown;
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import traceback
 
@@ -54,11 +56,25 @@ def _common_measure(p: argparse.ArgumentParser, budget: float) -> None:
     p.add_argument("--reproducers", metavar="DIR", help="write one standalone script per case here")
     p.add_argument("--callgrind", action="store_true",
                    help="also count instructions with valgrind (about 2 min per case; raise --budget)")
+    p.add_argument("--autorange", choices=("adaptive", "blocked"), default="adaptive",
+                   help="adaptive_autorange (stops at IQR/median < --threshold; default) or blocked_autorange "
+                        "(blocks until --max-run-time is spent)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the shapes x threads grid (auto: when stdout is a terminal)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, no table")
 
 
-def _spec(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--shapes", required=required, help='input shapes, e.g. "[32,1024,64],[32,64,1024]"; [] = scalar')
+def _spec(p: argparse.ArgumentParser, required: bool = True, several: bool = False) -> None:
+    if several:
+        p.add_argument("--shapes", required=required, action="append",
+                       help='input shapes, e.g. "[32,1024,64],[32,64,1024]"; [] = scalar. Repeat for several '
+                            'cases; symbols ("[M,K],[K,N]") are expanded over --grid')
+        p.add_argument("--grid", action="append", metavar="NAME=v1,v2",
+                       help="values of a symbol used in --shapes, e.g. --grid M=64,256 (repeatable: the "
+                            "product of all is measured)")
+    else:
+        p.add_argument("--shapes", required=required,
+                       help='input shapes, e.g. "[32,1024,64],[32,64,1024]"; [] = scalar')
     p.add_argument("--dtype", default=None, help="dtype of every tensor input (default float32)")
     p.add_argument("--dtypes", default=None, help="per input, e.g. float32,int64,scalar")
     p.add_argument("--arg", action="append", metavar="NAME=VALUE",
@@ -77,8 +93,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="benchmark one operator at given shapes")
     p.add_argument("op", metavar="OP", help='e.g. "aten::bmm"')
-    _spec(p)
+    _spec(p, several=True)
+    p.add_argument("--fuzz", type=int, default=0, metavar="N",
+                   help="also measure N shapes drawn around the given one (torch.utils.benchmark.Fuzzer)")
+    p.add_argument("--seed", type=int, default=0, help="--fuzz seed (default 0): same seed, same shapes")
+    p.add_argument("--fuzz-spread", type=float, default=2.0, metavar="F",
+                   help="each dimension d is drawn log-uniform in [d/F, d*F] (default 2)")
     _common_measure(p, budget=30.0)
+
+    p = sub.add_parser("table", help="re-render a saved results file as a shapes x threads grid")
+    p.add_argument("file", metavar="RESULTS.json")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--colorize", choices=("rowwise", "columnwise", "none"), default="rowwise",
+                   help="compare the thread counts of each shape (rowwise, default) or the shapes at each "
+                        "thread count (columnwise; best with --per-work)")
+    p.add_argument("--per-work", action="store_true",
+                   help="time per GFLOP (or per GB when the op has no FLOP count) instead of per call")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--top-functions", type=int, default=0, metavar="N",
+                   help="also list each callgrind row's top N functions (standardized, exclusive)")
 
     p = sub.add_parser("compare", help="compare two results files, or A/B two settings here (--run)")
     p.add_argument("files", nargs="*", metavar="A.json B.json")
@@ -87,13 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-slower", action="store_true", help="files: exit 3 when B is really slower anywhere")
     p.add_argument("--run", metavar="OP", help="measure OP here in interleaved ABBA rounds")
     _spec(p, required=False)
+    p.add_argument("--b-shapes", default=None,
+                   help="--run: B's shapes when they differ from A's (--shapes), e.g. a planted 5%% larger K")
+    p.add_argument("--top-functions", type=int, default=15, metavar="N",
+                   help="files: callgrind functions listed by |delta| (default 15)")
     p.add_argument("--a-threads", type=int, default=1)
     p.add_argument("--b-threads", type=int, default=None, help="default: the configured intra-op count")
     p.add_argument("--a-dtype", default=None)
     p.add_argument("--b-dtype", default=None)
     p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--block-ms", type=_positive, default=20.0)
-    p.add_argument("--ci", choices=("sign", "bootstrap"), default="sign")
+    p.add_argument("--block-ms", type=_positive, default=20.0, help="--run: ~ms per A or B slot (default 20)")
+    p.add_argument("--sub-blocks", type=int, default=8, metavar="M",
+                   help="--run: each slot is M timed sub-blocks and counts their fastest (default 8; 1 = one "
+                        "block, as before)")
+    p.add_argument("--ci", choices=("sign", "bootstrap", "signed-rank"), default="sign")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--min-effect-pct", type=float, default=1.0,
                    help="--run: effects below this are never called real (default 1)")
@@ -112,29 +152,63 @@ def _main(argv: list[str] | None) -> int:
     from microbench import api, results
     from microbench import compare as cmp_mod
     from microbench.cases import parse_arg_overrides
-    from microbench.render import results_table
+    from microbench.cases import parse_grid
+    from microbench.grid import Grid
+    from microbench.render import callgrind_tops, callgrind_tops_text, fuzz_text, results_table, run_extras
 
-    progress = api._quiet if args.quiet else api.stderr_progress
-    if args.json:
+    progress = api._quiet if getattr(args, "quiet", False) else api.stderr_progress
+    if getattr(args, "json", None):
         results.check_writable(args.json)
     if args.command in ("from-report", "run"):
         if args.command == "from-report":
             res = api.from_report(args.report, top=args.top, threads=args.threads, budget_s=args.budget,
                                   reproducers=args.reproducers, threshold=args.threshold,
-                                  max_run_time=args.max_run_time, callgrind=args.callgrind, progress=progress)
+                                  max_run_time=args.max_run_time, callgrind=args.callgrind, progress=progress,
+                                  autorange=args.autorange)
         else:
             res = api.run(args.op, args.shapes, dtype=args.dtype, dtypes=args.dtypes,
                           args=parse_arg_overrides(args.arg), threads=args.threads, budget_s=args.budget,
                           reproducers=args.reproducers, threshold=args.threshold,
-                          max_run_time=args.max_run_time, callgrind=args.callgrind, progress=progress)
+                          max_run_time=args.max_run_time, callgrind=args.callgrind, progress=progress,
+                          grid=parse_grid(args.grid), fuzz=args.fuzz, seed=args.seed, spread=args.fuzz_spread,
+                          autorange=args.autorange)
         if args.json:
             results.save(res, args.json)
         if not args.quiet:
             print(results_table(res))
+            extra = run_extras(res, color=_color(args.color))
+            if extra:
+                print(extra)
             if args.json:
                 print(f"Results: {args.json}")
             if args.reproducers:
                 print(f"Reproducers: {args.reproducers}/")
+        return EXIT_OK
+
+    if args.command == "table":
+        res = results.load(args.file)
+        if not res.rows:
+            raise UsageError(f"{args.file}: no measurements to tabulate")
+        grid = Grid.from_results(res, colorize=args.colorize, per_work=args.per_work)
+        if args.format == "json":
+            data = grid.as_dict()
+            if res.settings.get("fuzz"):
+                data["fuzz_verdicts"] = res.fuzz_verdicts()
+            if args.top_functions:
+                data["callgrind"] = callgrind_tops(res, args.top_functions)
+            print(json.dumps(data, indent=1))
+        elif args.format == "markdown":
+            print(grid.markdown())
+            verdicts = fuzz_text(res)
+            if verdicts:
+                print("\n" + verdicts)
+        else:
+            print(grid.text(color=_color(args.color)))
+            verdicts = fuzz_text(res)
+            if verdicts:
+                print("\n" + verdicts)
+        if args.top_functions and args.format != "json":
+            print("\n" + callgrind_tops_text(res, args.top_functions))
         return EXIT_OK
 
     # compare
@@ -143,10 +217,12 @@ def _main(argv: list[str] | None) -> int:
             raise UsageError("compare takes either two results files or --run OP, not both")
         if not args.shapes:
             raise UsageError("compare --run needs --shapes")
-        out = cmp_mod.compare_abba(args.run, args.shapes, dtype=args.dtype, dtypes=args.dtypes,
+        out = cmp_mod.compare_abba(args.run, args.shapes, b_shapes=args.b_shapes, dtype=args.dtype,
+                                   dtypes=args.dtypes,
                                    args=parse_arg_overrides(args.arg), a_threads=args.a_threads,
                                    b_threads=args.b_threads, a_dtype=args.a_dtype, b_dtype=args.b_dtype,
-                                   rounds=args.rounds, block_ms=args.block_ms, ci=args.ci,
+                                   rounds=args.rounds, block_ms=args.block_ms, sub_blocks=args.sub_blocks,
+                                   ci=args.ci,
                                    confidence=args.confidence, min_effect=args.min_effect_pct / 100.0,
                                    seed=args.seed, budget_s=args.budget, progress=progress)
         text = cmp_mod.render_abba(out)
@@ -154,7 +230,8 @@ def _main(argv: list[str] | None) -> int:
     else:
         if len(args.files) != 2:
             raise UsageError("compare needs two results files (A.json B.json) or --run OP --shapes ...")
-        out = cmp_mod.compare_files(args.files[0], args.files[1], min_floor=args.min_floor_pct / 100.0)
+        out = cmp_mod.compare_files(args.files[0], args.files[1], min_floor=args.min_floor_pct / 100.0,
+                                    top_functions=args.top_functions)
         text = cmp_mod.render_files(out)
         slower = any(r["real"] and r["verdict"] == "slower" for r in out["rows"])
     if args.json:
@@ -162,6 +239,10 @@ def _main(argv: list[str] | None) -> int:
     if not args.quiet:
         print(text)
     return EXIT_SLOWER if (slower and getattr(args, "fail_on_slower", False)) else EXIT_OK
+
+
+def _color(choice: str) -> bool:
+    return choice == "always" or (choice == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,8 @@ Contract
   max_run_time / 2) so a few quiet blocks cannot decide alone) or when
   `max_run_time` is spent; block sizing and warm-up
   are outside `max_run_time`, so a measurement can overrun it by about one
-  block plus ~50 ms.
+  block plus ~50 ms. `autorange="blocked"` uses `blocked_autorange` instead:
+  blocks of >= 10 ms until `max_run_time` is spent, no early stop.
 - `Budget` is a wall-clock allowance checked between measurements only:
   no new measurement starts once it is spent; a running one is not cut.
 - ABBA: `abba_rounds(measure_a, measure_b, rounds)` calls A, B, B, A per
@@ -82,13 +83,24 @@ def warm_up(timer, calls: int = 1) -> float:
     return m.raw_times[0] / calls
 
 
+AUTORANGES = ("adaptive", "blocked")
+
+
 def measure(timer, threads: int, *, max_run_time: float, threshold: float = 0.1,
-            min_run_time: float = 0.2, warmup_calls: int = 1) -> Timing:
-    # torch's default min_run_time (0.01 s) lets 4 blocks of a 5 ms op decide; on a shared machine a
-    # quiet 20 ms window is not a measurement. Half the allowance, at most 0.2 s, gathers more blocks.
-    min_run_time = min(min_run_time, max_run_time / 2)
+            min_run_time: float = 0.2, warmup_calls: int = 1, autorange: str = "adaptive") -> Timing:
+    """adaptive: `adaptive_autorange(threshold, min_run_time, max_run_time)`, stops once IQR/median <
+    threshold; blocked: `blocked_autorange(min_run_time=max_run_time)`, blocks until the whole allowance
+    is spent (more blocks, no early stop: steadier on a shared machine, never cheaper)."""
+    if autorange not in AUTORANGES:
+        raise ValueError(f"autorange must be one of {AUTORANGES}, got {autorange!r}")
     warm_up(timer, warmup_calls)
-    m = timer.adaptive_autorange(threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time)
+    if autorange == "blocked":
+        m = timer.blocked_autorange(min_run_time=max_run_time)
+    else:
+        # torch's default min_run_time (0.01 s) lets 4 blocks of a 5 ms op decide; on a shared machine a
+        # quiet 20 ms window is not a measurement. Half the allowance, at most 0.2 s, gathers more blocks.
+        min_run_time = min(min_run_time, max_run_time / 2)
+        m = timer.adaptive_autorange(threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time)
     times = list(m.times)
     return Timing(threads=threads, number_per_run=m.number_per_run, times_s=times, summary=summarize(times))
 
@@ -103,24 +115,31 @@ def per_measurement_time(budget: Budget, left: int, cap: float, floor: float = 0
 # ABBA
 # --------------------------------------------------------------------------
 
-def block_measure(stmt: str, globals_: dict[str, Any], threads: int, number: int) -> Callable[[], float]:
-    """Seconds per call of one timed block of `number` calls at `threads`.
+def block_measure(stmt: str, globals_: dict[str, Any], threads: int, number: int,
+                  sub_blocks: int = 1, timer: Callable[[], float] | None = None) -> Callable[[], float]:
+    """Seconds per call of one timed slot of `number` calls at `threads`.
 
     The same `timeit` loop torch's Timer uses, without its per-call warm-up
     (2+ untimed calls per block, which would triple the cost of a slow op):
     we warm up with one call only when the thread count actually changes.
+    With `sub_blocks` m > 1 the slot is m timed sub-blocks of number/m calls
+    (at least 1) and its time is their minimum: on a shared machine the
+    noise is one-sided (a preempted or cache-evicted sub-block is only ever
+    slower), so the fastest sub-block is the one that ran alone.
     """
     import timeit
 
     import torch
 
-    t = timeit.Timer(stmt, globals=globals_)
+    t = timeit.Timer(stmt, globals=globals_, timer=timer or timeit.default_timer)
+    m = max(1, min(sub_blocks, number))
+    per = max(1, number // m)
 
     def run() -> float:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
             t.timeit(1)  # warm-up after the thread change
-        return max(t.timeit(number), 1e-9) / number
+        return min(max(t.timeit(per), 1e-9) / per for _ in range(m))
     return run
 
 

@@ -113,3 +113,65 @@ def results_table(res: Results) -> str:
     for n in res.notes:
         parts.append(f"Note: {n}")
     return "\n".join(parts)
+
+
+def fuzz_text(res: Results) -> str:
+    """The --fuzz verdicts, one line per thread count, and the rule they follow."""
+    fuzz = (res.settings or {}).get("fuzz")
+    if not fuzz:
+        return ""
+    from microbench.fuzz import RULE
+
+    lines = [f"Fuzz (--fuzz {fuzz['n']} --seed {fuzz['seed']}, each size drawn log-uniform in "
+             f"[d/{fuzz['spread']:g}, d*{fuzz['spread']:g}] by torch.utils.benchmark.Fuzzer): is it the shape?"]
+    for v in res.fuzz_verdicts():
+        lines.append(f"  {v['threads']} thread{'s' if v['threads'] != 1 else ''}: {v['verdict']}: {v['why']}"
+                     + (f"; us per {v['unit']}: given {v['given_us_per_unit']:g}, fuzzed median "
+                        f"{v['fuzzed_median_us_per_unit']:g}" if v["ratio"] is not None else ""))
+    lines.append(f"  Rule: {RULE}.")
+    return "\n".join(lines)
+
+
+def run_extras(res: Results, color: bool = False) -> str:
+    """After the detailed table: the shapes x threads grid when there are several shapes, the fuzz verdicts."""
+    from microbench.grid import Grid
+
+    parts = [""]
+    if len({case_title(r) for r in res.rows}) > 1:
+        parts.append(Grid.from_results(res).text(color=color))
+    verdicts = fuzz_text(res)
+    if verdicts:
+        parts.append(verdicts)
+    return "\n\n".join(parts) if len(parts) > 1 else ""
+
+
+def callgrind_tops(res: Results, n: int) -> list[dict]:
+    out = []
+    for r in res.rows:
+        c = res.callgrind_of(r)
+        if c:
+            per = max(c["number"], 1)
+            out.append({"case": case_title(r), "instructions_per_call": r.instructions_per_call,
+                        "functions": [{"per_call": round(n_ / per, 1), "function": f}
+                                      for n_, f in c["functions"][:n]]})
+    return out
+
+
+def callgrind_tops_text(res: Results, n: int) -> str:
+    tops = callgrind_tops(res, n)
+    if not tops:
+        return "No callgrind function counts in this file (run with --callgrind)."
+    lines = []
+    for t in tops:
+        lines.append(f"callgrind: {t['case']}: {t['instructions_per_call']:,} instructions per call; "
+                     f"top {len(t['functions'])} functions (exclusive, per call):")
+        lines.extend(f"  {f['per_call']:>12,.1f}  {_short(f['function'])}" for f in t["functions"])
+    return "\n".join(lines)
+
+
+def _short(fn: str, width: int = 110) -> str:
+    """Long C++ names cut in the middle, as FunctionCounts' repr does."""
+    if len(fn) <= width:
+        return fn
+    left = (width - 5) // 2
+    return fn[:left] + " ... " + fn[-(width - left - 5):]

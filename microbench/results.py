@@ -3,6 +3,18 @@
 Format history (`format_version`):
   1  first version (issue 5): `measurements` rows, `skipped`, `machine`,
      `settings`, `notes`. Compare files are `format: microbench-compare`.
+  2  issue 21: a top-level `callgrind` list, one entry per case counted
+     with --callgrind: the row's key (op, input_shapes, dtypes, contiguous,
+     strides, threads = 1) and `number`, `total`, `functions` (the
+     standardized exclusive function counts of `number` calls, top 200 by
+     count); `settings` gains `autorange` ("adaptive" | "blocked") and `fuzz`
+     ({n, seed, spread, shapes, rule} or null: rows whose input_shapes are in
+     `fuzz.shapes` are the fuzzed ones); results from --fuzz carry a derived
+     `fuzz_verdicts` list (recomputed on load, never read back). The
+     measurement rows are unchanged (diagnose's report embeds them as
+     MicrobenchRow). Compare files gain `callgrind` per row. A v1 file is
+     read through `_migrate_1_to_2`: no function counts, nothing fuzzed,
+     autorange "adaptive" (the only one v1 had).
 
 Readers accept any file whose `format` is ours and whose version is <= the
 one they know; a newer file is refused with a one-line error rather than
@@ -21,7 +33,7 @@ from microbench.errors import UsageError
 
 FORMAT = "microbench-results"
 COMPARE_FORMAT = "microbench-compare"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -86,6 +98,23 @@ class Results:
     source_report: str | None = None
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     elapsed_s: float | None = None
+    callgrind: list[dict] = field(default_factory=list)   # function-level counts per case (format 2)
+
+    def callgrind_of(self, row: Row) -> dict | None:
+        """The function-level callgrind counts kept for this row's case (1 thread), if any."""
+        for c in self.callgrind:
+            key = Row(op=c["op"], overload="", input_shapes=c["input_shapes"], dtypes=c.get("dtypes") or [],
+                      contiguous=c.get("contiguous", True), strides=c.get("strides"), layout="",
+                      threads=c.get("threads", 1), median_us=0, iqr_us=0, runs=0, number_per_run=0,
+                      noise_pct=0, noisy=False).key
+            if key == row.key:
+                return c
+        return None
+
+    def is_fuzzed(self, row: Row) -> bool:
+        """A row at a shape --fuzz drew (settings.fuzz.shapes), not one the user gave."""
+        fuzz = (self.settings or {}).get("fuzz") or {}
+        return any(json.dumps(s) == json.dumps(row.input_shapes) for s in fuzz.get("shapes") or [])
 
     def to_dict(self) -> dict:
         return {
@@ -100,7 +129,15 @@ class Results:
             "measurements": [asdict(r) for r in self.rows],
             "skipped": self.skipped,
             "notes": self.notes,
+            "callgrind": self.callgrind,
+            **({"fuzz_verdicts": self.fuzz_verdicts()} if (self.settings or {}).get("fuzz") else {}),
         }
+
+    def fuzz_verdicts(self) -> list[dict]:
+        """Derived from the rows (microbench.fuzz.verdicts): written for readers, never read back."""
+        from microbench.fuzz import verdicts
+
+        return verdicts(self.rows, [self.is_fuzzed(r) for r in self.rows])
 
 
 def check_writable(path: str) -> None:
@@ -147,6 +184,17 @@ def read_json(path: str, what: str) -> Any:
         raise UsageError(f"{path}: cannot read ({e})") from None
 
 
+def _migrate_1_to_2(data: dict) -> dict:
+    """v1 had one autorange (adaptive), no function-level callgrind counts and no fuzzing."""
+    settings = dict(data.get("settings") or {})
+    settings.setdefault("autorange", "adaptive")
+    settings.setdefault("fuzz", None)
+    return {**data, "settings": settings, "callgrind": [], "format_version": 2}
+
+
+MIGRATIONS = {1: _migrate_1_to_2}   # version -> function to the next version
+
+
 _ROW_FIELDS = {f.name for f in fields(Row)}
 _REQUIRED = ("op", "input_shapes", "threads", "median_us", "iqr_us")
 
@@ -156,9 +204,12 @@ def load(path: str) -> Results:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(f"{path}: not a microbench results file (no \"format\": \"{FORMAT}\")")
     version = data.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or version < 1 or version > FORMAT_VERSION:
         raise UsageError(f"{path}: results format version {version!r} is newer than this microbench "
                          f"understands ({FORMAT_VERSION})")
+    while version < FORMAT_VERSION:
+        data = MIGRATIONS[version](data)
+        version = data["format_version"]
     rows = []
     for i, raw in enumerate(data.get("measurements") or []):
         if not isinstance(raw, dict) or any(k not in raw for k in _REQUIRED):
@@ -178,4 +229,5 @@ def load(path: str) -> Results:
     return Results(command=data.get("command", ""), machine=data.get("machine") or {},
                    settings=data.get("settings") or {}, rows=rows, skipped=data.get("skipped") or [],
                    notes=data.get("notes") or [], source_report=data.get("source_report"),
-                   created=data.get("created", ""), elapsed_s=data.get("elapsed_s"))
+                   created=data.get("created", ""), elapsed_s=data.get("elapsed_s"),
+                   callgrind=[c for c in data.get("callgrind") or [] if isinstance(c, dict) and "functions" in c])

@@ -163,6 +163,53 @@ def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95, resam
     return quantile(meds, alpha / 2), quantile(meds, 1 - alpha / 2), confidence
 
 
+def signed_rank_null(n: int) -> list[float]:
+    """P(T = t), t = 0..n(n+1)/2, for Wilcoxon's signed-rank statistic T under H0 (exact, no ties)."""
+    counts = [1]
+    for i in range(1, n + 1):
+        nxt = counts + [0] * i
+        for t, c in enumerate(counts):
+            nxt[t + i] += c
+        counts = nxt
+    total = 2.0 ** n
+    return [c / total for c in counts]
+
+
+def signed_rank_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """Hodges-Lehmann interval for the centre of a symmetric distribution: (low, high, achieved confidence).
+
+    The Walsh averages (x_i + x_j) / 2, i <= j, sorted: [W_(c), W_(M+1-c)] (1-based, M = n(n+1)/2)
+    covers the centre with probability 1 - 2 P(T <= c - 1), T Wilcoxon's signed-rank statistic; c is
+    the largest index whose coverage is still >= `confidence`. It assumes a symmetric spread of the
+    per-round log-ratios (the sign test does not), and in exchange uses their sizes, not only their signs:
+    a narrower interval for the same rounds. None when n is too small (n < 6 at 95%).
+    """
+    xs = list(values)
+    n = len(xs)
+    if n == 0:
+        return None
+    walsh = sorted((xs[i] + xs[j]) / 2.0 for i in range(n) for j in range(i, n))
+    pmf = signed_rank_null(n)
+    alpha = 1.0 - confidence
+    best = None
+    cdf = 0.0
+    for c in range(1, len(walsh) // 2 + 1):
+        cdf += pmf[c - 1]                       # P(T <= c - 1)
+        if 2.0 * cdf <= alpha + 1e-12:
+            best = (walsh[c - 1], walsh[len(walsh) - c], 1.0 - 2.0 * cdf)
+        else:
+            break
+    return best
+
+
+def hodges_lehmann(values: Sequence[float]) -> float:
+    xs = list(values)
+    return median([(xs[i] + xs[j]) / 2.0 for i in range(len(xs)) for j in range(i, len(xs))])
+
+
+CI_METHODS = ("sign", "bootstrap", "signed-rank")
+
+
 @dataclass
 class AbbaSummary:
     rounds: int
@@ -189,7 +236,9 @@ class AbbaSummary:
 
 
 def abba_summary(rounds: Sequence[AbbaRound], *, method: str = "sign", confidence: float = 0.95,
-                 min_effect: float = DEFAULT_MIN_EFFECT, seed: int = 0, resamples: int = 2000) -> AbbaSummary:
+                 min_effect: float = DEFAULT_MIN_EFFECT, seed: int = 0, resamples: int = 2000,
+                 measured_floor: bool = True) -> AbbaSummary:
+    """`measured_floor=False`: the floor is `min_effect` alone (the interval does the rest)."""
     if not rounds:
         raise ValueError("no rounds")
     logs = [r.log_ratio for r in rounds]
@@ -198,11 +247,15 @@ def abba_summary(rounds: Sequence[AbbaRound], *, method: str = "sign", confidenc
         ci = sign_test_ci(logs, confidence)
     elif method == "bootstrap":
         ci = bootstrap_median_ci(logs, confidence, resamples=resamples, seed=seed)
+    elif method == "signed-rank":
+        ci = signed_rank_ci(logs, confidence)
+        est = hodges_lehmann(logs)
     else:
         raise ValueError(f"unknown CI method {method!r}")
     same = [abs(x) for r in rounds for x in r.same_setting_log_ratios]
-    measured_floor = math.expm1(median(same))
-    floor = max(measured_floor, min_effect)
+    measured = math.expm1(median(same))
+    floor = max(measured, min_effect) if measured_floor else min_effect
+    measured_floor = measured
     if ci is None:
         lo = hi = conf = None
         excludes_one = False

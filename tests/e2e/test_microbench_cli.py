@@ -60,7 +60,7 @@ def mm_run(tmp_path_factory):
 def test_run_writes_the_rows(mm_run):
     out, proc = mm_run
     data = json.loads((out / "a.json").read_text())
-    assert data["format"] == "microbench-results" and data["format_version"] == 1
+    assert data["format"] == "microbench-results" and data["format_version"] == 2
     assert data["machine"]["torch_version"] and data["machine"]["cpu_model"]
     assert data["machine"]["usable_cpus"] >= 1 and data["machine"]["intra_op_threads"] >= 1
     rows = data["measurements"]
@@ -171,6 +171,12 @@ def test_compare_abba_run(tmp_path):
     (["run", "aten::mm", "--shapes", "[2,3],[3,4]", "--threads", "one"], "expected comma-separated integers"),
     (["run", "aten::mm", "--shapes", "[2,3],[3,4]", "--dtype", "float33"], "unknown dtype"),
     (["compare", "only_one.json"], "two results files"),
+    (["run", "aten::mm", "--shapes", "[M,2],[2,2]"], "uses M: give each a --grid"),
+    (["run", "aten::mm", "--shapes", "[M,2],[2,2]", "--grid", "M=x"], "malformed --grid"),
+    (["run", "aten::mm", "--shapes", "[2,2],[2,2]", "--shapes", "[3,3],[3,3]", "--fuzz", "2"],
+     "--fuzz draws around one shape"),
+    (["run", "aten::mm", "--shapes", "[2,2],[2,2]", "--autorange", "quick"], "invalid choice"),
+    (["table", "/nonexistent.json"], "no such file"),
     ([], "a command is required"),
     (["frobnicate"], "invalid choice"),
 ])
@@ -188,4 +194,105 @@ def test_callgrind_counts_instructions(tmp_path):
     assert proc.returncode == 0, proc.stderr
     row = json.loads((tmp_path / "cg.json").read_text())["measurements"][0]
     assert row["instructions_per_call"] > 100 and row["callgrind_number"] >= 1
+    (counts,) = json.loads((tmp_path / "cg.json").read_text())["callgrind"]
+    assert counts["number"] == row["callgrind_number"] and len(counts["functions"]) > 10
     assert "instr/call" in proc.stdout
+
+
+# -- issue 21: several shapes, the grid, fuzz, blocked autorange, callgrind A/B, planted A/B -------------------
+
+CG_A = REPO / "tests" / "data" / "microbench" / "callgrind_add_avx2.json"
+CG_B = REPO / "tests" / "data" / "microbench" / "callgrind_add_default.json"
+
+
+def test_grid_of_shapes_and_threads_with_blocked_autorange(tmp_path):
+    out = tmp_path / "grid.json"
+    proc = mb("run", "aten::mm", "--shapes", "[M,64],[64,64]", "--grid", "M=16,128", "--shapes", "[8,8],[8,8]",
+              "--threads", "1,2", "--autorange", "blocked", "--max-run-time", "0.05", "--budget", "10",
+              "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["settings"]["autorange"] == "blocked"
+    assert [(r["input_shapes"], r["threads"]) for r in data["measurements"]] == [
+        ([[16, 64], [64, 64]], 1), ([[16, 64], [64, 64]], 2), ([[128, 64], [64, 64]], 1),
+        ([[128, 64], [64, 64]], 2), ([[8, 8], [8, 8]], 1), ([[8, 8], [8, 8]], 2)]
+    # blocked_autorange times blocks until their sum reaches min_run_time (= --max-run-time, 0.05 s); adaptive
+    # would start deciding from min(0.2, max_run_time / 2) = 0.025 s
+    assert all(sum(r["times_us"]) * r["number_per_run"] >= 0.05e6 * 0.999 for r in data["measurements"])
+    assert "time per call, 3 shape(s) x 2 thread count(s)" in proc.stdout
+    grid_lines = [l for l in proc.stdout.splitlines() if l.startswith("  aten::mm") and l.count("|") == 2]
+    assert len(grid_lines) == 3
+
+    md = mb("table", str(out), "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    assert "| shape | 1 thread | 2 threads |" in md.stdout and "| `aten::mm [128, 64], [64, 64] float32` |" in md.stdout
+    assert md.stdout.count("**") >= 2 * 3 + 2            # each shape's best thread count in bold, and the title
+    js = mb("table", str(out), "--format", "json", "--per-work", "--colorize", "columnwise")
+    assert js.returncode == 0, js.stderr
+    g = json.loads(js.stdout)
+    assert g["format"] == "microbench-grid" and g["per_work"] == "GFLOP" and g["threads"] == [1, 2]
+    assert [r["shape"] for r in g["rows"]] == ["aten::mm [16, 64], [64, 64] float32",
+                                               "aten::mm [128, 64], [64, 64] float32", "aten::mm [8, 8], [8, 8] float32"]
+    for column in range(2):     # columnwise: exactly the cheapest shape per GFLOP at each thread count is "best"
+        cells = [r["cells"][column] for r in g["rows"]]
+        best = min(c["median"] for c in cells)
+        assert {c["color"] for c in cells if c["median"] <= best * 1.01} == {"best"}
+    coloured = mb("table", str(out), "--color", "always")
+    assert "\033[92m" in coloured.stdout and "\033[" not in md.stdout
+
+
+def _fuzz(seed: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return mb("run", "aten::add", "--shapes", "[256,512],[256,512],[]", "--fuzz", "4", "--seed", str(seed),
+              "--threads", "1", "--max-run-time", "0.03", "--budget", "10", "--json", str(out), *extra)
+
+
+def test_fuzz_is_seeded_and_says_whether_it_is_the_shape(tmp_path):
+    a = _fuzz(5, tmp_path / "a.json")
+    b = _fuzz(5, tmp_path / "b.json", "--budget", "0.001", "-q")       # draws the same shapes, measures none
+    assert a.returncode == b.returncode == 0, (a.stderr, b.stderr)
+    da, db = (json.loads((tmp_path / f"{x}.json").read_text()) for x in "ab")
+    shapes = [r["input_shapes"] for r in da["measurements"]]
+    assert shapes[0] == [[256, 512], [256, 512], []] and len(shapes) == 5
+    assert da["settings"]["fuzz"]["shapes"] == db["settings"]["fuzz"]["shapes"] == [s[:2] + [[]] for s in shapes[1:]]
+    assert db["measurements"] == [] and db["settings"]["fuzz"]["seed"] == 5
+    for x, y, s in shapes[1:]:
+        assert x == y and s == [] and 128 <= x[0] <= 512 and 256 <= x[1] <= 1024     # tied, within [d/2, 2d]
+    (v,) = da["fuzz_verdicts"]
+    usable = sum(1 for r in da["measurements"][1:] if not r["contended"])              # contended rows left out
+    assert v["threads"] == 1 and v["unit"] == "GB" and v["fuzzed_measured"] == usable
+    given = da["measurements"][0]
+    if usable >= 3 and not given["contended"]:
+        assert v["verdict"] in ("specific to the shape", "holds around it")
+        assert v["given_us_per_unit"] == pytest.approx(given["median_us"] / given["bytes"] * 1e9, rel=1e-3)
+    else:
+        assert v["verdict"] == "undecided"
+    assert "Fuzz (--fuzz 4 --seed 5" in a.stdout and f"1 thread: {v['verdict']}" in a.stdout
+    assert "Rule: per thread count, time per unit of work" in a.stdout
+    assert "~ aten::add" in a.stdout                                                   # fuzzed rows in the grid
+
+
+def test_compare_callgrind_pair_gives_instruction_and_function_deltas(tmp_path):
+    proc = mb("compare", str(CG_A), str(CG_B), "--top-functions", "4", "--json", str(tmp_path / "cmp.json"))
+    assert proc.returncode == 0, proc.stderr
+    a = json.loads(CG_A.read_text())["measurements"][0]
+    b = json.loads(CG_B.read_text())["measurements"][0]
+    delta = b["instructions_per_call"] - a["instructions_per_call"]
+    assert f"B - A {delta:+,}" in proc.stdout
+    assert "top 4 functions by |B - A| per call" in proc.stdout and "DEFAULT::vectorized_loop" in proc.stdout
+    cmp = json.loads((tmp_path / "cmp.json").read_text())
+    cgd = cmp["rows"][0]["callgrind"]
+    assert cgd["delta_per_call"] == delta and len(cgd["functions"]) == 4
+    tops = mb("table", str(CG_A), "--top-functions", "3")
+    assert tops.returncode == 0 and "top 3 functions (exclusive, per call)" in tops.stdout
+
+
+def test_compare_run_detects_a_planted_double_work(tmp_path):
+    proc = mb("compare", "--run", "aten::mm", "--shapes", "[64,128],[128,64]", "--b-shapes", "[64,256],[256,64]",
+              "--a-threads", "1", "--b-threads", "1", "--rounds", "8", "--block-ms", "8",
+              "--json", str(tmp_path / "ab.json"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert data["b_input_shapes"] == [[64, 256], [256, 64]] and data["sub_blocks"] == 8
+    res = data["result"]
+    assert res["verdict"] == "slower" and res["real"] and 1.4 < res["ratio"] < 3.0      # 2x the FLOPs
+    assert "vs B [64, 256], [256, 64]" in proc.stdout and "fastest of 8 sub-blocks" in proc.stdout

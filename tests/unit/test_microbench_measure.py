@@ -132,7 +132,7 @@ def test_results_round_trip(tmp_path):
     path = tmp_path / "out" / "a.json"
     results.save(res, str(path))
     data = json.loads(path.read_text())
-    assert data["format"] == "microbench-results" and data["format_version"] == 1
+    assert data["format"] == "microbench-results" and data["format_version"] == 2
     back = results.load(str(path))
     assert back.rows == res.rows and back.machine == res.machine
 
