@@ -3,6 +3,7 @@ reports written for whatever ran, nothing of the user's overwritten."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
@@ -167,8 +168,12 @@ def test_interruption_writes_a_partial_report_and_leaves_no_process(sig, code, s
             x = torch.tanh(x @ x)
         """)
     out = tmp_path / "r"
+    # started as a shell starts a command: SIGINT at its default. A pytest-xdist worker ignores SIGINT and its
+    # children inherit that (Python keeps an inherited SIG_IGN, as `python script.py` does): the Ctrl-C was
+    # then never delivered, and diagnose ran on until the test gave up (seen in `make test`'s parallel step)
     proc = subprocess.Popen([*DIAGNOSE, "-q", "-o", str(out), str(target)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -176,7 +181,13 @@ def test_interruption_writes_a_partial_report_and_leaves_no_process(sig, code, s
     tree = psutil.Process(proc.pid).children(recursive=True)  # the pass, the sampler, the target's child
     assert len(tree) >= 3, tree
     proc.send_signal(sig)  # to diagnose alone, as `kill` or a CI job's timeout would
-    stdout, stderr = proc.communicate(timeout=120)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # never leave a diagnose running when the test fails
+            for p in [psutil.Process(proc.pid), *tree]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.kill()
     assert proc.returncode == code, (stdout, stderr)
     assert "Traceback" not in stderr
     import json
