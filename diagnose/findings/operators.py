@@ -28,7 +28,8 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   allocated over the most bytes alive at once); it is not a threshold, since
   every training loop turns its activations over once per step. Its time at
   stake (`_churn_stake`) is what the churn measurably costs, the fresh pages
-  faulted in per step at the doctor's 1 µs a fault, where the run has steps;
+  faulted in per step at the doctor's 1 µs a fault, where the run has steps
+  (none when the doctor warned about those faults: its finding holds them);
   without steps the run's faults over its wall time (an upper bound); the
   allocating operators' whole time only where no faults were counted.
 - autograd_in_inference: the window ran no backward (no backward operator
@@ -225,12 +226,19 @@ def memory_churn(report: Report) -> list[Finding]:
 def _churn_stake(report: Report) -> dict:
     """What the churn costs. Where the uninstrumented pass counted minor page faults over steps (or measured
     calls): the fresh pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median
-    step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted). Without
+    step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted); when the
+    doctor warned about those faults, they are its finding (with the trial that measured the fix), so this
+    one claims no stake of its own and keeps its rule's severity, ranked after what has a stake. Without
     steps, the run's faults over its wall time (an upper bound: setup's first touch of its data counts too).
     Only without a fault count, the allocating operators' whole time, a far looser upper bound: nearly every
     operator allocates its output, so that bound is most of the run (an MLP's activations at 1.2 GiB/s read
     as ~50% at stake on a machine with AMX, while faults put them at 19%)."""
     faults, it, wall = report.run.minor_faults, report.run.iterations, report.run.wall_s
+    check = next((c for c in report.doctor.checks if c.name == "page_faults"), None) if report.doctor else None
+    if check is not None and check.status == "warn":  # one time, one finding: the doctor's has the measured fix
+        return {"time_at_stake_pct": None,
+                "time_at_stake_basis": ("the fresh pages these allocations fault in: the doctor's page_faults "
+                                        "finding carries that time (measured where its trials ran)")}
     if faults is not None and it and it.n and it.median_s:
         share = 100.0 * faults / it.n * FAULT_US * 1e-6 / it.median_s
         unit = "call" if report.target.mode == "function" else "step"

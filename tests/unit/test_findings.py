@@ -181,3 +181,19 @@ def test_memory_churn_stake_is_the_fresh_pages_it_faults_in_when_the_run_has_ste
     rep.run.minor_faults = None
     (h,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
     assert "the allocating operators' whole time" in h.evidence["time_at_stake_basis"]
+
+
+def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding():
+    from diagnose.report.model import Doctor, DoctorCheck, IterationStats
+
+    gib = 1 << 30
+    rep = report(row("aten::tanh", 100, source="m.py:9", mem=3 * gib),
+                 memory={"allocated_bytes": 3 * gib, "allocations": 50})
+    rep.run.iterations = IterationStats(n=10, median_s=0.1, q1_s=0.1, q3_s=0.1, min_s=0.1, max_s=0.1)
+    rep.run.minor_faults = 400_000  # 40 ms of each 100 ms step
+    rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=40.0)])
+    fs = findings.derive(rep)
+    churn = next(f for f in fs if f.kind == "memory_churn")
+    assert churn.evidence["time_at_stake_pct"] is None and "page_faults" in churn.evidence["time_at_stake_basis"]
+    assert churn.severity == "medium"  # the rule's own (2 GiB/s over the 1.5 s pass)
+    assert [f.kind for f in fs].index("page_faults") < [f.kind for f in fs].index("memory_churn")
