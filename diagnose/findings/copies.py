@@ -150,3 +150,10 @@ def row_kind(report: Report, name: str, input_shapes) -> tuple[str, str | None]:
     if totals:
         return max(totals, key=lambda k: totals[k])
     return TOP_KIND.get(name, "copy_" if name == "aten::copy_" else "internal"), None
+
+
+def internal(report: Report, name: str, input_shapes) -> bool:
+    """Whether a copy-chain row's time is mostly a kernel's own internal copy (addmm writing its broadcast
+    bias, a scalar operand converted for div_): that kernel's cost, judged with its row, not a copy the user's
+    code makes."""
+    return name in CHAIN and row_kind(report, name, input_shapes)[0] == "internal"

@@ -101,21 +101,13 @@ def _suggestion(report: Report, op: RooflineRow) -> str:
     return " ".join(parts)
 
 
-def _internal_copy(report: Report, op: RooflineRow) -> bool:
-    """A copy a kernel makes of its own accord (addmm writing its broadcast bias into the output, a scalar
-    operand converted for div_): it belongs to that kernel, which nothing in the user's code calls less
-    (findings/copies.py); judged as an operator of its own it read as a slow copy inside every Linear
-    (BERT's addmm bias at 15% of the memory roof)."""
-    return op.name in copies.CHAIN and copies.row_kind(report, op.name, op.input_shapes)[0] == "internal"
-
-
 def low_efficiency(report: Report) -> list[Finding]:
     eff = report.efficiency
     out = []
     for op in eff.operators if eff else []:
         pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
         if pct is None or share < HOT_SHARE_PCT or (op.us_per_call or 0.0) < MIN_US_PER_CALL \
-                or no_verdict(op.name) or _internal_copy(report, op):
+                or no_verdict(op.name) or copies.internal(report, op.name, op.input_shapes):
             continue
         alone = _alone(report, op)
         context = None

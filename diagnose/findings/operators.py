@@ -9,8 +9,10 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   (gelu, relu, silu, sigmoid, ...) is part of what a model computes too: under
   30% it is `low` and an observation (BERT's GELU took 11%); at 30% or more
   it is `medium` (something slows it: page faults of fresh outputs, a tiny
-  tensor per call). Any other operator is `medium` at >= 10% and `high` at
-  >= 30%, since it usually means avoidable work.
+  tensor per call). A kernel's own internal copy (addmm writing its broadcast
+  bias, copies.internal) is that kernel's cost: `low` and an observation.
+  Any other operator is `medium` at >= 10% and `high` at >= 30%, since it
+  usually means avoidable work.
 - copy_overhead: copies your code asks for (.contiguous(), .clone(), .to(),
   a reshape/flatten that must copy, an explicit .copy_(); copies.py names
   each copy's origin) >= 5% is `low` (a fifth of a hot operator's 10%
@@ -89,7 +91,9 @@ def hot_operator(report: Report) -> list[Finding]:
         if compute and i > 0:
             continue  # a healthy model's compute: one low finding for the top row is enough
         activation = op_class(row.name) in ACTIVATION_CLASSES
-        if compute or (activation and row.self_pct < HOT_HIGH_PCT):
+        # a kernel's own copy (addmm writing its broadcast bias) is that kernel's cost: named, never above low
+        internal = copies.internal(report, row.name, row.input_shapes)
+        if compute or internal or (activation and row.self_pct < HOT_HIGH_PCT):
             severity = "low"
         else:
             severity = "high" if row.self_pct >= HOT_HIGH_PCT and not activation else "medium"
@@ -112,7 +116,7 @@ def hot_operator(report: Report) -> list[Finding]:
                             for s in row.sources[:3]],
                 "threshold_pct": HOT_MIN_PCT if compute else (HOT_HIGH_PCT if severity == "high" else HOT_MIN_PCT),
                 "compute_kernel": compute,
-                "observation": compute or (activation and severity == "low"),
+                "observation": compute or internal or (activation and severity == "low"),
                 "instrumentation_overhead": _overhead(report),
                 **operator_stake(report, row.self_pct),
             },

@@ -197,3 +197,16 @@ def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding()
     assert churn.evidence["time_at_stake_pct"] is None and "page_faults" in churn.evidence["time_at_stake_basis"]
     assert churn.severity == "medium"  # the rule's own (2 GiB/s over the 1.5 s pass)
     assert [f.kind for f in fs].index("page_faults") < [f.kind for f in fs].index("memory_churn")
+
+
+def test_a_kernels_internal_copy_is_a_low_observation_not_a_hot_operator_to_fix():
+    # rng_setup's MLP on this Xeon: addmm's broadcast-bias copy_ took 11% of operator time, read as medium
+    internal = row("aten::copy_", 30, called_by={"aten::addmm": 3000.0})
+    fs = [f for f in findings.derive(report(row("aten::addmm", 70), internal)) if f.op == "aten::copy_"]
+    assert fs and all(f.severity == "low" and f.evidence["observation"] for f in fs)
+    assert "aten::addmm's own internal copy" in fs[0].suggestion
+    # the same share from a .contiguous() the user wrote is a copy to fix
+    layout = row("aten::copy_", 30, source="m.py:7", called_by={"aten::contiguous": 3000.0})
+    hot = [f for f in findings.derive(report(row("aten::addmm", 70), layout))
+           if f.op == "aten::copy_" and f.kind == "hot_operator"]
+    assert [f.severity for f in hot] == ["high"] and not hot[0].evidence["observation"]
