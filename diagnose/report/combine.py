@@ -173,10 +173,9 @@ def combine(reports: list[tuple[str, Report]]) -> Report:
     expected = (d.world_size or 0) // max(1, d.nproc_per_node or 1)
     missing = sorted(set(range(expected)) - present) if expected > 1 else []
     d.notes = [f"merged from {len(reports)} node reports"
-                  + (f"; node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing" if missing else "")
-                  + (f"; threads are node {base.threads.node_rank}'s, whose threads waited most"
-                     if measured else "")
-                  + "; trace.json and the call graph stay beside each node's report"]
+               + (f"; node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing" if missing else "")
+               + (f"; threads are node {base.threads.node_rank}'s, whose threads waited most" if measured else "")
+               + "; trace.json and the call graph stay beside each node's report"]
     base.artifacts = {}
     base.findings = []
     return base

@@ -18,7 +18,6 @@ from diagnose.errors import UsageError
 from diagnose.report.model import SCHEMA_VERSION, Report
 
 
-
 def _v1_to_v2(data: dict) -> dict:
     """"1" -> "2": the sections that were untyped dicts become typed sections (docs/report.md). A section
     that was `{}` (nothing measured) is null in "2"; a section whose fields moved is rebuilt by its entry in

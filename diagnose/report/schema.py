@@ -29,7 +29,6 @@ import types
 import typing
 from typing import Any
 
-from diagnose.report import model
 from diagnose.report.model import SCHEMA_VERSION, Report
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
@@ -179,10 +178,8 @@ def field_reference() -> str:
     for cls in _dataclasses():
         hints = typing.get_type_hints(cls)
         comments = _comments(cls)
-        title = "Report (the top level)" if cls is Report else cls.__name__
-        out += [f"## {title}" if cls is not Report else f"## {title}", ""]
-        if cls is not Report:
-            out[-2] = f'## <a id="{cls.__name__.lower()}"></a>{cls.__name__}'
+        name = cls.__name__
+        out += ["## Report (the top level)" if cls is Report else f'## <a id="{name.lower()}"></a>{name}', ""]
         if _doc(cls):
             out += [_doc(cls), ""]
         out += ["| field | type | meaning |", "| --- | --- | --- |"]
