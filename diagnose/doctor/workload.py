@@ -35,27 +35,30 @@ SUBNORMAL_WARN_SHARE = 0.01
 PAGE_FAULTS_SOURCE = "/proc/self/stat minflt, uninstrumented pass"
 
 
-def _per(report: Report) -> tuple[str, float | None, float | None]:
-    """(unit, count, median seconds) of a step, or of a measured call in function mode."""
-    it = report.run.iterations
-    unit = "call" if report.target.mode == "function" else "step"
-    return unit, (it.n if it else None), (it.median_s if it else None)
+def fault_share(report: Report) -> tuple[str, float, float, float] | None:
+    """(unit, minor faults per unit, median seconds of a unit, estimated % of it spent faulting in fresh pages
+    at FAULT_US a fault) for the uninstrumented pass's steps, or its measured calls in function mode; None
+    without them (a whole run's faults would include setup's first touch of its data)."""
+    faults, it = report.run.minor_faults, report.run.iterations
+    if faults is None or not it or not it.n or not it.median_s:
+        return None
+    per = faults / it.n
+    return ("call" if report.target.mode == "function" else "step"), per, it.median_s, \
+        100.0 * per * FAULT_US * 1e-6 / it.median_s
 
 
 def check_page_faults(report: Report) -> DoctorCheck:
-    faults = report.run.minor_faults
-    unit, n, median_s = _per(report)
-    if faults is None or not n or not median_s:
+    measured = fault_share(report)
+    if measured is None:
         return DoctorCheck("page_faults", "skipped",
                            "No page faults per step: the run has no steps (its faults would include setup's first "
                            "touch of its data, which no allocator avoids); diagnose.mark_step() in the loop gives "
                            "them.")
-    per = faults / n
-    share = 100.0 * per * FAULT_US * 1e-6 / median_s
+    unit, per, median_s, share = measured
     process = report.doctor.process if report.doctor else None
     allocator = classify(process.libraries).allocator if process and process.libraries else None
     facts = [Fact(f"minor page faults per {unit}", round(per), "faults", PAGE_FAULTS_SOURCE),
-             Fact("minor page faults per second", round(faults / (n * median_s)), "faults/s", PAGE_FAULTS_SOURCE),
+             Fact("minor page faults per second", round(per / median_s), "faults/s", PAGE_FAULTS_SOURCE),
              Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",
                   f"{FAULT_US:g} µs per fault (diagnose/doctor/workload.py)"),
              Fact("allocator", allocator, "", "/proc/self/maps" if allocator else "not read")]

@@ -51,7 +51,7 @@ import re
 
 from collections import defaultdict
 
-from diagnose.doctor.workload import FAULT_US
+from diagnose.doctor.workload import FAULT_US, fault_share
 from diagnose.findings import copies
 from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
 from diagnose.findings.suggestions import ACTIVATION_CLASSES, COPY_LABEL, COPY_TEXT, is_compute, op_class, suggestion_for
@@ -237,15 +237,15 @@ def _churn_stake(report: Report) -> dict:
     Only without a fault count, the allocating operators' whole time, a far looser upper bound: nearly every
     operator allocates its output, so that bound is most of the run (an MLP's activations at 1.2 GiB/s read
     as ~50% at stake on a machine with AMX, while faults put them at 19%)."""
-    faults, it, wall = report.run.minor_faults, report.run.iterations, report.run.wall_s
+    faults, wall = report.run.minor_faults, report.run.wall_s
     check = next((c for c in report.doctor.checks if c.name == "page_faults"), None) if report.doctor else None
     if check is not None and check.status == "warn":  # one time, one finding: the doctor's has the measured fix
         return {"time_at_stake_pct": None,
                 "time_at_stake_basis": ("the fresh pages these allocations fault in: the doctor's page_faults "
                                         "finding carries that time (measured where its trials ran)")}
-    if faults is not None and it and it.n and it.median_s:
-        share = 100.0 * faults / it.n * FAULT_US * 1e-6 / it.median_s
-        unit = "call" if report.target.mode == "function" else "step"
+    measured = fault_share(report)
+    if measured is not None:
+        unit, _, _, share = measured
         return {"time_at_stake_pct": round(min(share, 100.0), 2),
                 "time_at_stake_basis": (f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
                                         "(uninstrumented pass): the fresh pages the allocations fault in")}
