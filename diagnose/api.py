@@ -30,9 +30,8 @@ from diagnose.render import plots
 from diagnose.report import io as report_io
 from diagnose.report.model import (
     Compile, Doctor, GraphBreak, IterationStats, LayerStatus, ProcessFacts, Recompile, Report, Steps, SubnormalScan,
-    TargetInfo,
+    Sweep, TargetInfo, ThreadCall, Threads,
 )
-from diagnose.report.model import Sweep, ThreadCall, Threads
 from diagnose.runner import NO_FUNCTION
 from diagnose.stall import STALL_AFTER_S
 from diagnose.target import Target
@@ -114,9 +113,10 @@ class Result:
     exit_code: ExitCode
 
 
-def default_output_dir(target: Target, root: str, now: float | None = None) -> str:
+def default_output_dir(name: str, root: str, now: float | None = None) -> str:
+    """root/NAME-YYYYmmdd-HHMMSS, with -2, -3, ... when that exists already."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    base = os.path.join(root, f"{target.stem}-{stamp}")
+    base = os.path.join(root, f"{name}-{stamp}")
     path, n = base, 2
     while os.path.exists(path):
         path, n = f"{base}-{n}", n + 1
@@ -332,7 +332,7 @@ def _write_files(output_dir: str, rendered: render.Rendered) -> None:
 def diagnose(target: Target, config: Config, progress: Progress | None = None) -> Result:
     progress = progress or NullProgress()
     target_mod.validate(target)
-    output_dir = config.output_dir or default_output_dir(target, config.reports_root)
+    output_dir = config.output_dir or default_output_dir(target.stem, config.reports_root)
     created = not os.path.exists(output_dir)
     prepare_output_dir(output_dir, config.force)
 

@@ -59,7 +59,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     from diagnose.api import Config
-    from diagnose.layers import LAYERS
     from diagnose.render import PRINTABLE
 
     d = Config()  # every default below is the Config's
@@ -377,8 +376,6 @@ def _sweep_threads(text: str | None) -> tuple[int, ...] | None:
 def _merge(argv: list[str]) -> int:
     """`diagnose merge REPORT.json... [-o DIR]`: the per-node reports of one torchrun job as one report
     (diagnose/report/combine.py), its findings derived again, written like a run's."""
-    import time
-
     from diagnose import api, findings
     from diagnose.render import terminal
     from diagnose.report import combine
@@ -395,9 +392,8 @@ def _merge(argv: list[str]) -> int:
     args = p.parse_args(argv)
     merged = combine.combine([(path, report_io.load(path)) for path in args.reports])
     merged.findings = findings.derive(merged)
-    out = args.output or os.path.join(
-        "reports", f"{os.path.splitext(os.path.basename(merged.target.script))[0]}-merged-"
-                   f"{time.strftime('%Y%m%d-%H%M%S')}")
+    stem = os.path.splitext(os.path.basename(merged.target.script))[0]
+    out = args.output or api.default_output_dir(f"{stem}-merged", api.Config().reports_root)
     api.prepare_output_dir(out, args.force)
     api.write_report(merged, out)
     if args.quiet:
@@ -440,15 +436,11 @@ def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "compare":  # two report.json files: runs nothing
+    # on report.json files, running nothing: what changed between two runs; per-node reports of one job -> one
+    on_reports = {"compare": _compare, "merge": _merge}
+    if argv and argv[0] in on_reports:
         try:
-            return _compare(argv[1:])
-        except DiagnoseError as exc:
-            print(f"diagnose: error: {exc.message}", file=sys.stderr)
-            return exc.exit_code
-    if argv and argv[0] == "merge":  # per-node reports of one torchrun job -> one report
-        try:
-            return _merge(argv[1:])
+            return on_reports[argv[0]](argv[1:])
         except DiagnoseError as exc:
             print(f"diagnose: error: {exc.message}", file=sys.stderr)
             return exc.exit_code
