@@ -212,21 +212,17 @@ class Grid:
     # -- renderers -------------------------------------------------------------------------------
 
     def text(self, color: bool = False) -> str:
+        from microbench.render import table
+
         header = [""] + [f"{t} thread{'s' if t != 1 else ''}" for t in self.threads]
         rows = [[f"  {'~ ' if self.fuzzed_from is not None and i >= self.fuzzed_from else ''}{name}"]
                 + [c.text if c else "" for c in line] for i, (name, line) in enumerate(zip(self.row_names, self.cells))]
-        widths = [max(len(r[k]) for r in [header] + rows) for k in range(len(header))]
-        head = "  |  ".join(h.center(w) for h, w in zip(header, widths))
-        out = [f"[{(' ' + self.title + ' ').center(len(head) - 2, '-')}]", head]
-        for cells, line in zip(rows, self.cells):
-            parts = [cells[0].ljust(widths[0])]
-            for s, w, c in zip(cells[1:], widths[1:], line):
-                s = s.center(w)
-                if color and c is not None and c.color:
-                    s = COLORS[c.color] + s + TERMINATE * 2
-                parts.append(s)
-            out.append("  |  ".join(parts).rstrip())
-        return "\n".join(out + [""] + self._legend())
+
+        def paint(i: int, j: int, text: str) -> str:
+            c = self.cells[i][j]
+            return COLORS[c.color] + text + TERMINATE * 2 if color and c is not None and c.color else text
+
+        return table(self.title, header, [(None, rows)], footer=self._legend(), paint=paint)
 
     def markdown(self) -> str:
         marks = {"best": "**{}**", "good": "*{}*", "bad": "{} ▲", "very_bad": "{} ▲▲"}

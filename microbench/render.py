@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from microbench.results import Results, Row
 
 
 def table(title: str, header: Sequence[str], groups: Sequence[tuple[str | None, Sequence[Sequence[str]]]],
-          footer: Sequence[str] = ()) -> str:
-    """Compare-style: '[--- title ---]', columns joined by '  |  ', a '<group>: ----' line per group."""
+          footer: Sequence[str] = (), paint: Callable[[int, int, str], str] | None = None) -> str:
+    """Compare-style: '[--- title ---]', columns joined by '  |  ', a '<group>: ----' line per group.
+
+    `paint(row, column, text)`, if given, decorates each value cell once it is padded to its column's width
+    (terminal colours, which must not count in the width): row counts the data rows from 0 over all groups,
+    column the value columns from 0."""
     all_rows = [list(header)] + [list(r) for _, rows in groups for r in rows]
     ncols = max(len(r) for r in all_rows)
     for r in all_rows:
@@ -23,9 +27,10 @@ def table(title: str, header: Sequence[str], groups: Sequence[tuple[str | None, 
         if name is not None:
             lines.append(f"{name}: ".ljust(overall, "-"))
         for _ in rows:
-            r = all_rows[k]
+            r, i = all_rows[k], k - 1  # i: the data row, from 0
             k += 1
-            cells = [r[0].ljust(widths[0])] + [c.center(w) for c, w in zip(r[1:], widths[1:])]
+            cells = [r[0].ljust(widths[0])] + [paint(i, j, c.center(w)) if paint else c.center(w)
+                                               for j, (c, w) in enumerate(zip(r[1:], widths[1:]))]
             lines.append("  |  ".join(cells).rstrip())
     if footer:
         lines.append("")
