@@ -287,7 +287,8 @@ class Run:
         self.clock = StepClock(FULL_RUN if full_run else window,
                                on_begin=None if full_run else self._begin_window,
                                on_end=None if full_run else self._end_window,
-                               on_last_warmup=self.recorder.last_warmup_step if self.recorder else None)
+                               on_last_warmup=self.recorder.last_warmup_step if self.recorder else None,
+                               agreement=_agreement(self.spec))
         self.clock.keep_inputs = self.baseline
         self.clock.install(torch)
         # a pass that knows the script has steps records only the window; others record from the start
@@ -423,6 +424,15 @@ class Run:
         with open(path + ".tmp", "w") as fh:
             json.dump(self.result, fh, default=str)
         os.replace(path + ".tmp", path)
+
+
+def _agreement(spec: dict[str, Any]):
+    """A torchrun rank's WindowAgreement (the ranks end the window at one step); None outside torchrun."""
+    if not spec.get("rank"):
+        return None
+    from diagnose.distributed.window import WindowAgreement
+
+    return WindowAgreement(int(spec["rank"]["rank"]))
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,8 @@ calls `on_begin` when it begins (at the end of step `skip`) and `on_end` when
 it ends; with `min_window_s` the window also lasts at least that long (the
 uninstrumented pass uses it so that very short steps still give the thread
 sampler enough time; the later passes then measure the same number of
-steps). With `stop_after_window` the clock raises `WindowComplete` once the
+steps; in a torchrun job rank 0 judges that time for every rank, see
+distributed/window.py). With `stop_after_window` the clock raises `WindowComplete` once the
 window is measured, and again at every later step: the target ends as if it
 had finished (a `BaseException`, so the script's `except Exception` does not
 catch it), which the runner treats as a normal end.
@@ -86,8 +87,10 @@ class StepClock:
 
     def __init__(self, window: WindowSpec | None, on_begin: Callable[[], None] | None = None,
                  on_end: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 on_last_warmup: Callable[[], None] | None = None):
+                 on_last_warmup: Callable[[], None] | None = None, agreement=None):
         self.window = window
+        # a torchrun rank's distributed.window.WindowAgreement: the ranks end a timed window at one step
+        self.agreement = agreement
         self.on_begin = on_begin
         self.on_end = on_end
         self.on_last_warmup = on_last_warmup  # the last skipped step begins (not called with --skip-steps 0)
@@ -236,7 +239,7 @@ class StepClock:
             if len(self.step_s) < MAX_WINDOW_STEP_TIMES:
                 self.step_s.append(duration)
                 self.data_wait_s.append(wait)
-            if w is not None and self.window_steps >= w.steps and now - self.began_at >= w.min_window_s:
+            if w is not None and self.window_steps >= w.steps and self._long_enough(now):
                 self._end(now)
         elif self.began_at is None:
             if len(self.warmup_s) < KEPT_WARMUP_STEPS:
@@ -247,6 +250,13 @@ class StepClock:
                 self.on_last_warmup()
         if self._stopping:
             raise WindowComplete
+
+    def _long_enough(self, now: float) -> bool:
+        """The window, at its number of steps, has lasted min_window_s (rank 0 judges it for every rank)."""
+        long_enough = now - self.began_at >= self.window.min_window_s
+        if self.agreement is None or self.window.min_window_s <= 0:
+            return long_enough
+        return self.agreement.over(self.count, long_enough)
 
     def _begin(self, now: float) -> None:
         self.began_at = now
