@@ -23,7 +23,9 @@ Python relative to operators; the evidence carries that pass's slowdown.
   the user line whose operators take most time (`model.generate(...)`).
   Without the machine's peaks (no efficiency layer) the older test stands:
   Python (everything but torch built-ins and waiting) >= 50% of the
-  call-graph pass is `low`.
+  call-graph pass is `low`, located at the same line (at the user function
+  with the most cumulative time only when no operator has a line: that is
+  often `<module>`, line 1, for a script that works at module scope).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def python_overhead(report: Report) -> list[Finding]:
             kind="python_overhead", severity="low", layer="python",
             title=f"Python (framework and glue code) takes {share:.0f}% of the call-graph pass; "
                   "operators get the rest",
-            op=None, location=top.location,
+            op=None, location=_hottest_line(report) or top.location,
             evidence={"share_pct": round(share, 1), "split_s": dataclasses.asdict(summary.split_s),
                       "callgraph_pass_overhead": summary.overhead_ratio,
                       "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS},
@@ -128,7 +130,6 @@ def _framework_overhead(report: Report) -> Finding | None:
     if at["us_per_operator_call"] > SMALL_CALL_US:
         return None
     unit = "step" if report.target.mode == "script" else "call"
-    top = report.operators[0] if report.operators else None
     from diagnose.render.fmt import duration
 
     title = (f"Each {unit} holds {duration(at['work_s_per_step'])} of work at this machine's roofs but takes "
@@ -137,7 +138,7 @@ def _framework_overhead(report: Report) -> Finding | None:
              "(framework overhead, not compute)")
     return Finding(
         kind="python_overhead", severity="high" if at["fraction"] < STEP_AT_ROOFS_HIGH else "medium",
-        layer="python", title=title, op=None, location=top.source if top else None,
+        layer="python", title=title, op=None, location=_hottest_line(report),
         evidence={**{k: (round(v, 6) if isinstance(v, float) else v) for k, v in at.items()},
                   "cause": "framework", "threshold_fraction": STEP_AT_ROOFS_MEDIUM,
                   "threshold_us_per_operator_call": SMALL_CALL_US,
@@ -150,6 +151,11 @@ def _framework_overhead(report: Report) -> Finding | None:
                     "model.generate(..., cache_implementation=\"static\") with the forward compiled), and "
                     "torch.inference_mode() around inference."),
     )
+
+
+def _hottest_line(report: Report) -> str | None:
+    """The user line whose operators take most time (`model.generate(...)`), where framework overhead is met."""
+    return report.operators[0].source if report.operators else None
 
 
 def _busiest_line(row: PythonFunction) -> tuple[str, int | None]:

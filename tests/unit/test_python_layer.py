@@ -193,3 +193,25 @@ def test_a_call_graph_pass_the_host_slowed_does_not_turn_slower_operators_into_p
     many = dataclasses.replace(copy.deepcopy(summary), calls=1_500_000)
     correct_hidden_operators([row], many, rep, pass_wall_s=4.46)
     assert many.operator_pace == 1.0 and row.loop_overhead_s == pytest.approx(1.324, abs=1e-3)
+
+
+def test_python_share_without_a_user_function_to_blame_points_at_the_line_whose_operators_take_most_time():
+    """A script working at module scope: its busiest user function is <module>, line 1, which tells nobody
+    anything; the finding names the line calling the hottest operators (gpt2_generate.py's model.generate)."""
+    from diagnose.report.model import OperatorRow, PythonFunction, Report, TargetInfo
+
+    module = PythonFunction(function="<module>", location="gen.py:1", kind="user", calls=1, self_s=0.05,
+                            cumulative_s=2.0, self_pct=2.5, cumulative_pct=100.0, loop_overhead_s=0.05, tiny_calls=0)
+    summary = PythonSummary(total_s=2.0, python_share=0.6, split_s=PythonSplit(torch=0.8, user=1.2))
+    rows = [OperatorRow(name="aten::addmm", input_shapes=[], dtypes=[], calls=480, self_cpu_us=3e5,
+                        total_cpu_us=3e5, self_pct=97.0, source="gen.py:42"),
+            OperatorRow(name="aten::cat", input_shapes=[], dtypes=[], calls=96, self_cpu_us=1e4, total_cpu_us=1e4,
+                        self_pct=3.0, source="gen.py:40")]
+    report = Report(target=TargetInfo(script="gen.py"), python_hotspots=[module], python_summary=summary,
+                    operators=rows)
+    [finding] = python_overhead(report)
+    assert finding.severity == "low" and "framework and glue code" in finding.title
+    assert finding.location == "gen.py:42"
+    # with no operator row there is no line to name: the busiest user function it is
+    [finding] = python_overhead(dataclasses.replace(report, operators=[]))
+    assert finding.location == "gen.py:1"
