@@ -37,7 +37,8 @@ def checks(report: Report, cpuinfo: str = "/proc/cpuinfo", sys_root: str = "/sys
     busy_threads = report.threads.busy_threads if report.threads else []
     out = [check_page_faults(report), check_denormals(report)]
     if process is None:
-        out.append(DoctorCheck("openmp_runtimes", "skipped", "The uninstrumented pass wrote no process readings."))
+        out += [DoctorCheck(name, "skipped", "The uninstrumented pass wrote no process readings.")
+                for name in ("openmp_runtimes", "blas_threads", "cpu_quota")]
     else:
         runtimes = env_checks.classify(process.libraries)
         threading_env = report.machine.threading_env

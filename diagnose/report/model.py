@@ -202,7 +202,7 @@ class Fact:
 
 @dataclass
 class DoctorCheck:
-    """One environment check (diagnose/doctor/checks.py): what it read and what it concluded."""
+    """One environment check (diagnose/doctor: environment.py and workload.py): what it read and what it concluded."""
 
     name: str  # page_faults, denormals, openmp_runtimes, blas_threads, cpu_quota, topology, low_precision
     status: str  # "ok" (nothing wrong), "warn" (a problem, see summary), "skipped" (could not read; summary says why)

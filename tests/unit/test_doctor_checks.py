@@ -348,3 +348,15 @@ def test_this_process_and_machine_through_the_real_readers():
     stat = env.read_own_cpu_stat()
     if stat is not None:
         assert all(isinstance(v, int) for v in stat.values.values())
+
+
+def test_without_the_process_readings_every_check_that_reads_them_says_skipped(tmp_path):
+    """A report whose uninstrumented pass wrote no process readings: the three checks on them are each
+    `skipped` with the reason (blas_threads and cpu_quota were missing from the list before)."""
+    from diagnose.doctor import checks
+    from diagnose.report.model import Report, TargetInfo
+
+    by_name = {c.name: c for c in checks(Report(target=TargetInfo(script="m.py")), sys_root=str(tmp_path))}
+    for name in ("openmp_runtimes", "blas_threads", "cpu_quota"):
+        assert by_name[name].status == "skipped" and "no process readings" in by_name[name].summary
+    assert {"page_faults", "denormals", "topology", "low_precision"} <= set(by_name)
