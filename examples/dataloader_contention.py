@@ -22,11 +22,11 @@ class Augmented(Dataset):
         x = rng.standard_normal((384, 384)).astype(np.float32)
         for _ in range(4):  # "augmentation": numpy work in the worker
             x = np.tanh(x @ x.T / 384)
-        return torch.from_numpy(x[:64, :256].copy()), i % 10
+        return torch.from_numpy(x[:32, :256].copy()), i % 10
 
 
 def main(epochs):
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64 * 256, 512), torch.nn.ReLU(),
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(32 * 256, 512), torch.nn.ReLU(),
                                 torch.nn.Linear(512, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Augmented(), batch_size=8, num_workers=2)

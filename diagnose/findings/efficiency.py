@@ -31,7 +31,10 @@ Thresholds:
   longer, the verdict rests on the alone time: if the kernel alone reaches
   25% of its roof, the finding is that the model's context slows it (cause
   `context`, with the page faults per step of both passes as evidence),
-  not that the kernel is inefficient; if it is slow alone too, the usual
+  not that the kernel is inefficient (when the threads layer found the CPUs
+  oversubscribed, that is the likely context: the finding says so and claims
+  no time at stake, which the oversubscription finding carries, so it ranks
+  after it); if it is slow alone too, the usual
   verdict stands, from the alone time. Without an alone measurement, a
   memory-bound verdict is doubted when the operator pass page-faulted at
   least FAULTS_RATIO (2x) as often per step as the uninstrumented run (and
@@ -49,6 +52,7 @@ from typing import Any
 
 from diagnose.findings import copies
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
+from diagnose.findings.threads import oversubscribed
 from diagnose.layers.efficiency.roofline import no_verdict
 from diagnose.report.model import Finding, Report, RooflineRow
 
@@ -195,21 +199,32 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
         if instrumented is not None:
             faults += f", {instrumented:.0f} in the operator pass"
     where = f" at {op.source}" if op.source else ""
+    waited = oversubscribed(report)
+    if waited is None:
+        stake = operator_stake(report, share * (1 - 1 / ratio))
+        contended, first = "", ""
+    else:  # a symptom of the contention: the oversubscription finding holds that time (one time, one finding)
+        stake = {"time_at_stake_pct": None,
+                 "time_at_stake_basis": ("the time its threads waited for a CPU: the oversubscription finding "
+                                         "carries it")}
+        contended = f"; threads waited {100 * waited:.0f}% of their runnable time for a CPU (oversubscription)"
+        first = ("Its threads waited for CPUs other threads held: fix the oversubscription first (see Threads), "
+                 "then measure again. ")
     return Finding(
         kind="low_efficiency", severity="medium" if share >= HOT_SHARE_PCT else "low", layer="efficiency",
         title=(f"{op.name} on {_shape_text(op.input_shapes or [])} takes {ratio:.1f}x longer a call in "
                f"the model than alone ({context['in_model_us_per_call']:.0f} vs {context['alone_us_per_call']:.0f} "
                f"µs), where it reaches {context['efficiency_pct_alone']:.3g}% of this machine's roof: the context "
-               f"slows it, not the kernel{where}"),
+               f"slows it, not the kernel{where}{contended}"),
         op=op.name, location=op.source,
         evidence={"cause": "context", **context, "share_pct": share, "input_shapes": op.input_shapes,
                   "threads": op.threads, "bound": op.bound,
                   "minor_faults_per_step": round(plain) if plain is not None else None,
                   "minor_faults_per_step_operator_pass": round(instrumented) if instrumented is not None else None,
                   "threshold_ratio": CONTEXT_RATIO,
-                  **operator_stake(report, share * (1 - 1 / ratio)),
+                  "runqueue_wait_share": waited, **stake,
                   **_fault_doubt(report, op, context)},
-        suggestion=("The same call runs faster alone, so look at what surrounds it in the model" + faults + ": "
+        suggestion=(first + "The same call runs faster alone, so look at what surrounds it in the model" + faults + ": "
                     "fresh outputs page-faulting in (glibc gives large temporaries fresh pages every step: reuse "
                     "buffers with out= or in-place ops, or an allocator that keeps pages, LD_PRELOAD jemalloc with "
                     "MALLOC_CONF=oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,"

@@ -102,15 +102,24 @@ def _severity(share: float, medium: float, high: float, low: float | None = None
     return None
 
 
-def oversubscription(report: Report) -> list[Finding]:
+def oversubscribed(report: Report) -> float | None:
+    """The share of runnable time the threads waited for a CPU, when it makes an oversubscription finding."""
     t = report.threads
     if t is None or not _measured(t):
-        return []
-    usable = _usable(report, t)
+        return None
     share = float(t.runqueue_wait_share)
-    runnable = float(t.mean_runnable)
-    if share < WAIT_SHARE_MEDIUM or runnable <= usable:
+    if share < WAIT_SHARE_MEDIUM or float(t.mean_runnable) <= _usable(report, t):
+        return None
+    return share
+
+
+def oversubscription(report: Report) -> list[Finding]:
+    share = oversubscribed(report)
+    if share is None:
         return []
+    t = report.threads
+    usable = _usable(report, t)
+    runnable = float(t.mean_runnable)
     severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH)
     compute = _compute_processes(t)
     workers = [p for p in compute if p.role == "dataloader_worker"]

@@ -62,3 +62,25 @@ def test_resnet_training_is_not_called_framework_overhead():
     # large operator calls (a step's 229 calls average ~400 µs): far from the roofs is the operators' story
     r = derived("resnet_train")
     assert not [f for f in r.findings if f.evidence.get("cause") == "framework"]
+
+
+def _with_also(found) -> list[dict]:
+    return [piece for f in found for piece in [{"kind": f.kind, "op": f.op, "title": f.title, "evidence": f.evidence},
+                                                *f.evidence.get("also", [])]]
+
+
+def test_a_kernel_slowed_by_oversubscribed_cpus_is_a_symptom_ranked_after_the_oversubscription():
+    """dataloader_contention.py as the CLI diagnosed it: aten::mm took 31x longer a call in the model than alone
+    while threads waited 55% of their runnable time for a CPU. The context finding claimed 32% at stake and came
+    first (medium), above the oversubscription that causes it (high, 55% x 0.5 as an upper bound)."""
+    import dataclasses
+
+    report = io.load(DATA / "dataloader_contention_report.json")
+    found = findings.derive(report)
+    assert found[0].kind == "oversubscription" and found[0].evidence["cause"] == "dataloader_workers"
+    [mm] = [p for p in _with_also(found) if p["op"] == "aten::mm" and p["evidence"].get("cause") == "context"]
+    assert mm["evidence"]["time_at_stake_pct"] is None and "waited 55%" in mm["title"]
+    # without the thread readings the same slowdown is the operator's own finding, with its stake
+    alone = findings.derive(dataclasses.replace(io.load(DATA / "dataloader_contention_report.json"), threads=None))
+    [mm] = [p for p in _with_also(alone) if p["op"] == "aten::mm" and p["evidence"].get("cause") == "context"]
+    assert mm["evidence"]["time_at_stake_pct"] > 20 and "oversubscription" not in mm["title"]
