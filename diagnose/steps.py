@@ -39,7 +39,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from diagnose.distributed.window import WindowAgreement
 
 PRECEDENCE = {"forward": 1, "optimizer": 2, "mark_step": 3}
 # --skip-steps: the first steps pay for lazy initialisation (optimizer state, oneDNN primitive caches, the
@@ -87,10 +90,9 @@ class StepClock:
 
     def __init__(self, window: WindowSpec | None, on_begin: Callable[[], None] | None = None,
                  on_end: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 on_last_warmup: Callable[[], None] | None = None, agreement=None):
+                 on_last_warmup: Callable[[], None] | None = None, agreement: "WindowAgreement | None" = None):
         self.window = window
-        # a torchrun rank's distributed.window.WindowAgreement: the ranks end a timed window at one step
-        self.agreement = agreement
+        self.agreement = agreement  # a torchrun rank's: the ranks end a timed window at one step
         self.on_begin = on_begin
         self.on_end = on_end
         self.on_last_warmup = on_last_warmup  # the last skipped step begins (not called with --skip-steps 0)
