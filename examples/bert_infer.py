@@ -9,9 +9,12 @@ output, the 256->1024->256 feed-forward), then attention
 (scaled_dot_product_attention) and the GELU / LayerNorm element-wise work.
 
 A good diagnosis: the addmm GEMMs as the hot operators near the machine's
-GEMM peak on the roofline, nothing above `low`; the model construction
-(embedding init) is setup, not a finding; no python_overhead (the Python
-in transformers' modules is small next to the GEMMs at these sizes).
+GEMM peak on the roofline, nothing above `low` in the model; the model
+construction (embedding init) is setup, not a finding; no python_overhead
+(the Python in transformers' modules is small next to the GEMMs at these
+sizes). Under glibc malloc the activations fault in fresh pages every step
+(about 5,000-6,700 minor faults): a caching allocator is the one change
+worth making where the doctor's trial measures it (1.25x on a Xeon).
 
     python examples/bert_infer.py --steps 30
     diagnose examples/bert_infer.py -- --steps 30

@@ -86,9 +86,19 @@ def test_bert_operators_are_attributed_inside_the_library(bert):
     check_modules(bert, "BertModel", "BertSelfAttention")
 
 
-def test_bert_diagnosis_has_nothing_above_low(bert):
+def test_bert_diagnosis_is_nothing_above_low_but_a_measured_allocator_win(bert):
     r = bert.report
-    assert loud(r) == []
+    # the model code is healthy; its activations are glibc's fresh pages every step (5,100-6,700 faults on a
+    # Xeon, an estimated 15-21% of the step), so the page-fault check starts the allocator trials, and a
+    # caching allocator is reported (first, at its stake) only where one measurably won on these steps
+    faults = next(c for c in r["doctor"]["checks"] if c["name"] == "page_faults")
+    tried = [t for t in r["doctor"]["trials"] if t["check"] == "page_faults"]
+    assert (faults["status"] == "warn") == bool(tried), (faults, tried)
+    assert all(kind == "page_faults" for kind, _, _ in loud(r)), loud(r)
+    if any(t["verdict"] == "win" for t in tried):
+        assert r["findings"][0]["kind"] == "page_faults" and "faster per step" in r["findings"][0]["title"]
+    else:
+        assert loud(r) == []
     assert not [f for f in r["findings"] if f["op"] in ("aten::normal_", "aten::uniform_")]  # init is setup
     # the core compute is named with its module and the dtype to try (a healthy GEMM's hot_operator is an
     # observation: it ranks after what can be fixed, e.g. a low memory_churn where the allocations fault)
