@@ -122,7 +122,7 @@ def _report(faults: int | None, steps: int = 20, median_s: float = 0.1) -> Repor
 
 
 def test_page_faults_warn_from_their_estimated_share_and_name_the_big_outputs():
-    r = _report(faults=20 * 32768)  # 32768 faults a step of 100 ms: ~33 ms at 1 µs each (warns from 20%)
+    r = _report(faults=20 * 32768)  # 32768 faults a step of 100 ms: ~33 ms at 1 µs each (warns from 10%)
     r.operators = [OperatorRow(name="aten::mul", input_shapes=[[4096, 4096], []], dtypes=["float"], calls=20,
                                self_cpu_us=1.0, total_cpu_us=1.0, self_pct=50.0, source="t.py:5",
                                cpu_memory_bytes=20 * (64 << 20))]
