@@ -16,8 +16,9 @@ Thresholds and their sources:
   Xeon, glibc) estimated 15-21% of its step in 5,100-6,700 faults and
   measured 1.23-1.28x faster with each of jemalloc, tcmalloc and glibc's
   thresholds (about 1.3 µs a fault), so a 20% threshold missed a measured
-  1.25x win on about half its runs; one run whose step took twice as long
-  (host load) estimated 9.3%, so BERT can still fall either side of 10%.
+  1.25x win on about half its runs. On an AMD EPYC without AMX its step
+  takes about twice as long (63 ms) for the same 5,900 faults: 9.3%, no
+  trials.
   Below a tenth of the step the allocator
   is rarely the first thing to fix, and `--doctor` runs the trials anyway.
   Only steps (or function-mode calls) are judged: a whole run's faults

@@ -88,8 +88,8 @@ def test_bert_operators_are_attributed_inside_the_library(bert):
 
 def test_bert_diagnosis_is_nothing_above_low_but_a_measured_allocator_win(bert):
     r = bert.report
-    # the model code is healthy; its activations are glibc's fresh pages every step (5,100-6,700 faults on a
-    # Xeon, an estimated 9-21% of the step as the host's load moves the step's time), so the page-fault check
+    # the model code is healthy; its activations are glibc's fresh pages every step (5,100-6,700 faults: an
+    # estimated 15-21% of the step on a Xeon with AMX, 9% on the slower AMD EPYC), so the page-fault check
     # may start the allocator trials, and a caching allocator is reported (first, at its stake) only where one
     # measurably won on these steps
     faults = next(c for c in r["doctor"]["checks"] if c["name"] == "page_faults")
