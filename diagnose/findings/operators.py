@@ -53,6 +53,7 @@ from collections import defaultdict
 
 from diagnose.doctor.workload import FAULT_US, fault_share
 from diagnose.findings import copies
+from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
 from diagnose.findings.suggestions import ACTIVATION_CLASSES, COPY_LABEL, COPY_TEXT, is_compute, op_class, suggestion_for
 from diagnose.report.model import Finding, Report
@@ -232,7 +233,8 @@ def _churn_stake(report: Report) -> dict:
     calls): the fresh pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median
     step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted); when the
     doctor warned about those faults, they are its finding (with the trial that measured the fix), so this
-    one claims no stake of its own and keeps its rule's severity, ranked after what has a stake. Without
+    one claims no stake of its own and keeps its rule's severity, ranked after what has a stake; where its
+    trials ran and none won there is no such finding, and the basis says so instead. Without
     steps, the run's faults over its wall time (an upper bound: setup's first touch of its data counts too).
     Only without a fault count, the allocating operators' whole time, a far looser upper bound: nearly every
     operator allocates its output, so that bound is most of the run (an MLP's activations at 1.2 GiB/s read
@@ -240,9 +242,12 @@ def _churn_stake(report: Report) -> dict:
     faults, wall = report.run.minor_faults, report.run.wall_s
     check = next((c for c in report.doctor.checks if c.name == "page_faults"), None) if report.doctor else None
     if check is not None and check.status == "warn":  # one time, one finding: the doctor's has the measured fix
+        carried = any(f.kind == "page_faults" for f in doctor_findings.environment(report))
         return {"time_at_stake_pct": None,
-                "time_at_stake_basis": ("the fresh pages these allocations fault in: the doctor's page_faults "
-                                        "finding carries that time (measured where its trials ran)")}
+                "time_at_stake_basis": "the fresh pages these allocations fault in: " + (
+                    "the doctor's page_faults finding carries that time (measured where its trials ran)" if carried
+                    else "the doctor's page_faults check tried allocator changes on your steps and none won "
+                         "(its trials), so no stake is claimed for them")}
     measured = fault_share(report)
     if measured is not None:
         unit, _, _, share = measured

@@ -184,7 +184,7 @@ def test_memory_churn_stake_is_the_fresh_pages_it_faults_in_when_the_run_has_ste
 
 
 def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding():
-    from diagnose.report.model import Doctor, DoctorCheck, IterationStats
+    from diagnose.report.model import Doctor, DoctorCheck, IterationStats, Trial
 
     gib = 1 << 30
     rep = report(row("aten::tanh", 100, source="m.py:9", mem=3 * gib),
@@ -197,6 +197,13 @@ def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding()
     assert churn.evidence["time_at_stake_pct"] is None and "page_faults" in churn.evidence["time_at_stake_basis"]
     assert churn.severity == "medium"  # the rule's own (2 GiB/s over the 1.5 s pass)
     assert [f.kind for f in fs].index("page_faults") < [f.kind for f in fs].index("memory_churn")
+    # the trials ran and none won: no page_faults finding, and the churn's basis does not point at one
+    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="no gain")]
+    fs = findings.derive(rep)
+    churn = next(f for f in fs if f.kind == "memory_churn")
+    assert "page_faults" not in [f.kind for f in fs] and churn.evidence["time_at_stake_pct"] is None
+    assert "none won" in churn.evidence["time_at_stake_basis"] and "finding carries" not in \
+        churn.evidence["time_at_stake_basis"]
 
 
 def test_a_kernels_internal_copy_is_a_low_observation_not_a_hot_operator_to_fix():
