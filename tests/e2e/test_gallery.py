@@ -36,6 +36,20 @@ def loud(report: dict) -> list[tuple]:
     return [(f["kind"], f["severity"], f["title"]) for f in report["findings"] if f["severity"] != "low"]
 
 
+def allocator_wins(report: dict) -> list[tuple]:
+    """The page_faults findings, each asserted to be what the doctor measured: its check warned exactly when
+    its allocator trials ran, and a finding exists only where one of them won on the script's own steps (a
+    library model's activations are glibc's fresh pages every step: BERT and ResNet sit near the 10% that
+    starts the trials, and on some machines and runs jemalloc or glibc's thresholds win 1.2-1.5x)."""
+    faults = next(c for c in report["doctor"]["checks"] if c["name"] == "page_faults")
+    tried = [t for t in report["doctor"]["trials"] if t["check"] == "page_faults"]
+    assert (faults["status"] == "warn") == bool(tried), (faults, tried)
+    found = [f for f in report["findings"] if f["kind"] == "page_faults"]
+    assert bool(found) == any(t["verdict"] == "win" for t in tried), (found, tried)
+    assert all("faster per step" in f["title"] for f in found), found
+    return [(f["kind"], f["severity"], f["title"]) for f in found]
+
+
 def library_share(report: dict, library: str) -> float:
     """Share of operator self time whose library line lies in `library` (a path prefix)."""
     total = sum(o["self_cpu_us"] for o in report["operators"])
@@ -92,14 +106,10 @@ def test_bert_diagnosis_is_nothing_above_low_but_a_measured_allocator_win(bert):
     # estimated 15-21% of the step on a Xeon with AMX, 9% on the slower AMD EPYC), so the page-fault check
     # may start the allocator trials, and a caching allocator is reported (first, at its stake) only where one
     # measurably won on these steps
-    faults = next(c for c in r["doctor"]["checks"] if c["name"] == "page_faults")
-    tried = [t for t in r["doctor"]["trials"] if t["check"] == "page_faults"]
-    assert (faults["status"] == "warn") == bool(tried), (faults, tried)
-    assert all(kind == "page_faults" for kind, _, _ in loud(r)), loud(r)
-    if any(t["verdict"] == "win" for t in tried):
-        assert r["findings"][0]["kind"] == "page_faults" and "faster per step" in r["findings"][0]["title"]
-    else:
-        assert loud(r) == []
+    wins = allocator_wins(r)
+    assert loud(r) == wins, loud(r)
+    if wins:
+        assert r["findings"][0]["kind"] == "page_faults"
     assert not [f for f in r["findings"] if f["op"] in ("aten::normal_", "aten::uniform_")]  # init is setup
     # the core compute is named with its module and the dtype to try (a healthy GEMM's hot_operator is an
     # observation: it ranks after what can be fixed, e.g. a low memory_churn where the allocations fault)
@@ -118,16 +128,21 @@ def gpt2(tmp_path_factory):
 def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     r = gpt2.report
     first = r["findings"][0]
-    assert first["kind"] == "python_overhead" and first["severity"] in ("medium", "high"), r["findings"][:2]
-    # the framework form needs the step's work at the roofs under a quarter of the step: 20% on the
-    # 2-CPU EPYC it was planted on, 33% on a Xeon with AMX (its GEMMs are faster, so its step is shorter);
-    # there the Python share of the call-graph pass names it (53%)
+    # the framework form needs the step's work at the roofs under a quarter of the step: 15-25% on the 2-CPU
+    # EPYC it was planted on (its step took 1.9-3.5 ms in quiet runs: the verdict flips there, see the
+    # examples table), 33% on a Xeon with AMX (its GEMMs are faster, so its step is shorter); without it the
+    # Python share of the call-graph pass names it where that is >= 50% (53% on the Xeon, 37-39% here)
     at = step_at_roofs(report_io.from_json_data(r))
     if at and at["fraction"] < STEP_AT_ROOFS_MEDIUM:
+        assert first["kind"] == "python_overhead" and first["severity"] in ("medium", "high"), r["findings"][:2]
         assert first["evidence"]["cause"] == "framework", first
         assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
-    else:
+    elif r["python_summary"]["python_share"] >= FRAMEWORK_MIN_SHARE:
+        assert first["kind"] == "python_overhead" and first["severity"] in ("medium", "high"), r["findings"][:2]
         assert first["evidence"]["share_pct"] >= 100 * FRAMEWORK_MIN_SHARE, first
+    else:  # neither condition held: no overhead is claimed, and what comes first is named inside the model
+        assert "python_overhead" not in [f["kind"] for f in r["findings"]], r["findings"][:2]
+        assert first["evidence"]["module"].startswith(("lm_head", "transformer.")), first
     # the decoder's GEMV runs in lm_head, whatever the machine makes of it (10% of operator time, at the
     # hot_operator threshold)
     gemv = next(o for o in r["operators"] if o["name"] == "aten::mm" and o["input_shapes"][1] == [256, 8000])
@@ -168,9 +183,12 @@ def test_resnet_training_maps_backward_operators_to_their_modules(resnet):
     check_modules(resnet, "ResNetForImageClassification", "ResNetConvLayer")
 
 
-def test_resnet_training_has_nothing_above_medium(resnet):
+def test_resnet_training_has_nothing_above_medium_but_a_measured_allocator_win(resnet):
     r = resnet.report
-    assert not [f for f in r["findings"] if f["severity"] == "high"], loud(r)
+    # its activations fault 6,000-10,000 times a step under glibc (17-27% of the step at 1 µs a fault): the
+    # doctor's allocator trials run, and a measured win (jemalloc 1.47x in one run here) is the one high finding
+    wins = allocator_wins(r)
+    assert [f for f in loud(r) if f[1] == "high"] == [w for w in wins if w[1] == "high"], loud(r)
     assert not [f for f in r["findings"] if f["evidence"].get("cause") == "framework"]
 
 
