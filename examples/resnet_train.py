@@ -14,7 +14,7 @@ backward), nothing above `medium`; the inputs and weights are NCHW
 (contiguous), so `torch.channels_last` (model.to(memory_format=...) and
 the inputs) is a legitimate suggestion for oneDNN convolutions; no
 python_overhead; the model construction is setup, not a finding. Under
-glibc malloc its activations fault in fresh pages every step (17-27% of
+glibc malloc its activations fault in fresh pages every step (8-27% of
 it at 1 µs a fault): a caching allocator is the one `high` finding where
 the doctor's trial measures a win.
 
