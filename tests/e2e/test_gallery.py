@@ -32,8 +32,12 @@ def _run(tmp_path_factory, script: str, *args: str):
     return run
 
 
+def brief(findings: list[dict]) -> list[tuple]:
+    return [(f["kind"], f["severity"], f["title"]) for f in findings]
+
+
 def loud(report: dict) -> list[tuple]:
-    return [(f["kind"], f["severity"], f["title"]) for f in report["findings"] if f["severity"] != "low"]
+    return brief([f for f in report["findings"] if f["severity"] != "low"])
 
 
 def allocator_wins(report: dict) -> list[tuple]:
@@ -47,7 +51,7 @@ def allocator_wins(report: dict) -> list[tuple]:
     found = [f for f in report["findings"] if f["kind"] == "page_faults"]
     assert bool(found) == any(t["verdict"] == "win" for t in tried), (found, tried)
     assert all("faster per step" in f["title"] for f in found), found
-    return [(f["kind"], f["severity"], f["title"]) for f in found]
+    return brief(found)
 
 
 def library_share(report: dict, library: str) -> float:
@@ -128,17 +132,18 @@ def gpt2(tmp_path_factory):
 def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     r = gpt2.report
     first = r["findings"][0]
+    overhead_first = first["kind"] == "python_overhead" and first["severity"] in ("medium", "high")
     # the framework form needs the step's work at the roofs under a quarter of the step: 15-25% on the 2-CPU
     # EPYC it was planted on (its step took 1.9-3.5 ms in quiet runs: the verdict flips there, see the
     # examples table), 33% on a Xeon with AMX (its GEMMs are faster, so its step is shorter); without it the
     # Python share of the call-graph pass names it where that is >= 50% (53% on the Xeon, 37-39% here)
     at = step_at_roofs(report_io.from_json_data(r))
     if at and at["fraction"] < STEP_AT_ROOFS_MEDIUM:
-        assert first["kind"] == "python_overhead" and first["severity"] in ("medium", "high"), r["findings"][:2]
+        assert overhead_first, r["findings"][:2]
         assert first["evidence"]["cause"] == "framework", first
         assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
     elif r["python_summary"]["python_share"] >= FRAMEWORK_MIN_SHARE:
-        assert first["kind"] == "python_overhead" and first["severity"] in ("medium", "high"), r["findings"][:2]
+        assert overhead_first, r["findings"][:2]
         assert first["evidence"]["share_pct"] >= 100 * FRAMEWORK_MIN_SHARE, first
     else:  # neither condition held: no overhead is claimed, and what comes first is named inside the model
         assert "python_overhead" not in [f["kind"] for f in r["findings"]], r["findings"][:2]
@@ -225,7 +230,7 @@ def test_planted_example(script, must, must_not, tmp_path):
     run = run_cli(f"examples/{script}", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr[-2000:]
     r = run.report
-    assert must(r), [(f["kind"], f["severity"], f["title"]) for f in r["findings"]]
+    assert must(r), brief(r["findings"])
     assert not must_not(r), must_not(r)
 
 
