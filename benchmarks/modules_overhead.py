@@ -34,8 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from diagnose import api
-from diagnose.layers.operators.recorder import OperatorsOptions, OperatorsRecorder
+from diagnose.config import Config, OperatorsOptions
+from diagnose.layers.operators.recorder import OperatorsRecorder
 from diagnose.machine import cpu_model, usable_cpus
+from diagnose.protocol import PassSpec
 from diagnose.target import Target
 from microbench.stats import bootstrap_median_ci
 
@@ -44,8 +46,13 @@ SCRIPT = REPO / "examples" / "bert_infer.py"
 TARGET = 1.10
 
 
+def _spec(tracking: bool) -> PassSpec:
+    return PassSpec(name="operators", layer="operators", script=str(SCRIPT), display_script=str(SCRIPT), argv=(),
+                    function=None, cwd=str(REPO), window=None, operators=OperatorsOptions(track_modules=tracking))
+
+
 def step_s(tracking: bool, out: Path) -> float:
-    config = api.Config(output_dir=str(out), force=True, layers=("operators",),
+    config = Config(output_dir=str(out), force=True, layers=("operators",),
                         operators=OperatorsOptions(track_modules=tracking))
     result = api.diagnose(Target(script=str(SCRIPT.relative_to(REPO))), config)
     it = result.report.run.instrumented_iterations
@@ -64,8 +71,7 @@ def in_process(rounds: int, steps: int = 6, warmup: int = 2) -> tuple[list[float
     for r in range(rounds):
         row = {}
         for tracking in ((True, False) if r % 2 == 0 else (False, True)):
-            rec = OperatorsRecorder({"script": str(SCRIPT), "cwd": str(REPO),
-                                     "options": {"operators": {"track_modules": tracking}}})
+            rec = OperatorsRecorder(_spec(tracking))
             rec.prepare()
             try:
                 for _ in range(warmup):
@@ -103,8 +109,7 @@ def per_forward_us(modules: int = 200, calls: int = 200, rounds: int = 10) -> fl
     for r in range(rounds):
         row = {}
         for tracking in ((True, False) if r % 2 == 0 else (False, True)):
-            rec = OperatorsRecorder({"script": str(SCRIPT), "cwd": str(REPO),
-                                     "options": {"operators": {"track_modules": tracking}}})
+            rec = OperatorsRecorder(_spec(tracking))
             rec.prepare()
             try:
                 chain(x)

@@ -24,7 +24,8 @@ import argparse
 import os
 import sys
 
-from diagnose import __version__
+from diagnose import __version__, output
+from diagnose.config import CallgraphOptions, Config, MicrobenchOptions, OperatorsOptions, SweepOptions
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
 
 EPILOG = """\
@@ -58,7 +59,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
-    from diagnose.api import Config
     from diagnose.render import PRINTABLE
 
     d = Config()  # every default below is the Config's
@@ -281,7 +281,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
         raise UsageError("give a script to diagnose, e.g. diagnose train.py (see diagnose --help)")
     script, function = parse_target_spec(args.target)
     config = _config(args, subcommand, function)
-    target = Target(script=script, argv=extra, function=function, warmup=config.skip_steps, iters=config.steps)
+    target = Target(script=script, argv=extra, function=function)
     progress = api.NullProgress() if args.quiet else TerminalProgress()
     result = api.diagnose(target, config, progress)
     sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
@@ -289,14 +289,9 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
 
 
 def _config(args, subcommand: str | None, function: str | None):
-    """The parsed options as an api.Config; a value no run can use is a UsageError, checked in the order the
+    """The parsed options as a Config; a value no run can use is a UsageError, checked in the order the
     options are listed."""
-    from diagnose import api
-    from diagnose.layers import LAYERS
-    from diagnose.layers.microbench import MicrobenchOptions
-    from diagnose.layers.operators.recorder import OperatorsOptions
-    from diagnose.layers.threads.sweep import SweepOptions
-    from diagnose.tools.callgraph import CallgraphOptions
+    from diagnose.layers import LAYERS  # imports every layer: only once a run is certain
 
     layers = tuple(name.strip() for name in args.layers.split(",") if name.strip())
     unknown = [name for name in layers if name not in LAYERS]
@@ -330,7 +325,7 @@ def _config(args, subcommand: str | None, function: str | None):
         layers = ("python",)
     elif subcommand == "threads":
         layers = ("threads",)
-    return api.Config(
+    return Config(
         output_dir=args.output, force=args.force, timeout_s=args.timeout, stall_after_s=args.stall_after,
         layers=layers, baseline=subcommand != "callgraph",
         skip_steps=args.skip_steps, steps=args.steps, full_run=args.full_run,
@@ -376,7 +371,7 @@ def _sweep_threads(text: str | None) -> tuple[int, ...] | None:
 def _merge(argv: list[str]) -> int:
     """`diagnose merge REPORT.json... [-o DIR]`: the per-node reports of one torchrun job as one report
     (diagnose/report/combine.py), its findings derived again, written like a run's."""
-    from diagnose import api, findings
+    from diagnose import findings
     from diagnose.render import terminal
     from diagnose.report import combine
     from diagnose.report import io as report_io
@@ -393,9 +388,9 @@ def _merge(argv: list[str]) -> int:
     merged = combine.combine([(path, report_io.load(path)) for path in args.reports])
     merged.findings = findings.derive(merged)
     stem = os.path.splitext(os.path.basename(merged.target.script))[0]
-    out = args.output or api.default_output_dir(f"{stem}-merged", api.Config().reports_root)
-    api.prepare_output_dir(out, args.force)
-    api.write_report(merged, out)
+    out = args.output or output.default_output_dir(f"{stem}-merged", Config().reports_root)
+    output.prepare_output_dir(out, args.force)
+    output.write_report(merged, out)
     if args.quiet:
         sys.stdout.write(os.path.join(out, "report.json") + "\n")
     else:

@@ -15,7 +15,6 @@ by the pids they wrote.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from diagnose.stall import StallWatch
+from diagnose import protocol
+from diagnose.distributed import collect, launcher
+from diagnose.protocol import DistributedSpec, PassResult, PassSpec
+from diagnose.stall import STACKS_FILE, StallWatch, request_dumps
 
 if TYPE_CHECKING:
     from diagnose.forkserver import ForkServer
@@ -37,7 +39,7 @@ STALLED_GRACE_S = 5.0  # ... when it is hung: a deadlock in C++ ignores SIGINT, 
 class PassOutcome:
     name: str
     status: str  # ok | target_failed | crashed | timeout | stalled | interrupted
-    result: dict[str, Any] | None
+    result: PassResult | None  # None: the child wrote none (it died)
     returncode: int | None
     elapsed_s: float
     output_tail: list[str] = field(default_factory=list)
@@ -48,7 +50,7 @@ class PassOutcome:
 
     @property
     def raw(self) -> dict[str, Any] | None:
-        return (self.result or {}).get("raw")
+        return self.result.raw if self.result else None
 
     @property
     def error(self) -> str | None:
@@ -57,15 +59,15 @@ class PassOutcome:
         if self.status == "stalled":
             return (f"its process tree used no CPU for {self.stall['idle_s']:.0f} s in the {self.name} pass "
                     "(--stall-after); its stacks are in the hang finding")
-        if self.result and self.result.get("error"):
-            return self.result["error"]
+        if self.result and self.result.error:
+            return self.result.error
         if self.status == "crashed":
             return _describe_returncode(self.returncode)
         return None
 
     def failure_reason(self, what: str) -> str:
-        if self.result and self.result.get("raw_error"):
-            return f"{what} could not collect its data: {self.result['raw_error']}"
+        if self.result and self.result.raw_error:
+            return f"{what} could not collect its data: {self.result.raw_error}"
         if self.status == "crashed":
             return f"{what} died before writing its results: {_describe_returncode(self.returncode)}"
         return f"{what} produced no data ({self.status})"
@@ -101,7 +103,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def run_pass(
-    spec: dict[str, Any],
+    spec: PassSpec,
     workdir: str,
     *,
     passthrough: bool,
@@ -122,17 +124,14 @@ def run_pass(
     (extra_env), a command prefix, or torchrun (diagnose/forkserver.py).
     """
     os.makedirs(workdir, exist_ok=True)
-    dist = spec.get("distributed")
+    dist = spec.distributed
     forked = server is not None and not (dist or command_prefix or extra_env)
-    spec = {**spec, "workdir": workdir, "forked": forked}  # the runner reads it (doctor/process.py blas_pools)
-    spec_path = os.path.join(workdir, "spec.json")
-    with open(spec_path, "w") as fh:
-        json.dump(spec, fh)
+    spec = spec.with_(workdir=workdir, forked=forked)  # the runner reads `forked` (doctor/process.py blas_pools)
+    spec_path = os.path.join(workdir, protocol.SPEC_FILE)
+    protocol.write(spec, spec_path)
     log_path = os.path.join(workdir, "output.log")
     out = None if passthrough or forked else open(log_path, "wb")
     if dist:
-        from diagnose.distributed import launcher
-
         cmd = launcher.command(spec_path, dist)
     else:
         cmd = [sys.executable, "-m", "diagnose.runner", spec_path]
@@ -178,39 +177,30 @@ def run_pass(
         if out:
             out.close()
     elapsed = time.monotonic() - t0
-    result = None
     ranks = None
-    result_path = os.path.join(workdir, "result.json")
     if dist:
-        from diagnose.distributed import collect, launcher
-
         launcher.stop_leftover_ranks(workdir)
         result, ranks = collect.collect(workdir, spec, proc.returncode)
-    elif os.path.exists(result_path):
-        with open(result_path) as fh:
-            result = json.load(fh)
+    else:
+        result = protocol.read_result(os.path.join(workdir, protocol.RESULT_FILE))
     if status is None:
         if result is None:
             status = "crashed"
-        elif result.get("error_kind") == "interrupted":
+        elif result.error_kind == "interrupted":
             status = "interrupted"
-        elif result.get("exit_code"):
+        elif result.exit_code:
             status = "target_failed"
         else:
             status = "ok"
     return PassOutcome(
-        name=spec["pass"], status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
+        name=spec.name, status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
         output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s, ranks=ranks, stall=stall,
     )
 
 
-def _dump_stacks(proc, workdir: str, dist: dict | None) -> list[dict[str, Any]]:
+def _dump_stacks(proc, workdir: str, dist: DistributedSpec | None) -> list[dict[str, Any]]:
     """Every runner of a stalled pass writes its threads' stacks (diagnose/stall.py); their texts."""
-    from diagnose.stall import STACKS_FILE, request_dumps
-
     if dist:
-        from diagnose.distributed import launcher
-
         runners = []
         for rank, path in launcher.rank_dirs(workdir):
             try:

@@ -15,12 +15,8 @@ has steps (`expect_steps` not true) records from the workload's start and
 starts over when a window begins; a script without steps is measured whole.
 The markers observers wait for are in diagnose/markers.py.
 
-result.json: pass, layer, exit_code, error, error_kind, traceback, wall_s
-(the window, else the whole workload), iteration_s (function mode: each
-measured call; script mode: each step of the window), steps (script mode:
-StepClock.result()), torch, raw (the layer's data), raw_error, overrides
-(sweep points), thread_calls (uninstrumented pass: the target's
-set_num_threads and set_num_interop_threads calls with their user line).
+It reads a protocol.PassSpec and writes a protocol.PassResult (the fields
+are documented there): only this process writes it, atomically.
 
 Under torchrun (the spec has `distributed`), every rank runs this module: it
 works in `rank<RANK>/` under the pass workdir, writes its result.json there
@@ -31,7 +27,6 @@ marker when the last local rank stops (diagnose/distributed/launcher.py).
 
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import signal
@@ -40,26 +35,32 @@ import time
 import traceback
 from typing import Any
 
-from diagnose import markers
+from diagnose import markers, protocol
 from diagnose.doctor import process as process_facts
-from diagnose.steps import StepClock, WindowComplete, WindowSpec
+from diagnose.doctor.environment import CpuStat, read_own_cpu_stat
+from diagnose.layers import get as get_layer
+from diagnose.protocol import Applied, PassResult, PassSpec, PinnedThreads, PinnedWorkers, TorchInfo, WindowSpec
+from diagnose.report import io as report_io
+from diagnose.report.model import Compile, GraphBreak, ProcessFacts, Recompile, SubnormalScan, ThreadCall
+from diagnose.stall import STACKS_FILE
+from diagnose.steps import StepClock, WindowComplete
+from diagnose.usercode import UserCode
 
 # exit status of the runner itself when the function named in the spec is missing
 NO_FUNCTION = 97
 FULL_RUN = WindowSpec(skip=0, steps=1 << 62, stop_after_window=False)  # --full-run: count steps, record all
 
 
-def _torch_info(torch) -> dict[str, Any]:
-    info: dict[str, Any] = {"version": torch.__version__}
+def _torch_info(torch, info: TorchInfo) -> None:
+    info.version = torch.__version__
     try:
         for line in torch.__config__.parallel_info().splitlines():
             if line.startswith("ATen parallel backend:"):
-                info["parallel_backend"] = line.split(":", 1)[1].strip()
+                info.parallel_backend = line.split(":", 1)[1].strip()
     except Exception:  # noqa: BLE001 - informational only
         pass
-    info["intra_op_threads"] = torch.get_num_threads()
-    info["inter_op_threads"] = torch.get_num_interop_threads()
-    return info
+    info.intra_op_threads = torch.get_num_threads()
+    info.inter_op_threads = torch.get_num_interop_threads()
 
 
 def _exit_code(code: Any) -> int:
@@ -76,7 +77,7 @@ def _traceback_summary(tb, runner_file: str) -> list[str]:
     return [f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames[-12:]]
 
 
-def _pin_threads(torch, n: int) -> dict[str, Any]:
+def _pin_threads(torch, n: int) -> PinnedThreads:
     """Sweep point: run with n intra-op threads whatever the target asks for.
 
     The target's own torch.set_num_threads calls in this process are recorded
@@ -98,31 +99,29 @@ def _pin_threads(torch, n: int) -> dict[str, Any]:
             real(k)
 
     torch.set_num_threads = pinned
-    return {"value": n, "ignored_calls": ignored}
+    return PinnedThreads(value=n, ignored_calls=ignored)
 
 
-def _record_thread_calls(torch, script: str, cwd: str) -> list[dict[str, Any]]:
+def _record_thread_calls(torch, script: str, cwd: str) -> list[ThreadCall]:
     """Uninstrumented pass: note where the target sets its thread counts (for the threads findings).
 
     One dict lookup per call, which targets make a handful of times; forked
     children (DataLoader workers) are not recorded.
     """
-    from diagnose.usercode import UserCode
-
     usercode, owner, calls = UserCode(script, cwd), os.getpid(), []
     for name in ("set_num_threads", "set_num_interop_threads"):
         real = getattr(torch, name)
 
         def recorded(k: int, _real=real, _name=name) -> None:
             if os.getpid() == owner and len(calls) < 20:
-                calls.append({"call": _name, "threads": k, "location": usercode.location(sys._getframe(1))})
+                calls.append(ThreadCall(_name, k, usercode.location(sys._getframe(1))))
             _real(k)
 
         setattr(torch, name, recorded)
     return calls
 
 
-def compile_info() -> dict[str, Any] | None:
+def compile_info() -> Compile | None:
     """torch.compile's work in this process so far: its compile time, frames and graphs, graph breaks and
     recompiles with their reasons (torch._dynamo's own counters); None when nothing was compiled."""
     utils = sys.modules.get("torch._dynamo.utils")
@@ -140,13 +139,13 @@ def compile_info() -> dict[str, Any] | None:
         recompiles = []
         for code, reasons in list(utils.guard_failures.items())[:20]:
             where = f"{os.path.relpath(code.co_filename)}:{code.co_firstlineno}" if hasattr(code, "co_filename") else str(code)
-            recompiles.append({"code": f"{getattr(code, 'co_name', '?')} at {where}",
-                               "reasons": [str(r)[:300] for r in reasons[:5]], "count": len(reasons)})
-        return {"compile_s": float(times.get("_compile.compile_inner", 0.0)), "frames": frames,
-                "graphs": int((counters.get("stats") or {}).get("unique_graphs", 0)),
-                "graph_breaks": [{"reason": r, "count": n} for r, n in breaks[:20]], "recompiles": recompiles}
+            recompiles.append(Recompile(f"{getattr(code, 'co_name', '?')} at {where}",
+                                        [str(r)[:300] for r in reasons[:5]], len(reasons)))
+        return Compile(compile_s=float(times.get("_compile.compile_inner", 0.0)), frames=frames,
+                       graphs=int((counters.get("stats") or {}).get("unique_graphs", 0)),
+                       graph_breaks=[GraphBreak(r, n) for r, n in breaks[:20]], recompiles=recompiles)
     except Exception as exc:  # noqa: BLE001 - torch's internals move between versions: say so, lose nothing else
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return Compile(error=f"{type(exc).__name__}: {exc}")
 
 
 _stack_file = None  # kept open for faulthandler, which writes to its file descriptor from a signal handler
@@ -156,8 +155,6 @@ def install_stack_dump(workdir: str) -> None:
     """SIGUSR1 writes every Python thread's stack into stacks.txt (diagnose/stall.py asks when a pass hangs)."""
     global _stack_file
     import faulthandler
-
-    from diagnose.stall import STACKS_FILE
 
     try:
         _stack_file = open(os.path.join(workdir, STACKS_FILE), "w")
@@ -176,7 +173,7 @@ def minor_faults() -> int | None:
         return None
 
 
-def _pin_workers(workers: int) -> dict[str, Any]:
+def _pin_workers(workers: int) -> PinnedWorkers:
     """Sweep point: every DataLoader gets `workers` worker processes."""
     from torch.utils.data import DataLoader
 
@@ -197,17 +194,13 @@ def _pin_workers(workers: int) -> dict[str, Any]:
         real_init(self, *args, **kwargs)
 
     DataLoader.__init__ = init
-    return {"value": workers, "target_asked_for": seen}
+    return PinnedWorkers(value=workers, target_asked_for=seen)
 
 
 class Run:
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: PassSpec):
         self.spec = spec
-        self.result: dict[str, Any] = {
-            "pass": spec["pass"], "layer": spec.get("layer"), "exit_code": 0, "error": None,
-            "error_kind": None, "traceback": [], "wall_s": None, "iteration_s": [],
-            "torch": None, "raw": None, "raw_error": None, "overrides": {},
-        }
+        self.result = PassResult(name=spec.name, layer=spec.layer)
         self.recorder = None
         self.recording = False
         self.finished = False
@@ -215,15 +208,15 @@ class Run:
         self.clock: StepClock | None = None
         self.compile_before: float | None = None  # torch.compile seconds spent when the window began
         self.faults0: int | None = None  # this process's minor page faults when the measured part began
-        self.baseline = not spec.get("layer")  # the uninstrumented pass (and the doctor's trial passes)
-        self.cpu_stat0: dict[str, Any] | None = None  # the cgroup's cpu.stat when the measured part began
+        self.baseline = not spec.instrumented  # the uninstrumented pass (and the re-runs: trials, sweep points)
+        self.cpu_stat0: CpuStat | None = None  # the cgroup's cpu.stat when the measured part began
         self.ended_after_window = False
         self.whatif = None  # a what-if pass's variant (diagnose/whatif/child.py)
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
-        self.result["exit_code"] = code
-        self.result["error_kind"] = kind
-        self.result["error"] = message
+        self.result.exit_code = code
+        self.result.error_kind = kind
+        self.result.error = message
 
     def execute(self) -> None:
         spec = self.spec
@@ -234,46 +227,44 @@ class Run:
         import torch._dynamo  # noqa: F401
         import torch.profiler  # noqa: F401
 
-        self.result["torch"] = {"default_intra_op_threads": torch.get_num_threads()}
-        options = spec.get("options") or {}
-        if options.get("intra_op_threads"):
-            self.result["overrides"]["intra_op_threads"] = _pin_threads(torch, int(options["intra_op_threads"]))
-        elif not spec.get("layer"):
-            self.result["thread_calls"] = _record_thread_calls(torch, spec["script"], spec.get("cwd") or os.getcwd())
-        if options.get("flush_denormal"):  # a doctor trial (diagnose/doctor/trials.py)
-            self.result["overrides"]["flush_denormal"] = {"value": bool(torch.set_flush_denormal(True))}
-        if options.get("what_if"):  # a what-if pass (diagnose/whatif/): seeded, the variant applied from outside
-            from diagnose.whatif.child import WhatIfChild
+        self.result.torch.default_intra_op_threads = torch.get_num_threads()
+        overrides, applied = spec.overrides, self.result.applied
+        if overrides.intra_op_threads:
+            applied.intra_op_threads = _pin_threads(torch, overrides.intra_op_threads)
+        elif spec.layer is None:
+            self.result.thread_calls = _record_thread_calls(torch, spec.script, spec.cwd or os.getcwd())
+        if overrides.flush_denormal:  # a doctor trial (diagnose/doctor/trials.py)
+            applied.flush_denormal = bool(torch.set_flush_denormal(True))
+        if overrides.what_if is not None:  # a what-if pass (diagnose/whatif/): seeded, the variant applied
+            from diagnose.whatif.child import WhatIfChild  # imports torch-side helpers only what-if passes need
 
-            self.whatif = WhatIfChild(torch, options["what_if"], spec["pass"])
+            self.whatif = WhatIfChild(torch, overrides.what_if, spec.name)
             self.whatif.install()
-        if options.get("dataloader_workers") is not None:
-            self.result["overrides"]["dataloader_workers"] = _pin_workers(int(options["dataloader_workers"]))
-        if spec.get("layer"):
-            from diagnose.layers import get
-
-            self.recorder = get(spec["layer"]).recorder(spec)
+        if overrides.dataloader_workers is not None:
+            applied.dataloader_workers = _pin_workers(overrides.dataloader_workers)
+        if spec.layer is not None:
+            self.recorder = get_layer(spec.layer).recorder(spec)
             self.recorder.prepare()  # hooks and modes in place before the target compiles anything
-        script = spec["script"]
-        sys.argv = [spec.get("display_script", script), *spec.get("argv", [])]
+        script = spec.script
+        sys.argv = [spec.display_script or script, *spec.argv]
         sys.path[0] = os.path.dirname(script)
-        if spec["mode"] == "script":
+        if spec.mode == "script":
             self._run_script(torch, script)
             return
         namespace = runpy.run_path(script, run_name="__diagnose_target__")
-        func = namespace.get(spec["function"])
+        func = namespace.get(spec.function)
         if not callable(func):
             self.record_exit(NO_FUNCTION, "no_function",
-                             f"{spec.get('display_script', script)} has no function '{spec['function']}'")
+                             f"{spec.display_script or script} has no function '{spec.function}'")
             return
-        warmup = spec.get("warmup", 0)
-        for i in range(warmup):
-            if i == warmup - 1 and self.recorder is not None:
+        window = spec.window or WindowSpec()
+        for i in range(window.skip):
+            if i == window.skip - 1 and self.recorder is not None:
                 self.recorder.last_warmup_step()
             func()
         self._start(record=True)
-        times = self.result["iteration_s"]
-        for _ in range(spec["iters"]):
+        times = self.result.iteration_s
+        for _ in range(window.steps):
             t = time.perf_counter()
             func()
             times.append(time.perf_counter() - t)
@@ -282,7 +273,7 @@ class Run:
         self._stop_clock()
 
     def _run_script(self, torch, script: str) -> None:
-        window = WindowSpec.from_json(self.spec.get("window"))
+        window = self.spec.window
         full_run = window is None
         self.clock = StepClock(FULL_RUN if full_run else window,
                                on_begin=None if full_run else self._begin_window,
@@ -292,7 +283,7 @@ class Run:
         self.clock.keep_inputs = self.baseline
         self.clock.install(torch)
         # a pass that knows the script has steps records only the window; others record from the start
-        self._start(record=full_run or not self.spec.get("expect_steps"))
+        self._start(record=full_run or not self.spec.expect_steps)
         try:
             runpy.run_path(script, run_name="__main__")
         except WindowComplete:
@@ -301,7 +292,7 @@ class Run:
 
     def _start(self, record: bool) -> None:
         # observers (the thread sampler) begin measuring when this marker appears, once they watch for it
-        markers.wait_for(self.spec.get("wait_for") or [])
+        markers.wait_for(list(self.spec.wait_for))
         self._mark(markers.START)
         if record and self.recorder is not None:
             self.recorder.start()
@@ -313,19 +304,20 @@ class Run:
         self.t0 = time.perf_counter()
         self.faults0 = minor_faults()
         if self.baseline:
-            self.cpu_stat0 = process_facts.cpu_stat()
+            self.cpu_stat0 = read_own_cpu_stat()
 
     def _mark(self, name: str) -> None:
-        markers.touch(self.spec["workdir"], name)
-        if self.spec.get("rank"):  # a torchrun rank: the first to start / the last to stop marks the pass
-            from diagnose.distributed import launcher
+        markers.touch(self.spec.workdir, name)
+        if self.spec.rank is not None:  # a torchrun rank: the first to start / the last to stop marks the pass
+            from diagnose.distributed import launcher  # torchrun passes only
 
             launcher.mark(self.spec, name, started=name != markers.STOP)
 
     def _begin_window(self) -> None:
         """The window begins: observers and the recorder start over, the clock too."""
         self._mark(markers.WINDOW)
-        self.compile_before = (compile_info() or {}).get("compile_s", 0.0)
+        compiled = compile_info()
+        self.compile_before = compiled.compile_s or 0.0 if compiled else 0.0
         if self.recorder is not None:
             if self.recording:
                 self.recorder.stop()
@@ -344,11 +336,11 @@ class Run:
             self.recorder.stop()
 
     def _stop_clock(self) -> None:
-        if self.t0 is not None and self.result["wall_s"] is None:
-            self.result["wall_s"] = time.perf_counter() - self.t0
+        if self.t0 is not None and self.result.wall_s is None:
+            self.result.wall_s = time.perf_counter() - self.t0
             faults = minor_faults()
             if faults is not None and self.faults0 is not None:
-                self.result["minor_faults"] = faults - self.faults0
+                self.result.minor_faults = faults - self.faults0
             self._mark(markers.STOP)
             if self.baseline:  # after the stop marker: the thread sampler does not watch the readings
                 self._read_process()
@@ -356,21 +348,19 @@ class Run:
     def _read_process(self) -> None:
         """The doctor's readings at the window's end (diagnose/doctor/process.py), after the clock stopped."""
         try:
-            after = process_facts.cpu_stat()
+            after = read_own_cpu_stat()
             clock = self.clock
             subnormals, scope = process_facts.scan_subnormals(clock._root if clock else None,  # noqa: SLF001
                                                               clock.last_inputs if clock else ())
             libraries = process_facts.libraries()
-            self.result["process"] = {
-                "libraries": libraries,
-                "blas_pools": process_facts.blas_pools(libraries, bool(self.spec.get("forked"))),
-                "cpu_stat_path": (after or {}).get("path"),
-                "cpu_stat_before": (self.cpu_stat0 or {}).get("values") or {},
-                "cpu_stat_after": (after or {}).get("values") or {},
-                "subnormals": subnormals, "subnormal_scope": scope,
-            }
+            self.result.process = ProcessFacts(
+                libraries=libraries, blas_pools=process_facts.blas_pools(libraries, self.spec.forked),
+                cpu_stat_path=after.path if after else None,
+                cpu_stat_before=self.cpu_stat0.values if self.cpu_stat0 else {},
+                cpu_stat_after=after.values if after else {},
+                subnormals=report_io.typed(list[SubnormalScan], subnormals), subnormal_scope=scope)
         except Exception as exc:  # noqa: BLE001 - best effort: the doctor says what it could not read
-            self.result["process_error"] = f"{type(exc).__name__}: {exc}"
+            self.result.process_error = f"{type(exc).__name__}: {exc}"
 
     def finish(self) -> None:
         """Stop recording and write result.json; safe to call twice."""
@@ -385,65 +375,61 @@ class Run:
         """Gather what was measured and write result.json. Once the window is measured this runs before the
         target goes on (a checkpoint), so that a target hanging at exit (a destructor deadlock) leaves its
         results; the final write adds how the target ended."""
+        result = self.result
         compiled = compile_info()
         if compiled:
-            if self.compile_before is not None and "compile_s" in compiled:
-                compiled["in_window_s"] = max(0.0, compiled["compile_s"] - self.compile_before)
-            self.result["compile"] = compiled
+            if self.compile_before is not None and compiled.compile_s is not None:
+                compiled.in_window_s = max(0.0, compiled.compile_s - self.compile_before)
+            result.compile = compiled
         if self.whatif is not None:
             self.whatif.write(compiled)
         if self.clock is not None:
             if final:
                 self.clock.uninstall()
-            steps = self.clock.result()
-            self.result["steps"] = steps
-            if steps["window_began"]:
-                self.result["iteration_s"] = steps["step_s"]
-                if not steps["window_ended"] and steps["window_wall_s"]:
+            steps = result.steps = self.clock.result()
+            if steps.window_began:
+                result.iteration_s = steps.step_s
+                if not steps.window_ended and steps.window_wall_s:
                     # the script ended inside the window: its wall time is up to the last step
-                    self.result["wall_s"] = steps["window_wall_s"]
-        if self.recorder is not None and self.result["raw"] is None and self.result["raw_error"] is None:
+                    result.wall_s = steps.window_wall_s
+        if self.recorder is not None and result.raw is None and result.raw_error is None:
             try:
                 self._stop_recorder()
                 if final:
                     self.recorder.release()
-                self.result["raw"] = self.recorder.collect(self.spec["workdir"])
+                result.raw = self.recorder.collect(self.spec.workdir)
             except Exception as exc:  # noqa: BLE001 - reported as the layer's failure
-                self.result["raw_error"] = f"{type(exc).__name__}: {exc}"
+                result.raw_error = f"{type(exc).__name__}: {exc}"
         elif self.recorder is not None and final:
             self.recorder.release()
         try:
             import torch
 
-            self.result["torch"] = {**(self.result["torch"] or {}), **_torch_info(torch)}
+            _torch_info(torch, result.torch)
         except Exception:  # noqa: BLE001
             pass
-        if self.spec.get("rank"):
-            self.result["rank"] = {**self.spec["rank"], **({"finished_at": time.time()} if final else {})}
-        path = os.path.join(self.spec["workdir"], "result.json")
-        with open(path + ".tmp", "w") as fh:
-            json.dump(self.result, fh, default=str)
-        os.replace(path + ".tmp", path)
+        if self.spec.rank is not None:
+            result.rank = self.spec.rank.with_finished(time.time()) if final else self.spec.rank
+        protocol.write(result, os.path.join(self.spec.workdir, protocol.RESULT_FILE))
 
 
-def _agreement(spec: dict[str, Any]):
+def _agreement(spec: PassSpec):
     """A torchrun rank's WindowAgreement (the ranks end the window at one step); None outside torchrun."""
-    if not spec.get("rank"):
+    if spec.rank is None:
         return None
-    from diagnose.distributed.window import WindowAgreement
+    from diagnose.distributed.window import WindowAgreement  # torchrun passes only
 
-    return WindowAgreement(int(spec["rank"]["rank"]))
+    return WindowAgreement(spec.rank.rank)
 
 
 def main(argv: list[str]) -> int:
-    with open(argv[0]) as fh:
-        spec = json.load(fh)
-    if spec.get("distributed"):  # one rank of a torchrun job: a workdir of its own
-        from diagnose.distributed import launcher
+    spec = protocol.read_spec(argv[0])
+    if spec.distributed is not None:  # one rank of a torchrun job: a workdir of its own
+        from diagnose.distributed import launcher  # torchrun passes only
 
         spec = launcher.enter_rank(spec)
-    install_stack_dump(spec["workdir"])
-    os.chdir(spec.get("cwd") or os.getcwd())
+    install_stack_dump(spec.workdir)
+    os.chdir(spec.cwd or os.getcwd())
     run = Run(spec)
     runner_file = os.path.realpath(__file__)
     real_os_exit = os._exit
@@ -461,7 +447,7 @@ def main(argv: list[str]) -> int:
     code = 0
     try:
         run.execute()
-        code = run.result["exit_code"]
+        code = run.result.exit_code
     except SystemExit as exc:
         code = _exit_code(exc.code)
         if code:
@@ -474,7 +460,7 @@ def main(argv: list[str]) -> int:
         where = _traceback_summary(exc.__traceback__, runner_file)
         message = f"{type(exc).__name__}: {exc}".strip()
         run.record_exit(code, "exception", message)
-        run.result["traceback"] = where
+        run.result.traceback = where
         # what `python script.py` would have printed, without diagnose's frames
         print("Traceback (most recent call last):", *(f"  {w}" for w in where), message,
               sep="\n", file=sys.stderr)
@@ -483,7 +469,7 @@ def main(argv: list[str]) -> int:
         run.finish()
     sys.stdout.flush()
     sys.stderr.flush()
-    if spec.get("rank") and run.ended_after_window:
+    if spec.rank is not None and run.ended_after_window:
         # a torchrun rank whose window is measured and written: leave without the interpreter's finalisation,
         # where torch 2.13's gloo process group destructor can deadlock (the script's own clean-up, after the
         # window, was skipped anyway; every rank ends at the same step, after its last collective)

@@ -21,7 +21,7 @@ boundary when no module was seen), and everything before it is *setup*.
 Time spent inside a DataLoader iterator's `__next__` is the step's *data
 wait*. The batch size is dim 0 of the outermost module's first tensor input.
 
-The *window* is steps `skip + 1 .. skip + steps` (`WindowSpec`). The clock
+The *window* is steps `skip + 1 .. skip + steps` (protocol.WindowSpec). The clock
 calls `on_begin` when it begins (at the end of step `skip`) and `on_end` when
 it ends; with `min_window_s` the window also lasts at least that long (the
 uninstrumented pass uses it so that very short steps still give the thread
@@ -38,17 +38,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
+
+from diagnose.protocol import StepsSeen, WindowSpec
 
 if TYPE_CHECKING:
     from diagnose.distributed.window import WindowAgreement
 
 PRECEDENCE = {"forward": 1, "optimizer": 2, "mark_step": 3}
-# --skip-steps: the first steps pay for lazy initialisation (optimizer state, oneDNN primitive caches, the
-# allocator's first pools, torch.compile's compilation and its recompile on a new shape); they settle by then
-DEFAULT_SKIP_STEPS = 5
-DEFAULT_STEPS = 20  # --steps: enough for a per-step median and IQR
 # the first pass's window lasts at least this long: the thread findings need 0.5 s of samples
 MIN_WINDOW_S = 1.0
 TOO_FINE_S = 1e-4  # a step shorter than this (100 µs) is probably not the script's loop iteration
@@ -58,21 +55,6 @@ MAX_WINDOW_STEP_TIMES = 100_000  # per-step times kept for the window (a --full-
 
 class WindowComplete(BaseException):
     """Raised at a step boundary after the window: ends the target like a normal exit."""
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    skip: int = 5
-    steps: int = 20
-    min_window_s: float = 0.0
-    stop_after_window: bool = True
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> "WindowSpec | None":
-        if not data:
-            return None
-        return cls(skip=int(data["skip"]), steps=int(data["steps"]), min_window_s=float(data.get("min_window_s", 0)),
-                   stop_after_window=bool(data.get("stop_after_window", True)))
 
 
 _active: "StepClock | None" = None  # the clock of this process's pass, if it runs under diagnose
@@ -274,29 +256,19 @@ class StepClock:
 
     # ------------------------------------------------------------ result
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> StepsSeen:
         batch = max(self.batch_sizes, key=lambda k: self.batch_sizes[k]) if self.batch_sizes else None
         first = (self.window.skip + 1) if self.window and self.began_at is not None else None
-        return {
-            "detector": self.detector,
-            "detail": self.detail,
-            "steps_seen": self.count,
-            "setup_s": (self.first_start - self.t_workload) if self.first_start is not None else None,
-            "warmup_s": self.warmup_s,
-            "step_s": self.step_s,
-            "data_wait_s": self.data_wait_s,
-            "data_wait_at": max(self.data_sites, key=lambda k: self.data_sites[k]) if self.data_sites else None,
-            "batch_size": batch,
-            "window_began": self.began_at is not None,
-            "window_ended": self.ended_at is not None,
-            "window_first": first,
-            "window_steps": self.window_steps,
-            "window_wall_s": ((self.ended_at or self.last_end or self.began_at) - self.began_at)
+        return StepsSeen(
+            detector=self.detector, detail=self.detail, steps_seen=self.count,
+            setup_s=(self.first_start - self.t_workload) if self.first_start is not None else None,
+            warmup_s=list(self.warmup_s), step_s=list(self.step_s), data_wait_s=list(self.data_wait_s),
+            data_wait_at=max(self.data_sites, key=lambda k: self.data_sites[k]) if self.data_sites else None,
+            batch_size=batch, window_began=self.began_at is not None, window_ended=self.ended_at is not None,
+            window_first=first, window_steps=self.window_steps,
+            window_wall_s=((self.ended_at or self.last_end or self.began_at) - self.began_at)
             if self.began_at is not None else None,
-            "stopped_target": self._stopping,
-            "switches": self.switches,
-            "ignored": self.ignored,
-        }
+            stopped_target=self._stopping, switches=list(self.switches), ignored=dict(self.ignored))
 
 
 class _Restore:
@@ -334,7 +306,7 @@ def _where(frame) -> str | None:
     return f"{path}:{frame.f_lineno}"
 
 
-def notes(steps, seen: dict[str, Any], result: dict[str, Any] | None) -> list[str]:
+def notes(steps, seen: StepsSeen, iteration_s: list[float]) -> list[str]:
     """What a reader should know about how the steps were found and measured (report.steps.notes)."""
     out = []
     if steps.full_run:
@@ -360,12 +332,12 @@ def notes(steps, seen: dict[str, Any], result: dict[str, Any] | None) -> list[st
     if steps.ended_target:
         out.append(f"each pass ended the script after step {steps.window_last}, once its window was measured "
                    "(--full-run runs it to the end)")
-    times = sorted((result or {}).get("iteration_s") or [])
+    times = sorted(iteration_s)
     if times and times[len(times) // 2] < TOO_FINE_S:
         out.append(f"a step ({steps.detail}) takes {times[len(times) // 2] * 1e6:.0f} µs: it may be finer than the "
                    "script's loop (a small module called many times per iteration?); call diagnose.mark_step() at "
                    "the end of the loop body to mark the steps yourself")
-    for name, count in sorted((seen.get("ignored") or {}).items()):
+    for name, count in sorted(seen.ignored.items()):
         if PRECEDENCE[name] > PRECEDENCE[steps.detector]:
             out.append(f"{count} {name} boundaries came after the window had begun on {steps.detector} steps "
                        "and were not used")

@@ -11,16 +11,13 @@ import os
 from dataclasses import dataclass, field
 
 from diagnose.errors import TargetError
-from diagnose.steps import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
 
 
 @dataclass(frozen=True)
 class Target:
     script: str  # as the user gave it
     argv: list[str] = field(default_factory=list)  # the script's own arguments
-    function: str | None = None  # function mode when set
-    warmup: int = DEFAULT_SKIP_STEPS  # function mode: calls before the measured ones (--skip-steps)
-    iters: int = DEFAULT_STEPS  # function mode: measured calls (--steps)
+    function: str | None = None  # function mode when set (its calls counted by Config.skip_steps and steps)
 
     @property
     def mode(self) -> str:
@@ -73,8 +70,6 @@ def validate(target: Target) -> None:
             funcs = sorted(n for n, kind in names.items() if kind == "function")
             hint = f" (functions defined there: {', '.join(funcs)})" if funcs else " (it defines no functions)"
             raise TargetError(f"{path} has no top-level function '{target.function}'{hint}")
-        if target.iters < 1 or target.warmup < 0:
-            raise TargetError("--steps must be at least 1 and --skip-steps at least 0")
 
 
 def top_level_names(tree: ast.Module) -> dict[str, str]:

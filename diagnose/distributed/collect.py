@@ -2,11 +2,11 @@
 
 `collect(workdir, spec, returncode)` reads `rank<R>/result.json` of every
 rank that ran on this node and returns (merged result, ranks):
-- ranks: one dict per rank with its identity (rank, local_rank, node_rank,
+- ranks: one RankOutcome per rank: its identity (rank, local_rank, node_rank,
   hostname, pid, OMP_NUM_THREADS it saw), status (ok, failed, stopped: torchrun
   ended it after another rank failed or on Ctrl-C/timeout; missing: it wrote
-  nothing), error, wall_s, iteration_s, torch and its layer data (`raw`);
-- the merged result has the shape of a single-process result.json, so the
+  nothing), error, and its PassResult;
+- the merged result is a PassResult like a single process's, so the
   layers analyse it as before: the slowest rank's wall time, per-iteration
   maxima, the lowest rank's torch settings and thread calls; the operator
   pass's rows of all ranks together (the layer then folds them into one row
@@ -18,114 +18,116 @@ rank that ran on this node and returns (merged result, ranks):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+from dataclasses import dataclass, field
 from typing import Any
 
+from diagnose import protocol
 from diagnose.distributed import launcher
+from diagnose.protocol import PassResult, PassSpec, RankIdentity, TorchInfo
 
-RESULT = "result.json"
 TRACE = "trace.json"
 FAILURE_KINDS = ("exception", "exit", "os_exit", "no_function")
-_NOT_ARTIFACTS = {RESULT, TRACE, launcher.PID_FILE, "started", "stopped", "spec.json"}
+_NOT_ARTIFACTS = {protocol.RESULT_FILE, TRACE, launcher.PID_FILE, "started", "stopped", protocol.SPEC_FILE}
 
 
-def _read(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
+@dataclass
+class RankOutcome:
+    """One rank of one pass: who it is, how it ended, and what it measured (view.record_pass reads it)."""
+
+    identity: RankIdentity
+    status: str  # ok, failed, stopped (torchrun ended it after another rank failed, or on Ctrl-C), missing
+    error: str | None = None
+    result: PassResult | None = None  # None: the rank wrote nothing (missing)
+
+    @property
+    def rank(self) -> int:
+        return self.identity.rank
+
+    @property
+    def torch(self) -> TorchInfo:
+        return self.result.torch if self.result else TorchInfo()
 
 
-def _rank_entry(rank: int, result: dict[str, Any] | None) -> dict[str, Any]:
-    me = (result or {}).get("rank") or {}
-    entry: dict[str, Any] = {
-        "rank": rank, "local_rank": me.get("local_rank"), "node_rank": me.get("node_rank"),
-        "hostname": me.get("hostname"), "pid": me.get("pid"), "world_size": me.get("world_size"),
-        "local_world_size": me.get("local_world_size"), "omp_num_threads": me.get("omp_num_threads"),
-        "finished_at": me.get("finished_at"),
-    }
+def _outcome(rank: int, result: PassResult | None) -> RankOutcome:
+    identity = result.rank if result and result.rank else RankIdentity(rank=rank)
     if result is None:
-        entry.update(status="missing", error="the rank wrote no result (killed, or it never started the runner)")
-        return entry
-    kind = result.get("error_kind")
-    status = "stopped" if kind == "interrupted" else "failed" if result.get("exit_code") else "ok"
-    entry.update(status=status, exit_code=result.get("exit_code"), error=result.get("error"), error_kind=kind,
-                 traceback=result.get("traceback") or [], wall_s=result.get("wall_s"),
-                 iteration_s=result.get("iteration_s") or [], torch=result.get("torch") or {},
-                 raw=result.get("raw"), raw_error=result.get("raw_error"))
-    return entry
+        return RankOutcome(identity, "missing",
+                           "the rank wrote no result (killed, or it never started the runner)")
+    status = "stopped" if result.error_kind == "interrupted" else "failed" if result.exit_code else "ok"
+    return RankOutcome(identity, status, result.error, result)
 
 
-def collect(workdir: str, spec: dict[str, Any], returncode: int | None) -> tuple[dict[str, Any] | None, list[dict]]:
-    dist = spec.get("distributed") or {}
-    found = [(rank, path, _read(os.path.join(path, RESULT))) for rank, path in launcher.rank_dirs(workdir)]
-    ranks = [_rank_entry(rank, result) for rank, _, result in found]
+def collect(workdir: str, spec: PassSpec, returncode: int | None) -> tuple[PassResult | None, list[RankOutcome]]:
+    found = [(rank, path, protocol.read_result(os.path.join(path, protocol.RESULT_FILE)))
+             for rank, path in launcher.rank_dirs(workdir)]
+    ranks = [_outcome(rank, result) for rank, _, result in found]
     # local ranks torchrun was asked for that left no directory at all
-    known_local = {r["local_rank"] for r in ranks if r["local_rank"] is not None}
-    bases = {r["rank"] - r["local_rank"] for r in ranks if r["local_rank"] is not None}
+    known_local = {r.identity.local_rank for r in ranks if r.identity.local_rank is not None}
+    bases = {r.rank - r.identity.local_rank for r in ranks if r.identity.local_rank is not None}
     base = bases.pop() if len(bases) == 1 else None
-    known = {r["rank"] for r in ranks}
+    known = {r.rank for r in ranks}
     for r in ranks:
-        if r["local_rank"] is None and base is not None:
-            r["local_rank"] = r["rank"] - base
-    for local in range(int(dist.get("nproc_per_node") or 0)):
+        if r.identity.local_rank is None and base is not None:
+            r.identity = dataclasses.replace(r.identity, local_rank=r.rank - base)
+    nproc = spec.distributed.nproc_per_node if spec.distributed else 0
+    for local in range(nproc):
         if base is not None and local not in known_local and base + local not in known:
-            ranks.append({**_rank_entry(base + local, None), "local_rank": local})
-    ranks.sort(key=lambda r: r["rank"])
+            missing = _outcome(base + local, None)
+            missing.identity = dataclasses.replace(missing.identity, local_rank=local)
+            ranks.append(missing)
+    ranks.sort(key=lambda r: r.rank)
     present = [(rank, path, result) for rank, path, result in found if result is not None]
     if not present:
         return None, ranks
-    merged = _merge(present, ranks, returncode, spec.get("layer"))
+    merged = _merge(present, ranks, returncode)
     lead_path = present[0][1]
-    if spec.get("layer") == "operators":
-        merged["raw"] = _merge_operators(present, workdir)
+    if spec.layer == "operators":
+        merged.raw = _merge_operators(present, workdir)
     else:
         _adopt_files(lead_path, workdir)
     return merged, ranks
 
 
-def _merge(present, ranks, returncode, layer) -> dict[str, Any]:
+def _merge(present: list[tuple[int, str, PassResult]], ranks: list[RankOutcome], returncode: int | None) -> PassResult:
     results = [result for _, _, result in present]
-    lead = results[0]
-    merged = {k: v for k, v in lead.items() if k != "rank"}
-    walls = [r["wall_s"] for r in results if r.get("wall_s") is not None]
-    merged["wall_s"] = max(walls) if walls else None
-    series = [r.get("iteration_s") or [] for r in results]
+    merged = dataclasses.replace(results[0], rank=None)
+    walls = [r.wall_s for r in results if r.wall_s is not None]
+    merged.wall_s = max(walls) if walls else None
+    series = [r.iteration_s for r in results]
     if series and all(len(s) == len(series[0]) for s in series):
-        merged["iteration_s"] = [max(values) for values in zip(*series)]
-    failures = [r for r in ranks if r["status"] == "failed" and r.get("error_kind") in FAILURE_KINDS]
-    failures.sort(key=lambda r: (r.get("finished_at") or float("inf"), r["rank"]))
-    missing = [r for r in ranks if r["status"] == "missing"]
+        merged.iteration_s = [max(values) for values in zip(*series)]
+    failures = [r for r in ranks if r.status == "failed" and r.result and r.result.error_kind in FAILURE_KINDS]
+    failures.sort(key=lambda r: (r.identity.finished_at or float("inf"), r.rank))
+    missing = [r for r in ranks if r.status == "missing"]
     if failures:
-        root = failures[0]
-        result = next(res for rank, _, res in present if rank == root["rank"])
-        others = [r["rank"] for r in ranks if r["rank"] != root["rank"] and r["status"] != "ok"]
-        merged.update(exit_code=result.get("exit_code"), error_kind=result.get("error_kind"),
-                      traceback=result.get("traceback") or [])
-        merged["error"] = (f"rank {root['rank']} failed: {result.get('error')}"
-                           + (f" (then rank{'s' if len(others) > 1 else ''} "
-                              f"{', '.join(map(str, others))} stopped)" if others else ""))
+        root = failures[0].result
+        others = [r.rank for r in ranks if r.rank != failures[0].rank and r.status != "ok"]
+        merged.exit_code, merged.error_kind, merged.traceback = root.exit_code, root.error_kind, list(root.traceback)
+        merged.error = (f"rank {failures[0].rank} failed: {root.error}"
+                        + (f" (then rank{'s' if len(others) > 1 else ''} "
+                           f"{', '.join(map(str, others))} stopped)" if others else ""))
     elif missing and returncode:
-        merged.update(exit_code=returncode if returncode > 0 else 1, error_kind="crashed", traceback=[])
-        merged["error"] = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(str(r['rank']) for r in missing)} "
-                           f"wrote no result: killed, or crashed outside Python (torchrun exited {returncode})")
-    elif not any(r.get("error_kind") for r in results):
-        merged.update(exit_code=0, error=None, error_kind=None, traceback=[])
+        merged.exit_code, merged.error_kind, merged.traceback = returncode if returncode > 0 else 1, "crashed", []
+        merged.error = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(str(r.rank) for r in missing)} "
+                        f"wrote no result: killed, or crashed outside Python (torchrun exited {returncode})")
+    elif not any(r.error_kind for r in results):
+        merged.exit_code, merged.error, merged.error_kind, merged.traceback = 0, None, None, []
     else:  # every rank stopped (Ctrl-C or --timeout reached torchrun, which stopped them all)
-        stopped = next(r for r in results if r.get("error_kind"))
-        merged.update(exit_code=stopped.get("exit_code"), error=stopped.get("error"),
-                      error_kind=stopped.get("error_kind"), traceback=stopped.get("traceback") or [])
-    raw_errors = [f"rank {rank}: {res['raw_error']}" for rank, _, res in present if res.get("raw_error")]
-    merged["raw_error"] = "; ".join(raw_errors) or None
-    merged["ranks_reported"] = len(present)
+        stopped = next(r for r in results if r.error_kind)
+        merged.exit_code, merged.error, merged.error_kind = stopped.exit_code, stopped.error, stopped.error_kind
+        merged.traceback = list(stopped.traceback)
+    raw_errors = [f"rank {rank}: {res.raw_error}" for rank, _, res in present if res.raw_error]
+    merged.raw_error = "; ".join(raw_errors) or None
+    merged.ranks_reported = len(present)
     return merged
 
 
 def _merge_operators(present, workdir: str) -> dict[str, Any] | None:
-    raws = [(rank, result.get("raw")) for rank, _, result in present if result.get("raw")]
+    raws = [(rank, result.raw) for rank, _, result in present if result.raw]
     if not raws:
         return None
     lead = raws[0][1]
@@ -153,7 +155,7 @@ def _merge_traces(present, workdir: str, lead_trace: dict[str, Any]) -> dict[str
     events: list[dict[str, Any]] = []
     summary = {"events_written": 0, "events_total": 0, "truncated": False, "span_s": 0.0}
     for rank, path, result in present:
-        data = _read(os.path.join(path, TRACE))
+        data = _read_trace(os.path.join(path, TRACE))
         if not data:
             continue
         rank_events = data.get("traceEvents") or []
@@ -162,7 +164,7 @@ def _merge_traces(present, workdir: str, lead_trace: dict[str, Any]) -> dict[str
             events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {rank}"}})
             events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": rank}})
         events.extend(rank_events)
-        info = (result.get("raw") or {}).get("trace") or {}
+        info = (result.raw or {}).get("trace") or {}
         summary["events_written"] += info.get("events_written") or 0
         summary["events_total"] += info.get("events_total") or 0
         summary["truncated"] = summary["truncated"] or bool(info.get("truncated"))
@@ -181,3 +183,11 @@ def _adopt_files(rank_path: str, workdir: str) -> None:
         if name in _NOT_ARTIFACTS or os.path.exists(os.path.join(workdir, name)):
             continue
         shutil.move(src, os.path.join(workdir, name))
+
+
+def _read_trace(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None

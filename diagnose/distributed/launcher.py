@@ -1,6 +1,6 @@
 """torchrun's command line for a pass, and what a rank's runner needs to know about itself.
 
-The spec's `distributed` entry is {"nproc_per_node": N, "torchrun_args": [...]}.
+The spec's `distributed` is a protocol.DistributedSpec (nproc_per_node, torchrun_args).
 Without torchrun args the pass is a single-node job (`--standalone --nnodes 1`:
 a c10d rendezvous on a free localhost port, so concurrent runs do not clash);
 with them the user's rendezvous options (`--nnodes 2 --node-rank 0
@@ -17,9 +17,9 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
 
 from diagnose.errors import UsageError
+from diagnose.protocol import DistributedSpec, PassSpec, RankIdentity
 
 TORCHRUN = ("-m", "torch.distributed.run")
 RANK_DIR = "rank{rank}"
@@ -54,16 +54,16 @@ def parse_torchrun_args(text: str | None) -> list[str]:
     return args
 
 
-def command(spec_path: str, dist: dict[str, Any], python: str | None = None) -> list[str]:
+def command(spec_path: str, dist: DistributedSpec, python: str | None = None) -> list[str]:
     """The pass's child: torchrun running `python -u -m diagnose.runner SPEC` in every rank."""
-    rendezvous = list(dist.get("torchrun_args") or []) or ["--standalone", "--nnodes", "1"]
-    return [python or sys.executable, *TORCHRUN, *rendezvous, "--nproc-per-node", str(int(dist["nproc_per_node"])),
+    rendezvous = list(dist.torchrun_args) or ["--standalone", "--nnodes", "1"]
+    return [python or sys.executable, *TORCHRUN, *rendezvous, "--nproc-per-node", str(dist.nproc_per_node),
             "-m", "diagnose.runner", spec_path]
 
 
-def display_command(dist: dict[str, Any]) -> str:
-    rendezvous = list(dist.get("torchrun_args") or []) or ["--standalone", "--nnodes", "1"]
-    return shlex.join(["python", *TORCHRUN, *rendezvous, "--nproc-per-node", str(dist["nproc_per_node"]),
+def display_command(dist: DistributedSpec) -> str:
+    rendezvous = list(dist.torchrun_args) or ["--standalone", "--nnodes", "1"]
+    return shlex.join(["python", *TORCHRUN, *rendezvous, "--nproc-per-node", str(dist.nproc_per_node),
                        "-m", "diagnose.runner", "SPEC.json"])
 
 
@@ -72,21 +72,19 @@ def _int_env(name: str) -> int | None:
     return int(value) if value and value.lstrip("-").isdigit() else None
 
 
-def identity() -> dict[str, Any] | None:
+def identity() -> RankIdentity | None:
     """This rank as torchrun describes it in the environment; None outside torchrun."""
     rank = _int_env("RANK")
     if rank is None:
         return None
-    return {
-        "rank": rank, "local_rank": _int_env("LOCAL_RANK"), "world_size": _int_env("WORLD_SIZE"),
-        "local_world_size": _int_env("LOCAL_WORLD_SIZE"), "node_rank": _int_env("GROUP_RANK"),
-        "hostname": socket.gethostname(), "pid": os.getpid(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "run_id": os.environ.get("TORCHELASTIC_RUN_ID"), "started_at": time.time(),
-    }
+    return RankIdentity(
+        rank=rank, local_rank=_int_env("LOCAL_RANK"), world_size=_int_env("WORLD_SIZE"),
+        local_world_size=_int_env("LOCAL_WORLD_SIZE"), node_rank=_int_env("GROUP_RANK"),
+        hostname=socket.gethostname(), pid=os.getpid(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+        run_id=os.environ.get("TORCHELASTIC_RUN_ID"), started_at=time.time())
 
 
-def enter_rank(spec: dict[str, Any]) -> dict[str, Any]:
+def enter_rank(spec: PassSpec) -> PassSpec:
     """Runner side: this rank works in <pass workdir>/rank<RANK>/; returns the spec to run.
 
     The pass workdir stays in `pass_workdir`, where the first rank to start
@@ -95,17 +93,17 @@ def enter_rank(spec: dict[str, Any]) -> dict[str, Any]:
     me = identity()
     if me is None:
         return spec
-    top = spec["workdir"]
-    workdir = os.path.join(top, RANK_DIR.format(rank=me["rank"]))
+    top = spec.workdir
+    workdir = os.path.join(top, RANK_DIR.format(rank=me.rank))
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, PID_FILE), "w") as fh:
         fh.write(str(os.getpid()))
-    return {**spec, "workdir": workdir, "pass_workdir": top, "rank": me}
+    return spec.with_(workdir=workdir, pass_workdir=top, rank=me)
 
 
-def mark(spec: dict[str, Any], marker: str, started: bool) -> None:
+def mark(spec: PassSpec, marker: str, started: bool) -> None:
     """Leave the pass-level marker: at the first rank's start, or once every local rank stopped."""
-    top = spec.get("pass_workdir")
+    top = spec.pass_workdir
     if not top:
         return
     path = os.path.join(top, marker)
@@ -114,7 +112,7 @@ def mark(spec: dict[str, Any], marker: str, started: bool) -> None:
             with open(path, "w"):
                 pass
         return
-    local = (spec.get("rank") or {}).get("local_world_size") or 1
+    local = (spec.rank.local_world_size if spec.rank else None) or 1
     stopped = sum(1 for name in os.listdir(top)
                   if name.startswith("rank") and os.path.exists(os.path.join(top, name, marker)))
     if stopped >= local and not os.path.exists(path):

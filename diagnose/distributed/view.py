@@ -28,6 +28,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from diagnose.distributed import launcher
+from diagnose.distributed.collect import RankOutcome
+from diagnose.layers.operators.rows import merge_rows
+from diagnose.protocol import DistributedSpec
 from diagnose.report import io as report_io
 from diagnose.report.model import (CollectiveStat, Collectives, Distributed, FailedRank, NodeResult, NodeThreads,
                                    Observation, RankOperator, RankResult, RankThreads, Straggler, StragglerOperator)
@@ -43,51 +47,48 @@ _STATUS_ORDER = ("ok", "stopped", "failed", "missing")
 _IDENTITY = ("local_rank", "node_rank", "hostname", "world_size", "local_world_size", "omp_num_threads")
 
 
-def start(dist: dict[str, Any]) -> Distributed:
-    from diagnose.distributed import launcher
-
-    return Distributed(launcher=launcher.display_command(dist), nproc_per_node=dist["nproc_per_node"],
-                       torchrun_args=list(dist.get("torchrun_args") or []))
+def start(dist: DistributedSpec) -> Distributed:
+    return Distributed(launcher=launcher.display_command(dist), nproc_per_node=dist.nproc_per_node,
+                       torchrun_args=list(dist.torchrun_args))
 
 
-def _entry(d: Distributed, r: dict[str, Any]) -> RankResult:
-    e = next((e for e in d.ranks if e.rank == r["rank"]), None)
+def _entry(d: Distributed, r: RankOutcome) -> RankResult:
+    e = next((e for e in d.ranks if e.rank == r.rank), None)
     if e is None:
-        e = RankResult(rank=r["rank"])
+        e = RankResult(rank=r.rank)
         d.ranks.append(e)
         d.ranks.sort(key=lambda x: x.rank)
     for key in _IDENTITY:
-        if r[key] is not None:
-            setattr(e, key, r[key])
+        if getattr(r.identity, key) is not None:
+            setattr(e, key, getattr(r.identity, key))
     return e
 
 
-def record_pass(report: Any, pass_name: str, layer: str | None, ranks: list[dict[str, Any]]) -> None:
-    """One pass's per-rank results (distributed/collect.py's rank entries) into report.distributed."""
-    from diagnose.layers.operators.rows import merge_rows
-
+def record_pass(report: Any, pass_name: str, layer: str | None, ranks: list[RankOutcome]) -> None:
+    """One pass's per-rank results (distributed/collect.py) into report.distributed."""
     d = report.distributed
     for r in ranks:
         e = _entry(d, r)
-        e.passes[pass_name] = r["status"]
-        if r["error"]:
-            e.errors[pass_name] = r["error"]
-        if r["status"] == "failed" and r["finished_at"] and e.failed_at is None:
-            e.failed_at = r["finished_at"]
-        if _STATUS_ORDER.index(r["status"]) > _STATUS_ORDER.index(e.status):
-            e.status = r["status"]
-        if r["status"] == "missing":
+        e.passes[pass_name] = r.status
+        if r.error:
+            e.errors[pass_name] = r.error
+        if r.status == "failed" and r.identity.finished_at and e.failed_at is None:
+            e.failed_at = r.identity.finished_at
+        if _STATUS_ORDER.index(r.status) > _STATUS_ORDER.index(e.status):
+            e.status = r.status
+        if r.result is None:
             continue
-        intra_op_threads = r["torch"].get("intra_op_threads")
+        res = r.result
+        intra_op_threads = res.torch.intra_op_threads
         if layer is None and pass_name == "baseline":
-            e.pid = r["pid"]
-            e.wall_s = _round(r["wall_s"], 4)
-            its = sorted(r["iteration_s"])
+            e.pid = r.identity.pid
+            e.wall_s = _round(res.wall_s, 4)
+            its = sorted(res.iteration_s)
             e.iteration_median_s = _round(its[len(its) // 2], 5) if its else None
             e.intra_op_threads = intra_op_threads
         elif layer == "operators":
-            raw = r["raw"] or {}
-            e.instrumented_wall_s = _round(r["wall_s"], 4)
+            raw = res.raw or {}
+            e.instrumented_wall_s = _round(res.wall_s, 4)
             rows = merge_rows(raw["rows"]) if raw.get("rows") else []
             total = sum(row.self_cpu_us for row in rows)
             launches = sum(row.self_cpu_us for row in rows if row.name.startswith("c10d::"))

@@ -18,16 +18,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from diagnose.doctor.environment import loaded_libraries, read_own_cpu_stat
+from diagnose.doctor.environment import loaded_libraries
 
 SCAN_MAX_VALUES = 1 << 20  # values scanned per tensor (an evenly strided sample beyond)
 SCAN_MAX_TENSORS = 256  # the largest tensors, when a model has more
 SCAN_MIN_VALUES = 64  # smaller tensors (biases of tiny layers) say nothing about the hot operators
-
-
-def cpu_stat() -> dict[str, Any] | None:
-    stat = read_own_cpu_stat()
-    return {"path": stat.path, "values": stat.values} if stat else None
 
 
 def libraries() -> list[str]:

@@ -34,9 +34,9 @@ import shlex
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from diagnose.doctor.environment import BLAS_VARIABLE_FACT
+from diagnose.protocol import Overrides, PassResult
 from diagnose.report.model import DoctorCheck, Trial
 
 ROUNDS = 3
@@ -58,7 +58,7 @@ class Variant:
     check: str
     change: str  # what the user would do
     env: dict[str, str] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)  # runner options (diagnose/runner.py)
+    overrides: Overrides = Overrides()  # what the child changes (protocol.Overrides)
 
 
 def find_library(names: Sequence[str], dirs: Sequence[str] = LIB_DIRS) -> str | None:
@@ -96,7 +96,7 @@ def allocator_variants(command: str, dirs: Sequence[str] = LIB_DIRS,
 
 def flush_denormal_variant() -> Variant:
     return Variant("flush_denormal", "denormals", "torch.set_flush_denormal(True)  # once, before the model runs",
-                   options={"flush_denormal": True})
+                   overrides=Overrides(flush_denormal=True))
 
 
 def bind_threads_variant(command: str) -> Variant:
@@ -189,7 +189,25 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
 
 # ---------------------------------------------------------------- running
 
-RunWorkload = Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"]
+# (pass name, environment at launch, overrides) -> the pass's step (or call) times, or why it measured none
+RunWorkload = Callable[[str, dict[str, str], Overrides], "list[float] | str"]
+Rerun = Callable[[str, dict[str, str], Overrides], "PassResult | str"]
+
+
+def counted(rerun: Rerun, total: int, on_trial: Callable[..., None] | None, kind: str = "doctor") -> RunWorkload:
+    """`rerun` (DerivedContext.rerun) as run_trials' `run`: each pass announced (index of `total`), and what it
+    measured as step times."""
+    state = {"i": 0}
+
+    def run(name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
+        state["i"] += 1
+        if on_trial:
+            on_trial(state["i"], total, kind, f"trial {name}")
+        out = rerun(name, env, overrides)
+        if isinstance(out, str):
+            return out
+        return out.measured_s or "the pass measured no step"
+    return run
 
 
 def pass_name(round_index: int, side: str) -> str:
@@ -198,10 +216,10 @@ def pass_name(round_index: int, side: str) -> str:
 
 
 def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
-               baseline_options: dict[str, Any] | None = None) -> list[Trial]:
+               baseline: Overrides = Overrides()) -> list[Trial]:
     """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
     times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
-    `baseline_options`: runner options of the baseline side (the what-if passes' seed and output capture)."""
+    `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture)."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: list[list[float]] = []
     passes: dict[str, list[list[float]]] = {v.name: [] for v in variants}
@@ -218,7 +236,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                 continue
             name = "baseline" if v is None else v.name
             env = {"DIAGNOSE_TRIAL": name, **(v.env if v else {})} if fresh else {}
-            out = run(pass_name(r, name), env, dict(v.options) if v else dict(baseline_options or {}))
+            out = run(pass_name(r, name), env, v.overrides if v else baseline)
             if isinstance(out, str) or not out:
                 if v is None:  # without the baseline this round compares nothing
                     break

@@ -13,6 +13,7 @@ from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
 from diagnose.layers.python import PythonLayer
 from diagnose.layers.threads import ThreadsLayer
+from diagnose.layers.threads.sweep import SweepLayer
 from diagnose.layers.whatif import WhatIfLayer
 
 LAYERS: dict[str, Layer] = {
@@ -30,7 +31,7 @@ LAYERS: dict[str, Layer] = {
 
 
 # Layers that run only when asked for by their own option, never by default.
-OPT_IN: dict[str, Layer] = {"vtune": VtuneLayer(), "what_if": WhatIfLayer()}
+OPT_IN: dict[str, Layer] = {"vtune": VtuneLayer(), "what_if": WhatIfLayer(), "sweep": SweepLayer()}
 
 
 def get(name: str) -> Layer:

@@ -23,8 +23,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from diagnose.config import Config
+from diagnose.protocol import Overrides, PassResult, PassSpec
+
 if TYPE_CHECKING:
-    from diagnose.api import Config
     from diagnose.launch import PassOutcome
     from diagnose.report.model import LayerStatus, Report
 
@@ -80,14 +82,14 @@ class Observer(Protocol):
 
 @dataclass
 class DerivedContext:
-    config: "Config"  # the run's options (diagnose/api.py)
+    config: Config  # the run's options
     tick: Callable[[float], None] | None = None  # elapsed seconds, for progress lines
     server: Any = None  # the run's fork server, for helper processes (run_helper), or None
     # re-run the uninstrumented workload over the same window: (pass name, environment at launch (a fresh
-    # interpreter; {}: forked from the fork server), runner options) -> its step (or call) times, or a one-line
+    # interpreter; {}: forked from the fork server), what the child changes) -> what it measured, or a one-line
     # reason it failed; None: not possible here
-    run_workload: Callable[[str, dict[str, str], dict[str, Any]], "list[float] | str"] | None = None
-    on_trial: Callable[..., None] | None = None  # (index, total, name[, kind]) before each re-run
+    rerun: Callable[[str, dict[str, str], Overrides], "PassResult | str"] | None = None
+    on_trial: Callable[[int, int, str, str], None] | None = None  # (index, total, kind, what) before each re-run
     say: Callable[[str], None] | None = None  # a line for the user now (e.g. what a long layer will cost)
 
 
@@ -100,13 +102,13 @@ class Layer:
     def available(self) -> str | None:
         return None
 
-    def recorder(self, spec: dict[str, Any]) -> Recorder | None:
+    def recorder(self, spec: PassSpec) -> Recorder | None:
         return None
 
     def observer(self, workdir: str) -> Observer | None:
         return None
 
-    def command_prefix(self, workdir: str, config: "Config") -> list[str] | None:
+    def command_prefix(self, workdir: str, config: Config) -> list[str] | None:
         """A command its pass runs under (VTune's collector), or None: the pass runs as is."""
         return None
 

@@ -33,16 +33,16 @@ import os
 import signal
 import subprocess
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diagnose import markers
+from diagnose.config import Config
 from diagnose.layers.base import Layer, Recorder, last_line
+from diagnose.protocol import PassSpec
 from diagnose.report import io as report_io
 from diagnose.report.model import Counters, LayerStatus, PerfStat, Report, VtuneSummary
 from diagnose.tools import perf, vtune
 
-if TYPE_CHECKING:
-    from diagnose.api import Config
 
 PERF_OUT = "perf-stat.csv"
 PERF_LOG = "perf.log"
@@ -228,10 +228,10 @@ class VtuneLayer(Layer):
     def available(self) -> str | None:
         return vtune.unavailable()
 
-    def recorder(self, spec: dict[str, Any]) -> IttRecorder:
+    def recorder(self, spec: PassSpec) -> IttRecorder:
         return IttRecorder()
 
-    def command_prefix(self, workdir: str, config: "Config") -> list[str]:
+    def command_prefix(self, workdir: str, config: Config) -> list[str]:
         """What goes before `python -m diagnose.runner SPEC` in this layer's pass (launch.run_pass)."""
         # collect_command with no target command ends with "--": the runner's command follows
         return vtune.collect_command(config.vtune, os.path.join(workdir, self.RESULT_DIR), [])

@@ -46,18 +46,10 @@ class DoctorLayer(Layer):
         status.notes += notes
         if not variants:
             return status
-        if context.run_workload is None or report.run.interrupted:
+        if context.rerun is None or report.run.interrupted:
             status.notes.append("no trial ran: the workload cannot be re-run from here")
             return status
-        progress = context.on_trial or (lambda _i, _n, _name: None)
         total = trials_mod.ROUNDS * (len(variants) + 1)
-        state = {"i": 0}
-
-        def run(name, env, options):
-            state["i"] += 1
-            progress(state["i"], total, name)
-            return context.run_workload(name, env, options)
-
-        doctor.trials = trials_mod.run_trials(variants, run)
+        doctor.trials = trials_mod.run_trials(variants, trials_mod.counted(context.rerun, total, context.on_trial))
         doctor.launch = trials_mod.launch_line(doctor.trials, command)
         return status

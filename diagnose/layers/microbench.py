@@ -14,19 +14,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 
+from diagnose.config import MicrobenchOptions
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report import io as report_io
 from diagnose.report.model import LayerStatus, MicrobenchRow, Report
 
-
-@dataclass(frozen=True)
-class MicrobenchOptions:
-    """--microbench-budget, --microbench-top (Config.microbench)."""
-
-    budget_s: float = 15.0  # seconds for the micro-benchmarks of the top operators; 0: the layer is off
-    top: int = 3  # how many of the top operators
 
 
 REPRODUCERS = "reproducers"

@@ -36,7 +36,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from diagnose.config import CallgraphOptions
 from diagnose.layers.base import Layer, Recorder
+from diagnose.protocol import PassSpec
 from diagnose.report import io as report_io
 from diagnose.report.model import CallgraphSettings, LayerStatus, LineOperator, PythonFunction, PythonSplit, \
     PythonSummary, Report
@@ -63,7 +65,7 @@ class PythonRecorder(Recorder):
     at the top, with the window's time not spent in them as its own time.
     """
 
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: PassSpec):
         self.spec = spec
         self.profiler = None
         self.start_frames: dict[int, Any] = {}
@@ -75,7 +77,7 @@ class PythonRecorder(Recorder):
         import cProfile
 
         self.profiler = cProfile.Profile()
-        self.start_frames = _stack(sys._getframe(1)) if self.spec.get("mode") == "script" else {}
+        self.start_frames = _stack(sys._getframe(1)) if self.spec.mode == "script" else {}
         self.t0 = time.perf_counter()
         self.profiler.enable()
 
@@ -95,7 +97,7 @@ class PythonRecorder(Recorder):
             root = add_loop_frame(stats.stats, self.loop_frame, self.wall_s)
             self.loop_frame = None
         stats.dump_stats(os.path.join(workdir, PSTATS))
-        return {"pstats": PSTATS, "callgraph": self.spec.get("options", {}).get("callgraph", {}), "root": root}
+        return {"pstats": PSTATS, "callgraph": report_io.to_dict(self.spec.callgraph), "root": root}
 
 
 def _stack(frame) -> dict[int, Any]:
@@ -326,7 +328,7 @@ class PythonLayer(Layer):
     name = "python"
     description = "cProfile call graph (gprof2dot + dot) and Python hotspots"
 
-    def recorder(self, spec: dict[str, Any]) -> PythonRecorder:
+    def recorder(self, spec: PassSpec) -> PythonRecorder:
         return PythonRecorder(spec)
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
@@ -342,7 +344,7 @@ class PythonLayer(Layer):
         spans = FunctionSpans()
         rows, summary = hotspots(stats, usercode, spans)
         join_operators(rows, report, spans)
-        wall = (outcome.result or {}).get("wall_s")
+        wall = outcome.result.wall_s if outcome.result else None
         correct_hidden_operators(rows, summary, report, wall)
         summary.wall_s = wall
         if wall and report.run.wall_s:
@@ -350,7 +352,7 @@ class PythonLayer(Layer):
         report.python_hotspots = rows
         report.artifacts["pstats"] = PSTATS
         status = LayerStatus("ok")
-        options = report_io.typed(callgraph.CallgraphOptions, raw.get("callgraph") or {})  # as the pass got them
+        options = report_io.typed(CallgraphOptions, raw.get("callgraph") or {})  # as the pass got them
         root = _entry_selector(stats, report, script, raw.get("root"))
         summary.callgraph = CallgraphSettings(node_thres_pct=options.node_thres_pct,
                                               edge_thres_pct=options.edge_thres_pct, focus=options.focus, root=root)

@@ -27,12 +27,14 @@ import time
 
 from diagnose.doctor import trials as trials_mod
 from diagnose.layers.base import DerivedContext, Layer
+from diagnose.protocol import Overrides, WhatIfSpec
+from diagnose.report import io as report_io
 from diagnose.report.model import (
+    Compile,
     CompileCost,
     GraphBreakAt,
     LayerStatus,
     OutputCheck,
-    Recompile,
     Report,
     WhatIf,
     WhatIfVariant,
@@ -53,7 +55,7 @@ class WhatIfLayer(Layer):
         if not chosen:
             return LayerStatus("ok", notes=["no variant applies to this run: " + "; ".join(
                 f"{s.name}: {s.reason}" for s in what_if.skipped)] if what_if.skipped else [])
-        if context.run_workload is None or report.run.interrupted:
+        if context.rerun is None or report.run.interrupted:
             return LayerStatus("skipped", "the workload cannot be re-run from here")
         rounds = trials_mod.ROUNDS
         passes = rounds * (len(chosen) + 1)
@@ -68,20 +70,12 @@ class WhatIfLayer(Layer):
                            "model, minutes for a large one)" if compiling else ""))
         out_dir = os.path.join(workdir, "passes")
         os.makedirs(out_dir, exist_ok=True)
-        base_options = {"what_if": {"variant": None, "out_dir": out_dir}}
-        variants = [trials_mod.Variant(c.name, "what_if", c.change, options={
-            "what_if": {"variant": c.name, "out_dir": out_dir},
-            **({"flush_denormal": True} if c.name == "flush_denormal" else {})}) for c in chosen]
-        state = {"i": 0}
-
-        def run(name, env, options):
-            state["i"] += 1
-            if context.on_trial:
-                context.on_trial(state["i"], passes, name, "what-if")
-            return context.run_workload(name, env, options)
-
+        baseline = Overrides(what_if=WhatIfSpec(None, out_dir))
+        variants = [trials_mod.Variant(c.name, "what_if", c.change, overrides=Overrides(
+            what_if=WhatIfSpec(c.name, out_dir), flush_denormal=c.name == "flush_denormal")) for c in chosen]
+        run = trials_mod.counted(context.rerun, passes, context.on_trial, "what-if")
         t0 = time.monotonic()
-        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, base_options)}
+        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline)}
         what_if.elapsed_s = round(time.monotonic() - t0, 1)
         info = {name[:-5]: _read(os.path.join(out_dir, name)) for name in os.listdir(out_dir) if name.endswith(".json")}
 
@@ -131,18 +125,17 @@ def _compile_cost(infos: list[dict], trial, code: UserCode) -> CompileCost:
     """Compile's one-off cost per round: `torch.compile()` itself (it imports inductor) and the first compiled
     call (tracing, generating and building kernels, and the call) less a compiled step; the slowest round and
     the fastest (inductor's on-disk cache warm). `infos`: the compile passes' results, round by round."""
-    compiles = [i.get("compile") or {} for i in infos]
+    first = report_io.typed(Compile, infos[0].get("compile")) if infos else None
     step = trial.variant_step_s or 0.0
     times = [max(0.0, (i.get("apply_s") or 0.0) + i["first_call_s"] - step) for i in infos
              if isinstance(i.get("first_call_s"), (int, float))]
     cost = CompileCost(compile_s=round(max(times), 3) if times else None,
                        compile_s_warm=round(min(times), 3) if len(times) > 1 else None,
-                       graphs=int((compiles[0] or {}).get("graphs") or 0))
+                       graphs=first.graphs if first else 0)
     saved = (trial.baseline_step_s or 0.0) - step
     if cost.compile_s is not None and saved > 0 and trial.verdict == "win":
         cost.break_even_steps = math.ceil(cost.compile_s / saved)
-    first = compiles[0] or {}
-    cost.recompiles = [Recompile(r["code"], list(r["reasons"]), int(r["count"])) for r in first.get("recompiles") or []]
+    cost.recompiles = list(first.recompiles) if first else []
     cost.graph_breaks = [GraphBreakAt(reason=b["reason"], source=_where(code, b["source"]) if b.get("source") else None,
                                       count=int(b.get("count") or 1), skipped=bool(b.get("skipped")))
                          for b in infos[0].get("graph_breaks") or []]

@@ -1,6 +1,6 @@
 """Renderers: turn a Report into files. They never run code, read profilers or edit the report.
 
-Every renderer is registered in RENDERERS, in the order api.write_report runs
+Every renderer is registered in RENDERERS, in the order output.write_report runs
 them: a pure function from a report (and, read only, the directory its files
 sit in) to a `Rendered`, the files it made (name -> text or bytes) and the
 ones it could not make with why. Two kinds:

@@ -132,6 +132,9 @@ def _build(tp: Any, value: Any) -> Any:
     if origin is list:
         (item,) = typing.get_args(tp) or (Any,)
         return [_build(item, v) for v in value]
+    if origin is tuple:  # tuple[X, ...] (frozen specs)
+        item = (typing.get_args(tp) or (Any,))[0]
+        return tuple(_build(item, v) for v in value)
     if origin is dict:
         _, val = typing.get_args(tp) or (Any, Any)
         return {k: _build(val, v) for k, v in value.items()}

@@ -10,22 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+
+from diagnose.config import CallgraphOptions
 
 INSTALL_HINT = "install graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
 
-
-@dataclass(frozen=True)
-class CallgraphOptions:
-    """--callgraph-*: what the call graph keeps and how long its tools may take (Config.callgraph; the python
-    layer's pass carries them in the runner's spec as options["callgraph"])."""
-
-    # A torch model's call graph at gprof2dot's defaults (0.5% / 0.1%) is a
-    # hairball of torch internals; these keep the paths that matter readable.
-    node_thres_pct: float = 2.0
-    edge_thres_pct: float = 0.5
-    focus: str = "all"  # "user": only functions under the script's directory (gprof2dot -p)
-    timeout_s: float = 120.0  # gprof2dot and dot each, before they are stopped
 
 
 class ToolError(Exception):

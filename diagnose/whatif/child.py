@@ -43,6 +43,9 @@ import sys
 import time
 from typing import Any
 
+from diagnose.protocol import WhatIfSpec
+from diagnose.report import io as report_io
+from diagnose.report.model import Compile
 from diagnose.whatif import outputs
 
 SEED = 0
@@ -51,10 +54,10 @@ MAX_CAPTURED_VALUES = 16_000_000  # 64 MB of float32: larger outputs are compare
 
 
 class WhatIfChild:
-    def __init__(self, torch, options: dict[str, Any], pass_name: str):
+    def __init__(self, torch, spec: WhatIfSpec, pass_name: str):
         self.torch = torch
-        self.variant: str | None = options.get("variant")  # None: the baseline side
-        self.out_dir: str = options["out_dir"]
+        self.variant: str | None = spec.variant  # None: the baseline side
+        self.out_dir: str = spec.out_dir
         self.pass_name = pass_name
         self.root_name: str | None = None
         self.calls = 0
@@ -158,7 +161,7 @@ class WhatIfChild:
             self.diff = outputs.difference(kept, torch.load(reference, weights_only=True))
         return f"{self.root_name} output at its call {CAPTURE_CALL}: {len(kept)} tensor(s), {total} values"
 
-    def write(self, compile_info: dict[str, Any] | None) -> None:
+    def write(self, compile_info: Compile | None) -> None:
         """Once, at the first write after measuring (the window's end in script mode): what came later is not
         about the measured steps."""
         if self.written:
@@ -166,7 +169,7 @@ class WhatIfChild:
         self.written = True
         data = {"variant": self.variant, "root": self.root_name, "applied": self.applied, "calls": self.calls,
                 "captured": self.captured, "diff": self.diff, "first_call_s": self.first_call_s,
-                "apply_s": self.apply_s, "compile": compile_info, "graph_breaks": graph_breaks(self.breaks)}
+                "apply_s": self.apply_s, "compile": report_io.to_dict(compile_info), "graph_breaks": graph_breaks(self.breaks)}
         with open(os.path.join(self.out_dir, f"{self.pass_name}.json"), "w") as fh:
             json.dump(data, fh, default=str)
 

@@ -60,7 +60,7 @@ def test_a_bad_option_value_is_a_one_line_usage_error_before_anything_runs(optio
 def test_the_config_is_frozen_and_every_default_is_written_once():
     import dataclasses
 
-    from diagnose.api import Config
+    from diagnose.config import Config
 
     config = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.api import Config
+from diagnose.config import Config
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.layers.counters import VtuneLayer
 from diagnose.report import io as report_io

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from diagnose import protocol
+from diagnose.protocol import DistributedSpec, PassResult, PassSpec, RankIdentity, TorchInfo
 from diagnose.distributed import collect, launcher, view
 from diagnose.errors import UsageError
 from diagnose.report.combine import check, combine
@@ -20,6 +22,11 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "distributed"
 NODES = [str(DATA / "node0" / "report.json"), str(DATA / "node1" / "report.json")]
 
 
+def _spec(layer=None, workdir=""):
+    return PassSpec(name="baseline", layer=layer, script="t.py", display_script="t.py", argv=(), function=None,
+                    cwd=".", window=None, distributed=DistributedSpec(2), workdir=workdir)
+
+
 def _load(paths=NODES):
     return [(p, report_io.load(p)) for p in paths]
 
@@ -28,14 +35,14 @@ def _load(paths=NODES):
 
 
 def test_single_node_command_is_torchruns_standalone_rendezvous_running_the_runner_module():
-    cmd = launcher.command("/w/spec.json", {"nproc_per_node": 2}, python="py")
+    cmd = launcher.command("/w/spec.json", DistributedSpec(2), python="py")
     assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
                    "-m", "diagnose.runner", "/w/spec.json"]
 
 
 def test_torchrun_args_replace_the_standalone_rendezvous():
     args = launcher.parse_torchrun_args("--nnodes 2 --node-rank 1 --master-addr 'node 0' --master-port 29500")
-    cmd = launcher.command("s.json", {"nproc_per_node": 4, "torchrun_args": args}, python="py")
+    cmd = launcher.command("s.json", DistributedSpec(4, tuple(args)), python="py")
     assert "--standalone" not in cmd
     assert cmd[3:11] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "node 0", "--master-port", "29500"]
     assert cmd[-3:] == ["-m", "diagnose.runner", "s.json"]
@@ -65,7 +72,7 @@ def test_rank_identity_comes_from_torchruns_environment(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     me = launcher.identity()
-    assert (me["rank"], me["local_rank"], me["node_rank"], me["world_size"]) == (3, 1, 1, 4)
+    assert (me.rank, me.local_rank, me.node_rank, me.world_size) == (3, 1, 1, 4)
 
 
 def test_the_last_local_rank_to_stop_leaves_the_pass_marker(tmp_path, monkeypatch):
@@ -73,11 +80,11 @@ def test_the_last_local_rank_to_stop_leaves_the_pass_marker(tmp_path, monkeypatc
     for rank in (0, 1):
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-        specs.append(launcher.enter_rank({"workdir": str(tmp_path), "distributed": {"nproc_per_node": 2}}))
+        specs.append(launcher.enter_rank(_spec(workdir=str(tmp_path))))
     launcher.mark(specs[0], "started", started=True)
     assert (tmp_path / "started").exists()
     for spec in specs:  # the runner writes its own marker first
-        Path(spec["workdir"], "stopped").touch()
+        Path(spec.workdir, "stopped").touch()
         launcher.mark(spec, "stopped", started=False)
         assert (tmp_path / "stopped").exists() == (spec is specs[1])
     assert (tmp_path / "rank1" / "pid").read_text() == str(os.getpid())
@@ -89,30 +96,29 @@ def test_the_last_local_rank_to_stop_leaves_the_pass_marker(tmp_path, monkeypatc
 def _rank_result(tmp_path, rank, *, kind=None, code=0, error=None, wall=1.0, at=0.0, raw=None):
     d = tmp_path / f"rank{rank}"
     d.mkdir()
-    (d / "result.json").write_text(json.dumps({
-        "pass": "baseline", "layer": None, "exit_code": code, "error": error, "error_kind": kind, "traceback": [],
-        "wall_s": wall, "iteration_s": [wall / 2, wall / 2], "torch": {"intra_op_threads": 1}, "raw": raw,
-        "raw_error": None, "overrides": {},
-        "rank": {"rank": rank, "local_rank": rank, "node_rank": 0, "world_size": 2, "local_world_size": 2,
-                 "pid": 100 + rank, "finished_at": at}}))
+    protocol.write(PassResult(
+        name="baseline", exit_code=code, error=error, error_kind=kind, wall_s=wall, iteration_s=[wall / 2, wall / 2],
+        torch=TorchInfo(intra_op_threads=1), raw=raw,
+        rank=RankIdentity(rank=rank, local_rank=rank, node_rank=0, world_size=2, local_world_size=2, pid=100 + rank,
+                          finished_at=at)), str(d / "result.json"))
 
 
 def test_merged_result_has_the_slowest_rank_and_the_first_failure(tmp_path):
     _rank_result(tmp_path, 0, kind="exception", code=1, error="RuntimeError: Connection closed by peer", at=12.0)
     _rank_result(tmp_path, 1, kind="exception", code=1, error="ValueError: planted", wall=2.0, at=11.0)
-    merged, ranks = collect.collect(str(tmp_path), {"distributed": {"nproc_per_node": 2}}, 1)
-    assert merged["error"] == "rank 1 failed: ValueError: planted (then rank 0 stopped)"
-    assert merged["exit_code"] == 1 and merged["error_kind"] == "exception"
-    assert merged["wall_s"] == 2.0 and merged["iteration_s"] == [1.0, 1.0]
-    assert [r["status"] for r in ranks] == ["failed", "failed"]
+    merged, ranks = collect.collect(str(tmp_path), _spec(), 1)
+    assert merged.error == "rank 1 failed: ValueError: planted (then rank 0 stopped)"
+    assert merged.exit_code == 1 and merged.error_kind == "exception"
+    assert merged.wall_s == 2.0 and merged.iteration_s == [1.0, 1.0]
+    assert [r.status for r in ranks] == ["failed", "failed"]
 
 
 def test_a_rank_that_wrote_nothing_is_named(tmp_path):
     _rank_result(tmp_path, 0, kind="interrupted", code=130, error="interrupted (KeyboardInterrupt)")
     (tmp_path / "rank1").mkdir()  # started, then killed before writing
-    merged, ranks = collect.collect(str(tmp_path), {"distributed": {"nproc_per_node": 2}}, -9)
-    assert [r["status"] for r in ranks] == ["stopped", "missing"]
-    assert merged["error"].startswith("rank 1 wrote no result") and merged["exit_code"] == 1
+    merged, ranks = collect.collect(str(tmp_path), _spec(), -9)
+    assert [r.status for r in ranks] == ["stopped", "missing"]
+    assert merged.error.startswith("rank 1 wrote no result") and merged.exit_code == 1
 
 
 def test_all_ranks_ok_is_an_ok_result_with_operator_rows_of_every_rank(tmp_path):
@@ -123,10 +129,10 @@ def test_all_ranks_ok_is_an_ok_result_with_operator_rows_of_every_rank(tmp_path)
                                           "trace": {"events_written": 5, "events_total": 5}})
         (tmp_path / f"rank{rank}" / "trace.json").write_text(json.dumps(
             {"traceEvents": [{"name": "aten::mm", "ph": "X", "ts": 1, "dur": 1, "pid": 100 + rank, "tid": 1}]}))
-    merged, ranks = collect.collect(str(tmp_path), {"layer": "operators", "distributed": {"nproc_per_node": 2}}, 0)
-    assert merged["exit_code"] == 0 and merged["error"] is None
-    assert len(merged["raw"]["rows"]) == 2 and merged["raw"]["events"] == 10
-    assert merged["raw"]["memory"] == {"allocations": 4}
+    merged, ranks = collect.collect(str(tmp_path), _spec(layer="operators"), 0)
+    assert merged.exit_code == 0 and merged.error is None
+    assert len(merged.raw["rows"]) == 2 and merged.raw["events"] == 10
+    assert merged.raw["memory"] == {"allocations": 4}
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert {e["args"]["name"] for e in trace if e["name"] == "process_name"} == {"rank 0", "rank 1"}
 

@@ -187,4 +187,4 @@ def test_sides_without_a_launch_environment_all_run_forked():
     assert [n for n, _, _ in seen] == ["trial-0-baseline", "trial-0-flush_denormal", "trial-1-flush_denormal",
                                        "trial-1-baseline"]
     assert all(env == {} for _, env, _ in seen)  # {}: the re-run may fork from the fork server
-    assert [o for _, _, o in seen] == [{}, {"flush_denormal": True}, {"flush_denormal": True}, {}]
+    assert [o.flush_denormal for _, _, o in seen] == [False, True, True, False]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnose import api
+from diagnose import output, session
 from diagnose.render import markdown
 from diagnose.report.model import LayerStatus, Report, Run, TargetInfo
 
@@ -15,7 +15,7 @@ class Crashing:
 
 
 def test_a_crash_in_a_layers_analysis_fails_that_layer_with_the_reason(tmp_path):
-    status = api._analysed(Crashing(), None, Report(target=TargetInfo(script="m.py")), str(tmp_path))
+    status = session.analysed(Crashing(), None, Report(target=TargetInfo(script="m.py")), str(tmp_path))
     assert isinstance(status, LayerStatus) and status.status == "failed"
     assert "its analysis failed: KeyError: 'missing'" in status.reason and "test_layer_faults.py" in status.reason
 
@@ -39,8 +39,8 @@ def test_a_picture_that_fails_to_draw_is_named_missing(tmp_path, monkeypatch):
     report = Report(target=TargetInfo(script="m.py"), run=Run(exit_code=0, wall_s=1.0))
     report.layers["operators"] = LayerStatus("ok")
     report.stacks = [FoldedStack(frames=["m.py:1", "aten::mm"], self_cpu_us=10.0)]
-    monkeypatch.setattr(api.plots, "flame_png", lambda r, p: 1 / 0)
-    api.write_report(report, str(tmp_path))
+    monkeypatch.setattr(output.render.plots, "flame_png", lambda r, p: 1 / 0)
+    output.write_report(report, str(tmp_path))
     assert "ZeroDivisionError" in report.layers["operators"].missing["flamegraph.png"]
     assert (tmp_path / "report.json").is_file() and (tmp_path / "report.html").is_file()
     assert (tmp_path / "stacks.folded").read_text() == "m.py:1;aten::mm 10\n"

@@ -22,6 +22,8 @@ torch = pytest.importorskip("torch")
 
 from torch.autograd import DeviceType  # noqa: E402
 
+from diagnose.config import OperatorsOptions
+from diagnose.protocol import PassSpec, WindowSpec
 from diagnose.layers.operators.kineto import reduce_kineto  # noqa: E402
 from diagnose.layers.operators.recorder import OperatorsRecorder  # noqa: E402
 from operators_reference import _reference_collect  # noqa: E402
@@ -73,6 +75,11 @@ def assert_equivalent(fast, ref, fast_trace: Path, ref_trace: Path):
             {k: v for k, v in r.items() if k not in ("ts", "dur")}
 
 
+def _spec(function=None, window=None, operators=OperatorsOptions()):
+    return PassSpec(name="operators", layer="operators", script=str(WORKLOAD), display_script=str(WORKLOAD), argv=(),
+                    function=function, cwd=str(ROOT), window=window, operators=operators)
+
+
 def _record(spec, tmp_path, run):
     """Profile `run` under the recorder as the runner does; return (raw, reference)."""
     rec = OperatorsRecorder(spec)
@@ -97,7 +104,7 @@ def workload():
 
 
 def test_script_mode_matches_prof_events(tmp_path, workload):
-    spec = {"script": str(WORKLOAD), "mode": "script", "cwd": str(ROOT), "options": {}}
+    spec = _spec()
 
     def run(rec):
         workload["step"]()
@@ -119,11 +126,11 @@ def test_script_mode_matches_prof_events(tmp_path, workload):
 def test_schedule_window_matches_prof_events(tmp_path, workload):
     # iters > profile_iters: the profiler schedule records a window, whose
     # results arrive through on_trace_ready; a small trace cap truncates.
-    spec = {"script": str(WORKLOAD), "mode": "function", "function": "step", "iters": 4, "cwd": str(ROOT),
-            "options": {"operators": {"profile_iters": 2, "trace_max_events": 40}}}
+    spec = _spec(function="step", window=WindowSpec(skip=0, steps=4),
+                 operators=OperatorsOptions(profile_iters=2, trace_max_events=40))
 
     def run(rec):
-        for _ in range(spec["iters"]):
+        for _ in range(spec.window.steps):
             workload["step"]()
             rec.step()
 
@@ -134,7 +141,7 @@ def test_schedule_window_matches_prof_events(tmp_path, workload):
 
 
 def test_nothing_recorded(tmp_path):
-    rec = OperatorsRecorder({"script": str(WORKLOAD), "mode": "script", "options": {}})
+    rec = OperatorsRecorder(_spec())
     raw = rec.collect(str(tmp_path))
     ref = _reference_collect([], [], str(tmp_path / "reference.json"), rec.max_trace_events)
     assert_equivalent(raw, ref, tmp_path / "trace.json", tmp_path / "reference.json")

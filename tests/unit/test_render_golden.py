@@ -5,7 +5,7 @@ a file under tests/golden/:
 
 - `<name>.terminal.txt`: what `diagnose --load REPORT` prints (cli.main, no colour);
 - `<name>.md`: markdown.render(report), which `diagnose --load REPORT --format md` must print too;
-- `<name>.written.txt` and `<name>.written.html`: what api.write_report leaves in an output directory
+- `<name>.written.txt` and `<name>.written.html`: what output.write_report leaves in an output directory
   for a report as a run hands it over (the pictures' artifacts and "not made" reasons not yet set): the
   files written, report.json's artifacts and each layer's missing, report.md, the summary printed after
   a run, and report.html.
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose import api, cli
+from diagnose import cli, output
 from diagnose.render import markdown, terminal
 from diagnose.report import io as report_io
 from diagnose.report.model import FoldedStack
@@ -136,7 +136,7 @@ def test_files_written_by_write_report(name, tmp_path):
     report = as_handed_to_write_report(name)
     out = tmp_path / "out"
     out.mkdir()
-    api.write_report(report, str(out))
+    output.write_report(report, str(out))
     saved = json.loads((out / "report.json").read_text())
     assert saved == json.loads(report_io.dumps(report)), "report.json is the report write_report left in memory"
     parts = [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose import api, render
+from diagnose import output, render
 from diagnose.report import io as report_io
 from diagnose.report.model import FoldedStack
 
@@ -50,7 +50,7 @@ def test_write_report_records_the_files_before_the_documents_list_them(tmp_path)
     report = with_stacks(DATA / "compare" / "row_loop_after.json")
     report.artifacts = {"trace": "trace.json"}
     report.layers["threads"].missing = {}
-    api.write_report(report, str(tmp_path))
+    output.write_report(report, str(tmp_path))
     assert list(report.artifacts.items()) == [
         ("trace", "trace.json"), ("flamegraph_png", "flamegraph.png"), ("roofline_png", "roofline.png"),
         ("stacks", "stacks.folded"), ("report_json", "report.json"), ("report_md", "report.md"),

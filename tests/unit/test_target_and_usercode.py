@@ -29,8 +29,6 @@ def test_validate_function_names(tmp_path):
         validate(Target(script=str(path), function=name))
     with pytest.raises(TargetError, match="functions defined there: step"):
         validate(Target(script=str(path), function="nope"))
-    with pytest.raises(TargetError, match="--steps"):
-        validate(Target(script=str(path), function="step", iters=0))
 
 
 def test_star_import_defers_to_runtime(tmp_path):

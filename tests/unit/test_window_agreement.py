@@ -20,7 +20,8 @@ from conftest import REPO
 RANK = textwrap.dedent("""
     import datetime, itertools, json, os, sys
     import torch, torch.distributed as dist
-    from diagnose.steps import StepClock, WindowComplete, WindowSpec
+    from diagnose.protocol import WindowSpec
+    from diagnose.steps import StepClock, WindowComplete
     from diagnose.distributed.window import WindowAgreement
 
     rank = int(os.environ["RANK"])

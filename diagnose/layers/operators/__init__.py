@@ -15,9 +15,10 @@ from typing import Any
 from diagnose.layers.base import Layer
 from diagnose.layers.operators import modules
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
+from diagnose.protocol import PassSpec, iteration_stats
 from diagnose.report import io as report_io
-from diagnose.report.model import Autograd, LayerStatus, OperatorMemory, OperatorSummary, RecordingLine, Report, \
-    TraceSummary
+from diagnose.report.model import Autograd, Doctor, LayerStatus, OperatorMemory, OperatorSummary, ProcessFacts, \
+    RecordingLine, Report, SubnormalScan, TraceSummary
 
 
 COMPILE_EVENT = "(dynamo_timed)"  # torch.compile's own phases as the profiler names them
@@ -27,12 +28,13 @@ class OperatorsLayer(Layer):
     name = "operators"
     description = "torch.profiler with shapes, FLOPs, memory and source lines"
 
-    def recorder(self, spec: dict[str, Any]):
-        from diagnose.layers.operators.recorder import OperatorsRecorder
+    def recorder(self, spec: PassSpec):
+        from diagnose.layers.operators.recorder import OperatorsRecorder  # child side only: torch hooks
 
         return OperatorsRecorder(spec)
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
+        _instrumented_run(report, outcome)
         raw = outcome.raw
         if raw is None:
             return LayerStatus("failed", outcome.failure_reason("the operator pass"))
@@ -97,3 +99,26 @@ def autograd_summary(raw: dict[str, Any]) -> Autograd | None:
     return Autograd(calls=int(raw.get("recorded_calls") or 0), recording_calls=sum(l.calls for l in lines),
                     backward_ops=sum(int(r.get("calls") or 1) for r in raw.get("rows") or [] if is_backward(r["name"])),
                     grad_mode_off_calls=int(data.get("grad_mode_off_calls") or 0), lines=lines)
+
+
+def _instrumented_run(report: Report, outcome) -> None:
+    """The operator pass's own timings (the contract's instrumented_wall_s) and the doctor's scan of operator
+    inputs (recorder.py), into report.run and report.doctor."""
+    res = outcome.result
+    if res is None:
+        return
+    if res.wall_s is not None:
+        report.run.instrumented_wall_s = res.wall_s
+        report.run.instrumented_minor_faults = res.minor_faults
+        times = list(res.iteration_s)
+        recorded = (res.raw or {}).get("recorded_iters")
+        if recorded:  # with a profiler schedule only the last iterations are instrumented
+            times = times[-recorded:]
+        report.run.instrumented_iterations = iteration_stats(times)
+    raw = res.raw or {}
+    if "input_scan" in raw:
+        report.doctor = report.doctor or Doctor()
+        process = report.doctor.process = report.doctor.process or ProcessFacts()
+        process.operator_inputs = [report_io.typed(SubnormalScan, row) for row in raw["input_scan"]]
+        process.operator_inputs_scope = raw.get("input_scan_scope") or (
+            "nothing: no step ran before the window (--skip-steps 0, --full-run, or no steps found)")

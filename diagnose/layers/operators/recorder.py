@@ -33,6 +33,8 @@ from typing import Any
 
 from diagnose.layers.base import Recorder
 from diagnose.layers.operators.kineto import Label, reduce_kineto
+from diagnose.protocol import PassSpec
+from diagnose.usercode import UserCode
 
 # Calls that never run an operator; skipping them keeps the mode cheap.
 _NO_OP_CALLS = frozenset(
@@ -42,24 +44,12 @@ _NO_OP_CALLS = frozenset(
 
 
 
-# The operator pass's event budget: recording stops after this many torch calls from Python, or once the
-# process grew by MAX_RECORDING_GROWTH_BYTES while recording (checked every 1024 calls), so that a script
+# The operator pass's event budget: recording stops after config.MAX_RECORDED_CALLS torch calls from Python, or
+# once the process grew by MAX_RECORDING_GROWTH_BYTES while recording (checked every 1024 calls), so that a script
 # without steps, recorded whole, stays bounded. The growth is mostly glibc heap fragmentation: the profiler's
 # small per-event allocations pin freed activation memory (measured on examples/mlp.py: ~3-5 MB per training
 # step; malloc_trim gives it all back), so the limit is on memory, the count a backstop.
-MAX_RECORDED_CALLS = 200_000
 MAX_RECORDING_GROWTH_BYTES = 1 << 30
-
-
-@dataclass(frozen=True)
-class OperatorsOptions:
-    """The operator pass's options (Config.operators; in the runner's spec as options["operators"])."""
-
-    trace_max_events: int = 100_000  # events written to trace.json
-    profile_iters: int = 20  # function mode: the last N measured calls are recorded (a profiler schedule)
-    max_recorded_calls: int = MAX_RECORDED_CALLS  # the event budget: torch calls from Python
-    track_modules: bool = True  # which module's forward runs (benchmarks/modules_overhead.py turns it off)
-
 # So the heap is trimmed (glibc's malloc_trim: freed pages back to the kernel) each time the process grew by
 # TRIM_AFTER_GROWTH_BYTES while recording, checked every TRIM_CHECK_EVERY calls. Measured on examples/mlp.py,
 # 25 recorded training steps: 386 MB anonymous memory untrimmed, 240 MB trimmed every 8 steps, with the same
@@ -70,6 +60,7 @@ TRIM_AFTER_GROWTH_BYTES = 32 << 20
 SCAN_MAX_SITES = 512  # call sites whose inputs the subnormal scan looks at (a BERT step has about 200)
 TRIM_CHECK_EVERY = 128
 _BUDGET_CHECK_EVERY = 1024
+
 
 
 def _source_mode(recorder: "OperatorsRecorder"):
@@ -236,14 +227,10 @@ class ModuleTracker:
 
 
 class OperatorsRecorder(Recorder):
-    def __init__(self, spec: dict[str, Any]):
-        from diagnose.usercode import UserCode
-
-        from diagnose.report import io as report_io
-
+    def __init__(self, spec: PassSpec):
         self.spec = spec
-        self.options = report_io.typed(OperatorsOptions, (spec.get("options") or {}).get("operators") or {})
-        self.usercode = UserCode(spec["script"], cwd=spec.get("cwd"))
+        self.options = spec.operators
+        self.usercode = UserCode(spec.script, cwd=spec.cwd)
         self.max_trace_events = self.options.trace_max_events
         self.window = self.options.profile_iters
         self.max_calls = self.options.max_recorded_calls
@@ -334,7 +321,7 @@ class OperatorsRecorder(Recorder):
         self.recording.clear()
         self.rss0 = self.rss_trimmed = _rss_bytes()
         sched = None
-        iters = self.spec.get("iters") if self.spec.get("mode") == "function" else None
+        iters = self.spec.window.steps if self.spec.mode == "function" and self.spec.window else None
         if iters and iters > self.window:
             # Long loops: record only the last `window` iterations so the
             # trace and the profiler's memory stay bounded.
@@ -404,7 +391,7 @@ class OperatorsRecorder(Recorder):
 
     def collect(self, workdir: str) -> dict[str, Any]:
         reduced = reduce_kineto(self.results, os.path.join(workdir, "trace.json"), self.max_trace_events)
-        if self.spec.get("distributed"):  # a torchrun rank: its collectives (gloo:all_reduce, ...) too
+        if self.spec.distributed is not None:  # a torchrun rank: its collectives (gloo:all_reduce, ...) too
             from diagnose.distributed import collectives
 
             reduced["collectives"] = collectives.summarise(self.results)

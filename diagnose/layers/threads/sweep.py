@@ -27,19 +27,16 @@ so the choice of points and the recommendation are tested exactly.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Any, Callable
+
+from diagnose.config import SweepOptions
+from diagnose.layers.base import DerivedContext, Layer
+from diagnose.protocol import Overrides
+from diagnose.report import io as report_io
+from diagnose.report.model import LayerStatus, Report, Sweep, Threads
 
 TOLERANCE = 0.05
 
-
-@dataclass(frozen=True)
-class SweepOptions:
-    """--sweep, --sweep-repeats, --sweep-threads (Config.sweep)."""
-
-    enabled: bool = False  # --sweep, --sweep-threads or --what-if threads
-    repeats: int = 2  # interleaved runs per point
-    threads: tuple[int, ...] | None = None  # None: thread_values(usable CPUs, the configured count)
 
 
 def thread_values(usable_cpus: int, configured: int | None) -> list[int]:
@@ -165,3 +162,53 @@ def run_sweep(run_point: Callable[[int, int | None], float | None], *, usable_cp
             **advice(chosen_threads, chosen_workers),
         }
     return result
+
+
+class SweepLayer(Layer):
+    """--sweep: the uninstrumented workload again at several thread settings (and DataLoader worker counts),
+    each point forked from the fork server, pinning its threads itself (runner._pin_threads); the result goes
+    to report.threads.sweep."""
+
+    name = "sweep"
+    description = "the uninstrumented workload at several thread (and DataLoader worker) counts"
+    derived = True
+
+    def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
+        if context.rerun is None:
+            return LayerStatus("skipped", "the workload cannot be re-run from here")
+        rerun, state = context.rerun, {"index": 0, "total": 0}
+
+        def on_point(index: int, total: int, point: dict[str, Any]) -> None:
+            state.update(index=index, total=total)
+            workers = point.get("dataloader_workers")
+            if context.on_trial:
+                context.on_trial(index, total, "sweep", f"{point['intra_op_threads']} intra-op threads"
+                                 + (f", {workers} DataLoader workers" if workers is not None else ""))
+
+        def run_point(threads: int, workers: int | None) -> float | None:
+            out = rerun(f"sweep-{state['index']}", {},
+                        Overrides(intra_op_threads=threads, dataloader_workers=workers))
+            if isinstance(out, str):
+                return None
+            pinned = out.applied.dataloader_workers
+            if workers is not None and not (pinned and pinned.target_asked_for):
+                return None  # no DataLoader was built in this run: the point did not measure what it claims
+            return statistics.median(out.iteration_s) if out.iteration_s else out.wall_s
+
+        threads = report.threads = report.threads or Threads()
+        workers = threads.dataloader_workers
+        options = context.config.sweep
+        try:
+            result = run_sweep(
+                run_point, usable_cpus=report.machine.usable_cpus, configured_threads=report.machine.intra_op_threads,
+                configured_workers=workers, has_dataloader=bool(workers), repeats=options.repeats,
+                threads=options.threads, on_point=on_point)
+        except KeyboardInterrupt:
+            threads.sweep = Sweep(status="interrupted before the sweep finished")
+            raise
+        # what one point's time is per: a call (function mode), a step of the window (run_point takes the
+        # median step), or the whole run when the script has no steps
+        unit = ("iterations" if report.target.function
+                else "steps" if report.steps and report.steps.window_steps else "runs")
+        threads.sweep = report_io.typed(Sweep, {**result, "unit": unit})
+        return LayerStatus("ok")

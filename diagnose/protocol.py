@@ -1,0 +1,246 @@
+"""The typed corridor between the parent and a pass's child: what a pass is asked to do, and what it gives back.
+
+The parent (diagnose/session.py) writes a `PassSpec` as `spec.json` into the
+pass's workdir; the child (`python -m diagnose.runner SPEC`, diagnose/runner.py)
+reads it back, runs the target, and writes a `PassResult` as `result.json`
+beside it. Both files go through report/io's `to_dict` and `typed`, so the
+field names below are the one place each is spelled: an option keeps its name
+from the command line (config.Config) to the clock that uses it
+(steps.StepClock reads `WindowSpec.steps`).
+
+This module is the ground floor: it imports nothing of diagnose's but the
+config and the report's types and serialiser, so every other module may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from diagnose.config import DEFAULT_SKIP_STEPS, DEFAULT_STEPS, CallgraphOptions, OperatorsOptions
+from diagnose.report import io as report_io
+from diagnose.report.model import Compile, IterationStats, ProcessFacts, ThreadCall
+
+SPEC_FILE = "spec.json"
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """The steps a pass measures: `skip` steps unmeasured, then `steps` measured (diagnose/steps.py).
+
+    In function mode the same two numbers count calls of the function.
+    """
+
+    skip: int = DEFAULT_SKIP_STEPS  # --skip-steps
+    steps: int = DEFAULT_STEPS  # --steps
+    min_window_s: float = 0.0  # the window lasts at least this long (the first pass: steps.MIN_WINDOW_S)
+    stop_after_window: bool = True  # end the target once the window is measured (script mode)
+
+
+@dataclass(frozen=True)
+class DistributedSpec:
+    """Run the pass under torchrun (diagnose/distributed/launcher.py)."""
+
+    nproc_per_node: int
+    torchrun_args: tuple[str, ...] = ()  # rendezvous options for several nodes, as the user gave them
+
+
+@dataclass(frozen=True)
+class WhatIfSpec:
+    """A what-if pass's side (diagnose/whatif/child.py)."""
+
+    variant: str | None  # the variant applied; None: the unchanged side
+    out_dir: str  # where the child writes what it applied and the outputs it captured
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What a re-run of the uninstrumented workload changes from inside (a sweep point, a doctor trial, a
+    what-if pass); the environment at launch is the launcher's (launch.run_pass `extra_env`)."""
+
+    intra_op_threads: int | None = None  # pin torch's (and OpenMP's, MKL's) threads (runner._pin_threads)
+    dataloader_workers: int | None = None  # every DataLoader gets this many workers (runner._pin_workers)
+    flush_denormal: bool = False  # torch.set_flush_denormal(True) before the target runs
+    what_if: WhatIfSpec | None = None
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    """A torchrun rank as torchrun's environment describes it (distributed/launcher.identity)."""
+
+    rank: int
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None
+    hostname: str | None = None
+    pid: int | None = None
+    omp_num_threads: str | None = None  # OMP_NUM_THREADS as the rank saw it
+    run_id: str | None = None
+    started_at: float | None = None  # time.time()
+    finished_at: float | None = None  # time.time() at its final write; None: it did not finish
+
+    def with_finished(self, at: float) -> "RankIdentity":
+        return replace(self, finished_at=at)
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One pass: which target, which layer's recorder (None: uninstrumented), which window, which options."""
+
+    name: str  # "baseline", "operators", "sweep-3", "trial-0-jemalloc", ...
+    layer: str | None  # the layer whose recorder runs in the child; None: uninstrumented
+    script: str  # the target's absolute path
+    display_script: str  # as the user typed it: the script's sys.argv[0]
+    argv: tuple[str, ...]  # the script's arguments
+    function: str | None  # function mode: the function to call; None: script mode
+    cwd: str  # the directory the user ran diagnose in
+    # the measured window; None: the whole run (--full-run, or the first pass found no window)
+    window: WindowSpec | None
+    expect_steps: bool | None = None  # the first pass found steps (True), none (False), or not known yet (None)
+    operators: OperatorsOptions = OperatorsOptions()  # the operator pass's options
+    callgraph: CallgraphOptions = CallgraphOptions()  # the python pass's options
+    overrides: Overrides = Overrides()
+    distributed: DistributedSpec | None = None
+    wait_for: tuple[str, ...] = ()  # files observers create when they watch (markers.wait_for)
+    workdir: str = ""  # where the child writes result.json and its artifacts (set by launch.run_pass)
+    forked: bool = False  # forked from the fork server (doctor/process.py blas_pools reads it)
+    pass_workdir: str | None = None  # a torchrun rank: the pass's workdir (its own is rank<R>/ below it)
+    rank: RankIdentity | None = None  # a torchrun rank: who it is (set by the rank itself)
+
+    @property
+    def mode(self) -> str:
+        return "function" if self.function else "script"
+
+    @property
+    def instrumented(self) -> bool:
+        return self.layer is not None
+
+    def with_(self, **changes: Any) -> "PassSpec":
+        return replace(self, **changes)
+
+
+@dataclass
+class StepsSeen:
+    """What the step clock saw in one pass (steps.StepClock.result)."""
+
+    detector: str | None = None  # mark_step, optimizer, forward; None: no step found
+    detail: str | None = None  # "Adam.step()", "BertModel forward", "diagnose.mark_step() at train.py:40"
+    steps_seen: int = 0  # steps the script ran (of the detector that counted them)
+    setup_s: float | None = None  # workload start to step 1's start
+    warmup_s: list[float] = field(default_factory=list)  # the skipped steps' times (at most KEPT_WARMUP_STEPS)
+    step_s: list[float] = field(default_factory=list)  # the window's steps' times
+    data_wait_s: list[float] = field(default_factory=list)  # per window step: time inside DataLoader iterators
+    data_wait_at: str | None = None  # the line that waited longest for data
+    batch_size: int | None = None  # dim 0 of the outermost module's first tensor input, the most common
+    window_began: bool = False
+    window_ended: bool = False
+    window_first: int | None = None  # the window's first step (skip + 1)
+    window_steps: int = 0  # steps measured in the window
+    window_wall_s: float | None = None  # the window's start to its end (or its last step)
+    stopped_target: bool = False  # the clock ended the target after the window
+    switches: list[str] = field(default_factory=list)  # detector changes before the window
+    ignored: dict[str, int] = field(default_factory=dict)  # boundaries of detectors not used, by detector
+
+
+@dataclass
+class TorchInfo:
+    """The child's torch, and its thread settings when the pass ended."""
+
+    version: str | None = None
+    parallel_backend: str | None = None  # "OpenMP", from torch.__config__.parallel_info()
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = None
+    default_intra_op_threads: int | None = None  # before the target ran
+
+
+@dataclass
+class PinnedThreads:
+    """A sweep point's thread pin (runner._pin_threads)."""
+
+    value: int
+    ignored_calls: list[int] = field(default_factory=list)  # the target's own set_num_threads calls, ignored
+
+
+@dataclass
+class PinnedWorkers:
+    """A sweep point's DataLoader workers (runner._pin_workers)."""
+
+    value: int
+    target_asked_for: list[int] = field(default_factory=list)  # num_workers each DataLoader was built with
+
+
+@dataclass
+class Applied:
+    """The overrides as the child applied them."""
+
+    intra_op_threads: PinnedThreads | None = None
+    dataloader_workers: PinnedWorkers | None = None
+    flush_denormal: bool | None = None  # what torch.set_flush_denormal(True) returned: True where supported
+
+
+@dataclass
+class PassResult:
+    """What one pass measured: how the target ended, its timings and steps, and its layer's data."""
+
+    name: str
+    layer: str | None = None
+    exit_code: int = 0  # the target's, as `python script.py` would have exited
+    error: str | None = None  # one line: how the target failed, or None
+    error_kind: str | None = None  # exception, exit, os_exit, interrupted, no_function, crashed
+    traceback: list[str] = field(default_factory=list)  # the target's frames, file:line in function: code
+    wall_s: float | None = None  # the window, else the whole workload
+    # function mode: each measured call; script mode: each step of the window
+    iteration_s: list[float] = field(default_factory=list)
+    minor_faults: int | None = None  # this process's minor page faults over wall_s
+    steps: StepsSeen | None = None  # script mode: the step clock's account
+    torch: TorchInfo = field(default_factory=TorchInfo)
+    compile: Compile | None = None  # torch.compile's work in the process (runner.compile_info)
+    raw: dict[str, Any] | None = None  # the layer's own data, read only by that layer's analyse
+    raw_error: str | None = None  # the layer's recorder failed: why
+    applied: Applied = field(default_factory=Applied)
+    thread_calls: list[ThreadCall] = field(default_factory=list)  # the uninstrumented pass's set_num_threads calls
+    process: ProcessFacts | None = None  # the uninstrumented pass's readings at the window's end (doctor)
+    process_error: str | None = None  # why those readings failed
+    rank: RankIdentity | None = None  # a torchrun rank's identity
+    ranks_reported: int | None = None  # a torchrun pass's merged result: ranks that wrote a result
+
+    @property
+    def measured_s(self) -> list[float]:
+        """The step (or call) times, else the wall time as one sample: what a re-run compares."""
+        return list(self.iteration_s) or ([self.wall_s] if self.wall_s else [])
+
+
+def iteration_stats(samples: list[float]) -> IterationStats | None:
+    """A pass's step (or call) times as the report's statistics; None without any."""
+    if not samples:
+        return None
+    qs = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return IterationStats(n=len(samples), median_s=statistics.median(samples), q1_s=qs[0], q3_s=qs[2],
+                          min_s=min(samples), max_s=max(samples))
+
+
+def write(obj: PassSpec | PassResult, path: str) -> None:
+    """Atomically: a temporary file of this process's own, then renamed."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(report_io.to_dict(obj), fh, default=str)
+    os.replace(tmp, path)
+
+
+def read_spec(path: str) -> PassSpec:
+    with open(path) as fh:
+        return report_io.typed(PassSpec, json.load(fh))
+
+
+def read_result(path: str) -> PassResult | None:
+    """None when the file is missing or unreadable (the child died before writing it)."""
+    try:
+        with open(path) as fh:
+            return report_io.typed(PassResult, json.load(fh))
+    except (OSError, ValueError):
+        return None
