@@ -1,5 +1,5 @@
 """Faults, injected through the real CLI: whatever breaks, diagnose never hangs and never loses the report
-(README "When things go wrong" lists what the report then says)."""
+(docs/faults.md, "When things go wrong", lists what the report then says)."""
 
 from __future__ import annotations
 

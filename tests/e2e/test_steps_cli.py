@@ -1,5 +1,5 @@
 """Step-aware measurement, end to end: the real CLI finds a script's steps, every pass measures the same
-window of them and ends the script there (diagnose/steps.py, README "Steps and the measured window")."""
+window of them and ends the script there (diagnose/steps.py, docs/measuring.md "Steps and the measured window")."""
 
 from __future__ import annotations
 
