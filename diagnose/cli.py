@@ -21,11 +21,12 @@ Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 from diagnose import __version__, output
-from diagnose.config import CallgraphOptions, Config, MicrobenchOptions, OperatorsOptions, SweepOptions
+from diagnose.config import Config
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
 
 EPILOG = """\
@@ -95,32 +96,10 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         f"for targets that wait on input)")
     p.add_argument("--layers", metavar="NAMES", default=",".join(d.layers),
                    help=f"comma-separated layers to run (default and choices: {','.join(d.layers)})")
-    p.add_argument("--profile-iters", type=int, default=d.operators.profile_iters, metavar="N",
-                   help=f"function mode: record at most the last N measured calls in the operator pass "
-                        f"({d.operators.profile_iters})")
-    p.add_argument("--trace-max-events", type=int, default=d.operators.trace_max_events, metavar="N",
-                   help=f"cap on events written to trace.json ({d.operators.trace_max_events})")
-    p.add_argument("--max-recorded-calls", type=int, default=d.operators.max_recorded_calls, metavar="N",
-                   help=f"the operator pass's event budget: stop recording after N torch calls from Python "
-                        f"({d.operators.max_recorded_calls}), or once recording grew the process by 1 GiB")
-    p.add_argument("--callgraph-nodes", type=float, default=d.callgraph.node_thres_pct, metavar="PCT",
-                   help=f"call graph: hide functions under PCT%% of the time ({d.callgraph.node_thres_pct:g})")
-    p.add_argument("--callgraph-edges", type=float, default=d.callgraph.edge_thres_pct, metavar="PCT",
-                   help=f"call graph: hide calls under PCT%% of the time ({d.callgraph.edge_thres_pct:g})")
-    p.add_argument("--microbench-budget", type=float, default=d.microbench.budget_s, metavar="S",
-                   help="seconds for micro-benchmarks of the top operators at their shapes, 1 thread vs all "
-                        f"({d.microbench.budget_s:g}; 0 turns them off)")
     p.add_argument("--vtune", nargs="?", const="hotspots", default=None,
                    choices=("hotspots", "threading", "uarch-exploration"),
                    help="add a pass under Intel VTune (vtune on PATH) with ITT labels per aten op; "
                         "its CPI, spin and overhead time go into counters (default analysis: hotspots)")
-    p.add_argument("--microbench-top", type=int, default=d.microbench.top, metavar="K",
-                   help=f"how many of the top operators to micro-benchmark ({d.microbench.top})")
-    p.add_argument("--callgraph-timeout", type=float, default=d.callgraph.timeout_s, metavar="S",
-                   help=f"call graph: stop gprof2dot or graphviz's dot after S seconds, and say so "
-                        f"({d.callgraph.timeout_s:g})")
-    p.add_argument("--callgraph-focus", choices=("all", "user"), default=d.callgraph.focus,
-                   help=f"call graph: all functions, or only those in your script's directory ({d.callgraph.focus})")
     p.add_argument("--sweep", action="store_true",
                    help="re-run the workload at several intra-op thread counts (and DataLoader worker counts "
                         "when it has workers) and recommend a setting")
@@ -134,8 +113,7 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         "with a 95%% interval and an output check")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
-    p.add_argument("--sweep-repeats", type=int, default=d.sweep.repeats, metavar="N",
-                   help=f"interleaved runs per sweep point ({d.sweep.repeats})")
+    _layer_options(p)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="run the target under torchrun (python -m torch.distributed.run) with N ranks on this node, "
                         "every pass, every rank measured; one report for the job")
@@ -151,6 +129,41 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.add_argument("--version", action="version", version=f"diagnose {__version__}")
     return p
+
+
+def _option_groups() -> list[tuple[str, type]]:
+    """(Config field, options type) of every registered layer that has options (layers/base.Layer.options)."""
+    from diagnose.layers import LAYERS, OPT_IN  # the registry: its layers' option groups become flags
+
+    return [layer.options for layer in (*LAYERS.values(), *OPT_IN.values()) if layer.options]
+
+
+def _layer_options(p: argparse.ArgumentParser) -> None:
+    """A flag for every layer option declared with config.option(...), its default and help from there."""
+    for group, options in _option_groups():
+        for f in dataclasses.fields(options):
+            meta = f.metadata
+            if "flag" not in meta:
+                continue
+            p.add_argument(meta["flag"], dest=f"{group}.{f.name}", type=type(f.default), default=f.default,
+                           metavar=meta["metavar"], choices=meta["choices"], help=meta["help"].format(default=f.default))
+
+
+def _layer_option_values(args) -> dict[str, object]:
+    """Each layer's options group from the parsed flags; a value under its minimum is a UsageError."""
+    groups = {}
+    for group, options in _option_groups():
+        values = {}
+        for f in dataclasses.fields(options):
+            meta = f.metadata
+            if "flag" not in meta:
+                continue
+            value = getattr(args, f"{group}.{f.name}")
+            if meta["minimum"] is not None and value < meta["minimum"]:
+                raise UsageError(f"{meta['flag']} wants {meta['what']} >= {meta['minimum']:g}, not {value:g}")
+            values[f.name] = value
+        groups[group] = options(**values)
+    return groups
 
 
 def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -304,14 +317,9 @@ def _config(args, subcommand: str | None, function: str | None):
         raise UsageError("--full-run is for script mode; script.py:function measures --steps calls")
     if args.stall_after < 0:
         raise UsageError("--stall-after wants seconds >= 0 (0 turns stall detection off)")
-    if args.max_recorded_calls < 1:
-        raise UsageError(f"--max-recorded-calls wants a number of calls >= 1, not {args.max_recorded_calls}")
-    if args.microbench_budget < 0 or args.microbench_top < 1:
-        raise UsageError("--microbench-budget wants seconds >= 0 and --microbench-top a count >= 1")
+    groups = _layer_option_values(args)
     what_if = _what_if(args.what_if)
     sweep_threads = _sweep_threads(args.sweep_threads)
-    if args.sweep_repeats < 1:
-        raise UsageError("--sweep-repeats must be at least 1")
     torchrun_args: list[str] = []
     if args.nproc_per_node is not None or args.torchrun_args:
         from diagnose.distributed import launcher
@@ -329,13 +337,9 @@ def _config(args, subcommand: str | None, function: str | None):
         output_dir=args.output, force=args.force, timeout_s=args.timeout, stall_after_s=args.stall_after,
         layers=layers, baseline=subcommand != "callgraph",
         skip_steps=args.skip_steps, steps=args.steps, full_run=args.full_run,
-        operators=OperatorsOptions(trace_max_events=args.trace_max_events, profile_iters=args.profile_iters,
-                                   max_recorded_calls=args.max_recorded_calls),
-        callgraph=CallgraphOptions(node_thres_pct=args.callgraph_nodes, edge_thres_pct=args.callgraph_edges,
-                                   focus=args.callgraph_focus, timeout_s=args.callgraph_timeout),
-        microbench=MicrobenchOptions(budget_s=args.microbench_budget, top=args.microbench_top),
-        sweep=SweepOptions(enabled=args.sweep or sweep_threads is not None or "threads" in (what_if or ()),
-                           repeats=args.sweep_repeats, threads=sweep_threads),
+        **groups,
+        sweep=dataclasses.replace(groups["sweep"], threads=sweep_threads,
+                                  enabled=args.sweep or sweep_threads is not None or "threads" in (what_if or ())),
         doctor=args.doctor, what_if=tuple(n for n in what_if or () if n != "threads"), vtune=args.vtune,
         nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args),
     )

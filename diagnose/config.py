@@ -2,8 +2,9 @@
 
 `Config` is one run's options; a layer's options are a group of their own
 (`OperatorsOptions`, ...), and the layer that reads a group names it as its
-`options` (layers/base.Layer.options, the registry in layers/__init__.py).
-The CLI's defaults and help come from these defaults (cli.py reads `Config()`).
+`options` (layers/base.Layer.options). The CLI's flags for a group's fields
+are declared beside them with `option(...)`, so cli.py builds them from the
+layer registry; its run-wide flags take their defaults from `Config()`.
 Frozen: a variant is `dataclasses.replace(config, ...)`. What a pass's child
 gets of them travels in a protocol.PassSpec.
 
@@ -12,7 +13,8 @@ This module imports nothing of diagnose's: any module may import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 # --skip-steps: the first steps pay for lazy initialisation (optimizer state, oneDNN primitive caches, the
 # allocator's first pools, torch.compile's compilation and its recompile on a new shape); they settle by then
@@ -25,13 +27,26 @@ MAX_RECORDED_CALLS = 200_000
 DEFAULT_LAYERS = ("operators", "python", "threads", "microbench", "efficiency", "counters", "doctor")
 
 
+def option(default: Any, flag: str, help: str, *, metavar: str | None = None, choices: tuple[str, ...] | None = None,
+           minimum: float | None = None, what: str = "a value") -> Any:
+    """A layer option the CLI offers as `flag` (its help may say {default}); a value under `minimum` is refused
+    as "FLAG wants WHAT >= MINIMUM"."""
+    return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar, "choices": choices,
+                                             "minimum": minimum, "what": what})
+
+
 @dataclass(frozen=True)
 class OperatorsOptions:
     """The operator pass's options (Config.operators; the pass gets them as PassSpec.operators)."""
 
-    trace_max_events: int = 100_000  # events written to trace.json
-    profile_iters: int = 20  # function mode: the last N measured calls are recorded (a profiler schedule)
-    max_recorded_calls: int = MAX_RECORDED_CALLS  # the event budget: torch calls from Python
+    profile_iters: int = option(20, "--profile-iters", "function mode: record at most the last N measured calls in "
+                                "the operator pass ({default})", metavar="N", minimum=1, what="a number of calls")
+    trace_max_events: int = option(100_000, "--trace-max-events", "cap on events written to trace.json ({default})",
+                                   metavar="N", minimum=0, what="a number of events")
+    max_recorded_calls: int = option(
+        MAX_RECORDED_CALLS, "--max-recorded-calls", "the operator pass's event budget: stop recording after N torch "
+        "calls from Python ({default}), or once recording grew the process by 1 GiB", metavar="N", minimum=1,
+        what="a number of calls")
     track_modules: bool = True  # which module's forward runs (benchmarks/modules_overhead.py turns it off)
 
 
@@ -42,18 +57,27 @@ class CallgraphOptions:
 
     # A torch model's call graph at gprof2dot's defaults (0.5% / 0.1%) is a
     # hairball of torch internals; these keep the paths that matter readable.
-    node_thres_pct: float = 2.0
-    edge_thres_pct: float = 0.5
-    focus: str = "all"  # "user": only functions under the script's directory (gprof2dot -p)
-    timeout_s: float = 120.0  # gprof2dot and dot each, before they are stopped
+    node_thres_pct: float = option(2.0, "--callgraph-nodes", "call graph: hide functions under PCT%% of the time "
+                                   "({default:g})", metavar="PCT", minimum=0, what="a percentage")
+    edge_thres_pct: float = option(0.5, "--callgraph-edges", "call graph: hide calls under PCT%% of the time "
+                                   "({default:g})", metavar="PCT", minimum=0, what="a percentage")
+    # "user": only functions under the script's directory (gprof2dot -p)
+    focus: str = option("all", "--callgraph-focus", "call graph: all functions, or only those in your script's "
+                        "directory ({default})", choices=("all", "user"))
+    # gprof2dot and dot each, before they are stopped
+    timeout_s: float = option(120.0, "--callgraph-timeout", "call graph: stop gprof2dot or graphviz's dot after S "
+                              "seconds, and say so ({default:g})", metavar="S", minimum=0, what="seconds")
 
 
 @dataclass(frozen=True)
 class MicrobenchOptions:
     """--microbench-budget, --microbench-top (Config.microbench)."""
 
-    budget_s: float = 15.0  # seconds for the micro-benchmarks of the top operators; 0: the layer is off
-    top: int = 3  # how many of the top operators
+    budget_s: float = option(15.0, "--microbench-budget", "seconds for micro-benchmarks of the top operators at their "
+                             "shapes, 1 thread vs all ({default:g}; 0 turns them off)", metavar="S", minimum=0,
+                             what="seconds")
+    top: int = option(3, "--microbench-top", "how many of the top operators to micro-benchmark ({default})",
+                      metavar="K", minimum=1, what="a count")
 
 
 @dataclass(frozen=True)
@@ -61,7 +85,8 @@ class SweepOptions:
     """--sweep, --sweep-repeats, --sweep-threads (Config.sweep)."""
 
     enabled: bool = False  # --sweep, --sweep-threads or --what-if threads
-    repeats: int = 2  # interleaved runs per point
+    repeats: int = option(2, "--sweep-repeats", "interleaved runs per sweep point ({default})", metavar="N",
+                          minimum=1, what="a number of runs")
     threads: tuple[int, ...] | None = None  # None: thread_values(usable CPUs, the configured count)
 
 

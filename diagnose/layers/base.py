@@ -98,6 +98,8 @@ class Layer:
     description: str = ""  # what its pass does, for progress lines
     observes: bool = False  # True: no pass of its own, an observer on the uninstrumented pass
     derived: bool = False  # True: no pass, no observer; derive(context, ...) after all passes
+    # its options: (the Config field holding them, their type from config.py); the CLI's flags come from it
+    options: tuple[str, type] | None = None
 
     def available(self) -> str | None:
         return None

@@ -34,6 +34,7 @@ class MicrobenchLayer(Layer):
     name = "microbench"
     description = "micro-benchmarks of the top operators at their recorded shapes, across thread counts"
     derived = True
+    options = ("microbench", MicrobenchOptions)
 
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         budget, top = context.config.microbench.budget_s, context.config.microbench.top

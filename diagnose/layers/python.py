@@ -327,6 +327,7 @@ def _entry_selector(stats: dict, report: Report, script_path: str, root: list | 
 class PythonLayer(Layer):
     name = "python"
     description = "cProfile call graph (gprof2dot + dot) and Python hotspots"
+    options = ("callgraph", CallgraphOptions)
 
     def recorder(self, spec: PassSpec) -> PythonRecorder:
         return PythonRecorder(spec)

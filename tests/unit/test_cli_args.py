@@ -43,8 +43,8 @@ def test_a_subcommand_after_options_is_named(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("option, needle", [
     (["--max-recorded-calls", "0"], "--max-recorded-calls wants a number of calls >= 1"),
     (["--steps", "0"], "--steps wants a number of steps >= 1"),
-    (["--microbench-top", "0"], "--microbench-top a count >= 1"),
-    (["--sweep-repeats", "0"], "--sweep-repeats must be at least 1"),
+    (["--microbench-top", "0"], "--microbench-top wants a count >= 1"),
+    (["--sweep-repeats", "0"], "--sweep-repeats wants a number of runs >= 1"),
     (["--stall-after", "-1"], "--stall-after wants seconds >= 0"),
     (["--layers", "operators,nope"], "unknown layer(s) nope"),
 ])
@@ -69,7 +69,13 @@ def test_the_config_is_frozen_and_every_default_is_written_once():
         config.microbench.budget_s = 0  # type: ignore[misc]
     parser = cli.build_parser()
     defaults = {a.dest: a.default for a in parser._actions}
-    assert defaults["microbench_budget"] == config.microbench.budget_s
-    assert defaults["max_recorded_calls"] == config.operators.max_recorded_calls
-    assert defaults["callgraph_nodes"] == config.callgraph.node_thres_pct
-    assert defaults["sweep_repeats"] == config.sweep.repeats
+    assert defaults["microbench.budget_s"] == config.microbench.budget_s
+    assert defaults["operators.max_recorded_calls"] == config.operators.max_recorded_calls
+    assert defaults["callgraph.node_thres_pct"] == config.callgraph.node_thres_pct
+    assert defaults["sweep.repeats"] == config.sweep.repeats
+    # every layer option declared with config.option(...) is a flag, built from the layer registry
+    flags = {a.option_strings[0]: a.dest for a in parser._actions if a.option_strings}
+    for group, options in cli._option_groups():
+        for f in dataclasses.fields(options):
+            if "flag" in f.metadata:
+                assert flags[f.metadata["flag"]] == f"{group}.{f.name}"

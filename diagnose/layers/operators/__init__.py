@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from diagnose.config import OperatorsOptions
 from diagnose.layers.base import Layer
 from diagnose.layers.operators import modules
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
@@ -27,6 +28,7 @@ COMPILE_EVENT = "(dynamo_timed)"  # torch.compile's own phases as the profiler n
 class OperatorsLayer(Layer):
     name = "operators"
     description = "torch.profiler with shapes, FLOPs, memory and source lines"
+    options = ("operators", OperatorsOptions)
 
     def recorder(self, spec: PassSpec):
         from diagnose.layers.operators.recorder import OperatorsRecorder  # child side only: torch hooks

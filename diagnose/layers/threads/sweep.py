@@ -172,6 +172,7 @@ class SweepLayer(Layer):
     name = "sweep"
     description = "the uninstrumented workload at several thread (and DataLoader worker) counts"
     derived = True
+    options = ("sweep", SweepOptions)
 
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         if context.rerun is None:
