@@ -329,6 +329,8 @@ def _config(args, subcommand: str | None, function: str | None):
         if args.nproc_per_node < 1:
             raise UsageError(f"--nproc-per-node wants a number of ranks >= 1, not {args.nproc_per_node}")
         torchrun_args = launcher.parse_torchrun_args(args.torchrun_args)
+    groups["sweep"] = dataclasses.replace(groups["sweep"], threads=sweep_threads,
+                                          enabled=args.sweep or sweep_threads is not None or "threads" in (what_if or ()))
     if subcommand == "callgraph":  # only the cProfile pass
         layers = ("python",)
     elif subcommand == "threads":
@@ -338,8 +340,6 @@ def _config(args, subcommand: str | None, function: str | None):
         layers=layers, baseline=subcommand != "callgraph",
         skip_steps=args.skip_steps, steps=args.steps, full_run=args.full_run,
         **groups,
-        sweep=dataclasses.replace(groups["sweep"], threads=sweep_threads,
-                                  enabled=args.sweep or sweep_threads is not None or "threads" in (what_if or ())),
         doctor=args.doctor, what_if=tuple(n for n in what_if or () if n != "threads"), vtune=args.vtune,
         nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args),
     )
