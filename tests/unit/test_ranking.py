@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from diagnose import findings
 from diagnose.findings import python as python_rules
 from diagnose.findings import stake
 from diagnose.findings import threads as thread_rules
+from diagnose.layers.threads import recording
 from diagnose.layers.threads.analysis import analyse
 from diagnose.report.model import (Finding, Machine, OperatorRow, OperatorSummary, PythonFunction, PythonSummary,
                                    Report, Run, SourceShare, Sweep, SweepRecommendation, TargetInfo)
@@ -178,7 +178,7 @@ def test_rules_without_an_estimate_get_one_from_their_share():
 def _threads8(gain=None) -> Report:
     rep = Report(target=TargetInfo(script="model.py"),
                  machine=Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=8))
-    rep.threads = analyse(json.loads((THREADS / "threads8.json").read_text()), 2)
+    rep.threads = analyse(recording.load(str(THREADS / "threads8.json")), 2)
     if gain is not None:
         rep.threads.sweep = Sweep(recommendation=SweepRecommendation(
             code="torch.set_num_threads(2)", env="OMP_NUM_THREADS=2", gain_vs_configured_pct=gain))

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from diagnose.findings import threads as rules
-from diagnose.layers.threads import environment
+from diagnose.layers.threads import environment, recording
 from diagnose.layers.threads.analysis import TIMELINE_MAX_POINTS, analyse, pool_of, role_of
+from diagnose.layers.threads.recording import Process
 from diagnose.report import io as report_io
 from diagnose.report.model import (Machine, Report, Sweep, SweepRecommendation, TargetInfo, ThreadCall, Threads)
 
@@ -61,8 +62,8 @@ PROCESSES = {
 }
 
 
-def load(name: str) -> dict:
-    return json.loads((DATA / f"{name}.json").read_text())
+def load(name: str) -> recording.Recording:
+    return recording.load(str(DATA / f"{name}.json"))
 
 
 def report_for(name: str, intra: int | None = 2, env: dict | None = None) -> Report:
@@ -144,7 +145,7 @@ def test_timeline_is_bounded_and_exact_on_long_recordings():
                         "first_seen_s": 0.0, "last_seen_s": 10.0, "in_first_snapshot": True,
                         "first": snaps[0]["threads"][0], "last": snaps[-1]["threads"][0]}],
            "snapshots": snaps, "health": {"samples": 1001}}
-    t = analyse(rec, USABLE)
+    t = analyse(recording.from_json_data(rec), USABLE)
     assert len(t.timeline.t_s) == TIMELINE_MAX_POINTS
     assert set(t.timeline.cpu_used) == {1.0} and set(t.timeline.runnable) == {1.5}
     assert set(t.timeline.machine_busy_cpus) == {1.0}
@@ -153,7 +154,23 @@ def test_timeline_is_bounded_and_exact_on_long_recordings():
 
 def test_rejects_what_is_not_a_recording():
     with pytest.raises(ValueError):
-        analyse({"format": "something else"}, USABLE)
+        recording.from_json_data({"format": "something else"})
+    with pytest.raises(ValueError):  # rows are read by position: other columns would be misread
+        recording.from_json_data({"format": recording.FORMAT, "root_pid": 1, "thread_fields": ["thread", "state"]})
+
+
+def test_committed_recordings_load_typed_and_round_trip():
+    # they predate cmdline_reads and the per-thread CPU fields: those take their defaults
+    rec = load("dataloader")
+    th = rec.threads[0]
+    assert (th.cpus, th.cpu_samples, th.cpu_changes, rec.processes[0].cmdline_reads) == ([], 0, 0, 0)
+    assert isinstance(th.first, recording.ThreadRow) and th.first.thread == 0
+    assert isinstance(rec.snapshots[0].threads[0], recording.ThreadRow)
+    assert isinstance(rec.snapshots[0].procs[0], recording.ProcessRow)
+    data = json.loads((DATA / "dataloader.json").read_text())
+    again = report_io.to_dict(rec)
+    assert again["snapshots"] == data["snapshots"] and again["threads"][0]["first"] == data["threads"][0]["first"]
+    assert recording.from_json_data(again) == rec
 
 
 def test_pools_and_roles_from_names_seen_in_real_runs():
@@ -167,11 +184,11 @@ def test_pools_and_roles_from_names_seen_in_real_runs():
     spawn = ["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
              "--multiprocessing-fork"]
     tracker = ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(4)"]
-    assert role_of({"pid": 10, "comm": "python"}, 10) == "target"
-    assert role_of({"pid": 20, "comm": "pt_data_worker", "cmdline": ["python", "x.py"]}, 10) == "dataloader_worker"
-    assert role_of({"pid": 21, "comm": "python", "cmdline": spawn}, 10) == "mp_worker"
-    assert role_of({"pid": 22, "comm": "python", "cmdline": tracker}, 10) == "helper"
-    assert role_of({"pid": 23, "comm": "sh", "cmdline": ["sh", "-c", "ls"]}, 10) == "child"
+    assert role_of(Process(pid=10, comm="python"), 10) == "target"
+    assert role_of(Process(pid=20, comm="pt_data_worker", cmdline=["python", "x.py"]), 10) == "dataloader_worker"
+    assert role_of(Process(pid=21, comm="python", cmdline=spawn), 10) == "mp_worker"
+    assert role_of(Process(pid=22, comm="python", cmdline=tracker), 10) == "helper"
+    assert role_of(Process(pid=23, comm="sh", cmdline=["sh", "-c", "ls"]), 10) == "child"
 
 
 # ---------------------------------------------------------------- findings on the recordings

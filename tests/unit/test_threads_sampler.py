@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.layers.threads import procfs
+from diagnose.layers.threads import procfs, recording
 from diagnose.layers.threads.analysis import analyse
-from diagnose.layers.threads.sampler import FORMAT, THREAD_FIELDS, Sampler, main, write_atomically
+from diagnose.layers.threads.recording import FORMAT, THREAD_FIELDS, ThreadRow, write_atomically
+from diagnose.layers.threads.sampler import Sampler, main
+from diagnose.report import io as report_io
 
 TICKS = 100
 
@@ -230,11 +232,13 @@ def test_two_threads_exact_counters_and_analysis(fake):
     fake.machine(busy_ticks=90, idle_ticks=10)  # 0.9 CPU-s busy in 0.5 s: 1.8 CPUs, others 0.1
     assert s.sample()
     rec = s.recording()
-    assert rec["format"] == FORMAT and rec["thread_fields"] == list(THREAD_FIELDS)
-    assert [p["pid"] for p in rec["processes"]] == [10]
-    assert [(t["tid"], t["in_first_snapshot"]) for t in rec["threads"]] == [(10, True), (11, True)]
-    assert rec["snapshots"][1]["threads"][0][:5] == [0, "S", 400_000_000, 100_000_000, 1]
-    json.dumps(rec)  # serialisable
+    assert rec.format == FORMAT and rec.thread_fields == list(THREAD_FIELDS)
+    assert [p.pid for p in rec.processes] == [10]
+    assert [(t.tid, t.in_first_snapshot) for t in rec.threads] == [(10, True), (11, True)]
+    assert rec.snapshots[1].threads[0][:5] == (0, "S", 400_000_000, 100_000_000, 1)
+    data = json.loads(json.dumps(report_io.to_dict(rec)))  # serialisable, rows as arrays
+    assert data["snapshots"][1]["threads"][0][:5] == [0, "S", 400_000_000, 100_000_000, 1]
+    assert recording.from_json_data(data) == rec  # and read back as written
     t = analyse(rec, usable_cpus=2)
     assert t.duration_s == 0.5
     assert t.mean_runnable == pytest.approx(2.0)  # (0.5 + 0.5) s of runnable time / 0.5 s
@@ -254,11 +258,11 @@ def test_cpus_each_thread_ran_on_and_its_cpu_changes(fake):
         fake.set(10, 11, cpu=cpu11)
         assert s.sample()
         clock.now += 0.1
-    threads = {t["tid"]: t for t in s.recording()["threads"]}
-    assert (threads[11]["cpus"], threads[11]["cpu_samples"], threads[11]["cpu_changes"]) == ([0, 2], 4, 2)
-    assert (threads[12]["cpus"], threads[12]["cpu_samples"], threads[12]["cpu_changes"]) == ([1], 4, 0)
-    assert (threads[10]["cpus"], threads[10]["cpu_samples"], threads[10]["cpu_changes"]) == ([], 0, 0)
-    assert threads[11]["last"][0] == threads[11]["first"][0] and len(threads[11]["last"]) == len(THREAD_FIELDS)
+    threads = {t.tid: t for t in s.recording().threads}
+    assert (threads[11].cpus, threads[11].cpu_samples, threads[11].cpu_changes) == ([0, 2], 4, 2)
+    assert (threads[12].cpus, threads[12].cpu_samples, threads[12].cpu_changes) == ([1], 4, 0)
+    assert (threads[10].cpus, threads[10].cpu_samples, threads[10].cpu_changes) == ([], 0, 0)
+    assert threads[11].last.thread == threads[11].first.thread and isinstance(threads[11].last, ThreadRow)
 
 
 def test_run_follows_children_started_and_ended_during_the_run(fake):
@@ -269,15 +273,15 @@ def test_run_follows_children_started_and_ended_during_the_run(fake):
     clock.at(0.35, lambda: fake.remove_process(20))
     clock.at(0.55, lambda: fake.remove_process(10))
     rec = sampler_for(fake, clock).run()
-    h = rec["health"]
-    assert h["stopped_by"] == "tree_exited"
-    assert h["samples"] == 7 and h["kept_snapshots"] == 6  # t = 0 ... 0.5 with the tree, 0.6 without
-    assert (h["missed_samples"], h["late_samples"]) == (0, 0)
+    h = rec.health
+    assert h.stopped_by == "tree_exited"
+    assert h.samples == 7 and h.kept_snapshots == 6  # t = 0 ... 0.5 with the tree, 0.6 without
+    assert (h.missed_samples, h.late_samples) == (0, 0)
     # the worker's and the root's stat were gone when next looked for: normal exits, counted
-    assert h["unreadable_files"] == h["vanished_files"] == 2
+    assert h.unreadable_files == h.vanished_files == 2
     assert clock.sleeps == [0.1] * 6
-    worker = rec["processes"][1]
-    assert (worker["pid"], worker["comm"], worker["first_seen_s"], worker["last_seen_s"]) == (
+    worker = rec.processes[1]
+    assert (worker.pid, worker.comm, worker.first_seen_s, worker.last_seen_s) == (
         20, "pt_data_worker", pytest.approx(0.2), pytest.approx(0.3))
     t = analyse(rec, usable_cpus=2)
     roles = {p.pid: p.role for p in t.processes}
@@ -303,7 +307,7 @@ def test_orphans_stay_watched_and_reused_pids_are_not(fake):
     clock.now += 0.1
     assert s.sample()
     assert list(s._alive) == [10]
-    assert [p["pid"] for p in s.recording()["processes"]] == [10, 20, 30]
+    assert [p.pid for p in s.recording().processes] == [10, 20, 30]
 
 
 def test_threads_exiting_and_tid_reuse(fake):
@@ -319,7 +323,7 @@ def test_threads_exiting_and_tid_reuse(fake):
     clock.now += 0.1
     s.sample()
     rec = s.recording()
-    assert [(t["tid"], t["start_ticks"]) for t in rec["threads"]] == [(10, 1000), (11, 1000), (11, 2000)]
+    assert [(t.tid, t.start_ticks) for t in rec.threads] == [(10, 1000), (11, 1000), (11, 2000)]
     t = analyse(rec, usable_cpus=2)
     assert t.cpu_s == pytest.approx(0.13)  # the exited thread's 0.1 s and the new one's 0.03 s
     assert t.processes[0].threads == {"main": 1, "intra_op": 2}
@@ -335,13 +339,13 @@ def test_cmdline_is_reread_when_a_child_execs(fake):
     fake.procs[10]["cmdline"] = ["python", "changed.py"]
     fake.write_process(10)
     s.sample()
-    assert s.recording()["processes"][0]["cmdline"] == ["python", "parent.py"]  # 3 reads, then only on exec
+    assert s.recording().processes[0].cmdline == ["python", "parent.py"]  # 3 reads, then only on exec
     fake.procs[10]["comm"] = "worker"
     fake.set(10, 10, comm="worker")
     clock.now += 0.1
     s.sample()
-    p = s.recording()["processes"][0]
-    assert (p["comm"], p["cmdline"], p["cmdline_reads"]) == ("worker", ["python", "changed.py"], 4)
+    p = s.recording().processes[0]
+    assert (p.comm, p.cmdline, p.cmdline_reads) == ("worker", ["python", "changed.py"], 4)
 
 
 def test_stop_takes_a_final_sample(fake):
@@ -350,10 +354,10 @@ def test_stop_takes_a_final_sample(fake):
     s = sampler_for(fake, clock)
     clock.at(0.25, s.stop)
     rec = s.run()
-    assert rec["health"]["stopped_by"] == "stop"
+    assert rec.health.stopped_by == "stop"
     # the fake sleep is not cut short by stop() (main() wakes the real one through a wakeup fd)
-    assert [snap["t_s"] for snap in rec["snapshots"]] == pytest.approx([0.0, 0.1, 0.2, 0.3])
-    assert rec["health"]["late_samples"] == 0 and len(clock.sleeps) == 3
+    assert [snap.t_s for snap in rec.snapshots] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert rec.health.late_samples == 0 and len(clock.sleeps) == 3
 
 
 def test_late_and_missed_samples_are_counted(fake):
@@ -365,11 +369,11 @@ def test_late_and_missed_samples_are_counted(fake):
 
     clock.at(0.15, stall)
     rec = sampler_for(fake, clock).run(max_duration_s=0.95)
-    h = rec["health"]
-    assert h["stopped_by"] == "max_duration"
-    assert h["late_samples"] == 1  # the sample due at 0.2 s ran at 0.48 s
-    assert h["missed_samples"] == 2  # slots 0.3 and 0.4 had passed by then
-    times = [snap["t_s"] for snap in rec["snapshots"]]
+    h = rec.health
+    assert h.stopped_by == "max_duration"
+    assert h.late_samples == 1  # the sample due at 0.2 s ran at 0.48 s
+    assert h.missed_samples == 2  # slots 0.3 and 0.4 had passed by then
+    times = [snap.t_s for snap in rec.snapshots]
     assert times == pytest.approx([0.0, 0.1, 0.48, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
 
 
@@ -380,14 +384,14 @@ def test_decimation_bounds_memory_and_keeps_totals_exact(fake):
         clock.at(k * 0.1 - 0.05, lambda: fake.advance(10, 10, run_ns=50_000_000, wait_ns=10_000_000))
     # samples at 0.0 ... 0.7 (8: the cap), then every 0.2 s, then every 0.4 s
     rec = sampler_for(fake, clock, max_snapshots=8).run(max_duration_s=2.05)
-    h = rec["health"]
-    assert h["decimations"] == 2 and len(rec["snapshots"]) < 8
-    assert h["final_interval_s"] == pytest.approx(0.4)
-    times = [snap["t_s"] for snap in rec["snapshots"]]
+    h = rec.health
+    assert h.decimations == 2 and len(rec.snapshots) < 8
+    assert h.final_interval_s == pytest.approx(0.4)
+    times = [snap.t_s for snap in rec.snapshots]
     # the first snapshot (the baseline) and every other one counted back from the newest
     assert times == pytest.approx([0.0, 0.1, 0.5, 0.9, 1.3, 1.7, 2.1])
     t = analyse(rec, usable_cpus=2)
-    end = rec["snapshots"][-1]["t_s"]
+    end = rec.snapshots[-1].t_s
     advances = sum(1 for k in range(1, 40) if k * 0.1 - 0.05 <= end)
     assert t.cpu_s == pytest.approx(0.05 * advances)
     assert t.wait_s == pytest.approx(0.01 * advances)
@@ -400,9 +404,9 @@ def test_cpu_budget_slows_the_sampler_down(fake):
                 cpu_time=lambda: 0.05 * clock.now,  # the sampler uses 5% of a CPU: over its 2% budget
                 self_pid=99999, clock_ticks_per_s=TICKS)
     rec = s.run(max_duration_s=2.95)
-    h = rec["health"]
-    assert h["slowdowns"] == 1 and h["final_interval_s"] == pytest.approx(0.2)  # 20 samples, then doubled
-    assert [snap["t_s"] for snap in rec["snapshots"]][19:22] == pytest.approx([1.9, 2.1, 2.3])
+    h = rec.health
+    assert h.slowdowns == 1 and h.final_interval_s == pytest.approx(0.2)  # 20 samples, then doubled
+    assert [snap.t_s for snap in rec.snapshots][19:22] == pytest.approx([1.9, 2.1, 2.3])
 
 
 def test_schedstat_zero_falls_back_to_states_and_ticks(fake):
@@ -425,7 +429,7 @@ def test_schedstat_zero_falls_back_to_states_and_ticks(fake):
     assert t.cpu_used == pytest.approx(1.5)
     assert t.runqueue_wait_share == pytest.approx(0.25)
     # status was read every sample while schedstat showed nothing
-    assert rec["threads"][0]["last"][7] is not None
+    assert rec.threads[0].last.voluntary_ctxt is not None
 
 
 def test_status_is_read_every_few_samples_once_schedstat_works(fake, monkeypatch):
@@ -450,7 +454,7 @@ def test_status_is_read_every_few_samples_once_schedstat_works(fake, monkeypatch
 
 def test_root_not_found(fake):
     rec = sampler_for(fake, FakeClock(), root=4242).run()
-    assert rec["health"]["stopped_by"] == "root_not_found" and rec["snapshots"] == []
+    assert rec.health.stopped_by == "root_not_found" and rec.snapshots == []
     t = analyse(rec, usable_cpus=2)
     assert t.mean_runnable is None and t.reason
 
@@ -459,15 +463,15 @@ def test_main_writes_the_recording_atomically(fake, tmp_path):
     out = tmp_path / "out" / "rec.json"
     out.parent.mkdir()
     assert main(["--pid", "4242", "--out", str(out), "--proc-root", str(fake.root)]) == 1
-    rec = json.loads(out.read_text())
-    assert rec["health"]["error"] == "no process 4242"
+    rec = recording.load(str(out))
+    assert rec.health.error == "no process 4242"
     assert os.listdir(out.parent) == ["rec.json"]
     fake.add_process(10, 1)
     ready = tmp_path / "ready"
     assert main(["--pid", "10", "--out", str(out), "--interval", "0.02", "--max-duration", "0.1",
                  "--ready", str(ready), "--proc-root", str(fake.root)]) == 0
-    rec = json.loads(out.read_text())
-    assert ready.exists() and rec["health"]["stopped_by"] == "max_duration" and len(rec["snapshots"]) >= 2
+    rec = recording.load(str(out))
+    assert ready.exists() and rec.health.stopped_by == "max_duration" and len(rec.snapshots) >= 2
 
 
 def test_write_atomically_leaves_no_temporary_file(tmp_path):
@@ -525,8 +529,8 @@ def test_live_threads_spinning_on_few_cpus_show_oversubscription(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    rec = json.loads(out.read_text())
-    assert rec["health"]["stopped_by"] == "tree_exited"
+    rec = recording.load(str(out))
+    assert rec.health.stopped_by == "tree_exited"
     t = analyse(rec, usable_cpus=usable)
     assert t.processes[0].max_threads == n_threads + 1
     assert t.schedstat_available  # this project's machines have scheduler statistics
@@ -554,9 +558,9 @@ def test_live_sigterm_stops_the_sampler_at_once_and_writes(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    rec = json.loads(out.read_text())
-    assert rec["health"]["stopped_by"] == "stop" and len(rec["snapshots"]) == 2
-    assert rec["processes"][0]["comm"] == "sleep"
+    rec = recording.load(str(out))
+    assert rec.health.stopped_by == "stop" and len(rec.snapshots) == 2
+    assert rec.processes[0].comm == "sleep"
 
 
 def test_live_start_and_stop_markers_bound_the_recording(tmp_path):
@@ -580,7 +584,7 @@ def test_live_start_and_stop_markers_bound_the_recording(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    rec = json.loads(out.read_text())
-    assert rec["health"]["stopped_by"] == "stop"
-    span = rec["snapshots"][-1]["t_s"] - rec["snapshots"][0]["t_s"]
+    rec = recording.load(str(out))
+    assert rec.health.stopped_by == "stop"
+    span = rec.snapshots[-1].t_s - rec.snapshots[0].t_s
     assert 0.4 < span < 3.0, span  # the 0.6 s between the markers, not the second before the start

@@ -6,7 +6,8 @@ pid, waits for the measured workload to begin (the runner's start marker),
 starts over when a window of steps begins (what it saw was setup and
 warm-up), and follows it and every descendant through /proc until the
 measured part ends (diagnose/markers.py);
-`analyse` turns that recording into `report.threads` (analysis.py) and adds
+`analyse` reads that recording back (recording.py: the types both sides
+share) and turns it into `report.threads` (analysis.py), adding
 the environment audit (environment.py). The findings that read it live in
 diagnose/findings/threads.py; the sweep (sweep.py) is run by the api when
 asked for. Nothing here runs inside the target, so its thread pools, GIL and
@@ -15,7 +16,6 @@ caches are the ones the user's run has.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -88,16 +88,14 @@ class ThreadsLayer(Layer):
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
         from diagnose.findings.threads import MIN_DURATION_S
-        from diagnose.layers.threads import analysis, environment
+        from diagnose.layers.threads import analysis, environment, recording
 
         path = os.path.join(workdir, RECORDING)
         if not os.path.exists(path):
             log = last_line(os.path.join(workdir, SAMPLER_LOG), "")
             return LayerStatus("failed", "the thread sampler wrote no recording" + (f": {log}" if log else ""))
-        with open(path) as fh:
-            recording = json.load(fh)
         usable = report.machine.usable_cpus or os.cpu_count() or 1
-        threads = analysis.analyse(recording, usable)
+        threads = analysis.analyse(recording.load(path), usable)
         threads.environment = environment.audit(report.machine, processes=threads.compute_processes or 1)
         if report.threads is not None:  # the uninstrumented pass recorded the target's thread-count calls
             threads.thread_calls = report.threads.thread_calls

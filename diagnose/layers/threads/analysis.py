@@ -1,7 +1,8 @@
 """Turns a thread-sampler recording (sampler.py) into the report's `threads` section (model.Threads).
 
-`analyse(recording, usable_cpus)` is pure: the same recording gives the same
-numbers, so it is tested on real recordings committed under tests/data/threads.
+`analyse(recording, usable_cpus)` is pure: the same recording (recording.Recording,
+read back with recording.load) gives the same numbers, so it is tested on real
+recordings committed under tests/data/threads.
 
 Measures (docs/measurements.md, threads). Over the whole process tree, between the
 first and the last snapshot (`duration_s`):
@@ -70,11 +71,13 @@ cpu_used are None, processes is empty, and `reason` says why.
 
 from __future__ import annotations
 
-from typing import Any
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 from diagnose.layers.threads import procfs
-from diagnose.report import io as report_io
-from diagnose.report.model import Threads
+from diagnose.layers.threads.recording import Health, Process, Recording, Snapshot, Thread, ThreadRow
+from diagnose.report.model import (BusyThread, OtherProcess, PoolStats, ProcessTimeline, SamplerHealth,
+                                   ThreadProcess, Threads, ThreadTimeline)
 
 ROLES = ("target", "dataloader_worker", "mp_worker", "helper", "child")
 POOLS = ("main", "intra_op", "inter_op", "dataloader_pin", "other")
@@ -84,16 +87,17 @@ COMPUTE_MIN_RUNNABLE = 0.2
 TIMELINE_MAX_POINTS = 400
 CMDLINE_MAX_CHARS = 200
 
-# thread row columns (sampler.THREAD_FIELDS)
-_STATE, _RUN, _WAIT, _SLICES, _UTIME, _STIME, _VCSW, _NVCSW, _RMS = range(1, 10)
+# (cpu_ns, runnable_ns, wait_ns, involuntary switches) of a thread: cumulative, or between two readings
+_Totals = tuple[float, float, float, float]
+_ZERO: _Totals = (0.0, 0.0, 0.0, 0.0)
 
 
-def role_of(process: dict[str, Any], root_pid: int) -> str:
-    if process["pid"] == root_pid:
+def role_of(process: Process, root_pid: int) -> str:
+    if process.pid == root_pid:
         return "target"
-    if process.get("comm") == "pt_data_worker":
+    if process.comm == "pt_data_worker":
         return "dataloader_worker"
-    cmd = " ".join(process.get("cmdline") or [])
+    cmd = " ".join(process.cmdline or [])
     if "multiprocessing.resource_tracker" in cmd or "multiprocessing.semaphore_tracker" in cmd \
             or "multiprocessing.forkserver" in cmd:
         return "helper"
@@ -114,14 +118,14 @@ def pool_of(thread_comm: str, tid: int, pid: int, process_comm: str) -> str:
     return "other"
 
 
-def _num(v: Any) -> float:
+def _num(v: int | float | None) -> float:
     return float(v) if v is not None else 0.0
 
 
-def _schedstat_available(threads: list[dict[str, Any]]) -> bool:
+def _schedstat_available(threads: list[Thread]) -> bool:
     for th in threads:
-        for row in (th.get("first"), th.get("last")):
-            if row and row[_RUN] is not None and (row[_RUN] > 0 or (row[_SLICES] or 0) > 0):
+        for row in (th.first, th.last):
+            if row and row.run_ns is not None and (row.run_ns > 0 or (row.slices or 0) > 0):
                 return True
     return False
 
@@ -133,17 +137,17 @@ class _Values:
         self.schedstat = schedstat
         self.ns_per_tick = 1e9 / ticks_per_s
 
-    def of(self, row: list[Any] | None) -> tuple[float, float, float, float]:
+    def of(self, row: ThreadRow | None) -> _Totals:
         if row is None:
-            return (0.0, 0.0, 0.0, 0.0)
+            return _ZERO
         if self.schedstat:
-            run, wait = _num(row[_RUN]), _num(row[_WAIT])
-            return (run, run + wait, wait, _num(row[_NVCSW]))
-        cpu = (_num(row[_UTIME]) + _num(row[_STIME])) * self.ns_per_tick
-        return (cpu, _num(row[_RMS]) * 1e6, 0.0, _num(row[_NVCSW]))
+            run, wait = _num(row.run_ns), _num(row.wait_ns)
+            return (run, run + wait, wait, _num(row.nonvoluntary_ctxt))
+        cpu = (_num(row.utime_ticks) + _num(row.stime_ticks)) * self.ns_per_tick
+        return (cpu, _num(row.runnable_sampled_ms) * 1e6, 0.0, _num(row.nonvoluntary_ctxt))
 
 
-def _sub(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+def _sub(a: _Totals, b: _Totals) -> _Totals:
     return tuple(x - y for x, y in zip(a, b))
 
 
@@ -159,137 +163,138 @@ def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
 
 
-def analyse(recording: dict[str, Any], usable_cpus: int) -> Threads:
+@dataclass
+class _ProcessSums:
+    """One process's threads added up over the run, in ns; per pool as well."""
+
+    cpu: float = 0.0
+    runnable: float = 0.0
+    wait: float = 0.0
+    nvcsw: float = 0.0
+    threads: Counter[str] = field(default_factory=Counter)  # pool -> threads seen
+    active: Counter[str] = field(default_factory=Counter)  # pool -> threads that did work
+    pool_cpu: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pool_runnable: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pool_wait: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cpus_allowed: set[str] = field(default_factory=set)
+
+
+def analyse(recording: Recording, usable_cpus: int) -> Threads:
     """The report's `threads` section (module docstring); units in the field names, CPUs as counts."""
-    return report_io.typed(Threads, _analyse(recording, usable_cpus))
+    snapshots = recording.snapshots
+    health_in = recording.health
+    if len(snapshots) < 2 or snapshots[-1].t_s <= snapshots[0].t_s:
+        return Threads(usable_cpus=usable_cpus, samples=health_in.samples, duration_s=0.0,
+                       reason="fewer than two samples: the target ended before the sampler could measure it",
+                       health=_health(health_in, 0.0, recording))
 
-
-def _analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
-    fmt = recording.get("format")
-    if not isinstance(fmt, str) or not fmt.startswith("diagnose.threads/"):
-        raise ValueError(f"not a thread-sampler recording (format {fmt!r})")
-    snapshots = recording.get("snapshots") or []
-    health_in = recording.get("health") or {}
-    out: dict[str, Any] = {"usable_cpus": usable_cpus, "samples": int(health_in.get("samples") or 0)}
-    if len(snapshots) < 2 or snapshots[-1]["t_s"] <= snapshots[0]["t_s"]:
-        out.update(duration_s=0.0, mean_runnable=None, runqueue_wait_share=None, cpu_used=None, processes=[],
-                   reason="fewer than two samples: the target ended before the sampler could measure it",
-                   health=_health(health_in, 0.0, recording))
-        return out
-
-    ticks_per_s = int(recording.get("clock_ticks_per_s") or 100)
-    threads = recording.get("threads") or []
-    processes = recording.get("processes") or []
-    t_first, t_last = snapshots[0]["t_s"], snapshots[-1]["t_s"]
+    ticks_per_s = recording.clock_ticks_per_s
+    threads = recording.threads
+    processes = recording.processes
+    t_first, t_last = snapshots[0].t_s, snapshots[-1].t_s
     wall_s = t_last - t_first
     wall_ns = wall_s * 1e9
     schedstat = _schedstat_available(threads)
     values = _Values(schedstat, ticks_per_s)
-    root_pid = recording.get("root_pid")
+    root_pid = recording.root_pid
 
     # ---- per thread totals, pools, per process sums
-    base = [values.of(th["first"]) if th.get("in_first_snapshot") else (0.0, 0.0, 0.0, 0.0) for th in threads]
-    per_proc: list[dict[str, Any]] = [
-        {"cpu": 0.0, "runnable": 0.0, "wait": 0.0, "nvcsw": 0.0, "threads": {}, "active": {},
-         "pool_cpu": {}, "pool_runnable": {}, "pool_wait": {}, "cpus_allowed": set()}
-        for _ in processes
-    ]
-    busy: list[dict[str, Any]] = []
+    base = [values.of(th.first) if th.in_first_snapshot else _ZERO for th in threads]
+    per_proc = [_ProcessSums() for _ in processes]
+    busy: list[BusyThread] = []
     for th, b in zip(threads, base):
-        cpu, runnable, wait, nvcsw = _sub(values.of(th.get("last")), b)
+        cpu, runnable, wait, nvcsw = _sub(values.of(th.last), b)
         runnable, wait = _wait_from(cpu, runnable, wait, schedstat)
-        p = per_proc[th["process"]]
-        proc = processes[th["process"]]
-        pool = pool_of(th.get("comm", ""), th["tid"], th["pid"], proc.get("comm", ""))
-        p["cpu"] += cpu
-        p["runnable"] += runnable
-        p["wait"] += wait
-        p["nvcsw"] += nvcsw
-        p["threads"][pool] = p["threads"].get(pool, 0) + 1
+        p = per_proc[th.process]
+        pool = pool_of(th.comm, th.tid, th.pid, processes[th.process].comm)
+        p.cpu += cpu
+        p.runnable += runnable
+        p.wait += wait
+        p.nvcsw += nvcsw
+        p.threads[pool] += 1
         if cpu >= ACTIVE_MIN_CPUS * wall_ns:
-            p["active"][pool] = p["active"].get(pool, 0) + 1
-            busy.append({"pid": th["pid"], "tid": th["tid"], "pool": pool, "cpu_used": _round(cpu / wall_ns),
-                         "cpus": th.get("cpus") or [], "cpu_samples": th.get("cpu_samples") or 0,
-                         "cpu_changes": th.get("cpu_changes") or 0})
-        p["pool_cpu"][pool] = p["pool_cpu"].get(pool, 0.0) + cpu
-        p["pool_runnable"][pool] = p["pool_runnable"].get(pool, 0.0) + runnable
-        p["pool_wait"][pool] = p["pool_wait"].get(pool, 0.0) + wait
-        if th.get("cpus_allowed"):
-            p["cpus_allowed"].add(th["cpus_allowed"])
+            p.active[pool] += 1
+            busy.append(BusyThread(pid=th.pid, tid=th.tid, pool=pool, cpu_used=_round(cpu / wall_ns),
+                                   cpus=list(th.cpus), cpu_samples=th.cpu_samples, cpu_changes=th.cpu_changes))
+        p.pool_cpu[pool] += cpu
+        p.pool_runnable[pool] += runnable
+        p.pool_wait[pool] += wait
+        if th.cpus_allowed:
+            p.cpus_allowed.add(th.cpus_allowed)
 
     max_threads = [0] * len(processes)
     workers_max = 0
     for snap in snapshots:
         workers_now = 0
-        for pidx, _cpu_ticks, n_threads in snap.get("procs") or []:
-            max_threads[pidx] = max(max_threads[pidx], n_threads)
-            if processes[pidx].get("comm") == "pt_data_worker":
+        for row in snap.procs:
+            max_threads[row.process] = max(max_threads[row.process], row.num_threads)
+            if processes[row.process].comm == "pt_data_worker":
                 workers_now += 1
         workers_max = max(workers_max, workers_now)
 
-    rows_out = []
+    rows_out: list[ThreadProcess] = []
     for i, (proc, p) in enumerate(zip(processes, per_proc)):
         role = role_of(proc, root_pid)
-        cmd = " ".join(proc.get("cmdline") or [])
-        rows_out.append({
-            "pid": proc["pid"], "ppid": proc.get("ppid"), "role": role, "name": proc.get("comm"),
-            "cmdline": cmd[:CMDLINE_MAX_CHARS],
-            "threads": _ordered(p["threads"]), "active_threads": _ordered(p["active"]),
-            "max_threads": max(max_threads[i], proc.get("max_threads") or 0),
-            "mean_runnable": _round(p["runnable"] / wall_ns),
-            "cpu_used": _round(p["cpu"] / wall_ns),
-            "cpu_s": _round(p["cpu"] / 1e9), "wait_s": _round(p["wait"] / 1e9),
-            "wait_share": _round(p["wait"] / p["runnable"]) if p["runnable"] > 0 else 0.0,
-            "involuntary_switches": int(p["nvcsw"]),
-            "pools": {pool: {"threads": p["threads"][pool], "active_threads": p["active"].get(pool, 0),
-                             "cpu_s": _round(p["pool_cpu"][pool] / 1e9), "wait_s": _round(p["pool_wait"][pool] / 1e9),
-                             "mean_runnable": _round(p["pool_runnable"][pool] / wall_ns)}
-                      for pool in _ordered(p["threads"])},
-            "cpus_allowed": sorted(p["cpus_allowed"]),
-            "first_seen_s": _round(proc.get("first_seen_s", 0.0) - t_first, 3),
-            "last_seen_s": _round(proc.get("last_seen_s", 0.0) - t_first, 3),
-            "_order": (0 if role == "target" else 1, -p["cpu"], proc["pid"]),
-            "_index": i,
-        })
-    tree_cpu = sum(p["cpu"] for p in per_proc)
-    tree_runnable = sum(p["runnable"] for p in per_proc)
-    tree_wait = sum(p["wait"] for p in per_proc)
-    tree_nvcsw = sum(p["nvcsw"] for p in per_proc)
+        mean_runnable, cpu_used = _round(p.runnable / wall_ns), _round(p.cpu / wall_ns)
+        rows_out.append(ThreadProcess(
+            pid=proc.pid, ppid=proc.ppid, role=role, name=proc.comm,
+            cmdline=" ".join(proc.cmdline or [])[:CMDLINE_MAX_CHARS],
+            threads=_ordered(p.threads), active_threads=_ordered(p.active),
+            max_threads=max(max_threads[i], proc.max_threads),
+            mean_runnable=mean_runnable, cpu_used=cpu_used,
+            cpu_s=_round(p.cpu / 1e9), wait_s=_round(p.wait / 1e9),
+            wait_share=_round(p.wait / p.runnable) if p.runnable > 0 else 0.0,
+            involuntary_switches=int(p.nvcsw),
+            pools={pool: PoolStats(threads=p.threads[pool], active_threads=p.active[pool],
+                                   cpu_s=_round(p.pool_cpu[pool] / 1e9), wait_s=_round(p.pool_wait[pool] / 1e9),
+                                   mean_runnable=_round(p.pool_runnable[pool] / wall_ns))
+                   for pool in _ordered(p.threads)},
+            cpus_allowed=sorted(p.cpus_allowed),
+            first_seen_s=_round(proc.first_seen_s - t_first, 3),
+            last_seen_s=_round(proc.last_seen_s - t_first, 3),
+            compute=role != "helper" and (cpu_used >= COMPUTE_MIN_CPUS or mean_runnable >= COMPUTE_MIN_RUNNABLE),
+        ))
+    tree_cpu = sum(p.cpu for p in per_proc)
+    tree_runnable = sum(p.runnable for p in per_proc)
+    tree_wait = sum(p.wait for p in per_proc)
+    tree_nvcsw = sum(p.nvcsw for p in per_proc)
 
-    pools: dict[str, dict[str, Any]] = {}
+    # the tree's pools: the processes' (rounded) pool totals added up in the recording's order, then rounded
+    pools: dict[str, PoolStats] = {}
     for r in rows_out:
-        for pool, v in r["pools"].items():
-            agg = pools.setdefault(pool, {"threads": 0, "active_threads": 0, "cpu_s": 0.0, "wait_s": 0.0,
-                                          "mean_runnable": 0.0})
-            for k in agg:
-                agg[k] += v[k]
-    pools = {k: {kk: (_round(vv) if isinstance(vv, float) else vv) for kk, vv in pools[k].items()}
-             for k in POOLS if k in pools}
+        for pool, v in r.pools.items():
+            agg = pools.setdefault(pool, PoolStats())
+            agg.threads += v.threads
+            agg.active_threads += v.active_threads
+            agg.cpu_s += v.cpu_s
+            agg.wait_s += v.wait_s
+            agg.mean_runnable += v.mean_runnable
+    for agg in pools.values():
+        agg.cpu_s, agg.wait_s, agg.mean_runnable = _round(agg.cpu_s), _round(agg.wait_s), _round(agg.mean_runnable)
+    pools = {k: pools[k] for k in POOLS if k in pools}
 
     # ---- the machine
     machine_busy = others = machine_cpus = None
-    c0, c1 = snapshots[0].get("cpu"), snapshots[-1].get("cpu")
-    sampler_cpu_s = float(health_in.get("sampler_cpu_s") or 0.0)
+    c0, c1 = snapshots[0].cpu, snapshots[-1].cpu
     if c0 and c1:
         b0, i0 = procfs.busy_idle_ticks(c0)
         b1, i1 = procfs.busy_idle_ticks(c1)
         machine_busy = (b1 - b0) / ticks_per_s / wall_s
         machine_cpus = ((b1 - b0) + (i1 - i0)) / ticks_per_s / wall_s
-        others = max(0.0, machine_busy - tree_cpu / wall_ns - sampler_cpu_s / wall_s)
+        others = max(0.0, machine_busy - tree_cpu / wall_ns - health_in.sampler_cpu_s / wall_s)
 
-    timeline, per_process, busy_share = _timeline(snapshots, threads, base, values, len(processes), ticks_per_s)
-    rows_out.sort(key=lambda r: r["_order"])
-    timeline["processes"] = [{"pid": r["pid"], **per_process[r["_index"]]} for r in rows_out]
-    for r in rows_out:
-        del r["_order"], r["_index"]
+    timeline, per_process, busy_share = _timeline(snapshots, threads, processes, base, values, ticks_per_s)
+    # the target first, then by CPU time (ties in the recording's order)
+    order = sorted(range(len(processes)), key=lambda i: (0 if rows_out[i].role == "target" else 1,
+                                                         -per_proc[i].cpu, processes[i].pid))
+    timeline.processes = [per_process[i] for i in order]
+    rows_out = [rows_out[i] for i in order]
 
-    for r in rows_out:
-        r["compute"] = r["role"] != "helper" and (
-            (r["cpu_used"] or 0) >= COMPUTE_MIN_CPUS or (r["mean_runnable"] or 0) >= COMPUTE_MIN_RUNNABLE)
-    compute = [r for r in rows_out if r["compute"]]
-    out.update(
+    return Threads(
+        usable_cpus=usable_cpus,
+        samples=health_in.samples,
         duration_s=_round(wall_s, 3),
-        interval_s=recording.get("interval_s"),
+        interval_s=recording.interval_s,
         schedstat_available=schedstat,
         method="schedstat" if schedstat else "state_sampling",
         mean_runnable=_round(tree_runnable / wall_ns),
@@ -302,53 +307,54 @@ def _analyse(recording: dict[str, Any], usable_cpus: int) -> dict[str, Any]:
         machine_busy_cpus=_round(machine_busy),
         machine_cpus_seen=_round(machine_cpus, 2),
         others_cpus=_round(others),
-        other_processes=[{"pid": o["pid"], "name": o["comm"], "cpu_s": _round(o["cpu_ticks"] / ticks_per_s, 2)}
-                         for o in recording.get("other_processes") or []][:5],
+        other_processes=[OtherProcess(pid=o.pid, name=o.comm, cpu_s=_round(o.cpu_ticks / ticks_per_s, 2))
+                         for o in recording.other_processes[:5]],
         processes=rows_out,
-        compute_processes=len(compute),
+        compute_processes=sum(1 for r in rows_out if r.compute),
         dataloader_workers=workers_max,
         pools=pools,
         busy_threads=busy,
         timeline=timeline,
         health=_health(health_in, wall_s, recording),
     )
-    return out
 
 
-def _ordered(counts: dict[str, Any]) -> dict[str, Any]:
+def _ordered(counts: Counter[str]) -> dict[str, int]:
     return {k: counts[k] for k in POOLS if k in counts}
 
 
-def _timeline(snapshots, threads, base, values: _Values, n_processes: int,
-              ticks_per_s: int) -> tuple[dict[str, Any], list[dict[str, list[float]]], float]:
+def _timeline(snapshots: list[Snapshot], threads: list[Thread], processes: list[Process], base: list[_Totals],
+              values: _Values, ticks_per_s: int) -> tuple[ThreadTimeline, list[ProcessTimeline], float]:
     """Per-interval runnable threads and CPUs (tree and machine; each process); and the busy share.
 
     Cumulative sums are built at every kept snapshot, then differenced at up
     to TIMELINE_MAX_POINTS evenly chosen snapshots, so every interval's
-    average is exact whatever the points chosen.
+    average is exact whatever the points chosen. The timeline comes without
+    its processes, given apart in the recording's order: the caller orders them.
     """
     n = len(snapshots)
-    times = [s["t_s"] for s in snapshots]
+    n_processes = len(processes)
+    times = [s.t_s for s in snapshots]
     # each thread's first and last readings (kept apart from decimation) as events in time
-    events = []
+    events: list[tuple[float, int, ThreadRow]] = []
     for i, th in enumerate(threads):
-        for key, t_key in (("first", "first_seen_s"), ("last", "last_seen_s")):
-            if th.get(key) is not None:
-                events.append((th[t_key], i, th[key]))
+        for row, t_s in ((th.first, th.first_seen_s), (th.last, th.last_seen_s)):
+            if row is not None:
+                events.append((t_s, i, row))
     events.sort(key=lambda e: e[0])
-    current = [(0.0, 0.0, 0.0, 0.0)] * len(threads)
+    current = [_ZERO] * len(threads)
     proc_sum = [[0.0, 0.0] for _ in range(n_processes)]  # cpu_ns, runnable_ns
     cum_tree = []  # per snapshot: (cpu, runnable)
     cum_proc = []  # per snapshot: list of (cpu, runnable) per process
     ev = 0
 
-    def apply(i: int, row: list[Any]) -> None:
+    def apply(i: int, row: ThreadRow) -> None:
         new = _sub(values.of(row), base[i])
         old = current[i]
         if new[0] < old[0] or new[1] < old[1]:
             return  # an older reading than one already applied
         current[i] = new
-        s = proc_sum[threads[i]["process"]]
+        s = proc_sum[threads[i].process]
         s[0] += new[0] - old[0]
         s[1] += new[1] - old[1]
 
@@ -356,8 +362,8 @@ def _timeline(snapshots, threads, base, values: _Values, n_processes: int,
         while ev < len(events) and events[ev][0] <= times[k] + 1e-9:
             apply(events[ev][1], events[ev][2])
             ev += 1
-        for row in snap["threads"]:
-            apply(row[0], row)
+        for row in snap.threads:
+            apply(row.thread, row)
         cum_proc.append([(s[0], s[1]) for s in proc_sum])
         cum_tree.append((sum(s[0] for s in proc_sum), sum(s[1] for s in proc_sum)))
 
@@ -373,45 +379,43 @@ def _timeline(snapshots, threads, base, values: _Values, n_processes: int,
         picks = sorted({round(j * (n - 1) / TIMELINE_MAX_POINTS) for j in range(TIMELINE_MAX_POINTS + 1)})
     else:
         picks = list(range(n))
-    tl: dict[str, Any] = {"t_s": [], "runnable": [], "cpu_used": [], "machine_busy_cpus": [], "processes": []}
-    per_proc_tl = [{"runnable": [], "cpu_used": []} for _ in range(n_processes)]
+    tl = ThreadTimeline()
+    per_proc_tl = [ProcessTimeline(pid=proc.pid) for proc in processes]
     for a, b in zip(picks, picks[1:]):
         dt_s = times[b] - times[a]
         if dt_s <= 0:
             continue
         dt = dt_s * 1e9
-        tl["t_s"].append(round(times[b] - times[0], 3))
-        tl["cpu_used"].append(round((cum_tree[b][0] - cum_tree[a][0]) / dt, 3))
-        tl["runnable"].append(round(max(cum_tree[b][1] - cum_tree[a][1], cum_tree[b][0] - cum_tree[a][0]) / dt, 3))
-        ca, cb = snapshots[a].get("cpu"), snapshots[b].get("cpu")
-        tl["machine_busy_cpus"].append(
+        tl.t_s.append(round(times[b] - times[0], 3))
+        tl.cpu_used.append(round((cum_tree[b][0] - cum_tree[a][0]) / dt, 3))
+        tl.runnable.append(round(max(cum_tree[b][1] - cum_tree[a][1], cum_tree[b][0] - cum_tree[a][0]) / dt, 3))
+        ca, cb = snapshots[a].cpu, snapshots[b].cpu
+        tl.machine_busy_cpus.append(
             round((procfs.busy_idle_ticks(cb)[0] - procfs.busy_idle_ticks(ca)[0]) / ticks_per_s / dt_s, 3)
             if ca and cb else None)
         for p in range(n_processes):
             cpu = cum_proc[b][p][0] - cum_proc[a][p][0]
-            per_proc_tl[p]["cpu_used"].append(round(cpu / dt, 3))
-            per_proc_tl[p]["runnable"].append(round(max(cum_proc[b][p][1] - cum_proc[a][p][1], cpu) / dt, 3))
+            per_proc_tl[p].cpu_used.append(round(cpu / dt, 3))
+            per_proc_tl[p].runnable.append(round(max(cum_proc[b][p][1] - cum_proc[a][p][1], cpu) / dt, 3))
     return tl, per_proc_tl, busy_share
 
 
-def _health(h: dict[str, Any], wall_s: float, recording: dict[str, Any]) -> dict[str, Any]:
-    sampler_cpu_s = float(h.get("sampler_cpu_s") or 0.0)
-    return {
-        "samples": int(h.get("samples") or 0),
-        "kept_snapshots": int(h.get("kept_snapshots") or len(recording.get("snapshots") or [])),
-        "missed_samples": int(h.get("missed_samples") or 0),
-        "late_samples": int(h.get("late_samples") or 0),
-        "unreadable_files": int(h.get("unreadable_files") or 0),
-        "vanished_files": int(h.get("vanished_files") or 0),
-        "sampler_cpu_s": _round(sampler_cpu_s),
+def _health(h: Health, wall_s: float, recording: Recording) -> SamplerHealth:
+    return SamplerHealth(
+        samples=h.samples,
+        kept_snapshots=h.kept_snapshots or len(recording.snapshots),
+        missed_samples=h.missed_samples,
+        late_samples=h.late_samples,
+        unreadable_files=h.unreadable_files,
+        vanished_files=h.vanished_files,
+        sampler_cpu_s=_round(h.sampler_cpu_s),
         # the sampler's own CPU as a share of one CPU over the run
-        "overhead_cpu_share": _round(sampler_cpu_s / wall_s) if wall_s > 0 else None,
-        "read_s_mean": h.get("read_s_mean"),
-        "interval_s": recording.get("interval_s"),
-        "final_interval_s": h.get("final_interval_s"),
-        "decimations": int(h.get("decimations") or 0),
-        "slowdowns": int(h.get("slowdowns") or 0),
-        "stopped_by": h.get("stopped_by"),
-        "error": h.get("error"),
-    }
-
+        overhead_cpu_share=_round(h.sampler_cpu_s / wall_s) if wall_s > 0 else None,
+        read_s_mean=h.read_s_mean,
+        interval_s=recording.interval_s,
+        final_interval_s=h.final_interval_s,
+        decimations=h.decimations,
+        slowdowns=h.slowdowns,
+        stopped_by=h.stopped_by,
+        error=h.error,
+    )

@@ -62,60 +62,32 @@ Timing: a slot that passed while a sample ran late is skipped and counted in
 `missed_samples`; a sample starting more than half an interval after its
 slot counts in `late_samples`.
 
-Recording (FORMAT "diagnose.threads/1", JSON-serialisable):
-    format, root_pid, self_pid, clock_ticks_per_s, interval_s (requested),
-    max_snapshots, status_every,
-    thread_fields: names of a thread row's columns (THREAD_FIELDS),
-    processes: [{pid, ppid, comm, cmdline, start_ticks, first_seen_s, last_seen_s,
-                 max_threads, cmdline_reads}],
-    threads: [{process (index into processes), pid, tid, comm, start_ticks,
-               cpus_allowed, first_seen_s, last_seen_s, in_first_snapshot,
-               first (row), last (row), cpus, cpu_samples, cpu_changes}],
-    snapshots: [{t_s, cpu (the /proc/stat cpu line, ticks),
-                 procs ([[process index, cpu_ticks (utime+stime of the whole
-                          process, exited threads included), num_threads], ...]),
-                 threads ([row, ...])}],
-    other_processes: top CPU users outside the tree over the run
-                     [{pid, comm, cpu_ticks}],
-    health: {samples, kept_snapshots, late_samples, missed_samples,
-             unreadable_files, vanished_files, sampler_cpu_s, read_s_mean,
-             read_s_max, decimations, slowdowns, final_interval_s,
-             children_fallback, stopped_by (tree_exited, stop, max_duration,
-             root_not_found), tree_gone_s (first sample that found no process),
-             error}
-A thread row is [thread index, state, run_ns, wait_ns, slices, utime_ticks,
-stime_ticks, voluntary_ctxt, nonvoluntary_ctxt, runnable_sampled_ms]; all
-counters cumulative; null where a file was absent; the context-switch
-columns carry the last values read (status is read every few samples).
-`runnable_sampled_ms` adds the current interval each time the thread is
-seen in state R (the fallback when schedstat reads 0 0 0). Times `*_s` are
-seconds since the first sample.
-Per thread, from the `processor` field of its stat (the CPU it last ran
-on, read at every sample at no extra cost): `cpus`, the sorted CPUs it was
-seen on; `cpu_samples`, the samples that read it; `cpu_changes`, how many
-times it was on another CPU than at the previous sample that read it (a
-lower bound of its migrations: several between two samples count once).
-All three cover every sample (decimation drops none of them).
+The recording's fields are the types of recording.py (FORMAT
+"diagnose.threads/1"): the tree's processes and threads, the kept snapshots
+(one row of cumulative counters per thread, its columns named by
+THREAD_FIELDS), the top CPU users outside the tree, and the sampling's
+health. Per thread, `cpus`, `cpu_samples` and `cpu_changes` come from the
+`processor` field of its stat (the CPU it last ran on, read at every sample
+at no extra cost) and cover every sample: decimation drops none of them.
+The sampling loop keeps plain lists and dicts, as it is the hot path;
+`recording()` builds the typed recording from them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import os
 import select
 import signal
 import sys
-import tempfile
 import time
 from collections import deque
 from typing import Any, Callable
 
 from diagnose.layers.threads import procfs
-
-FORMAT = "diagnose.threads/1"
-THREAD_FIELDS = ("thread", "state", "run_ns", "wait_ns", "slices", "utime_ticks", "stime_ticks",
-                 "voluntary_ctxt", "nonvoluntary_ctxt", "runnable_sampled_ms")
+from diagnose.layers.threads.recording import (FORMAT, THREAD_FIELDS, Health, OutsideProcess, Process, Recording,
+                                               Snapshot, Thread, save)
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_MAX_SNAPSHOTS = 1000
 DEFAULT_STATUS_EVERY = 10
@@ -182,7 +154,7 @@ class Sampler:
         """Ask `run()` to take a last sample and return (safe from a signal handler)."""
         self._stop = True
 
-    def run(self, max_duration_s: float | None = None) -> dict[str, Any]:
+    def run(self, max_duration_s: float | None = None) -> Recording:
         """Sample until the tree is gone, `stop()` or `max_duration_s`; return the recording."""
         self._start()
         due = self._t0 if self._last_began is None else self._last_began + self.interval_s
@@ -388,7 +360,8 @@ class Sampler:
 
     # ------------------------------------------------------------ output
 
-    def recording(self) -> dict[str, Any]:
+    def recording(self) -> Recording:
+        """The typed recording of what was sampled so far (a copy: sampling may go on)."""
         h = dict(self._health)
         samples = h["samples"]
         read_total = h.pop("read_s_total")
@@ -402,23 +375,24 @@ class Sampler:
             final_interval_s=self.interval_s,
             children_fallback=self._children_fallback,
         )
-        return {
-            "format": FORMAT,
-            "root_pid": self.root_pid,
-            "self_pid": self._self_pid,
-            "clock_ticks_per_s": self._ticks_per_s,
-            "interval_s": self.requested_interval_s,
-            "max_snapshots": self.max_snapshots,
-            "status_every": self.status_every,
-            "thread_fields": list(THREAD_FIELDS),
-            "processes": self._processes,
-            "threads": self._threads,
-            "snapshots": self._snapshots,
-            "other_processes": self._other_processes(),
-            "health": h,
-        }
+        return Recording(
+            format=FORMAT,
+            root_pid=self.root_pid,
+            self_pid=self._self_pid,
+            clock_ticks_per_s=self._ticks_per_s,
+            interval_s=self.requested_interval_s,
+            max_snapshots=self.max_snapshots,
+            status_every=self.status_every,
+            thread_fields=list(THREAD_FIELDS),
+            processes=[Process(**p) for p in self._processes],
+            # `cpus` grows in place as sampling goes on
+            threads=[Thread(**{**th, "cpus": list(th["cpus"])}) for th in self._threads],
+            snapshots=[Snapshot(**snap) for snap in self._snapshots],
+            other_processes=self._other_processes(),
+            health=Health(**h),
+        )
 
-    def _other_processes(self) -> list[dict[str, Any]]:
+    def _other_processes(self) -> list[OutsideProcess]:
         """Top CPU users outside the tree and the sampler, between the first and the last sample."""
         ours = {p["pid"] for p in self._processes} | {self._self_pid}
         out = []
@@ -428,27 +402,9 @@ class Sampler:
             before = self._others_start.get(pid)
             base = before[2] if before is not None and before[1] == start else 0
             if ticks - base > 0:
-                out.append({"pid": pid, "comm": comm, "cpu_ticks": ticks - base})
-        out.sort(key=lambda r: -r["cpu_ticks"])
+                out.append(OutsideProcess(pid=pid, comm=comm, cpu_ticks=ticks - base))
+        out.sort(key=lambda r: -r.cpu_ticks)
         return out[:OTHER_PROCESSES_KEPT]
-
-
-def write_atomically(path: str, data: dict[str, Any]) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".threads-", suffix=".json.tmp", dir=folder)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it 0600; give it a normal file's mode
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _wait_for(path: str, pid: int, proc_root: str, sleep: Callable[[float], None],
@@ -527,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.ready, "w"):
                 pass
         recording = sampler.run(max_duration_s=args.max_duration)
-        if restart["now"] and not signalled and recording["health"]["stopped_by"] == "stop":
+        if restart["now"] and not signalled and recording.health.stopped_by == "stop":
             sampler = new_sampler()  # the window begins: what came before was setup and warm-up
             recording = sampler.run(max_duration_s=args.max_duration)
     finally:
@@ -537,11 +493,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.set_wakeup_fd(previous_fd)
         os.close(wake_r)
         os.close(wake_w)
-    if recording["health"]["stopped_by"] == "root_not_found":
-        recording["health"]["error"] = f"no process {args.pid}"
-    write_atomically(args.out, recording)
-    if recording["health"]["error"]:
-        print(f"sampler: {recording['health']['error']}", file=sys.stderr)
+    if recording.health.stopped_by == "root_not_found":
+        recording = dataclasses.replace(recording,
+                                        health=dataclasses.replace(recording.health, error=f"no process {args.pid}"))
+    save(recording, args.out)
+    if recording.health.error:
+        print(f"sampler: {recording.health.error}", file=sys.stderr)
         return 1
     return 0
 

@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from diagnose.layers.threads import procfs  # noqa: E402
+from diagnose.layers.threads import procfs, recording  # noqa: E402
 from diagnose.layers.threads.analysis import analyse  # noqa: E402
 
 DURATION_S = 3.0
@@ -167,7 +167,7 @@ def wait_quiet(timeout_s: float = 120.0) -> None:
     print("  machine still busy; recording anyway", file=sys.stderr)
 
 
-def record_once(name: str, workdir: Path, out: Path) -> dict:
+def record_once(name: str, workdir: Path, out: Path) -> recording.Recording:
     script = workdir / f"{name}.py"
     script.write_text(textwrap.dedent(SCENARIOS[name]).replace("{duration}", str(DURATION_S)))
     spinners = []
@@ -184,7 +184,7 @@ def record_once(name: str, workdir: Path, out: Path) -> dict:
         for s in spinners:
             s.kill()
             s.wait()
-    return json.loads(out.read_text())
+    return recording.load(str(out))
 
 
 def record(name: str, workdir: Path) -> None:
@@ -194,11 +194,11 @@ def record(name: str, workdir: Path) -> None:
             wait_quiet()
         rec = record_once(name, workdir, out)
         t = analyse(rec, usable_cpus=len(os.sched_getaffinity(0)))
-        print(f"{name}: {out.stat().st_size // 1024} KiB, {t['duration_s']} s, mean_runnable {t['mean_runnable']}, "
-              f"wait_share {t['runqueue_wait_share']}, cpu_used {t['cpu_used']}, others {t['others_cpus']}")
-        if name == "contended" or (t["others_cpus"] or 0) < QUIET_CPUS:
+        print(f"{name}: {out.stat().st_size // 1024} KiB, {t.duration_s} s, mean_runnable {t.mean_runnable}, "
+              f"wait_share {t.runqueue_wait_share}, cpu_used {t.cpu_used}, others {t.others_cpus}")
+        if name == "contended" or (t.others_cpus or 0) < QUIET_CPUS:
             return
-        print(f"  other processes took {t['others_cpus']} CPUs: again (attempt {attempt})")
+        print(f"  other processes took {t.others_cpus} CPUs: again (attempt {attempt})")
 
 
 def main() -> None:
