@@ -19,7 +19,7 @@ from microbench.cases import (Case, CannotRebuild, build_case, cases_from_report
 from microbench.errors import UsageError
 from microbench.machine import cpu_snapshot, describe, others_cpus, usable_cpus
 from microbench.measure import AUTORANGES, Budget, Timing, make_timer, measure, per_measurement_time
-from microbench.results import Results, Row, read_json
+from microbench.results import FUZZ_RULE, Results, Row, read_json
 
 Progress = Callable[[str], None]
 
@@ -295,7 +295,7 @@ def run(op: str, shapes_text: str | list[str], *, dtype: str | None = None, dtyp
     if fuzz:
         drawn = fz.fuzzed_shapes(cases[0].input_shapes, fuzz, seed, spread)
         fuzz_settings = {"n": fuzz, "seed": seed, "spread": spread, "shapes": drawn,
-                         "rule": fz.RULE}
+                         "rule": FUZZ_RULE}
         for shapes in drawn:
             text = fz.json_shapes(shapes)
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from microbench.results import Results, Row
+from microbench.results import FUZZ_RULE, Results, Row
 
 
 def table(title: str, header: Sequence[str], groups: Sequence[tuple[str | None, Sequence[Sequence[str]]]],
@@ -125,29 +125,14 @@ def fuzz_text(res: Results) -> str:
     fuzz = (res.settings or {}).get("fuzz")
     if not fuzz:
         return ""
-    from microbench.fuzz import RULE
-
     lines = [f"Fuzz (--fuzz {fuzz['n']} --seed {fuzz['seed']}, each size drawn log-uniform in "
              f"[d/{fuzz['spread']:g}, d*{fuzz['spread']:g}] by torch.utils.benchmark.Fuzzer): is it the shape?"]
     for v in res.fuzz_verdicts():
         lines.append(f"  {v['threads']} thread{'s' if v['threads'] != 1 else ''}: {v['verdict']}: {v['why']}"
                      + (f"; us per {v['unit']}: given {v['given_us_per_unit']:g}, fuzzed median "
                         f"{v['fuzzed_median_us_per_unit']:g}" if v["ratio"] is not None else ""))
-    lines.append(f"  Rule: {RULE}.")
+    lines.append(f"  Rule: {FUZZ_RULE}.")
     return "\n".join(lines)
-
-
-def run_extras(res: Results, color: bool = False) -> str:
-    """After the detailed table: the shapes x threads grid when there are several shapes, the fuzz verdicts."""
-    from microbench.grid import Grid
-
-    parts = [""]
-    if len({case_title(r) for r in res.rows}) > 1:
-        parts.append(Grid.from_results(res).text(color=color))
-    verdicts = fuzz_text(res)
-    if verdicts:
-        parts.append(verdicts)
-    return "\n\n".join(parts) if len(parts) > 1 else ""
 
 
 def callgrind_tops(res: Results, n: int) -> list[dict]:

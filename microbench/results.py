@@ -19,21 +19,42 @@ Format history (`format_version`):
 Readers accept any file whose `format` is ours and whose version is <= the
 one they know; a newer file is refused with a one-line error rather than
 misread.
+
+The derived `fuzz_verdicts` (`fuzz_verdicts(rows, fuzzed_flags)`, here
+because the file carries them; microbench.fuzz draws the shapes): whether a
+behaviour is specific to the given shape. For each thread count, the cost
+per unit of work (median time / FLOPs when torch counts FLOPs for every
+shape, else / bytes touched) of the given shape is compared with the fuzzed
+shapes' costs. It is **specific to the shape** when it lies outside the
+fuzzed range (below the cheapest or above the dearest) AND more than
+`FUZZ_MARGIN` (15%) from their median; otherwise it **holds around it**. At
+least `MIN_FUZZED` (3) fuzzed shapes must have been measured at that thread
+count, else "undecided". Contended rows are left out (they measure the busy
+machine).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from microbench.errors import UsageError
+from microbench.stats import median
 
 FORMAT = "microbench-results"
 COMPARE_FORMAT = "microbench-compare"
 FORMAT_VERSION = 2
+
+FUZZ_MARGIN = 0.15
+MIN_FUZZED = 3
+_PER_G = 1e9          # us per FLOP (byte) -> us per GFLOP (GB)
+FUZZ_RULE = (f"per thread count, time per unit of work (FLOP, else byte) of the given shape against the fuzzed "
+             f"shapes': specific to the shape when outside their range and more than {FUZZ_MARGIN:.0%} from their "
+             f"median; else it holds around it (>= {MIN_FUZZED} fuzzed shapes measured, contended rows left out)")
 
 
 @dataclass
@@ -134,10 +155,60 @@ class Results:
         }
 
     def fuzz_verdicts(self) -> list[dict]:
-        """Derived from the rows (microbench.fuzz.verdicts): written for readers, never read back."""
-        from microbench.fuzz import verdicts
+        """Derived from the rows (`fuzz_verdicts` below): written for readers, never read back."""
+        return fuzz_verdicts(self.rows, [self.is_fuzzed(r) for r in self.rows])
 
-        return verdicts(self.rows, [self.is_fuzzed(r) for r in self.rows])
+
+def _cost(r: Row, unit: str) -> float | None:
+    work = r.flops if unit == "flop" else r.bytes
+    if not work or r.median_us <= 0 or r.contended:
+        return None
+    return r.median_us / work
+
+
+def fuzz_verdicts(rows: list[Row], fuzzed_flags: list[bool]) -> list[dict]:
+    """One verdict per thread count (the rule: the module docstring, FUZZ_RULE); `fuzzed_flags[i]` says
+    whether rows[i] is at a fuzzed shape."""
+    given = [r for r, f in zip(rows, fuzzed_flags) if not f]
+    fuzzed = [r for r, f in zip(rows, fuzzed_flags) if f]
+    if not given or not fuzzed:
+        return []
+    unit = "flop" if all(r.flops for r in rows) else "byte"
+    per = "GFLOP" if unit == "flop" else "GB"
+    out = []
+    for t in sorted({r.threads for r in given}):
+        g = next((r for r in given if r.threads == t), None)
+        mine = _cost(g, unit) if g else None
+        costs = [c for c in (_cost(r, unit) for r in fuzzed if r.threads == t) if c is not None]
+        item = {"threads": t, "unit": per, "fuzzed_measured": len(costs),
+                "given_us_per_unit": None if mine is None else round(mine * _PER_G, 4),
+                "fuzzed_median_us_per_unit": None, "fuzzed_min_us_per_unit": None,
+                "fuzzed_max_us_per_unit": None, "ratio": None, "verdict": "undecided", "why": ""}
+        if mine is None or len(costs) < MIN_FUZZED:
+            item["why"] = (f"only {len(costs)} fuzzed shape(s) measured (need {MIN_FUZZED})" if mine is not None
+                           else "the given shape has no usable measurement here")
+            out.append(item)
+            continue
+        mid, lo, hi = median(costs), min(costs), max(costs)
+        ratio = mine / mid
+        item.update(fuzzed_median_us_per_unit=round(mid * _PER_G, 4), fuzzed_min_us_per_unit=round(lo * _PER_G, 4),
+                    fuzzed_max_us_per_unit=round(hi * _PER_G, 4), ratio=round(ratio, 3))
+        outside = mine < lo or mine > hi
+        if outside and abs(math.log(ratio)) > math.log1p(FUZZ_MARGIN):
+            dearer = mine > hi
+            item["verdict"] = "specific to the shape"
+            item["why"] = (f"{'slower' if dearer else 'faster'} per {per} than all {len(costs)} shapes around it "
+                           f"({ratio:.2f}x their median)")
+        else:
+            item["verdict"] = "holds around it"
+            if outside:
+                where = (f"{'below' if mine < lo else 'above'} all {len(costs)} shapes around it but within "
+                         f"{FUZZ_MARGIN:.0%} of their median")
+            else:
+                where = f"inside the range of {len(costs)} shapes around it"
+            item["why"] = f"{where}: {ratio:.2f}x their median (range {lo / mid:.2f}x-{hi / mid:.2f}x)"
+        out.append(item)
+    return out
 
 
 def check_writable(path: str) -> None:

@@ -153,7 +153,7 @@ def test_fuzz_rule():
     contended = rows(200.0, [90.0, 100.0, 110.0])
     contended.rows[1].contended = True
     assert verdicts(contended)[0]["verdict"] == "undecided"              # 2 usable fuzzed rows left
-    assert fuzz.verdicts(contended.rows, [False] * 4) == []              # nothing fuzzed: no verdict
+    assert results.fuzz_verdicts(contended.rows, [False] * 4) == []      # nothing fuzzed: no verdict
 
 
 # -- format 2, and format 1 still loads --------------------------------------------------------------------
