@@ -153,8 +153,8 @@ def _main(argv: list[str] | None) -> int:
     from microbench import compare as cmp_mod
     from microbench.cases import parse_arg_overrides
     from microbench.cases import parse_grid
-    from microbench.grid import Grid
-    from microbench.render import callgrind_tops, callgrind_tops_text, fuzz_text, results_table, run_extras
+    from microbench.grid import Grid, run_extras
+    from microbench.render import callgrind_tops, callgrind_tops_text, fuzz_text, results_table
 
     progress = api._quiet if getattr(args, "quiet", False) else api.stderr_progress
     if getattr(args, "json", None):

@@ -21,6 +21,10 @@ Contract
 - Three renderings of the same cells: `text` (ANSI colours when `color`),
   `markdown` (the best cell bold, bad ones marked), `as_dict` (JSON: every
   cell's median, IQR, figures, the printed string and its colour class).
+- `run_extras(results)`: what `run` prints after its detailed table: the grid
+  when there are several shapes, then the fuzz verdicts (render.fuzz_text).
+  It lives here, not in render.py, so that render.py (the tables this module
+  draws with) never imports the grid back.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from microbench.render import case_title, fuzz_text, table
 from microbench.results import Results, Row
 
 BEST = "\033[92m"
@@ -115,8 +120,6 @@ class Grid:
 
     @classmethod
     def from_results(cls, res: Results, *, colorize: str = "rowwise", per_work: bool = False) -> "Grid":
-        from microbench.render import case_title
-
         threads = sorted({r.threads for r in res.rows})
         names: list[str] = []
         by_name: dict[str, dict[int, Row]] = {}
@@ -212,8 +215,6 @@ class Grid:
     # -- renderers -------------------------------------------------------------------------------
 
     def text(self, color: bool = False) -> str:
-        from microbench.render import table
-
         header = [""] + [f"{t} thread{'s' if t != 1 else ''}" for t in self.threads]
         rows = [[f"  {'~ ' if self.fuzzed_from is not None and i >= self.fuzzed_from else ''}{name}"]
                 + [c.text if c else "" for c in line] for i, (name, line) in enumerate(zip(self.row_names, self.cells))]
@@ -257,3 +258,15 @@ class Grid:
                      for i, (name, line) in enumerate(zip(self.row_names, self.cells))],
             "legend": self._legend(),
         }
+
+
+def run_extras(res: Results, color: bool = False) -> str:
+    """What `run` prints after the detailed table (render.results_table): the grid when there are several
+    shapes, then the fuzz verdicts."""
+    parts = [""]
+    if len({case_title(r) for r in res.rows}) > 1:
+        parts.append(Grid.from_results(res).text(color=color))
+    verdicts = fuzz_text(res)
+    if verdicts:
+        parts.append(verdicts)
+    return "\n\n".join(parts) if len(parts) > 1 else ""
