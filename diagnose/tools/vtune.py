@@ -56,10 +56,6 @@ def unavailable(vtune: str = "vtune", short: bool = False) -> str | None:
     return None
 
 
-def runner_command(spec_path: str, python: str | None = None) -> list[str]:
-    return [python or sys.executable, "-m", "diagnose.runner", spec_path]
-
-
 def collect_command(analysis: str, result_dir: str, target_cmd: list[str], knobs: dict[str, str] | None = None,
                     vtune: str = "vtune") -> list[str]:
     if analysis not in ANALYSES:
