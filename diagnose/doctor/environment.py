@@ -125,15 +125,6 @@ def classify(paths: list[str]) -> Runtimes:
     return out
 
 
-def read_runtimes(pid: int | str = "self", proc_root: str = "/proc") -> Runtimes | None:
-    """Runtimes of a live process from its maps, None when the file cannot be read."""
-    try:
-        with open(f"{proc_root}/{pid}/maps") as fh:
-            return classify(loaded_libraries(fh.read()))
-    except OSError:
-        return None
-
-
 # ---------------------------------------------------------------- cgroup cpu.stat
 
 

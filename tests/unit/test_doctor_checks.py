@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.doctor import environment as env
+from diagnose.doctor import process
 from diagnose.machine import cgroup_cpu_limit, cpu_flags, own_cgroup_dirs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "doctor"
@@ -329,11 +330,12 @@ def test_topology_skipped_without_readings():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="Linux /proc only")
 def test_this_process_and_machine_through_the_real_readers():
-    r = env.read_runtimes()
-    assert r is not None and r.allocator in ("glibc", "jemalloc", "tcmalloc", "mimalloc")
+    # as the doctor does it: the pass reads its own maps (process.libraries), the parent classifies them
+    r = env.classify(process.libraries())
+    assert r.allocator in ("glibc", "jemalloc", "tcmalloc", "mimalloc")
     assert all(lib.name in ("GNU", "Intel", "LLVM") for lib in r.openmp)
     import torch  # noqa: F401 - maps torch's OpenMP runtime into this process
-    r = env.read_runtimes()
+    r = env.classify(process.libraries())
     assert any(lib.owner == "torch" for lib in r.openmp)
     assert env.check_openmp_runtimes(r, dict(os.environ)).status == "ok"
     assert env.check_blas_threads(r, {}, 2, 2).status == "ok"  # a plain torch process
