@@ -189,6 +189,8 @@ def test_merge_sums_operator_rows_over_nodes_and_keeps_every_rank():
         assert row.calls == sum(p.calls for p in parts)
         assert row.self_cpu_us == pytest.approx(sum(p.self_cpu_us for p in parts), abs=0.01)
     assert sum(r.self_pct for r in merged.operators) == pytest.approx(100, abs=0.5)
+    moved = [r for r in merged.operators if r.work and r.work.bytes]
+    assert moved and all(r.bytes == r.work.bytes * r.calls for r in moved)  # bytes over all nodes' calls
     straggler_op = next(r for r in merged.operators if r.name == "aten::mm" and r.input_shapes == [[768, 768], [768, 768]])
     assert straggler_op.source == "examples/ddp_train.py:71"
     assert merged.run.wall_s == max(r.run.wall_s for _, r in reports)
