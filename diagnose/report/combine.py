@@ -8,7 +8,7 @@ report (its ranks, its threads). `combine` makes one of them:
   reports with the same world size, each node (node rank) once; otherwise
   `check` raises a UsageError (a one-line error, exit 2, nothing written);
 - `distributed`: every node's ranks and nodes, then the collectives,
-  straggler and observations recomputed over all ranks (view.summarise);
+  straggler and observations recomputed over all ranks (report/distributed.py);
 - `operators`: one row per (operator, input shapes) summed over the nodes
   (each node's rows are already summed over its ranks) by report/rows.py's
   `sum_rows`, the function that sums a pass's raw rows, shares recomputed;
@@ -29,6 +29,7 @@ import copy
 import os
 
 from diagnose.errors import UsageError
+from diagnose.report.distributed import summarise
 from diagnose.report.model import MergedFrom, OperatorSummary, Report
 from diagnose.report.rows import sum_rows
 
@@ -79,8 +80,6 @@ def _label(r: Report) -> str:
 
 def combine(reports: list[tuple[str, Report]]) -> Report:
     """(path, report) per node -> one report, without findings (see the module docstring)."""
-    from diagnose.distributed import view  # the summaries over all ranks: a pure function of the section
-
     check(reports)
     reports = sorted(reports, key=lambda pr: _node(pr[1]))
     base = copy.deepcopy(reports[0][1])
@@ -129,7 +128,7 @@ def combine(reports: list[tuple[str, Report]]) -> Report:
     d.merged_from = [MergedFrom(report=path, node_rank=_node(r), started_at=r.run.started_at,
                                 hostname=next((n.hostname for n in r.distributed.nodes), None))
                      for path, r in reports]
-    view.summarise(d)
+    summarise(d)
     present = {n.node_rank for n in d.nodes}
     expected = (d.world_size or 0) // max(1, d.nproc_per_node or 1)
     missing = sorted(set(range(expected)) - present) if expected > 1 else []

@@ -12,9 +12,10 @@ import pytest
 
 from diagnose import protocol
 from diagnose.protocol import DistributedSpec, PassResult, PassSpec, RankIdentity, TorchInfo
-from diagnose.distributed import collect, launcher, view
+from diagnose.distributed import collect, launcher
 from diagnose.errors import UsageError
 from diagnose.report.combine import check, combine
+from diagnose.report.distributed import STRAGGLER_LOW_PCT, summarise
 from diagnose.report import io as report_io
 from diagnose.report.model import Distributed, RankResult
 
@@ -151,10 +152,10 @@ def test_committed_node_reports_each_hold_their_own_rank():
 
 def test_summarise_finds_the_straggler_and_the_operators_that_make_the_difference():
     ranks = [e for _, r in _load() for e in r.distributed.ranks]
-    d = view.summarise(Distributed(ranks=ranks))
+    d = summarise(Distributed(ranks=ranks))
     s = d.straggler
     assert (s.rank, s.fastest_rank, s.measure) == (1, 0, "compute_us")
-    assert s.slower_pct > view.STRAGGLER_LOW_PCT
+    assert s.slower_pct > STRAGGLER_LOW_PCT
     top = s.operators[0]
     assert top.name == "aten::mm" and top.source == "examples/ddp_train.py:71"
     obs = {o.kind: o for o in d.observations}
@@ -165,7 +166,7 @@ def test_summarise_finds_the_straggler_and_the_operators_that_make_the_differenc
 
 def test_no_straggler_when_ranks_compute_alike():
     ranks = [RankResult(rank=r, compute_us=1000.0 + r, collective_us=5.0) for r in range(3)]
-    d = view.summarise(Distributed(ranks=ranks))
+    d = summarise(Distributed(ranks=ranks))
     assert d.straggler.slower_pct < 1 and not d.observations
 
 
