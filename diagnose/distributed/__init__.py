@@ -17,6 +17,8 @@ pass's workdir and writes its own result.json there.
 - collect.py (parent side): the per-rank results of one pass merged into the
   one result the layers read (operator rows of all ranks, the slowest rank's
   wall time, the first failing rank's error), plus the per-rank results;
-- view.py: `report.distributed`: per-rank tables, collectives vs compute,
-  the straggler, observations; also used by `diagnose merge` (report/combine.py).
+- view.py: `report.distributed` filled pass by pass: per-rank tables, the
+  nodes; its summaries over the ranks (collectives vs compute, the
+  straggler, observations) are report/distributed.py's, which `diagnose
+  merge` (report/combine.py) recomputes on several nodes' ranks.
 """

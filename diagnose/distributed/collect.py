@@ -6,32 +6,29 @@ rank that ran on this node and returns (merged result, ranks):
   hostname, pid, OMP_NUM_THREADS it saw), status (ok, failed, stopped: torchrun
   ended it after another rank failed or on Ctrl-C/timeout; missing: it wrote
   nothing), error, and its PassResult;
-- the merged result is a PassResult like a single process's, so the
-  layers analyse it as before: the slowest rank's wall time, per-iteration
-  maxima, the lowest rank's torch settings and thread calls; the operator
-  pass's rows of all ranks together (the layer then folds them into one row
-  per (operator, shapes)), their trace.json files as one trace with a
-  process per rank; for other layers the lowest rank's data and files (its
-  profile.pstats); and when a rank failed, that rank's exit code and error
-  (the earliest failure by the ranks' clocks: the others fail because of it).
+- the merged result is a PassResult like a single process's, whatever the
+  layer: the slowest rank's wall time, per-iteration maxima, the lowest rank's
+  torch settings, thread calls and raw data, its files moved up into the
+  pass's workdir (its profile.pstats, ...); and when a rank failed, that
+  rank's exit code and error (the earliest failure by the ranks' clocks: the
+  others fail because of it). A layer that wants every rank's data reads the
+  ranks (the operators layer sums their rows: layers/operators/ranks.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from diagnose import protocol
 from diagnose.distributed import launcher
 from diagnose.protocol import PassResult, PassSpec, RankIdentity, TorchInfo
 
-TRACE = "trace.json"
 FAILURE_KINDS = ("exception", "exit", "os_exit", "no_function")
-_NOT_ARTIFACTS = {protocol.RESULT_FILE, TRACE, launcher.PID_FILE, "started", "stopped", protocol.SPEC_FILE}
+# the rank's bookkeeping, and its trace.json, which stays for a layer that merges the ranks' traces
+_NOT_ARTIFACTS = {protocol.RESULT_FILE, launcher.PID_FILE, "started", "stopped", protocol.SPEC_FILE, "trace.json"}
 
 
 @dataclass
@@ -84,11 +81,7 @@ def collect(workdir: str, spec: PassSpec, returncode: int | None) -> tuple[PassR
     if not present:
         return None, ranks
     merged = _merge(present, ranks, returncode)
-    lead_path = present[0][1]
-    if spec.layer == "operators":
-        merged.raw = _merge_operators(present, workdir)
-    else:
-        _adopt_files(lead_path, workdir)
+    _adopt_files(present[0][1], workdir)
     return merged, ranks
 
 
@@ -126,56 +119,6 @@ def _merge(present: list[tuple[int, str, PassResult]], ranks: list[RankOutcome],
     return merged
 
 
-def _merge_operators(present, workdir: str) -> dict[str, Any] | None:
-    raws = [(rank, result.raw) for rank, _, result in present if result.raw]
-    if not raws:
-        return None
-    lead = raws[0][1]
-    rows = [row for _, raw in raws for row in raw.get("rows") or []]
-    memory: dict[str, int] = {}
-    for _, raw in raws:
-        for key, value in (raw.get("memory") or {}).items():
-            if key == "peak_live_bytes":
-                memory[key] = max(memory.get(key, 0), value)
-            else:
-                memory[key] = memory.get(key, 0) + value
-    merged = {
-        **lead, "rows": rows, "memory": memory,
-        "events": sum(raw.get("events") or 0 for _, raw in raws),
-        "attribution_overhead_us": sum(raw.get("attribution_overhead_us") or 0.0 for _, raw in raws),
-        "ranks": [rank for rank, _ in raws],
-    }
-    merged.pop("collectives", None)
-    merged["trace"] = _merge_traces(present, workdir, lead.get("trace") or {})
-    return merged
-
-
-def _merge_traces(present, workdir: str, lead_trace: dict[str, Any]) -> dict[str, Any]:
-    """One trace.json, one process per rank (named "rank R"), Perfetto shows them stacked."""
-    events: list[dict[str, Any]] = []
-    summary = {"events_written": 0, "events_total": 0, "truncated": False, "span_s": 0.0}
-    for rank, path, result in present:
-        data = _read_trace(os.path.join(path, TRACE))
-        if not data:
-            continue
-        rank_events = data.get("traceEvents") or []
-        pid = next((e.get("pid") for e in rank_events if "pid" in e), None)
-        if pid is not None:
-            events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {rank}"}})
-            events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": rank}})
-        events.extend(rank_events)
-        info = (result.raw or {}).get("trace") or {}
-        summary["events_written"] += info.get("events_written") or 0
-        summary["events_total"] += info.get("events_total") or 0
-        summary["truncated"] = summary["truncated"] or bool(info.get("truncated"))
-        summary["span_s"] = max(summary["span_s"], info.get("span_s") or 0.0)
-    if not events:
-        return lead_trace
-    with open(os.path.join(workdir, TRACE), "w") as fh:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh)
-    return summary
-
-
 def _adopt_files(rank_path: str, workdir: str) -> None:
     """The lowest rank's artifacts (profile.pstats, ...) where the layer looks for them."""
     for name in os.listdir(rank_path):
@@ -183,11 +126,3 @@ def _adopt_files(rank_path: str, workdir: str) -> None:
         if name in _NOT_ARTIFACTS or os.path.exists(os.path.join(workdir, name)):
             continue
         shutil.move(src, os.path.join(workdir, name))
-
-
-def _read_trace(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None

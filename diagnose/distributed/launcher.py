@@ -94,7 +94,7 @@ def enter_rank(spec: PassSpec) -> PassSpec:
     if me is None:
         return spec
     top = spec.workdir
-    workdir = os.path.join(top, RANK_DIR.format(rank=me.rank))
+    workdir = rank_dir(top, me.rank)
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, PID_FILE), "w") as fh:
         fh.write(str(os.getpid()))
@@ -118,6 +118,11 @@ def mark(spec: PassSpec, marker: str, started: bool) -> None:
     if stopped >= local and not os.path.exists(path):
         with open(path, "w"):
             pass
+
+
+def rank_dir(workdir: str, rank: int) -> str:
+    """Where a rank of the pass in `workdir` works: its result.json and its layer's files."""
+    return os.path.join(workdir, RANK_DIR.format(rank=rank))
 
 
 def rank_dirs(workdir: str) -> list[tuple[int, str]]:

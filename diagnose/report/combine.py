@@ -8,9 +8,10 @@ report (its ranks, its threads). `combine` makes one of them:
   reports with the same world size, each node (node rank) once; otherwise
   `check` raises a UsageError (a one-line error, exit 2, nothing written);
 - `distributed`: every node's ranks and nodes, then the collectives,
-  straggler and observations recomputed over all ranks (view.summarise);
+  straggler and observations recomputed over all ranks (report/distributed.py);
 - `operators`: one row per (operator, input shapes) summed over the nodes
-  (each node's rows are already summed over its ranks), shares recomputed;
+  (each node's rows are already summed over its ranks) by report/rows.py's
+  `sum_rows`, the function that sums a pass's raw rows, shares recomputed;
 - `run`: the slowest node's wall times; the first node's error, if any;
 - `threads`: the node whose threads waited most (node oversubscription is
   per node; every node's summary stays in distributed.nodes); machine,
@@ -26,11 +27,11 @@ from __future__ import annotations
 
 import copy
 import os
-from collections import defaultdict
-from typing import Any
 
 from diagnose.errors import UsageError
-from diagnose.report.model import MergedFrom, OperatorRow, OperatorSummary, Report, SourceShare
+from diagnose.report.distributed import summarise
+from diagnose.report.model import MergedFrom, OperatorSummary, Report
+from diagnose.report.rows import sum_rows
 
 ORDER = ("ok", "skipped", "failed")
 
@@ -77,54 +78,13 @@ def _label(r: Report) -> str:
     return " ".join([f"{t.script}{':' + t.function if t.function else ''}", *t.argv])
 
 
-def operator_rows(tables: list[list[OperatorRow]]) -> list[OperatorRow]:
-    """Operator tables summed: one row per (operator, input shapes), shares of the summed total."""
-    groups: dict[tuple, list[OperatorRow]] = defaultdict(list)
-    for table in tables:
-        for row in table:
-            groups[(row.name, repr(row.input_shapes))].append(row)
-    total = sum(row.self_cpu_us for table in tables for row in table) or 1.0
-    out = []
-    for parts in groups.values():
-        row = copy.deepcopy(parts[0])
-        if len(parts) > 1:
-            row.calls = sum(p.calls for p in parts)
-            row.self_cpu_us = round(sum(p.self_cpu_us for p in parts), 3)
-            row.total_cpu_us = round(sum(p.total_cpu_us for p in parts), 3)
-            flops = sum(p.flops or 0 for p in parts)
-            row.flops = flops or None
-            row.gflops_per_s = round(flops / (row.total_cpu_us * 1e3), 3) if flops and row.total_cpu_us else None
-            row.cpu_memory_bytes = sum(p.cpu_memory_bytes for p in parts)
-            by_source: dict[Any, list] = defaultdict(lambda: [0, 0.0, None])
-            called_by: dict[str, float] = defaultdict(float)
-            for p in parts:
-                for s in p.sources:
-                    acc = by_source[s.location]
-                    acc[0] += s.calls
-                    acc[1] += s.self_cpu_us
-                    acc[2] = acc[2] or s.function
-                for k, v in p.called_by.items():
-                    called_by[k] += v
-            row.sources = sorted((SourceShare(location=loc, calls=c, self_cpu_us=round(us, 3), function=fn)
-                                  for loc, (c, us, fn) in by_source.items()),
-                                 key=lambda s: (s.location is None, -s.self_cpu_us, -s.calls))
-            row.source = row.sources[0].location if row.sources else row.source
-            row.called_by = {k: round(v, 3) for k, v in sorted(called_by.items(), key=lambda kv: -kv[1])}
-        row.self_pct = round(100.0 * row.self_cpu_us / total, 3)
-        out.append(row)
-    out.sort(key=lambda r: (-r.self_cpu_us, r.name))
-    return out
-
-
 def combine(reports: list[tuple[str, Report]]) -> Report:
     """(path, report) per node -> one report, without findings (see the module docstring)."""
-    from diagnose.distributed import view  # the summaries over all ranks: a pure function of the section
-
     check(reports)
     reports = sorted(reports, key=lambda pr: _node(pr[1]))
     base = copy.deepcopy(reports[0][1])
     all_reports = [r for _, r in reports]
-    base.operators = operator_rows([r.operators for r in all_reports])
+    base.operators = sum_rows(row for r in all_reports for row in r.operators)
     summaries = [r.operator_summary or OperatorSummary() for r in all_reports]
     totals = [s.total_self_cpu_us or 0.0 for s in summaries]
     shares = [s.attributed_share for s in summaries]
@@ -168,7 +128,7 @@ def combine(reports: list[tuple[str, Report]]) -> Report:
     d.merged_from = [MergedFrom(report=path, node_rank=_node(r), started_at=r.run.started_at,
                                 hostname=next((n.hostname for n in r.distributed.nodes), None))
                      for path, r in reports]
-    view.summarise(d)
+    summarise(d)
     present = {n.node_rank for n in d.nodes}
     expected = (d.world_size or 0) // max(1, d.nproc_per_node or 1)
     missing = sorted(set(range(expected)) - present) if expected > 1 else []

@@ -12,11 +12,15 @@ import pytest
 
 from diagnose import protocol
 from diagnose.protocol import DistributedSpec, PassResult, PassSpec, RankIdentity, TorchInfo
-from diagnose.distributed import collect, launcher, view
+from diagnose.distributed import collect, launcher
 from diagnose.errors import UsageError
+from diagnose.launch import PassOutcome
+from diagnose.layers.operators import OperatorsLayer
+from diagnose.layers.operators.ranks import merged_raw
 from diagnose.report.combine import check, combine
+from diagnose.report.distributed import STRAGGLER_LOW_PCT, summarise
 from diagnose.report import io as report_io
-from diagnose.report.model import Distributed, RankResult
+from diagnose.report.model import Distributed, RankResult, Report, TargetInfo
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "distributed"
 NODES = [str(DATA / "node0" / "report.json"), str(DATA / "node1" / "report.json")]
@@ -121,20 +125,46 @@ def test_a_rank_that_wrote_nothing_is_named(tmp_path):
     assert merged.error.startswith("rank 1 wrote no result") and merged.exit_code == 1
 
 
-def test_all_ranks_ok_is_an_ok_result_with_operator_rows_of_every_rank(tmp_path):
+def _operator_ranks(tmp_path):
+    """Two ranks of an operator pass, each with its raw rows, a profile of its own and its trace.json."""
     row = {"name": "aten::mm", "input_shapes": [[2, 2], [2, 2]], "dtypes": ["float"], "source": "t.py:3",
            "parent": "", "calls": 3, "self_cpu_us": 10.0, "total_cpu_us": 10.0, "flops": 48, "cpu_memory_bytes": 0}
     for rank in (0, 1):
         _rank_result(tmp_path, rank, raw={"rows": [row], "memory": {"allocations": 2}, "events": 5,
-                                          "trace": {"events_written": 5, "events_total": 5}})
+                                          "trace": {"events_written": 5, "events_total": 5},
+                                          "collectives": {"busy_us": 1.0, "by_name": []}})
         (tmp_path / f"rank{rank}" / "trace.json").write_text(json.dumps(
             {"traceEvents": [{"name": "aten::mm", "ph": "X", "ts": 1, "dur": 1, "pid": 100 + rank, "tid": 1}]}))
+        (tmp_path / f"rank{rank}" / "profile.pstats").write_text(f"rank {rank}")
+
+
+def test_all_ranks_ok_is_an_ok_result_with_the_lowest_ranks_data_whatever_the_layer(tmp_path):
+    _operator_ranks(tmp_path)
     merged, ranks = collect.collect(str(tmp_path), _spec(layer="operators"), 0)
-    assert merged.exit_code == 0 and merged.error is None
-    assert len(merged.raw["rows"]) == 2 and merged.raw["events"] == 10
-    assert merged.raw["memory"] == {"allocations": 4}
+    assert merged.exit_code == 0 and merged.error is None and merged.ranks_reported == 2
+    assert merged.raw == ranks[0].result.raw and len(merged.raw["rows"]) == 1
+    assert (tmp_path / "profile.pstats").read_text() == "rank 0"  # the lowest rank's files, where layers look
+    assert not (tmp_path / "trace.json").exists()  # every rank's trace.json stays for the operators layer
+
+
+def test_the_operators_layer_merges_every_ranks_rows_and_trace(tmp_path):
+    _operator_ranks(tmp_path)
+    merged, ranks = collect.collect(str(tmp_path), _spec(layer="operators"), 0)
+    raw = merged_raw(ranks, str(tmp_path))
+    assert len(raw["rows"]) == 2 and raw["events"] == 10 and raw["ranks"] == [0, 1]
+    assert raw["memory"] == {"allocations": 4}
+    assert "collectives" not in raw  # per rank: distributed.ranks holds each rank's own
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert {e["args"]["name"] for e in trace if e["name"] == "process_name"} == {"rank 0", "rank 1"}
+    assert raw["trace"]["events_written"] == 10
+    assert [len(r.result.raw["rows"]) for r in ranks] == [1, 1]  # the ranks' own results are not changed
+    # through the layer, as a run analyses the pass: one row summed over the ranks
+    report = Report(target=TargetInfo(script="t.py"))
+    outcome = PassOutcome(name="operators", status="ok", result=merged, returncode=0, elapsed_s=1.0, ranks=ranks)
+    status = OperatorsLayer().analyse(outcome, report, str(tmp_path))
+    assert status.status == "ok" and report.artifacts["trace"] == "trace.json"
+    assert [(r.name, r.calls, r.self_cpu_us) for r in report.operators] == [("aten::mm", 6, 20.0)]
+    assert report.operator_summary.events == 10
 
 
 # ------------------------------------------------------------ the summaries
@@ -151,10 +181,10 @@ def test_committed_node_reports_each_hold_their_own_rank():
 
 def test_summarise_finds_the_straggler_and_the_operators_that_make_the_difference():
     ranks = [e for _, r in _load() for e in r.distributed.ranks]
-    d = view.summarise(Distributed(ranks=ranks))
+    d = summarise(Distributed(ranks=ranks))
     s = d.straggler
     assert (s.rank, s.fastest_rank, s.measure) == (1, 0, "compute_us")
-    assert s.slower_pct > view.STRAGGLER_LOW_PCT
+    assert s.slower_pct > STRAGGLER_LOW_PCT
     top = s.operators[0]
     assert top.name == "aten::mm" and top.source == "examples/ddp_train.py:71"
     obs = {o.kind: o for o in d.observations}
@@ -165,7 +195,7 @@ def test_summarise_finds_the_straggler_and_the_operators_that_make_the_differenc
 
 def test_no_straggler_when_ranks_compute_alike():
     ranks = [RankResult(rank=r, compute_us=1000.0 + r, collective_us=5.0) for r in range(3)]
-    d = view.summarise(Distributed(ranks=ranks))
+    d = summarise(Distributed(ranks=ranks))
     assert d.straggler.slower_pct < 1 and not d.observations
 
 
@@ -189,6 +219,8 @@ def test_merge_sums_operator_rows_over_nodes_and_keeps_every_rank():
         assert row.calls == sum(p.calls for p in parts)
         assert row.self_cpu_us == pytest.approx(sum(p.self_cpu_us for p in parts), abs=0.01)
     assert sum(r.self_pct for r in merged.operators) == pytest.approx(100, abs=0.5)
+    moved = [r for r in merged.operators if r.work and r.work.bytes]
+    assert moved and all(r.bytes == r.work.bytes * r.calls for r in moved)  # bytes over all nodes' calls
     straggler_op = next(r for r in merged.operators if r.name == "aten::mm" and r.input_shapes == [[768, 768], [768, 768]])
     assert straggler_op.source == "examples/ddp_train.py:71"
     assert merged.run.wall_s == max(r.run.wall_s for _, r in reports)

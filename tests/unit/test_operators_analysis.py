@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from diagnose.layers.operators.rows import merge_rows
+from diagnose.report.rows import sum_rows
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "operators_raw_mlp_step.json"
 
@@ -57,3 +58,42 @@ def test_source_is_the_dominant_line():
     ]
     assert [(s.location, s.calls) for s in rows[1].sources] == [("a.py:9", 5), ("a.py:1", 1)]
     assert rows[1].gflops_per_s is None and rows[1].flops is None
+
+
+def _by_key(rows):
+    return {(r.name, json.dumps(r.input_shapes)): r for r in rows}
+
+
+def test_tables_summed_again_give_the_table_of_all_their_raw_rows(raw):
+    # two ranks' (or nodes') tables summed by `diagnose merge` agree with one table of both ranks' raw rows:
+    # report/rows.py's sum_rows does both
+    halves = [raw["rows"][0::2], raw["rows"][1::2]]
+    summed = _by_key(sum_rows(row for h in halves for row in merge_rows(h)))
+    whole = _by_key(merge_rows(raw["rows"]))
+    assert summed.keys() == whole.keys()
+    for key, row in whole.items():
+        got = summed[key]
+        assert (got.calls, got.flops, got.source, got.cpu_memory_bytes) == (row.calls, row.flops, row.source,
+                                                                            row.cpu_memory_bytes)
+        assert got.self_cpu_us == pytest.approx(row.self_cpu_us, abs=0.002)
+        assert got.self_pct == pytest.approx(row.self_pct, abs=0.002)
+        assert [(s.location, s.calls) for s in got.sources] == [(s.location, s.calls) for s in row.sources]
+        assert got.called_by.keys() == row.called_by.keys()
+
+
+def test_summed_rows_keep_every_part_of_modules_bytes_and_call_times():
+    def raw_row(module, calls, lo, hi):
+        return {"name": "aten::mm", "input_shapes": [[2, 3], [3, 4]], "dtypes": ["float", "float"],
+                "source": "t.py:5", "parent": "", "module": module, "library": None, "calls": calls,
+                "self_cpu_us": 10.0 * calls, "total_cpu_us": 10.0 * calls, "min_self_us": lo, "max_self_us": hi,
+                "flops": 48 * calls, "cpu_memory_bytes": 0, "input_strides": [[3, 1], [4, 1]],
+                "work": {"flops": 48, "bytes": 100}}
+
+    node0 = merge_rows([raw_row("0", 2, 4.0, 12.0)], {"0": "Linear"})
+    node1 = merge_rows([raw_row("1", 3, 6.0, 30.0)], {"1": "Linear"})
+    (row,) = sum_rows(node0 + node1)
+    assert (row.calls, row.self_cpu_us, row.self_pct, row.bytes) == (5, 50.0, 100.0, 500)
+    assert (row.min_self_us, row.max_self_us) == (4.0, 30.0)
+    assert [(m.module, m.module_class, m.calls) for m in row.modules] == [("1", "Linear", 3), ("0", "Linear", 2)]
+    assert (row.module, row.contiguous) == ("1", [True, True])
+    assert node0[0].calls == 2 and node0[0].bytes == 200  # the inputs are not changed

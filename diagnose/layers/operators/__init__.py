@@ -4,7 +4,9 @@
   reduces the events to raw rows keyed by (operator, shapes, dtypes, source,
   parent operator), plus a Chrome trace capped in size (kineto.py);
 - rows.py and `OperatorsLayer.analyse` (parent side): one row per (operator,
-  input shapes) for the report.
+  input shapes) for the report (report/rows.py sums them);
+- ranks.py (parent side, under torchrun): every rank's raw rows and
+  trace.json merged first, so the report's table sums the ranks.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from diagnose.config import OperatorsOptions
 from diagnose.layers.base import Layer
-from diagnose.layers.operators import modules
+from diagnose.layers.operators import modules, ranks
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
 from diagnose.protocol import PassSpec, iteration_stats
 from diagnose.report import io as report_io
@@ -37,7 +39,8 @@ class OperatorsLayer(Layer):
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
         _instrumented_run(report, outcome)
-        raw = outcome.raw
+        # under torchrun: every rank's rows and trace.json as one (ranks.py); else the one process's
+        raw = ranks.merged_raw(outcome.ranks, workdir) if outcome.ranks is not None else outcome.raw
         if raw is None:
             return LayerStatus("failed", outcome.failure_reason("the operator pass"))
         seen = raw.get("modules") or {}

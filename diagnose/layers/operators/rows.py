@@ -2,87 +2,49 @@
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from typing import Any
 
 from diagnose.report import io as report_io
 from diagnose.report.model import ModuleShare, OperatorRow, SourceShare, Work
+from diagnose.report.rows import sum_rows
 
 MAX_ROWS = 1000
 
 
 def merge_rows(raw_rows: list[dict[str, Any]], classes: dict[str, str] | None = None) -> list[OperatorRow]:
-    """One row per (operator, input shapes), most self CPU time first; `classes` names the module paths."""
+    """One row per (operator, input shapes), most self CPU time first; `classes` names the module paths.
+
+    Each raw row is typed on its own, then report/rows.py's `sum_rows` sums them (as `diagnose merge`
+    sums the node reports' tables)."""
     classes = classes or {}
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in raw_rows:
-        groups[(r["name"], json.dumps(r["input_shapes"]))].append(r)
-    total_self = sum(r["self_cpu_us"] for r in raw_rows) or 1.0
-    rows = []
-    for (name, shapes), parts in groups.items():
-        by_source: dict[str | None, list] = defaultdict(lambda: [0, 0.0])
-        by_module: dict[tuple, list] = defaultdict(lambda: [0, 0.0])
-        called_by: dict[str, float] = defaultdict(float)
-        dtypes: list[str] = []
-        layout: dict[str, Any] = {}
-        for p in parts:
-            if not layout and p.get("input_strides") is not None:
-                layout = {"input_strides": p["input_strides"], "concrete_inputs": p.get("concrete_inputs")}
-            if p.get("work") and "work" not in layout:
-                layout["work"] = p["work"]
-            called_by[p.get("parent", "")] += p["self_cpu_us"]
-            by_source[p["source"]][0] += p["calls"]
-            by_source[p["source"]][1] += p["self_cpu_us"]
-            where = by_module[(p.get("module"), p.get("library"))]
-            where[0] += p["calls"]
-            where[1] += p["self_cpu_us"]
-            if not dtypes:
-                dtypes = p["dtypes"]
-        sources = sorted(
-            (SourceShare(location=loc, calls=c, self_cpu_us=round(s, 3)) for loc, (c, s) in by_source.items()),
-            key=lambda s: (s.location is None, -s.self_cpu_us, -s.calls),
-        )
-        modules = sorted(
-            (ModuleShare(module=m, module_class=classes.get(m) if m is not None else None, library_line=lib,
-                         calls=c, self_cpu_us=round(us, 3)) for (m, lib), (c, us) in by_module.items()),
-            key=lambda s: (-s.self_cpu_us, -s.calls))
-        top = next((s for s in modules if s.module is not None or s.library_line), None)
-        lows = [p["min_self_us"] for p in parts if p.get("min_self_us") is not None]
-        highs = [p["max_self_us"] for p in parts if p.get("max_self_us") is not None]
-        calls = sum(p["calls"] for p in parts)
-        work: Work | None = report_io.typed(Work, layout.get("work"))
-        self_us = sum(p["self_cpu_us"] for p in parts)
-        total_us = sum(p["total_cpu_us"] for p in parts)
-        flops = sum(p["flops"] for p in parts)
-        rows.append(OperatorRow(
-            name=name,
-            input_shapes=json.loads(shapes),
-            dtypes=dtypes,
-            calls=calls,
-            self_cpu_us=round(self_us, 3),
-            total_cpu_us=round(total_us, 3),
-            self_pct=round(100.0 * self_us / total_self, 3),
-            source=sources[0].location if sources else None,
-            sources=sources,
-            flops=flops or None,
-            gflops_per_s=round(flops / (total_us * 1e3), 3) if flops and total_us > 0 else None,
-            cpu_memory_bytes=sum(p["cpu_memory_bytes"] for p in parts),
-            called_by={k: round(v, 3) for k, v in sorted(called_by.items(), key=lambda kv: -kv[1])},
-            input_strides=layout.get("input_strides"),
-            contiguous=contiguous_flags(json.loads(shapes), layout.get("input_strides")),
-            concrete_inputs=layout.get("concrete_inputs"),
-            work=work,
-            bytes=work.bytes * calls if work and work.bytes else None,
-            module=top.module if top else None,
-            module_class=top.module_class if top else None,
-            library_line=top.library_line if top else None,
-            modules=modules if any(s.module is not None or s.library_line for s in modules) else [],
-            min_self_us=round(min(lows), 3) if lows else None,
-            max_self_us=round(max(highs), 3) if highs else None,
-        ))
-    rows.sort(key=lambda r: (-r.self_cpu_us, r.name))
-    return rows
+    return sum_rows(typed_row(r, classes) for r in raw_rows)
+
+
+def typed_row(r: dict[str, Any], classes: dict[str, str]) -> OperatorRow:
+    """One raw row (recorder.py) as a row of its own, its times unrounded: sum_rows rounds the sums."""
+    module, strides = r.get("module"), r.get("input_strides")
+    return OperatorRow(
+        name=r["name"],
+        input_shapes=r["input_shapes"],
+        dtypes=r["dtypes"],
+        calls=r["calls"],
+        self_cpu_us=r["self_cpu_us"],
+        total_cpu_us=r["total_cpu_us"],
+        self_pct=0.0,  # of the sum: sum_rows sets it
+        source=r["source"],
+        sources=[SourceShare(location=r["source"], calls=r["calls"], self_cpu_us=r["self_cpu_us"])],
+        flops=r["flops"] or None,
+        cpu_memory_bytes=r["cpu_memory_bytes"],
+        called_by={r.get("parent", ""): r["self_cpu_us"]},
+        input_strides=strides,
+        contiguous=contiguous_flags(r["input_shapes"], strides),
+        concrete_inputs=r.get("concrete_inputs"),
+        work=report_io.typed(Work, r["work"]) if r.get("work") else None,
+        modules=[ModuleShare(module=module, module_class=classes.get(module) if module is not None else None,
+                             library_line=r.get("library"), calls=r["calls"], self_cpu_us=r["self_cpu_us"])],
+        min_self_us=r.get("min_self_us"),
+        max_self_us=r.get("max_self_us"),
+    )
 
 
 def attach_functions(rows: list[OperatorRow]) -> None:

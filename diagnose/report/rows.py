@@ -1,0 +1,117 @@
+"""Operator rows summed: the one place where rows of one (operator, input shapes) become one row.
+
+`sum_rows(rows)` is a pure function of typed OperatorRows (the inputs are not
+changed). Its two callers:
+- the operators layer (layers/operators/rows.py `merge_rows`) types each raw
+  row of its pass (of every rank, under torchrun) as an OperatorRow of its
+  own, unrounded, and sums them into the report's table;
+- `diagnose merge` (report/combine.py) sums the node reports' tables.
+
+One row per (name, input shapes), in order of first appearance, then most self
+time first (stable: ties keep that order):
+- summed: calls, self and total CPU time, FLOPs, memory; `sources` by
+  location (the first user function named), `modules` by (module, library
+  line) (the first class named), `called_by` by calling operator;
+- the fastest and slowest call: min of `min_self_us`, max of `max_self_us`;
+- the first row's `dtypes` that are not empty; the layout (input strides,
+  concrete inputs, contiguous) of the first row that has strides; the first
+  row's `work` that is set;
+- derived from the sums: `self_pct` (of all rows' self time), `gflops_per_s`,
+  `bytes` (work.bytes x calls), `source` (the top source), `module`,
+  `module_class`, `library_line` (the top module share that names a module or
+  a library line; `modules` is left empty when none does).
+Sums are rounded once, at the end, to the report's three decimals, and the
+shares and rates are computed from the unrounded sums: raw rows summed here
+give the numbers merge_rows gave when it summed the dicts itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+
+from diagnose.report.model import ModuleShare, OperatorRow, SourceShare
+
+
+def sum_rows(rows: Iterable[OperatorRow]) -> list[OperatorRow]:
+    """One row per (operator, input shapes), most self CPU time first (see the module docstring)."""
+    rows = list(rows)
+    groups: dict[tuple[str, str], list[OperatorRow]] = {}
+    for row in rows:
+        groups.setdefault((row.name, json.dumps(row.input_shapes)), []).append(row)
+    total_us = sum(row.self_cpu_us for row in rows) or 1.0
+    out = [_summed(parts, total_us) for parts in groups.values()]
+    out.sort(key=lambda r: (-r.self_cpu_us, r.name))
+    return out
+
+
+def _summed(parts: list[OperatorRow], all_self_us: float) -> OperatorRow:
+    first = parts[0]
+    calls = sum(p.calls for p in parts)
+    self_us = sum(p.self_cpu_us for p in parts)
+    total_us = sum(p.total_cpu_us for p in parts)
+    flops = sum(p.flops or 0 for p in parts)
+    sources = _sources(parts)
+    called_by: dict[str, float] = {}
+    for p in parts:
+        for caller, us in p.called_by.items():
+            called_by[caller] = called_by.get(caller, 0.0) + us
+    modules = _modules(parts)
+    top = next((s for s in modules if s.module is not None or s.library_line), None)
+    lows = [p.min_self_us for p in parts if p.min_self_us is not None]
+    highs = [p.max_self_us for p in parts if p.max_self_us is not None]
+    laid = next((p for p in parts if p.input_strides is not None), None)
+    work = next((p.work for p in parts if p.work is not None), None)
+    return OperatorRow(
+        name=first.name,
+        input_shapes=copy.deepcopy(first.input_shapes),
+        dtypes=list(next((p.dtypes for p in parts if p.dtypes), first.dtypes)),
+        calls=calls,
+        self_cpu_us=round(self_us, 3),
+        total_cpu_us=round(total_us, 3),
+        self_pct=round(100.0 * self_us / all_self_us, 3),
+        source=sources[0].location if sources else None,
+        sources=sources,
+        flops=flops or None,
+        gflops_per_s=round(flops / (total_us * 1e3), 3) if flops and total_us > 0 else None,
+        cpu_memory_bytes=sum(p.cpu_memory_bytes for p in parts),
+        called_by={k: round(v, 3) for k, v in sorted(called_by.items(), key=lambda kv: -kv[1])},
+        input_strides=copy.deepcopy(laid.input_strides) if laid else None,
+        contiguous=copy.deepcopy(laid.contiguous) if laid else None,
+        concrete_inputs=copy.deepcopy(laid.concrete_inputs) if laid else None,
+        work=copy.deepcopy(work),
+        bytes=work.bytes * calls if work and work.bytes else None,
+        module=top.module if top else None,
+        module_class=top.module_class if top else None,
+        library_line=top.library_line if top else None,
+        modules=modules if top is not None else [],
+        min_self_us=round(min(lows), 3) if lows else None,
+        max_self_us=round(max(highs), 3) if highs else None,
+    )
+
+
+def _sources(parts: list[OperatorRow]) -> list[SourceShare]:
+    by_location: dict[str | None, list] = {}  # location -> [calls, self_us, function]
+    for p in parts:
+        for s in p.sources:
+            acc = by_location.setdefault(s.location, [0, 0.0, None])
+            acc[0] += s.calls
+            acc[1] += s.self_cpu_us
+            acc[2] = acc[2] or s.function
+    return sorted((SourceShare(location=loc, calls=c, self_cpu_us=round(us, 3), function=fn)
+                   for loc, (c, us, fn) in by_location.items()),
+                  key=lambda s: (s.location is None, -s.self_cpu_us, -s.calls))
+
+
+def _modules(parts: list[OperatorRow]) -> list[ModuleShare]:
+    by_place: dict[tuple, list] = {}  # (module, library line) -> [calls, self_us, module class]
+    for p in parts:
+        for s in p.modules:
+            acc = by_place.setdefault((s.module, s.library_line), [0, 0.0, None])
+            acc[0] += s.calls
+            acc[1] += s.self_cpu_us
+            acc[2] = acc[2] or s.module_class
+    return sorted((ModuleShare(module=m, module_class=cls, library_line=lib, calls=c, self_cpu_us=round(us, 3))
+                   for (m, lib), (c, us, cls) in by_place.items()),
+                  key=lambda s: (-s.self_cpu_us, -s.calls))
