@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from diagnose import protocol
 from diagnose.distributed import collect, launcher
+from diagnose.distributed.collect import RankOutcome
 from diagnose.protocol import DistributedSpec, PassResult, PassSpec
 from diagnose.stall import STACKS_FILE, StallWatch, request_dumps
 
@@ -44,7 +45,7 @@ class PassOutcome:
     elapsed_s: float
     output_tail: list[str] = field(default_factory=list)
     timeout_s: float | None = None
-    ranks: list[dict[str, Any]] | None = None  # under torchrun: one entry per rank (distributed/collect.py)
+    ranks: list[RankOutcome] | None = None  # under torchrun: one per rank (distributed/collect.py)
     # a stalled pass (diagnose/stall.py): {"idle_s", "stacks": [{"rank", "pid", "text"}]}
     stall: dict[str, Any] | None = None
 
