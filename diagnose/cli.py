@@ -25,9 +25,18 @@ import dataclasses
 import os
 import sys
 
-from diagnose import __version__, output
+from diagnose import __version__, api, compare, findings, output
 from diagnose.config import Config
+from diagnose.distributed import launcher
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
+from diagnose.layers.efficiency import probe
+from diagnose.render import PRINTABLE, RENDERERS, terminal
+from diagnose.render import compare as compare_render
+from diagnose.render.progress import TerminalProgress
+from diagnose.report import combine
+from diagnose.report import io as report_io
+from diagnose.target import Target, parse_target_spec
+from diagnose.whatif.variants import ORDER
 
 EPILOG = """\
 examples:
@@ -60,8 +69,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
-    from diagnose.render import PRINTABLE
-
     d = Config()  # every default below is the Config's
 
     p = _Parser(
@@ -225,9 +232,6 @@ def _shadowed_options(own: list[str], target: str | None, script: str) -> list[s
 
 
 def _load(args) -> int:
-    from diagnose.render import RENDERERS
-    from diagnose.report import io as report_io
-
     report = report_io.load(args.load)
     sys.stdout.write(RENDERERS[args.format].render(report, None).text())
     return _gate(report, args.fail_on, ExitCode.OK)
@@ -249,10 +253,6 @@ def _gate(report, fail_on: str | None, code: int) -> int:
 
 def _compare(argv: list[str]) -> int:
     import json
-
-    from diagnose import compare
-    from diagnose.render import compare as compare_render
-    from diagnose.report import io as report_io
 
     p = _Parser(prog="diagnose compare",
                 description="What changed between two runs: wall time with each side's noise, findings gone "
@@ -285,11 +285,6 @@ def _compare(argv: list[str]) -> int:
 
 
 def _run(args, extra: list[str], subcommand: str | None = None) -> int:
-    from diagnose import api
-    from diagnose.render import terminal
-    from diagnose.render.progress import TerminalProgress
-    from diagnose.target import Target, parse_target_spec
-
     if not args.target:
         raise UsageError("give a script to diagnose, e.g. diagnose train.py (see diagnose --help)")
     script, function = parse_target_spec(args.target)
@@ -322,8 +317,6 @@ def _config(args, subcommand: str | None, function: str | None):
     sweep_threads = _sweep_threads(args.sweep_threads)
     torchrun_args: list[str] = []
     if args.nproc_per_node is not None or args.torchrun_args:
-        from diagnose.distributed import launcher
-
         if args.nproc_per_node is None:
             raise UsageError("--torchrun-args goes with --nproc-per-node N (the ranks on this node)")
         if args.nproc_per_node < 1:
@@ -349,7 +342,6 @@ def _what_if(text: str | None) -> tuple[str, ...] | None:
     """--what-if LIST: its names (threads among them meaning --sweep), or None when not given."""
     if text is None:
         return None
-    from diagnose.whatif.variants import ORDER
 
     names = tuple(v.strip() for v in text.split(",") if v.strip())
     unknown = [n for n in names if n not in (*ORDER, "auto", "threads")]
@@ -375,11 +367,6 @@ def _sweep_threads(text: str | None) -> tuple[int, ...] | None:
 def _merge(argv: list[str]) -> int:
     """`diagnose merge REPORT.json... [-o DIR]`: the per-node reports of one torchrun job as one report
     (diagnose/report/combine.py), its findings derived again, written like a run's."""
-    from diagnose import findings
-    from diagnose.render import terminal
-    from diagnose.report import combine
-    from diagnose.report import io as report_io
-
     p = _Parser(prog="diagnose merge",
                 description="Combine the per-node reports of one torchrun job (diagnose --nproc-per-node N "
                             "--torchrun-args ... on each node) into one report.")
@@ -444,7 +431,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"diagnose: error: {exc.message}", file=sys.stderr)
             return exc.exit_code
     if argv and argv[0] == "probe":  # machine peaks only: runs no target
-        from diagnose.layers.efficiency import probe
 
         return probe.main(argv[1:])
     subcommand = argv[0] if argv and argv[0] in SUBCOMMANDS else None
@@ -458,7 +444,6 @@ def main(argv: list[str] | None = None) -> int:
                              f"({' '.join(own[:own.index(sub) + 1])})")
         if args.load:
             return _load(args)
-        from diagnose.target import parse_target_spec
 
         for name in _shadowed_options(own, args.target, parse_target_spec(args.target)[0] if args.target else ""):
             print(f"diagnose: note: {name} after the script is diagnose's own option; your script defines "

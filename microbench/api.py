@@ -12,12 +12,22 @@ import sys
 from typing import Any, Callable
 
 from microbench import callgrind as cg
-from microbench import reproducer
 from microbench import fuzz as fz
-from microbench.cases import (Case, CannotRebuild, build_case, cases_from_report, expand_shapes, namespace,
-                              parse_shapes, spec_dtypes, split_op_name, validate)
+from microbench import reproducer
+from microbench.cases import (
+    CannotRebuild,
+    Case,
+    build_case,
+    cases_from_report,
+    expand_shapes,
+    namespace,
+    parse_shapes,
+    spec_dtypes,
+    split_op_name,
+    validate,
+)
 from microbench.errors import UsageError
-from microbench.machine import cpu_snapshot, describe, others_cpus, usable_cpus
+from microbench.machine import cpu_model, cpu_snapshot, describe, others_cpus, usable_cpus
 from microbench.measure import AUTORANGES, Budget, Timing, make_timer, measure, per_measurement_time
 from microbench.results import FUZZ_RULE, Results, Row, read_json
 
@@ -96,8 +106,6 @@ def _skip(case: Case, threads: int | None, reason: str) -> dict:
 
 def _measured_text(rows: list[Row]) -> str:
     import torch
-
-    from microbench.machine import cpu_model
 
     if not rows:
         return ""

@@ -13,7 +13,12 @@ import os
 import sys
 import traceback
 
+from microbench import api, results
+from microbench import compare as cmp_mod
+from microbench.cases import parse_arg_overrides, parse_grid
 from microbench.errors import UsageError
+from microbench.grid import Grid, run_extras
+from microbench.render import callgrind_tops, callgrind_tops_text, fuzz_text, results_table
 
 EXIT_OK, EXIT_BUG, EXIT_USAGE, EXIT_SLOWER = 0, 1, 2, 3
 
@@ -148,13 +153,6 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command is None:
         raise UsageError("a command is required: from-report, run or compare (see: microbench --help)")
-
-    from microbench import api, results
-    from microbench import compare as cmp_mod
-    from microbench.cases import parse_arg_overrides
-    from microbench.cases import parse_grid
-    from microbench.grid import Grid, run_extras
-    from microbench.render import callgrind_tops, callgrind_tops_text, fuzz_text, results_table
 
     progress = api._quiet if getattr(args, "quiet", False) else api.stderr_progress
     if getattr(args, "json", None):

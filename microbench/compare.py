@@ -26,11 +26,15 @@ import math
 import os
 from typing import Any
 
+from microbench import callgrind as cg
 from microbench import stats
+from microbench.api import build_spec_case
+from microbench.cases import namespace, torch_dtype_name
 from microbench.errors import UsageError
+from microbench.machine import cpu_snapshot, describe, others_cpus
+from microbench.measure import Budget, abba_rounds, block_measure, calibrate, make_timer
 from microbench.render import _short, case_title, fmt_us, table
 from microbench.results import COMPARE_FORMAT, FORMAT_VERSION, Results, load
-
 
 # --------------------------------------------------------------------------
 # Two saved files
@@ -39,8 +43,6 @@ from microbench.results import COMPARE_FORMAT, FORMAT_VERSION, Results, load
 def callgrind_delta(ra, rb, ca: dict | None, cb: dict | None, top: int = 15) -> dict | None:
     """Instruction counts of two rows (1 thread, --callgrind): the total delta per call and, when both
     kept their function counts (format 2), the functions that account for it (B - A, denoised)."""
-    from microbench import callgrind as cg
-
     if ra.instructions_per_call is None or rb.instructions_per_call is None:
         return None
     a, b = ra.instructions_per_call, rb.instructions_per_call
@@ -166,11 +168,6 @@ def compare_abba(op: str, shapes_text: str, *, b_shapes: str | None = None, dtyp
                  progress=None) -> dict:
     import torch
 
-    from microbench.api import build_spec_case
-    from microbench.cases import namespace
-    from microbench.machine import cpu_snapshot, describe, others_cpus
-    from microbench.measure import Budget, abba_rounds, block_measure, calibrate, make_timer
-
     if rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {rounds}")
     if sub_blocks < 1:
@@ -232,8 +229,6 @@ def compare_abba(op: str, shapes_text: str, *, b_shapes: str | None = None, dtyp
 
 
 def _setting_name(side: dict) -> str:
-    from microbench.cases import torch_dtype_name
-
     t = side["threads"]
     dts = sorted({torch_dtype_name(d) or d for d in side["dtypes"] if d not in ("Scalar", "ScalarList", "")})
     return f"{t} thread{'s' if t != 1 else ''}, {'/'.join(dts)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from microbench.cases import torch_dtype_name
 from microbench.results import FUZZ_RULE, Results, Row
 
 
@@ -55,8 +56,6 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
 
 
 def case_title(row: Row) -> str:
-    from microbench.cases import torch_dtype_name
-
     shapes = ", ".join(str(s) for s, d in zip(row.input_shapes, row.dtypes or [""] * len(row.input_shapes))
                        if d not in ("Scalar", "ScalarList", ""))
     dts = sorted({torch_dtype_name(d) or d for d in row.dtypes if d not in ("Scalar", "ScalarList", "")})

@@ -15,6 +15,7 @@ import re
 import textwrap
 
 from microbench.cases import Case
+from microbench.errors import UsageError
 
 _TEMPLATE = '''\
 #!/usr/bin/env python3
@@ -105,8 +106,6 @@ def render(case: Case, name: str, threads: list[int], measured: str) -> str:
 
 def write(directory: str, index: int, case: Case, threads: list[int], measured: str) -> str:
     """Write the script; returns its file name (relative to directory)."""
-    from microbench.errors import UsageError
-
     name = file_name(index, case)
     path = os.path.join(directory, name)
     try:

@@ -42,6 +42,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from microbench.cases import profiler_dtype_name, torch_dtype_name
 from microbench.errors import UsageError
 from microbench.stats import median
 
@@ -99,8 +100,6 @@ class Row:
 
 
 def _norm_dtypes(dtypes: list) -> list:
-    from microbench.cases import profiler_dtype_name, torch_dtype_name
-
     out = []
     for d in dtypes or []:
         t = torch_dtype_name(d) if isinstance(d, str) else None

@@ -5,7 +5,6 @@ cProfile and saves `profile.pstats`. Parent side (`PythonLayer.analyse`)
 reads it back with `pstats`, renders `callgraph.dot` with gprof2dot and
 `callgraph.png` with graphviz's `dot` (tools/callgraph.py), and fills
 `python_hotspots` and `python_summary`:
-
 - every function is classed `user` (the user's files, see usercode.py),
   `library` (other Python: torch's Python layers, stdlib), `torch` (a torch
   built-in: time spent in it is operator work, including intra-op threads the
@@ -40,9 +39,17 @@ from diagnose.config import CallgraphOptions
 from diagnose.layers.base import Layer, Recorder
 from diagnose.protocol import PassSpec
 from diagnose.report import io as report_io
-from diagnose.report.model import CallgraphSettings, LayerStatus, LineOperator, PythonFunction, PythonSplit, \
-    PythonSummary, Report
+from diagnose.report.model import (
+    CallgraphSettings,
+    LayerStatus,
+    LineOperator,
+    PythonFunction,
+    PythonSplit,
+    PythonSummary,
+    Report,
+)
 from diagnose.tools import callgraph
+from diagnose.usercode import FunctionSpans, UserCode
 
 PSTATS = "profile.pstats"
 DOT = "callgraph.dot"
@@ -282,8 +289,6 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
 def join_operators(rows: list[PythonFunction], report: Report, spans=None) -> None:
     """List, per user function, the operators called from its lines (operator pass); a script's `<module>`
     holds the lines outside every function of its file (a loop at module scope)."""
-    from diagnose.usercode import FunctionSpans
-
     spans = spans or FunctionSpans()
     by_file: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
     for op in report.operators:
@@ -333,8 +338,6 @@ class PythonLayer(Layer):
         return PythonRecorder(spec)
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
-        from diagnose.usercode import FunctionSpans, UserCode
-
         raw = outcome.raw
         if not raw or not raw.get("pstats"):
             return LayerStatus("failed", outcome.failure_reason("the call-graph pass"))

@@ -31,6 +31,7 @@ import time
 
 from diagnose import machine
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
+from diagnose.layers.efficiency import probe, roofline
 from diagnose.report import io as report_io
 from diagnose.report.model import Efficiency, LayerStatus, Peaks, Report, Work
 
@@ -47,8 +48,6 @@ class EfficiencyLayer(Layer):
     derived = True
 
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
-        from diagnose.layers.efficiency import roofline
-
         tick = context.tick
         if not report.operators:
             return LayerStatus("skipped", "the operator pass recorded no operators (it needs the operators layer)")
@@ -107,8 +106,6 @@ def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[Wor
 
 def _peaks(report: Report, workdir: str, tick, t0: float, server) -> Peaks:
     """The full probe's peaks for this machine: from the cache, else measured (and cached)."""
-    from diagnose.layers.efficiency import probe
-
     m = report.machine
     if m.torch_version:
         key = probe.machine_key(m.cpu_model, m.usable_cpus, m.torch_version, "full", machine.vector_isa())

@@ -46,6 +46,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from diagnose import machine
 from diagnose.report import io as report_io
 from diagnose.report.model import Peaks
 from microbench.machine import cpu_snapshot, others_cpus
@@ -223,8 +224,6 @@ def measure_memory(torch, threads: int, arrays: tuple, mib: int, settings: dict[
 
 
 def machine_usable() -> int:
-    from diagnose import machine
-
     return machine.usable_cpus()[0]
 
 
@@ -235,8 +234,6 @@ def thread_counts(usable: int) -> list[int]:
 def measure(mode: str = "full") -> dict[str, Any]:
     """Run the probe in this process (it changes torch's thread count)."""
     import torch
-
-    from diagnose import machine
 
     settings = MODES[mode]
     t0 = time.perf_counter()
@@ -274,8 +271,6 @@ def measure(mode: str = "full") -> dict[str, Any]:
 def peaks_for_this_machine(*, refresh: bool = False, mode: str = "full") -> tuple[dict[str, Any], str | None, bool]:
     """(peaks, cache file or None when not cached, came from the cache) for the machine this process runs on."""
     import torch
-
-    from diagnose import machine
 
     key = machine_key(machine.cpu_model(), machine.usable_cpus()[0], torch.__version__, mode, machine.vector_isa())
     if not refresh:

@@ -40,6 +40,7 @@ import sys
 from typing import Any
 
 from diagnose.report.model import Work
+from microbench.cases import CannotRebuild, case_from_row
 
 WRITE_ONLY_FIRST_ARG = {"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "index_put_",
                         "exponential_", "set_", "resize_", "masked_fill_"}
@@ -95,8 +96,6 @@ def estimate(row: dict[str, Any]) -> Work:
     """Work per call of one operator row; never raises (the reason says what was not possible)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode, flop_registry
-
-    from microbench.cases import CannotRebuild, case_from_row
 
     out = Work()
     try:

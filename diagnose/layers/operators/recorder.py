@@ -28,12 +28,15 @@ import json
 import os
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
+from diagnose.distributed import collectives
+from diagnose.doctor.process import count_subnormals
 from diagnose.layers.base import Recorder
+from diagnose.layers.efficiency.work import estimate
 from diagnose.layers.operators.kineto import Label, reduce_kineto
 from diagnose.protocol import PassSpec
+from diagnose.report.model import Work
 from diagnose.usercode import UserCode
 
 # Calls that never run an operator; skipping them keeps the mode cheap.
@@ -41,7 +44,6 @@ _NO_OP_CALLS = frozenset(
     {"__get__", "__set__", "size", "dim", "stride", "numel", "__len__", "is_contiguous",
      "data_ptr", "element_size", "__hash__", "__repr__", "__format__", "storage_offset"}
 )
-
 
 
 # The operator pass's event budget: recording stops after config.MAX_RECORDED_CALLS torch calls from Python, or
@@ -60,7 +62,6 @@ TRIM_AFTER_GROWTH_BYTES = 32 << 20
 SCAN_MAX_SITES = 512  # call sites whose inputs the subnormal scan looks at (a BERT step has about 200)
 TRIM_CHECK_EVERY = 128
 _BUDGET_CHECK_EVERY = 1024
-
 
 
 def _source_mode(recorder: "OperatorsRecorder"):
@@ -283,8 +284,6 @@ class OperatorsRecorder(Recorder):
         """Count subnormal values in a torch call's tensor inputs, once per call site (see `scanning`)."""
         import torch
 
-        from diagnose.doctor.process import count_subnormals
-
         user, library = self.usercode.locations(frame)
         key = (getattr(func, "__name__", str(func)), self.modules.current(), user, library)
         if key in self.input_scan:
@@ -392,7 +391,6 @@ class OperatorsRecorder(Recorder):
     def collect(self, workdir: str) -> dict[str, Any]:
         reduced = reduce_kineto(self.results, os.path.join(workdir, "trace.json"), self.max_trace_events)
         if self.spec.distributed is not None:  # a torchrun rank: its collectives (gloo:all_reduce, ...) too
-            from diagnose.distributed import collectives
 
             reduced["collectives"] = collectives.summarise(self.results)
         attach_work(reduced.get("rows") or [])
@@ -421,9 +419,6 @@ def attach_work(rows: list[dict[str, Any]]) -> None:
     The efficiency layer would otherwise start a process (and import torch)
     to do it; estimating on meta tensors takes milliseconds per row.
     """
-    from diagnose.layers.efficiency.work import estimate
-    from diagnose.report.model import Work
-
     total = sum(r["self_cpu_us"] for r in rows) or 1.0
     by_key: dict[str, float] = defaultdict(float)
     for r in rows:

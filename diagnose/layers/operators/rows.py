@@ -7,6 +7,7 @@ from typing import Any
 from diagnose.report import io as report_io
 from diagnose.report.model import ModuleShare, OperatorRow, SourceShare, Work
 from diagnose.report.rows import sum_rows
+from diagnose.usercode import FunctionSpans
 
 MAX_ROWS = 1000
 
@@ -49,8 +50,6 @@ def typed_row(r: dict[str, Any], classes: dict[str, str]) -> OperatorRow:
 
 def attach_functions(rows: list[OperatorRow]) -> None:
     """Name the user function around each source line (read from the file's AST)."""
-    from diagnose.usercode import FunctionSpans
-
     spans = FunctionSpans()
     for row in rows:
         for share in row.sources:

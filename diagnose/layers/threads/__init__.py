@@ -20,8 +20,11 @@ import os
 import signal
 import subprocess
 import sys
+
 from diagnose import markers
+from diagnose.findings.threads import MIN_DURATION_S
 from diagnose.layers.base import Layer, last_line
+from diagnose.layers.threads import analysis, environment, recording
 from diagnose.report.model import LayerStatus, Report
 
 RECORDING = "threads-recording.json"
@@ -87,9 +90,6 @@ class ThreadsLayer(Layer):
         return SamplerProcess(workdir)
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
-        from diagnose.findings.threads import MIN_DURATION_S
-        from diagnose.layers.threads import analysis, environment, recording
-
         path = os.path.join(workdir, RECORDING)
         if not os.path.exists(path):
             log = last_line(os.path.join(workdir, SAMPLER_LOG), "")
