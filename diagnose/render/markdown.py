@@ -43,13 +43,10 @@ def render(report: Report) -> str:
             where = f" at `{f.location}`" if f.location else ""
             out.append(f"{i}. **[{f.severity}] {f.kind}**{where}: {_cell(f.title)}")
             out.append(f"   - try: {f.suggestion}")
-            ev = ", ".join(f"{k}={_evidence(v)}" for k, v in f.evidence.items()
-                           if v not in (None, [], {}) and k not in ("also", "time_at_stake_basis"))
-            out.append(f"   - evidence: {ev}")
-            also = f.evidence.get("also") or []  # other layers' findings at the same line (findings/stake.py)
-            if also:
+            out.append("   - evidence: " + ", ".join(f"{k}={_evidence(v)}" for k, v in fmt.evidence_items(f)))
+            if f.also:  # other layers' findings at the same line (findings/stake.py)
                 out.append("   - also at this line: " + "; ".join(
-                    f"[{a.get('severity')}] {a.get('kind')} ({a.get('layer')}): {_cell(a.get('title'))}" for a in also))
+                    f"[{a.severity}] {a.kind} ({a.layer}): {_cell(a.title)}" for a in f.also))
         if len(report.findings) > TOP_FINDINGS:
             out.append(f"\n_{len(report.findings) - TOP_FINDINGS} more findings in report.json._")
     else:

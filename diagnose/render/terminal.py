@@ -59,10 +59,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
         for f in report.findings[:TOP_FINDINGS]:
             out.append(f"  [{f.severity}] {f.kind}: {f.title}")
             out.append(f"      try: {f.suggestion}")
-            also = f.evidence.get("also") or []  # other layers' findings at the same line (findings/stake.py)
-            if also:
+            if f.also:  # other layers' findings at the same line (findings/stake.py)
                 out.append("      also at this line: " + "; ".join(
-                    f"[{a.get('severity')}] {a.get('kind')} ({a.get('layer')})" for a in also))
+                    f"[{a.severity}] {a.kind} ({a.layer})" for a in f.also))
         if len(report.findings) > TOP_FINDINGS:
             out.append(f"  ... {len(report.findings) - TOP_FINDINGS} more in the report")
     else:
