@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from diagnose.report.model import Finding, IterationStats, Report
 
@@ -453,6 +453,29 @@ def hot_modules(report: Report, limit: int = 8) -> list[tuple[str, str, int, flo
     total = m.total_cpu_us or 1.0
     out = [(p or "(outermost)", c, len(v), 100 * sum(v) / total) for (p, c), v in groups.items()]
     return sorted(out, key=lambda g: -g[3])[:limit]
+
+
+def also_label(piece: Finding) -> str:
+    """A finding merged into another at its line (Finding.also): "[low] hot_operator (operators)"."""
+    return f"[{piece.severity}] {piece.kind} ({piece.layer})"
+
+
+def findings_list(findings: list[Finding], top: int, *, head: Callable[[int, Finding], str], indent: str,
+                  more: Callable[[int], str], also: Callable[[Finding], str] = also_label,
+                  evidence: Callable[[Finding], str] | None = None) -> list[str]:
+    """The findings list of the terminal summary and report.md: per finding (the first `top`, numbered from 1)
+    its `head` line, then at `indent` what to try, its `evidence` (when given) and what other layers saw at its
+    line; then `more(n)` for the n left out."""
+    out = []
+    for i, f in enumerate(findings[:top], 1):
+        out += [head(i, f), f"{indent}try: {f.suggestion}"]
+        if evidence is not None:
+            out.append(f"{indent}evidence: {evidence(f)}")
+        if f.also:
+            out.append(f"{indent}also at this line: " + "; ".join(also(a) for a in f.also))
+    if len(findings) > top:
+        out.append(more(len(findings) - top))
+    return out
 
 
 def evidence_items(f: Finding) -> list[tuple[str, Any]]:

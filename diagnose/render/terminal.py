@@ -56,14 +56,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
     out.append("")
     if report.findings:
         out.append("Findings")
-        for f in report.findings[:TOP_FINDINGS]:
-            out.append(f"  [{f.severity}] {f.kind}: {f.title}")
-            out.append(f"      try: {f.suggestion}")
-            if f.also:  # other layers' findings at the same line (findings/stake.py)
-                out.append("      also at this line: " + "; ".join(
-                    f"[{a.severity}] {a.kind} ({a.layer})" for a in f.also))
-        if len(report.findings) > TOP_FINDINGS:
-            out.append(f"  ... {len(report.findings) - TOP_FINDINGS} more in the report")
+        out += fmt.findings_list(report.findings, TOP_FINDINGS, indent="      ",
+                                 head=lambda i, f: f"  [{f.severity}] {f.kind}: {f.title}",
+                                 more=lambda n: f"  ... {n} more in the report")
     else:
         out.append("Findings: none")
     statuses = ", ".join(f"{name} {s.status}" + (f" ({fmt.short_reason(s.reason)})" if s.reason and s.status != "ok" else "")
