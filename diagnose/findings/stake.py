@@ -1,9 +1,10 @@
 """Time at stake, confidence, severity from the stake, ranking and de-duplication of findings.
 
-Everything here reads and writes a finding's typed fields (report/model.py:
+Findings are ranked, settled and merged by their typed fields (report/model.py:
 `stake`, `observation`, `doubts`, `place`, `rule_severity`, `severity_basis`,
-`severity_from`, `also`), never its `evidence`, which holds the rule's own
-measurements.
+`severity_from`, `also`), and nothing here writes their `evidence`, which
+holds the rule's own measurements (only its `input_shapes` is read, to tell
+which merged pieces are about the same time).
 
 Time at stake. Every finding carries a `stake` (model.Stake): `pct`, an
 estimate of the share of the run's (uninstrumented) wall time that fixing it
