@@ -15,7 +15,7 @@ mean of both sides' IQR/median and never below MIN_FLOOR_PCT (5%).
   operator time on both sides are left out.
 - Findings: matched on (kind, operator, location), then on (kind, operator)
   among the rest (a line that moved); findings merged into another (its
-  evidence["also"]) count too. Each is gone, new, worse, better or same.
+  `also`) count too. Each is gone, new, worse, better or same.
 `regression_pct` is the wall time's increase in percent when it got slower
 outside the noise, else 0: the CI gate (--fail-on-regression) reads it.
 """
@@ -140,15 +140,12 @@ def compare_operators(before: Report, after: Report, min_floor_pct: float = MIN_
 
 
 def _flat(findings: list[Finding]) -> list[dict[str, Any]]:
+    """Every finding, and the findings merged into it (at its line)."""
     out = []
     for f in findings:
-        out.append({"kind": f.kind, "severity": f.severity, "op": f.op, "location": f.location, "title": f.title,
-                    "time_at_stake_pct": f.evidence.get("time_at_stake_pct")})
-        for a in f.evidence.get("also") or []:
-            if isinstance(a, dict):
-                out.append({"kind": a.get("kind"), "severity": a.get("severity"), "op": a.get("op"),
-                            "location": f.location, "title": a.get("title"),
-                            "time_at_stake_pct": (a.get("evidence") or {}).get("time_at_stake_pct")})
+        for piece in [f, *f.also]:
+            out.append({"kind": piece.kind, "severity": piece.severity, "op": piece.op, "location": f.location,
+                        "title": piece.title, "time_at_stake_pct": piece.stake.pct if piece.stake else None})
     return out
 
 

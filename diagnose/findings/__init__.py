@@ -4,9 +4,10 @@ A rule is a function `rule(report) -> list[Finding]` that reads only the
 report (never a profiler), so it can be re-run on a loaded report.json.
 Adding a rule = a function in the module of its layer + an entry in RULES.
 Every finding carries the numbers that crossed its threshold in `evidence`,
-and `time_at_stake_pct`: the share of wall time a fix could win, with its
-`confidence` (stake.py says how both are estimated, how they bound the
-severity, and how findings are ranked by them and merged across layers).
+and in typed fields what it is ranked by: its `stake` (the share of wall time
+a fix could win, with its confidence), `doubts` and `observation` (stake.py
+says how they are estimated, how they bound the severity, and how findings
+are ranked by them and merged across layers).
 What to try for an operator comes from suggestions.py, one table per
 operator class.
 """
@@ -43,5 +44,5 @@ def derive(report: Report) -> list[Finding]:
     bounded by the stake; one finding per line of code that several layers flagged."""
     out: list[Finding] = []
     for rule in RULES:
-        out.extend(stake.fill(place.annotate(f, report), report) for f in rule(report))
+        out.extend(stake.fill(place.annotate(f, report)) for f in rule(report))
     return stake.rank(stake.dedup(stake.rank(out)))

@@ -19,7 +19,7 @@ topology, low_precision):
 
 from __future__ import annotations
 
-from diagnose.report.model import DoctorCheck, Finding, Report
+from diagnose.report.model import DoctorCheck, Finding, Report, Stake
 
 
 def _facts(check: DoctorCheck | None) -> dict:
@@ -48,20 +48,18 @@ def environment(report: Report) -> list[Finding]:
                 "trials": [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
                             "noise_floor_pct": t.noise_floor_pct, "verdict": t.verdict, "rounds": t.rounds}
                            for t in tried],
-                "time_at_stake_pct": round(gain, 1),
-                "time_at_stake_basis": (f"measured: 1 - 1/speedup of the step with {best.name}, "
-                                        f"{best.rounds} interleaved rounds on your own steps"),
             }
+            stake = Stake(pct=round(gain, 1), basis=(f"measured: 1 - 1/speedup of the step with {best.name}, "
+                                                     f"{best.rounds} interleaved rounds on your own steps"))
             suggestion = f"{best.change}" + (f"  ({check.suggestion})" if check and check.suggestion else "")
             out.append(Finding(kind=name, severity="high", layer="doctor", title=title[:1].upper() + title[1:],
-                               op=None, location=None, evidence=evidence, suggestion=suggestion))
+                               op=None, location=None, evidence=evidence, suggestion=suggestion, stake=stake))
         elif check is not None and check.status == "warn" and not tried:
-            evidence = {"check": name, "facts": _facts(check), "measured": False,
-                        "time_at_stake_pct": check.at_stake_pct,
-                        "time_at_stake_basis": ("the check's estimate (not measured: the change cannot be tried "
-                                                "from outside the script)") if check.at_stake_pct is not None
-                        else "unknown: not measured"}
+            evidence = {"check": name, "facts": _facts(check), "measured": False}
+            stake = Stake(pct=check.at_stake_pct, basis=(
+                "the check's estimate (not measured: the change cannot be tried from outside the script)"
+                if check.at_stake_pct is not None else "unknown: not measured"))
             out.append(Finding(kind=name, severity="low" if check.at_stake_pct is None else "high", layer="doctor",
                                title=check.summary.rstrip("."), op=None, location=None, evidence=evidence,
-                               suggestion=check.suggestion or ""))
+                               suggestion=check.suggestion or "", stake=stake))
     return out

@@ -15,7 +15,8 @@ Thresholds:
   copy bandwidth), so nothing is raised there;
 - when the peaks were measured while other processes held the CPUs the roofs
   are low and efficiencies read high: the finding still fires below the
-  thresholds and the evidence says `peaks_contended`;
+  thresholds, the evidence says `peaks_contended` and its `doubts`
+  (model.PEAKS_CONTENDED_DOUBT) halve its confidence (stake.py);
 - operators without a meaningful work model (random number generation,
   sorting, allocation, views: roofline.no_verdict says which and why) get no
   verdict, even from a report written before the efficiency layer withheld it;
@@ -40,6 +41,9 @@ Thresholds:
   least FAULTS_RATIO (2x) as often per step as the uninstrumented run (and
   >= 1000 times a step more): its times then carry faults the real run
   does not have.
+- Time at stake: the operator's share of operator time on the wall-time
+  scale (stake.operator_stake); a context finding's, the part of that share
+  its context adds (1 - alone / in the model).
 - Counters (report.counters, perf or VTune): CPI >= 1.0 over the run is
   `low`, >= 2.0 `medium` (0.25 is the best a 4-wide core does; docs/measurements.md);
   VTune spin + overhead time >= 20% of CPU time is `medium`.
@@ -51,10 +55,11 @@ import math
 from typing import Any
 
 from diagnose.findings import copies
+from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.findings.threads import oversubscribed
 from diagnose.layers.efficiency.roofline import no_verdict
-from diagnose.report.model import Finding, Report, RooflineRow
+from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, Report, RooflineRow, Stake
 
 HOT_SHARE_PCT = 10.0
 MIN_US_PER_CALL = 20.0
@@ -127,6 +132,7 @@ def low_efficiency(report: Report) -> list[Finding]:
         if pct >= MEDIUM_BELOW_PCT:
             continue
         severity = "high" if pct < HIGH_BELOW_PCT else "medium"
+        fault_counts, fault_doubts = _fault_doubt(report, op, context)
         if op.roof_gflops_per_s is not None:
             rate = f"{op.achieved_gflops_per_s:.3g} of {op.roof_gflops_per_s:.3g} GFLOP/s"
         else:
@@ -157,10 +163,12 @@ def low_efficiency(report: Report) -> list[Finding]:
                 "peaks_contended": bool(eff.peaks.contended),
                 "instrumentation_overhead": eff.instrumentation_overhead,
                 **(context or {}),
-                **_fault_doubt(report, op, context),
+                **fault_counts,
             },
             suggestion=_suggestion(report, op),
             layer="efficiency",
+            stake=operator_stake(report, share),
+            doubts=fault_doubts + ([PEAKS_CONTENDED_DOUBT] if eff.peaks.contended else []),
         ))
     out.extend(_counter_findings(report))
     return out
@@ -174,23 +182,21 @@ def _alone(report: Report, op: RooflineRow) -> float | None:
     return float(same[0].median_us) if same else None
 
 
-def _fault_doubt(report: Report, op: RooflineRow, context: dict | None) -> dict[str, Any]:
+def _fault_doubt(report: Report, op: RooflineRow, context: dict | None) -> tuple[dict[str, Any], list[str]]:
     """A doubt on a memory-bound verdict, or on a context finding, when the operator pass page-faulted far more
-    per step than the uninstrumented run: the operator's time there carries faults the real run does not have."""
+    per step than the uninstrumented run: the operator's time there carries faults the real run does not have.
+    (The fault counts for the evidence, the doubt), both empty without one."""
     plain, instrumented = report.faults_per_step()
     if (op.bound != "memory" and not context) or plain is None or instrumented is None:
-        return {}
+        return {}, []
     if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
-        return {"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented),
-                "doubts": [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} "
-                           "uninstrumented: a memory-bound operator's time there carries faults the real run "
-                           "does not have"]}
-    return {}
+        return ({"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented)},
+                [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} "
+                 "uninstrumented: a memory-bound operator's time there carries faults the real run does not have"])
+    return {}, []
 
 
 def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], share: float) -> Finding:
-    from diagnose.findings.stake import operator_stake
-
     plain, instrumented = report.faults_per_step()
     ratio = context["in_model_vs_alone"]
     faults = ""
@@ -204,9 +210,7 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
         stake = operator_stake(report, share * (1 - 1 / ratio))
         contended, first = "", ""
     else:  # a symptom of the contention: the oversubscription finding holds that time (one time, one finding)
-        stake = {"time_at_stake_pct": None,
-                 "time_at_stake_basis": ("the time its threads waited for a CPU: the oversubscription finding "
-                                         "carries it")}
+        stake = Stake(pct=None, basis="the time its threads waited for a CPU: the oversubscription finding carries it")
         contended = f"; threads waited {100 * waited:.0f}% of their runnable time for a CPU (oversubscription)"
         first = ("Its threads waited for CPUs other threads held: fix the oversubscription first (see Threads), "
                  "then measure again. ")
@@ -222,8 +226,7 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
                   "minor_faults_per_step": round(plain) if plain is not None else None,
                   "minor_faults_per_step_operator_pass": round(instrumented) if instrumented is not None else None,
                   "threshold_ratio": CONTEXT_RATIO,
-                  "runqueue_wait_share": waited, **stake,
-                  **_fault_doubt(report, op, context)},
+                  "runqueue_wait_share": waited},
         suggestion=(first + "The same call runs faster alone, so look at what surrounds it in the model" + faults + ": "
                     "fresh outputs page-faulting in (glibc gives large temporaries fresh pages every step: reuse "
                     "buffers with out= or in-place ops, or an allocator that keeps pages, LD_PRELOAD jemalloc with "
@@ -232,6 +235,7 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
                     "larger than the caches: fuse them, torch.compile), or other threads competing for the CPUs "
                     "(see Threads). The operator pass's own profiler adds faults, so compare with the "
                     "uninstrumented count first."),
+        stake=stake, doubts=_fault_doubt(report, op, context)[1],  # its fault counts are in the evidence already
     )
 
 
@@ -256,7 +260,7 @@ def _counter_findings(report: Report) -> list[Finding]:
             suggestion="A high CPI means stalls, most often on memory: look at the memory-bound operators in the "
                        "efficiency table first (fuse them, use contiguous inputs, smaller dtypes); a VTune "
                        "uarch-exploration run (vtune_scripts/collect.sh uarch) names the stall per aten op.",
-            layer="counters",
+            layer="counters", stake=UNKNOWN,
         ))
     spin = c.spin_overhead_pct
     if spin is not None and spin >= SPIN_MEDIUM_PCT:
@@ -271,6 +275,6 @@ def _counter_findings(report: Report) -> list[Finding]:
             suggestion="OpenMP threads spin at barriers between small parallel regions: fewer intra-op threads "
                        "(torch.set_num_threads), larger operators per call, or OMP_WAIT_POLICY=PASSIVE when "
                        "other work shares the CPUs.",
-            layer="counters",
+            layer="counters", stake=UNKNOWN,
         ))
     return out

@@ -14,7 +14,7 @@ last all-reduce's autograd context); a `dist.barrier()` first avoids it.
 
 from __future__ import annotations
 
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, Stake
 
 DESTROY = "destroy_process_group"
 GLOO_WORKAROUND = ("A known torch 2.13 + gloo deadlock: the process group's destructor holds the GIL while a gloo "
@@ -51,9 +51,7 @@ def hang(report: Report) -> list[Finding]:
                       "main_thread": frames[:20],
                       "other_threads": [{"thread": t.thread, "frames": t.frames[:8]}
                                         for t in first.threads if not t.main][:8],
-                      "known_deadlock": "gloo destroy_process_group" if gloo else None,
-                      "time_at_stake_pct": 100.0,
-                      "time_at_stake_basis": "the script does not finish"},
-            suggestion=suggestion,
+                      "known_deadlock": "gloo destroy_process_group" if gloo else None},
+            suggestion=suggestion, stake=Stake(pct=100.0, basis="the script does not finish"),
         ))
     return out

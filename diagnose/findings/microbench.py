@@ -37,8 +37,11 @@ Why it does not scale (evidence `cause`):
   [256,8000] copy read at 19.7 GB/s on this project's machine).
 - "sequential_kernel": otherwise.
 
-Doubts (evidence `doubts`, severity `low`, and stake.py halves its
-confidence), since the speedup itself is then uncertain:
+Time at stake: the operator's share of operator time on the wall-time scale
+(stake.operator_stake).
+
+Doubts (`doubts`, severity `low`, and stake.py halves its confidence), since
+the speedup itself is then uncertain:
 - a measurement microbench marked `contended` (other processes held the
   CPUs) or `noisy` (IQR/median high);
 - a matrix multiply whose M, N and K are all >= LARGE_GEMM_DIM (256) that is
@@ -54,9 +57,10 @@ confidence), since the speedup itself is then uncertain:
 
 from __future__ import annotations
 
+from diagnose.findings.stake import operator_stake
 from diagnose.findings.suggestions import BANDWIDTH_TEXT, MATMUL, matmul_dims, suggestion_for
 from diagnose.layers.efficiency import probe
-from diagnose.report.model import Finding, MicrobenchRow, Report
+from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, MicrobenchRow, Report
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
 SHARE_HIGH_PCT = 30.0
@@ -129,10 +133,9 @@ def sequential_operator(report: Report) -> list[Finding]:
         }
         if dims:
             evidence.update(gemm_mnk=list(dims), threshold_gemm_dim=LARGE_GEMM_DIM)
-        if bound and peaks and peaks.contended:
-            evidence["peaks_contended"] = True  # a low roof reads as saturated: stake.py halves the confidence
-        if doubts:
-            evidence["doubts"] = doubts
+        contended = bool(bound and peaks and peaks.contended)
+        if contended:
+            evidence["peaks_contended"] = True  # a low roof reads as saturated: a doubt, which halves the confidence
         short = op.split("::")[-1]
         shapes = ", ".join(str(x).replace(" ", "") for x in one.input_shapes if x != []) or "-"
         times = (f"{one.median_us / 1e3:.2f} ms on 1 thread vs {most.median_us / 1e3:.2f} ms on {n} "
@@ -170,7 +173,8 @@ def sequential_operator(report: Report) -> list[Finding]:
                           f"{reproducer}")
         out.append(Finding(kind="sequential_operator", severity=severity, title=title, op=op or None,
                            location=one.source, evidence=evidence, suggestion=suggestion,
-                           layer="microbench"))
+                           layer="microbench", stake=operator_stake(report, evidence["share_pct"]),
+                           doubts=doubts + ([PEAKS_CONTENDED_DOUBT] if contended else [])))
     return out
 
 

@@ -4,7 +4,7 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
 - hot_operator: an (operator, shape) row among the top five at >= 10%.
   Compute kernels (matmul, convolution, attention, RNN) are where a healthy
   model spends its time, so only the top row gets a finding if it is one,
-  `low` and marked an observation (evidence `observation`: ranked after what
+  `low` and marked an observation (`observation`, stake.py: ranked after what
   there is to fix; look at its efficiency). A fused activation function
   (gelu, relu, silu, sigmoid, ...) is part of what a model computes too: under
   30% it is `low` and an observation (BERT's GELU took 11%); at 30% or more
@@ -47,8 +47,8 @@ Suggestions come from suggestions.py (one place for every operator class).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-
 from collections import defaultdict
 
 from diagnose.doctor.workload import FAULT_US, fault_share
@@ -56,7 +56,7 @@ from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
 from diagnose.findings.suggestions import ACTIVATION_CLASSES, COPY_LABEL, COPY_TEXT, is_compute, op_class, suggestion_for
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, Stake
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
 KERNEL_NAME = re.compile(r"^(\w+::\w+|(graph_\d+_)?(cpp|triton)_\w+|\w+_fused_\w+)$")
@@ -117,12 +117,12 @@ def hot_operator(report: Report) -> list[Finding]:
                             for s in row.sources[:3]],
                 "threshold_pct": HOT_MIN_PCT if compute else (HOT_HIGH_PCT if severity == "high" else HOT_MIN_PCT),
                 "compute_kernel": compute,
-                "observation": compute or internal or (activation and severity == "low"),
                 "instrumentation_overhead": _overhead(report),
-                **operator_stake(report, row.self_pct),
             },
             suggestion=suggestion_for(report, row.name, row.input_shapes, row.dtypes, row.source),
             layer="operators",
+            stake=operator_stake(report, row.self_pct),
+            observation=compute or internal or (activation and severity == "low"),
         ))
     return out
 
@@ -168,10 +168,10 @@ def copy_overhead(report: Report) -> list[Finding]:
                            for (k, loc), us in sorted(by_place.items(), key=lambda kv: -kv[1])[:5]],
             "not_counted_us": {k: round(v, 3) for k, v in sorted(not_counted.items(), key=lambda kv: -kv[1])[:5]},
             "instrumentation_overhead": _overhead(report),
-            **operator_stake(report, pct),
         },
         suggestion=COPY_TEXT[kind],
         layer="operators",
+        stake=operator_stake(report, pct),
     )]
 
 
@@ -219,16 +219,16 @@ def memory_churn(report: Report) -> list[Finding]:
             "top_operators": [{"op": r.name, "input_shapes": r.input_shapes, "bytes": r.cpu_memory_bytes,
                                "source": r.source} for r in top_ops],
             "instrumentation_overhead": _overhead(report),
-            **_churn_stake(report),
         },
         suggestion="Reuse buffers instead of allocating per step: out= arguments and in-place operators, "
                    "tensors created once outside the loop, torch.inference_mode() for inference so autograd "
                    "keeps nothing alive; if the allocator itself shows up, try jemalloc or tcmalloc via LD_PRELOAD.",
         layer="operators",
+        stake=_churn_stake(report),
     )]
 
 
-def _churn_stake(report: Report) -> dict:
+def _churn_stake(report: Report) -> Stake:
     """What the churn costs. Where the uninstrumented pass counted minor page faults over steps (or measured
     calls): the fresh pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median
     step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted); when the
@@ -243,25 +243,24 @@ def _churn_stake(report: Report) -> dict:
     check = next((c for c in report.doctor.checks if c.name == "page_faults"), None) if report.doctor else None
     if check is not None and check.status == "warn":  # one time, one finding: the doctor's has the measured fix
         carried = any(f.kind == "page_faults" for f in doctor_findings.environment(report))
-        return {"time_at_stake_pct": None,
-                "time_at_stake_basis": "the fresh pages these allocations fault in: " + (
-                    "the doctor's page_faults finding carries that time (measured where its trials ran)" if carried
-                    else "the doctor's page_faults check tried allocator changes on your steps and none won "
-                         "(its trials), so no stake is claimed for them")}
+        return Stake(pct=None, basis="the fresh pages these allocations fault in: " + (
+            "the doctor's page_faults finding carries that time (measured where its trials ran)" if carried
+            else "the doctor's page_faults check tried allocator changes on your steps and none won "
+                 "(its trials), so no stake is claimed for them"))
     measured = fault_share(report)
     if measured is not None:
         unit, _, _, share = measured
-        return {"time_at_stake_pct": round(min(share, 100.0), 2),
-                "time_at_stake_basis": (f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
-                                        "(uninstrumented pass): the fresh pages the allocations fault in")}
+        return Stake(pct=round(min(share, 100.0), 2),
+                     basis=(f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
+                            "(uninstrumented pass): the fresh pages the allocations fault in"))
     if faults is not None and wall:  # no steps: the whole run's faults, setup's first touch of its data too
-        return {"time_at_stake_pct": round(min(100.0 * faults * FAULT_US * 1e-6 / wall, 100.0), 2),
-                "time_at_stake_basis": (f"minor page faults x {FAULT_US:g} µs over the run's wall time "
-                                        f"(uninstrumented pass; {UPPER_BOUND}: without steps, setup's first touch "
-                                        "of its data is counted too)")}
+        return Stake(pct=round(min(100.0 * faults * FAULT_US * 1e-6 / wall, 100.0), 2), upper_bound=True,
+                     basis=(f"minor page faults x {FAULT_US:g} µs over the run's wall time "
+                            f"(uninstrumented pass; {UPPER_BOUND}: without steps, setup's first touch "
+                            "of its data is counted too)"))
     out = operator_stake(report, sum(r.self_pct for r in report.operators if r.cpu_memory_bytes > 0))
-    out["time_at_stake_basis"] += f" ({UPPER_BOUND}: the allocating operators' whole time)"
-    return out
+    return dataclasses.replace(out, basis=out.basis + f" ({UPPER_BOUND}: the allocating operators' whole time)",
+                               upper_bound=True)
 
 
 def autograd_in_inference(report: Report) -> list[Finding]:
@@ -285,12 +284,11 @@ def autograd_in_inference(report: Report) -> list[Finding]:
             "backward_ops": a.backward_ops, "grad_mode_off_calls": a.grad_mode_off_calls,
             "lines": [{"source": l.source, "calls": l.calls} for l in a.lines[:5]],
             "threshold_share": AUTOGRAD_MIN_SHARE,
-            "time_at_stake_pct": None,
-            "time_at_stake_basis": "not estimated: autograd's bookkeeping is part of the framework overhead",
         },
         suggestion=("Run inference under torch.inference_mode() (or torch.no_grad()): wrap the loop, or decorate "
                     "the function that calls the model with @torch.inference_mode(). No autograd node is created, "
                     "no input is kept alive for a backward, and inference tensors skip version counting. Keep "
                     "grad mode only where a backward follows."),
         layer="operators",
+        stake=Stake(pct=None, basis="not estimated: autograd's bookkeeping is part of the framework overhead"),
     )]

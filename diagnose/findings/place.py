@@ -1,11 +1,11 @@
 """Where an operator finding happens beyond the user's line: the module and the library line.
 
 Every finding about an operator at given input shapes (evidence
-`input_shapes`) is matched with its operator row, and gets evidence
-`module` (the module path, instances' differing indices as `*`),
-`module_class` and `library_line` (the innermost frame outside torch that
-ran it, e.g. `transformers/models/bert/modeling_bert.py:335`, when it is not
-the user's line itself), and its title says them. In a module whose class is
+`input_shapes`) is matched with its operator row, and gets a `place`
+(model.Place): `module` (the module path, instances' differing indices as
+`*`), `module_class` and `library_line` (the innermost frame outside torch
+that ran it, e.g. `transformers/models/bert/modeling_bert.py:335`, when it is
+not the user's line itself), and its title says them. In a module whose class is
 an attention implementation that runs softmax(QK^T)V as separate operators,
 the suggestion names the fused kernel to switch to.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.report.model import Finding, OperatorRow, Report
+from diagnose.report.model import Finding, OperatorRow, Place, Report
 
 ATTENTION_CLASS = re.compile(r"attention|attn", re.IGNORECASE)
 UNFUSED_ATTENTION_OPS = re.compile(r"^aten::(_?softmax|bmm|matmul|baddbmm|_softmax_backward_data|masked_fill\w*)$")
@@ -36,7 +36,7 @@ def annotate(finding: Finding, report: Report) -> Finding:
     if row is None or not row.modules:
         return finding
     where, library = row.where_module(), row.library_elsewhere()
-    finding.evidence.update(module=where, module_class=row.module_class, library_line=library)
+    finding.place = Place(module=where, module_class=row.module_class, library_line=library)
     parts = [p for p in (f"in {where}" if where else None, library) if p]
     if parts:
         finding.title += f" ({'; '.join(parts)})"

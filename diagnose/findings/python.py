@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 from diagnose.findings.stake import UPPER_BOUND
-from diagnose.report.model import Finding, PythonFunction, Report
+from diagnose.report.model import Finding, PythonFunction, Report, Stake
 
 LEVELS = ((40.0, "high"), (20.0, "medium"), (10.0, "low"))
 FRAMEWORK_MIN_SHARE = 0.5
@@ -41,6 +41,10 @@ STEP_AT_ROOFS_MEDIUM, STEP_AT_ROOFS_HIGH = 0.25, 0.10  # the same bounds as low_
 SMALL_CALL_US = 100.0
 # time at stake: the share of the cProfile pass, which inflates Python (an upper bound)
 STAKE_BASIS = f"share of the cProfile pass ({UPPER_BOUND}: cProfile inflates Python)"
+
+
+def _cprofile_stake(share_pct: float) -> Stake:
+    return Stake(pct=round(share_pct, 1), basis=STAKE_BASIS, upper_bound=True)
 
 
 def python_overhead(report: Report) -> list[Finding]:
@@ -68,8 +72,8 @@ def python_overhead(report: Report) -> list[Finding]:
                 "loop_overhead_s": row.loop_overhead_s, "function_cumulative_pct": row.cumulative_pct,
                 "operator_calls_at_line": line_calls,
                 "callgraph_pass_overhead": summary.overhead_ratio,
-                "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS,
             },
+            stake=_cprofile_stake(share),
             suggestion=f"Vectorise {row.function}(): replace the Python loop over rows/elements with whole-tensor "
                        "operations (reductions with dim=, broadcasting, torch.where, index_select/gather "
                        "on index tensors) so each operator runs once on the whole batch; what must stay a loop "
@@ -88,8 +92,8 @@ def python_overhead(report: Report) -> list[Finding]:
                   "operators get the rest",
             op=None, location=_hottest_line(report) or top.location,
             evidence={"share_pct": round(share, 1), "split_s": dataclasses.asdict(summary.split_s),
-                      "callgraph_pass_overhead": summary.overhead_ratio,
-                      "time_at_stake_pct": round(share, 1), "time_at_stake_basis": STAKE_BASIS},
+                      "callgraph_pass_overhead": summary.overhead_ratio},
+            stake=_cprofile_stake(share),
             suggestion="The operators are small next to the Python around them: use larger batches, "
                        "torch.compile to cut framework overhead, or torch.inference_mode() for inference.",
         ))
@@ -141,10 +145,10 @@ def _framework_overhead(report: Report) -> Finding | None:
         layer="python", title=title, op=None, location=_hottest_line(report),
         evidence={**{k: (round(v, 6) if isinstance(v, float) else v) for k, v in at.items()},
                   "cause": "framework", "threshold_fraction": STEP_AT_ROOFS_MEDIUM,
-                  "threshold_us_per_operator_call": SMALL_CALL_US,
-                  "time_at_stake_pct": round(100 * (1 - at["fraction"]), 1),
-                  "time_at_stake_basis": f"the step's time beyond its work at the roofs ({UPPER_BOUND}: no kernel "
-                                         "reaches the probe's peaks)"},
+                  "threshold_us_per_operator_call": SMALL_CALL_US},
+        stake=Stake(pct=round(100 * (1 - at["fraction"]), 1), upper_bound=True,
+                    basis=f"the step's time beyond its work at the roofs ({UPPER_BOUND}: no kernel reaches the "
+                          "probe's peaks)"),
         suggestion=("Fewer, larger operator calls: batch more samples or sequences per step (an operator's fixed "
                     "cost does not grow with its rows), torch.compile the model (it fuses operators and drops the "
                     "per-call Python and dispatch; for generate, a static KV cache: "

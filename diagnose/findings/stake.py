@@ -1,13 +1,21 @@
 """Time at stake, confidence, severity from the stake, ranking and de-duplication of findings.
 
-Time at stake. Every finding's evidence carries `time_at_stake_pct`: an
+Findings are ranked, settled and merged by their typed fields (report/model.py:
+`stake`, `observation`, `doubts`, `place`, `rule_severity`, `severity_basis`,
+`severity_from`, `also`), and nothing here writes their `evidence`, which
+holds the rule's own measurements (only its `input_shapes` is read, to tell
+which merged pieces are about the same time).
+
+Time at stake. Every finding carries a `stake` (model.Stake): `pct`, an
 estimate of the share of the run's (uninstrumented) wall time that fixing it
-could win, and `time_at_stake_basis`, how it was estimated. The layers
-measure shares of different things (operator self CPU time, the cProfile
-pass, thread runnable time), so this puts them on one scale:
+could win, and `basis`, how it was estimated (`upper_bound` when it is a
+ceiling). Each rule sets its own; `fill` gives a rule that sets none an
+unknown one. The layers measure shares of different things (operator self
+CPU time, the cProfile pass, thread runnable time), so the rules put them on
+one scale:
 
 - operator findings (hot_operator, copy_overhead, memory_churn, and the
-  microbench and efficiency rules through `fill`): the operator share
+  microbench and efficiency rules, `operator_stake`): the operator share
   times `operator_wall_fraction`, the share of the run spent inside torch
   operators (the cProfile pass's torch built-in share when the python layer
   ran, else operator self CPU time over the recorded span of the operator
@@ -24,18 +32,18 @@ pass, thread runnable time), so this puts them on one scale:
   (an upper bound); without a fault count the time of the operators that
   allocated (an upper bound).
 
-Confidence (`confidence`, evidence `confidence` and `confidence_why`): the
-share of the stake to believe, 1.0 unless
-- the estimate is an upper bound (its basis says UPPER_BOUND): x 0.5, since
-  the bounds above are typically about twice the real win (cProfile's
-  slowdown of Python is 1.5-3x on the project's examples; perfect scaling
-  and "every allocating operator's whole time" are ceilings);
-- the measurement behind the finding is doubted (evidence `doubts`: a noisy
-  or contended micro-benchmark, a flat result where the shape says it should
-  scale; `peaks_contended`: roofs measured while other processes held the
-  CPUs): x 0.5.
-`expected_pct` = time_at_stake_pct x confidence is what ranking and severity
-use.
+Confidence (`stake.confidence` and `stake.confidence_why`): the share of the
+stake to believe, 1.0 unless
+- the estimate is an upper bound (`stake.upper_bound`; its basis says
+  UPPER_BOUND): x 0.5, since the bounds above are typically about twice the
+  real win (cProfile's slowdown of Python is 1.5-3x on the project's
+  examples; perfect scaling and "every allocating operator's whole time" are
+  ceilings);
+- the measurement behind the finding is doubted (`doubts`, set by its rule:
+  a noisy or contended micro-benchmark, a flat result where the shape says
+  it should scale, roofs measured while other processes held the CPUs,
+  model.PEAKS_CONTENDED_DOUBT): x 0.5.
+`stake.expected_pct` = pct x confidence is what ranking and severity use.
 
 Severity from the stake (`settle`, on every finding as its rule returns it):
 the rule's severity is its judgement of the cause; the stake bounds it so
@@ -46,34 +54,35 @@ that the two never contradict:
 - expected < HIGH_MIN_PCT (20%: a fifth of the run, a change no one needs a
   statistic to see): at most `medium`;
 - expected >= HIGH_MIN_PCT: at least `medium`, unless the measurement is
-  doubted or the finding is an observation (evidence `observation`, set by
-  its rule: a healthy compute kernel's hot_operator, where a healthy model
-  spends its time; undersubscription from serial work, whose cause the
-  python and operators findings name).
-A finding without a stake keeps its rule's severity. Evidence
-`rule_severity` and `severity_basis` say when the stake changed it.
-`--fail-on` reads the settled severity.
+  doubted or the finding is an `observation` (set by its rule: a healthy
+  compute kernel's hot_operator, where a healthy model spends its time;
+  undersubscription from serial work, whose cause the python and operators
+  findings name).
+A finding without a stake keeps its rule's severity. `rule_severity` and
+`severity_basis` say when the stake changed it. `--fail-on` reads the
+settled severity.
 
 Ranking (`rank`): actionable findings first, by expected share (largest
 first), then severity; observations last, whatever their share: a large
 share of time in a healthy GEMM is where a model should spend it.
 
 De-duplication (`dedup`): findings at the same `location` (file:line)
-and the same library line (evidence `library_line`, findings/place.py: inside a
+and the same library line (`place.library_line`, findings/place.py: inside a
 library model every finding sits at the user's one line that calls the model,
 and only the library line tells two places apart) raised by two or more
 layers become one finding: the primary is the cause
 rather than the symptom (any kind before low_efficiency before hot_operator,
-then the larger expected share); the others go to its evidence["also"] with
-their own evidence; the merged severity is the group's highest (evidence
-"severity_from" names the piece it came from when that is not the primary)
-and its time at stake (with its confidence) the group's largest (the pieces
+then the larger expected share); the others go to its `also`, as they are;
+the merged severity is the group's highest (`severity_from` names the piece
+it came from when that is not the primary)
+and its stake (with its confidence) the group's largest (the pieces
 overlap, so they are not added), both over the pieces about the same time:
 the primary's own operator at its own input shapes (when both pieces record
-shapes), or the whole line when either has no operator (python_overhead).
+shapes, evidence `input_shapes`), or the whole line when either has no
+operator (python_overhead).
 Another operator of the same statement (`tanh(x @ x)`: a low_efficiency tanh
 beside a healthy mm), or the same operator at other shapes (one `x @ w` line
-called with two batch sizes), rides along in "also" without lending the
+called with two batch sizes), rides along in `also` without lending the
 primary its severity or its stake.
 Findings of one layer at one line (two hot operators of one statement) stay
 separate, and findings without a location are never merged.
@@ -82,21 +91,20 @@ separate, and findings without a location are never merged.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from diagnose.compare import MIN_FLOOR_PCT
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, Stake
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
-OPERATOR_LAYERS = ("operators", "microbench", "efficiency")
 # the rest are causes (tier 0); autograd recording in inference is one cause of the framework overhead that
 # python_overhead measures at the same line, so it is named first (and borrows that line's stake)
 SYMPTOM_TIER = {"autograd_in_inference": -1, "low_efficiency": 1, "hot_operator": 2}
-UPPER_BOUND = "an upper bound"  # in a time_at_stake_basis: the estimate is a ceiling
+UPPER_BOUND = "an upper bound"  # in the basis of a Stake with upper_bound: says the estimate is a ceiling
 UPPER_BOUND_FACTOR = 0.5
 DOUBTED_FACTOR = 0.5
 MEDIUM_MIN_PCT = MIN_FLOOR_PCT
 HIGH_MIN_PCT = 20.0
+UNKNOWN = Stake(pct=None, basis="unknown")
 
 
 def _clamp(x: float) -> float:
@@ -125,86 +133,70 @@ def operator_wall_fraction(report: Report) -> tuple[float, str]:
     return 1.0, "operator share (operators assumed to be the whole run)"
 
 
-def operator_stake(report: Report, share_pct: float | None) -> dict[str, Any]:
-    """time_at_stake_pct / _basis for a finding about `share_pct`% of operator self CPU time."""
+def operator_stake(report: Report, share_pct: float | None) -> Stake:
+    """The stake of a finding about `share_pct`% of operator self CPU time."""
     if share_pct is None:
-        return {"time_at_stake_pct": None, "time_at_stake_basis": "unknown"}
+        return UNKNOWN
     fraction, basis = operator_wall_fraction(report)
-    return {"time_at_stake_pct": round(float(share_pct) * fraction, 2), "time_at_stake_basis": basis}
+    return Stake(pct=round(float(share_pct) * fraction, 2), basis=basis)
 
 
 def stake(finding: Finding) -> float:
-    value = finding.evidence.get("time_at_stake_pct")
+    value = finding.stake.pct if finding.stake else None
     return float(value) if isinstance(value, (int, float)) else 0.0
-
-
-def doubts(finding: Finding) -> list[str]:
-    """Why the measurement behind a finding may be wrong (not: why its stake is a ceiling)."""
-    out = [str(d) for d in finding.evidence.get("doubts") or []]
-    if finding.evidence.get("peaks_contended"):
-        out.append("the machine's peaks were measured while other processes held CPUs")
-    return out
 
 
 def confidence(finding: Finding) -> tuple[float, list[str]]:
     """(share of the stake to believe, why it is below 1)."""
     factor, why = 1.0, []
-    basis = str(finding.evidence.get("time_at_stake_basis") or "")
-    if UPPER_BOUND in basis:
+    if finding.stake is not None and finding.stake.upper_bound:
         factor *= UPPER_BOUND_FACTOR
         why.append("the time at stake is an upper bound")
-    if doubts(finding):
+    if finding.doubts:
         factor *= DOUBTED_FACTOR
-        why.append("the measurement is doubted: " + "; ".join(doubts(finding)))
+        why.append("the measurement is doubted: " + "; ".join(finding.doubts))
     return factor, why
 
 
 def expected(finding: Finding) -> float:
     """Time at stake x its confidence: what ranking and severity use."""
-    c = finding.evidence.get("confidence")
+    c = finding.stake.confidence if finding.stake else None
     return stake(finding) * (float(c) if isinstance(c, (int, float)) else confidence(finding)[0])
 
 
 def observation(finding: Finding) -> bool:
-    """A finding that describes where the time goes rather than what to fix (its rule sets evidence
-    `observation`: a healthy compute kernel's hot_operator, serial work's undersubscription)."""
-    return bool(finding.evidence.get("observation"))
+    """A finding that describes where the time goes rather than what to fix (its rule sets `observation`:
+    a healthy compute kernel's hot_operator, serial work's undersubscription)."""
+    return bool(finding.observation)
 
 
 def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring)."""
+    if finding.stake is None:
+        return finding
     factor, why = confidence(finding)
-    finding.evidence["confidence"] = factor
-    if why:
-        finding.evidence["confidence_why"] = why
-    if not isinstance(finding.evidence.get("time_at_stake_pct"), (int, float)):
+    finding.stake = dataclasses.replace(finding.stake, confidence=factor, confidence_why=why)
+    if not isinstance(finding.stake.pct, (int, float)):
         return finding
     value, severity = expected(finding), finding.severity
     if value < MEDIUM_MIN_PCT:
         severity, basis = "low", f"under the {MEDIUM_MIN_PCT:g}% a medium finding needs"
     elif value < HIGH_MIN_PCT and severity == "high":
         severity, basis = "medium", f"under the {HIGH_MIN_PCT:g}% a high finding needs"
-    elif value >= HIGH_MIN_PCT and severity == "low" and not doubts(finding) and not observation(finding):
+    elif value >= HIGH_MIN_PCT and severity == "low" and not finding.doubts and not observation(finding):
         severity, basis = "medium", f"at least the {HIGH_MIN_PCT:g}% that makes a finding medium or more"
     if severity != finding.severity:
-        finding.evidence["rule_severity"] = finding.severity
-        finding.evidence["severity_basis"] = (f"{value:.3g}% of wall time expected at stake "
-                                              f"({stake(finding):.3g}% x confidence {factor:g}), {basis}")
+        finding.rule_severity = finding.severity
+        finding.severity_basis = (f"{value:.3g}% of wall time expected at stake "
+                                  f"({stake(finding):.3g}% x confidence {factor:g}), {basis}")
         finding.severity = severity
     return finding
 
 
-def fill(finding: Finding, report: Report) -> Finding:
-    """Give a finding from a rule that does not estimate its time at stake a default one, then settle it."""
-    if "time_at_stake_pct" not in finding.evidence:
-        share = finding.evidence.get("share_pct")
-        if finding.layer in OPERATOR_LAYERS:
-            finding.evidence.update(operator_stake(report, share))
-        elif isinstance(share, (int, float)):
-            finding.evidence.update(time_at_stake_pct=round(float(share), 2),
-                                    time_at_stake_basis=f"the {finding.layer or 'rule'}'s share")
-        else:
-            finding.evidence.update(time_at_stake_pct=None, time_at_stake_basis="unknown")
+def fill(finding: Finding) -> Finding:
+    """Give a finding from a rule that does not estimate its time at stake an unknown one, then settle it."""
+    if finding.stake is None:
+        finding.stake = UNKNOWN
     return settle(finding)
 
 
@@ -224,42 +216,32 @@ def _same_time(a: Finding, b: Finding) -> bool:
     return a.op == b.op and (shapes_a is None or shapes_b is None or shapes_a == shapes_b)
 
 
-STAKE_KEYS = ("time_at_stake_pct", "time_at_stake_basis", "confidence", "confidence_why")
-
-
 def dedup(findings: list[Finding]) -> list[Finding]:
     """Merge findings of two or more layers at the same location (see the module docstring)."""
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
         if f.location:  # inside a library model every finding is at the one line calling it: the library line tells
-            groups.setdefault((f.location, f.evidence.get("library_line")), []).append(f)
+            groups.setdefault((f.location, f.place.library_line if f.place else None), []).append(f)
     merged: dict[int, Finding] = {}  # id of the group's first finding -> the merged one
     dropped: set[int] = set()
     for group in groups.values():
         if len({f.layer for f in group}) < 2:
             continue
         primary = min(group, key=lambda f: (SYMPTOM_TIER.get(f.kind, 0), *rank_key(f)))
-        others = [f for f in group if f is not primary]
-        evidence = dict(primary.evidence)
-        evidence["also"] = [{"kind": f.kind, "severity": f.severity, "layer": f.layer, "op": f.op,
-                             "title": f.title, "suggestion": f.suggestion,
-                             "evidence": {k: v for k, v in f.evidence.items() if k != "also"}}
-                            for f in others]
+        also = [dataclasses.replace(f, also=[]) for f in group if f is not primary]
         # pieces about the same time lend stake and severity; an observation (a healthy GEMM) has nothing to fix
         same = [f for f in group if _same_time(f, primary) and (f is primary or not observation(f))]
         best = max(same, key=stake)
+        at_stake = primary.stake
         if stake(best) > stake(primary):
-            for key in STAKE_KEYS:
-                evidence.pop(key, None)
-                if key in best.evidence:
-                    evidence[key] = best.evidence[key]
-            evidence["time_at_stake_basis"] = f"{best.kind}: {best.evidence.get('time_at_stake_basis')}"
+            at_stake = dataclasses.replace(best.stake, basis=f"{best.kind}: {best.stake.basis}")
         worst = min(same, key=lambda f: SEVERITY_RANK.get(f.severity, 3))
         severity = worst.severity if SEVERITY_RANK.get(worst.severity, 3) < SEVERITY_RANK.get(primary.severity, 3) \
             else primary.severity
-        if severity != primary.severity:  # say which piece made the line this severe
-            evidence["severity_from"] = f"{worst.kind} ({worst.layer})"
-        merged[id(group[0])] = dataclasses.replace(primary, severity=severity, evidence=evidence)
+        # say which piece made the line this severe
+        severity_from = f"{worst.kind} ({worst.layer})" if severity != primary.severity else primary.severity_from
+        merged[id(group[0])] = dataclasses.replace(primary, severity=severity, stake=at_stake, also=also,
+                                                   severity_from=severity_from)
         dropped.update(id(f) for f in group)
     out = []
     for f in findings:

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, Stake
 
 DATA_WAIT_MIN_PCT = 10.0
 
@@ -40,8 +40,7 @@ def data_wait(report: Report) -> list[Finding]:
         op=None, location=st.data_wait_at,
         evidence={"data_wait_s": st.data_wait_s, "window_wall_s": round(wall, 6), "share_pct": round(share, 1),
                   "window_steps": st.window_steps, "dataloader_workers": workers,
-                  "threshold_pct": DATA_WAIT_MIN_PCT,
-                  "time_at_stake_pct": round(share, 1),
-                  "time_at_stake_basis": "the window's time inside DataLoader iterators (uninstrumented pass)"},
+                  "threshold_pct": DATA_WAIT_MIN_PCT},
         suggestion=what,
+        stake=Stake(pct=round(share, 1), basis="the window's time inside DataLoader iterators (uninstrumented pass)"),
     )]

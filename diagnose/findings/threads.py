@@ -35,7 +35,7 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   queueing (wait share < 0.2). `medium` when the intra-op setting is below
   the usable CPUs (raise it) and at least half the CPUs sit idle, else
   `low` (the work itself is serial: Python, small ops), then marked an
-  observation (evidence `observation`, see stake.py): the python and
+  observation (`observation`, see stake.py): the python and
   operators findings name the serial work's cause.
 """
 
@@ -45,7 +45,7 @@ import dataclasses
 from typing import Any
 
 from diagnose.findings.stake import UPPER_BOUND
-from diagnose.report.model import Finding, Report, ThreadProcess, Threads
+from diagnose.report.model import Finding, Report, Stake, ThreadProcess, Threads
 
 WAIT_SHARE_MEDIUM = 0.2
 WAIT_SHARE_HIGH = 0.33
@@ -208,13 +208,12 @@ def oversubscription(report: Report) -> list[Finding]:
             evidence["set_num_threads_call"] = dataclasses.asdict(calls[-1])
     rec = t.sweep.recommendation if t.sweep else None
     gain = rec.gain_vs_configured_pct if rec else None
-    evidence.update(time_at_stake_pct=round(100 * share, 1),
-                    time_at_stake_basis=f"run-queue wait share ({UPPER_BOUND})")
+    stake = Stake(pct=round(100 * share, 1), basis=f"run-queue wait share ({UPPER_BOUND})", upper_bound=True)
     if gain is not None:
         evidence["sweep_gain_pct"] = gain
         # throughput gained -> wall time saved
-        evidence.update(time_at_stake_pct=round(max(0.0, 100 * (1 - 1 / (1 + gain / 100))), 1),
-                        time_at_stake_basis="wall time the thread sweep measured to save")
+        stake = Stake(pct=round(max(0.0, 100 * (1 - 1 / (1 + gain / 100))), 1),
+                      basis="wall time the thread sweep measured to save")
         title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec.code}"
         if gain < SWEEP_NEGLIGIBLE_PCT:
             severity = "low"
@@ -222,7 +221,7 @@ def oversubscription(report: Report) -> list[Finding]:
                           f"recommended setting); fix it when convenient, since threads queueing for CPUs also slow "
                           f"everything else on the machine. " + suggestion)
     return [Finding(kind="oversubscription", severity=severity, title=title, op=None, location=location,
-                    evidence=evidence, suggestion=suggestion, layer="threads")]
+                    evidence=evidence, suggestion=suggestion, layer="threads", stake=stake)]
 
 
 def external_contention(report: Report) -> list[Finding]:
@@ -251,14 +250,13 @@ def external_contention(report: Report) -> list[Finding]:
                   "runqueue_wait_share": share, "share_pct": round(100 * share, 1),
                   "threshold_wait_share": {"high": WAIT_SHARE_HIGH, "medium": WAIT_SHARE_MEDIUM}.get(
                       severity, EXTERNAL_WAIT_SHARE_LOW),
-                  "other_processes": [dataclasses.asdict(o) for o in tops[:5]], "method": t.method,
-                  "time_at_stake_pct": round(100 * share, 1),
-                  "time_at_stake_basis": "run-queue wait share (time other processes took)"},
+                  "other_processes": [dataclasses.asdict(o) for o in tops[:5]], "method": t.method},
         suggestion=("Timings from this run are skewed by other load on the machine"
                     + (f" ({names})" if names else "")
                     + ". Re-run on a quiet machine, or give the workload CPUs of its own (taskset -c / a cpuset "
                       "cgroup) and set its thread count to those CPUs; do not tune the model's threads from this run."),
         layer="threads",
+        stake=Stake(pct=round(100 * share, 1), basis="run-queue wait share (time other processes took)"),
     )]
 
 
@@ -306,11 +304,11 @@ def undersubscription(report: Report) -> list[Finding]:
                   "runqueue_wait_share": share, "mean_runnable": t.mean_runnable,
                   "intra_op_threads": intra, "active_threads": active,
                   "share_pct": round(100 * idle / usable, 1),
-                  "processes": _process_evidence(compute), "method": t.method,
-                  "time_at_stake_pct": round(100 * idle / usable, 1),
-                  "time_at_stake_basis": f"idle usable CPUs' share (perfect scaling, {UPPER_BOUND})",
-                  # serial work (Python, small operators) leaves the CPUs idle: a consequence the python
-                  # and operators findings name the cause of, not a setting to fix
-                  "observation": not configured_low},
+                  "processes": _process_evidence(compute), "method": t.method},
         suggestion=suggestion, layer="threads",
+        stake=Stake(pct=round(100 * idle / usable, 1), upper_bound=True,
+                    basis=f"idle usable CPUs' share (perfect scaling, {UPPER_BOUND})"),
+        # serial work (Python, small operators) leaves the CPUs idle: a consequence the python
+        # and operators findings name the cause of, not a setting to fix
+        observation=not configured_low,
     )]

@@ -11,7 +11,7 @@ section lists them with why.
 
 from __future__ import annotations
 
-from diagnose.report.model import Finding, Report
+from diagnose.report.model import Finding, Report, Stake
 
 
 def what_if(report: Report) -> list[Finding]:
@@ -32,10 +32,9 @@ def what_if(report: Report) -> list[Finding]:
         evidence = {"variant": v.name, "why": v.why, "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
                     "noise_floor_pct": t.noise_floor_pct, "rounds": t.rounds, "baseline_step_s": t.baseline_step_s,
                     "variant_step_s": t.variant_step_s, "max_abs_diff": v.outputs.max_abs_diff,
-                    "rel_diff": v.outputs.rel_diff, "tolerance": v.outputs.tolerance,
-                    "time_at_stake_pct": round(gain, 1),
-                    "time_at_stake_basis": (f"measured: 1 - 1/speedup of the step with {v.name}, {t.rounds} "
-                                            "interleaved rounds on your own steps")}
+                    "rel_diff": v.outputs.rel_diff, "tolerance": v.outputs.tolerance}
+        stake = Stake(pct=round(gain, 1), basis=(f"measured: 1 - 1/speedup of the step with {v.name}, {t.rounds} "
+                                                 "interleaved rounds on your own steps"))
         c = v.compile
         if c is not None and c.compile_s is not None:
             evidence.update(compile_s=c.compile_s, break_even_steps=c.break_even_steps)
@@ -43,5 +42,5 @@ def what_if(report: Report) -> list[Finding]:
                            + (f": it repays after {c.break_even_steps} steps" if c.break_even_steps else "")
                            + "; warm up outside any region you time.")
         out.append(Finding(kind="what_if", severity="high", title=title, op=None, location=None,
-                           evidence=evidence, suggestion=suggestion, layer="what_if"))
+                           evidence=evidence, suggestion=suggestion, layer="what_if", stake=stake))
     return out

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from diagnose.report.model import IterationStats, Report
+from typing import Any, Callable
+
+from diagnose.report.model import Finding, IterationStats, Report
 
 
 def duration(seconds: float | None) -> str:
@@ -451,6 +453,55 @@ def hot_modules(report: Report, limit: int = 8) -> list[tuple[str, str, int, flo
     total = m.total_cpu_us or 1.0
     out = [(p or "(outermost)", c, len(v), 100 * sum(v) / total) for (p, c), v in groups.items()]
     return sorted(out, key=lambda g: -g[3])[:limit]
+
+
+def also_label(piece: Finding) -> str:
+    """A finding merged into another at its line (Finding.also): "[low] hot_operator (operators)"."""
+    return f"[{piece.severity}] {piece.kind} ({piece.layer})"
+
+
+def findings_list(findings: list[Finding], top: int, *, head: Callable[[int, Finding], str], indent: str,
+                  more: Callable[[int], str], also: Callable[[Finding], str] = also_label,
+                  evidence: Callable[[Finding], str] | None = None) -> list[str]:
+    """The findings list of the terminal summary and report.md: per finding (the first `top`, numbered from 1)
+    its `head` line, then at `indent` what to try, its `evidence` (when given) and what other layers saw at its
+    line; then `more(n)` for the n left out."""
+    out = []
+    for i, f in enumerate(findings[:top], 1):
+        out += [head(i, f), f"{indent}try: {f.suggestion}"]
+        if evidence is not None:
+            out.append(f"{indent}evidence: {evidence(f)}")
+        if f.also:
+            out.append(f"{indent}also at this line: " + "; ".join(also(a) for a in f.also))
+    if len(findings) > top:
+        out.append(more(len(findings) - top))
+    return out
+
+
+def evidence_items(f: Finding) -> list[tuple[str, Any]]:
+    """(name, value) pairs for report.md's evidence line and report.html's evidence table, empty values left
+    out: the numbers its rule measured, then its doubts, where it ran (`place`), its time at stake, whether it is
+    an observation, its confidence and its severity's provenance. Each is named as in report.json, the stake's
+    as before schema 3 (`time_at_stake_pct`, `confidence`, `confidence_why`); the stake's basis is for each
+    renderer to place. `observation` follows `compute_kernel`, its main reason, where the rule records that
+    (hot_operator), where both renderers always listed it."""
+    s, p = f.stake, f.place
+    beside = "compute_kernel" in f.evidence
+    items: list[tuple[str, Any]] = []
+    for key, value in f.evidence.items():
+        items.append((key, value))
+        if key == "compute_kernel":
+            items.append(("observation", f.observation))
+    items.append(("doubts", f.doubts))
+    if p is not None:
+        items += [("module", p.module), ("module_class", p.module_class), ("library_line", p.library_line)]
+    items.append(("time_at_stake_pct", s.pct if s else None))
+    if not beside:
+        items.append(("observation", f.observation))
+    items += [("confidence", s.confidence if s else None), ("confidence_why", s.confidence_why if s else []),
+              ("rule_severity", f.rule_severity), ("severity_basis", f.severity_basis),
+              ("severity_from", f.severity_from)]
+    return [(k, v) for k, v in items if v not in (None, [], {})]
 
 
 def text_table(rows: list[tuple[str, ...]], right: set[int] | None = None) -> list[str]:

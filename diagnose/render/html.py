@@ -146,22 +146,21 @@ def _badge(severity: str) -> str:
     return f'<span class="badge sev-{_e(severity)}">{_e(severity)}</span>'
 
 
-def _stake(evidence: dict[str, Any]) -> str:
-    pct = evidence.get("time_at_stake_pct")
+def _stake(f: Finding) -> str:
+    pct = f.stake.pct if f.stake else None
     if not isinstance(pct, (int, float)):
         return ""
     width = max(1.0, min(100.0, float(pct)))
-    return (f'<div class="stake" title="{_e(evidence.get("time_at_stake_basis"))}">'
+    return (f'<div class="stake" title="{_e(f.stake.basis)}">'
             f'<div class="bar"><div style="width:{width:.1f}%"></div></div>'
             f"<span>≈ {pct:.3g}% of wall time at stake</span></div>")
 
 
-def _evidence_table(evidence: dict[str, Any]) -> str:
-    pairs = [(k, _value(v)) for k, v in evidence.items()
-             if k not in ("also", "time_at_stake_pct", "time_at_stake_basis") and v not in (None, [], {})]
-    basis = evidence.get("time_at_stake_basis")
-    if basis:
-        pairs.append(("time at stake from", _e(basis)))
+def _evidence_table(f: Finding) -> str:
+    """The finding's evidence (fmt.evidence_items) but its time at stake, shown as a bar, then where that came from."""
+    pairs = [(k, _value(v)) for k, v in fmt.evidence_items(f) if k != "time_at_stake_pct"]
+    if f.stake and f.stake.basis:
+        pairs.append(("time at stake from", _e(f.stake.basis)))
     return _kv(pairs)
 
 
@@ -170,24 +169,24 @@ def _finding(report: Report, i: int, f: Finding) -> str:
     where = f'<div class="where">at {_code(f.location)}</div>' if f.location else ""
     op = f" · {_code(f.op)}" if f.op else ""
     also = ""
-    if f.evidence.get("also"):
+    if f.also:  # other layers' findings at the same line (findings/stake.py)
         items = []
-        for a in f.evidence["also"]:
-            link = _anchor(report, a.get("kind", ""), a.get("layer", ""), a.get("op"), f.location)
-            items.append(f'<li>{_badge(a.get("severity", "low"))} <b>{_e(a.get("kind"))}</b> '
-                         f'<span class="layer">({_e(a.get("layer"))})</span>: {_e(a.get("title"))} '
+        for a in f.also:
+            link = _anchor(report, a.kind, a.layer, a.op, f.location)
+            items.append(f'<li>{_badge(a.severity)} <b>{_e(a.kind)}</b> '
+                         f'<span class="layer">({_e(a.layer)})</span>: {_e(a.title)} '
                          f'<a href="#{_e(link)}">evidence</a>'
                          f'<details><summary>its evidence and suggestion</summary>'
-                         f'<p class="try">{_e(a.get("suggestion"))}</p>{_evidence_table(a.get("evidence") or {})}'
+                         f'<p class="try">{_e(a.suggestion)}</p>{_evidence_table(a)}'
                          f"</details></li>")
         also = (f'<div class="also"><div class="label">the same line, seen by other layers</div>'
                 f'<ul>{"".join(items)}</ul></div>')
     return (f'<article class="finding sev-{_e(f.severity)}" id="finding-{i}">'
             f'<header><span class="rank">{i}</span>{_badge(f.severity)}<span class="kind">{_e(f.kind)}</span>'
             f'<span class="layer">{_e(f.layer)}{op}</span></header>'
-            f'<h3>{_e(f.title)}</h3>{where}{_stake(f.evidence)}'
+            f'<h3>{_e(f.title)}</h3>{where}{_stake(f)}'
             f'<p class="try"><b>Try:</b> {_e(f.suggestion)}</p>'
-            f'<details><summary>evidence</summary>{_evidence_table(f.evidence)}</details>'
+            f'<details><summary>evidence</summary>{_evidence_table(f)}</details>'
             f'{also}<a class="goto" href="#{_e(target)}">see the evidence in '
             f'{_e("operators" if target.startswith("op-") else target)} →</a>'
             f"</article>")

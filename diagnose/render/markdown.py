@@ -39,19 +39,13 @@ def render(report: Report) -> str:
 
     out += ["## Findings", ""]
     if report.findings:
-        for i, f in enumerate(report.findings[:TOP_FINDINGS], 1):
-            where = f" at `{f.location}`" if f.location else ""
-            out.append(f"{i}. **[{f.severity}] {f.kind}**{where}: {_cell(f.title)}")
-            out.append(f"   - try: {f.suggestion}")
-            ev = ", ".join(f"{k}={_evidence(v)}" for k, v in f.evidence.items()
-                           if v not in (None, [], {}) and k not in ("also", "time_at_stake_basis"))
-            out.append(f"   - evidence: {ev}")
-            also = f.evidence.get("also") or []  # other layers' findings at the same line (findings/stake.py)
-            if also:
-                out.append("   - also at this line: " + "; ".join(
-                    f"[{a.get('severity')}] {a.get('kind')} ({a.get('layer')}): {_cell(a.get('title'))}" for a in also))
-        if len(report.findings) > TOP_FINDINGS:
-            out.append(f"\n_{len(report.findings) - TOP_FINDINGS} more findings in report.json._")
+        out += fmt.findings_list(
+            report.findings, TOP_FINDINGS, indent="   - ",
+            head=lambda i, f: f"{i}. **[{f.severity}] {f.kind}**{f' at `{f.location}`' if f.location else ''}: "
+                              f"{_cell(f.title)}",
+            evidence=lambda f: ", ".join(f"{k}={_evidence(v)}" for k, v in fmt.evidence_items(f)),
+            also=lambda a: f"{fmt.also_label(a)}: {_cell(a.title)}",
+            more=lambda n: f"\n_{n} more findings in report.json._")
     else:
         out.append("No findings: nothing crossed a threshold.")
     out.append("")

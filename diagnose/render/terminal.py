@@ -56,15 +56,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
     out.append("")
     if report.findings:
         out.append("Findings")
-        for f in report.findings[:TOP_FINDINGS]:
-            out.append(f"  [{f.severity}] {f.kind}: {f.title}")
-            out.append(f"      try: {f.suggestion}")
-            also = f.evidence.get("also") or []  # other layers' findings at the same line (findings/stake.py)
-            if also:
-                out.append("      also at this line: " + "; ".join(
-                    f"[{a.get('severity')}] {a.get('kind')} ({a.get('layer')})" for a in also))
-        if len(report.findings) > TOP_FINDINGS:
-            out.append(f"  ... {len(report.findings) - TOP_FINDINGS} more in the report")
+        out += fmt.findings_list(report.findings, TOP_FINDINGS, indent="      ",
+                                 head=lambda i, f: f"  [{f.severity}] {f.kind}: {f.title}",
+                                 more=lambda n: f"  ... {n} more in the report")
     else:
         out.append("Findings: none")
     statuses = ", ".join(f"{name} {s.status}" + (f" ({fmt.short_reason(s.reason)})" if s.reason and s.status != "ok" else "")

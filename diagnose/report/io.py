@@ -1,7 +1,9 @@
 """report.json: writing, reading, and migrating older schema versions.
 
-`to_dict` turns the dataclasses into plain JSON data; `from_dict` rebuilds
+`to_dict` turns the dataclasses into plain JSON data; `from_json_data` rebuilds
 them from type hints, so the model stays the one place the fields are named.
+MIGRATIONS turns each older version into the next ("1" -> "2" -> "3"), so a
+file of any version is read as the current one.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import typing
 from typing import Any
 
 from diagnose.errors import UsageError
-from diagnose.report.model import SCHEMA_VERSION, Report
+from diagnose.report.model import PEAKS_CONTENDED_DOUBT, SCHEMA_VERSION, Report
 
 
 def _v1_to_v2(data: dict) -> dict:
@@ -53,8 +55,44 @@ V1_SECTIONS: dict[str, typing.Callable[[Any], Any]] = {
     "threads": _empty_is_null,  # same fields; {} (no sampler, no thread call recorded) is null
 }
 
+def _v2_to_v3(data: dict) -> dict:
+    """"2" -> "3": a finding's ranking keys leave its evidence for typed fields (model.Finding), and the
+    findings merged into it (evidence "also", dicts without a location) become findings at its location."""
+    return dict(data, schema_version="3", findings=[_v2_finding(f) for f in data.get("findings") or []])
+
+
+# the evidence keys "2" ranked and placed findings by, which "3" types (model.Finding, Stake, Place)
+V2_STAKE_KEYS = ("time_at_stake_pct", "time_at_stake_basis", "confidence", "confidence_why")
+V2_PLACE_KEYS = ("module", "module_class", "library_line")
+V2_FINDING_KEYS = ("observation", "doubts", "rule_severity", "severity_basis", "severity_from", "also")
+V2_RANKING_KEYS = V2_STAKE_KEYS + V2_PLACE_KEYS + V2_FINDING_KEYS
+# "2" marked a ceiling by these words in time_at_stake_basis (findings/stake.py's UPPER_BOUND then)
+V2_UPPER_BOUND = "an upper bound"
+
+
+def _v2_finding(finding: dict) -> dict:
+    evidence = dict(finding.get("evidence") or {})
+    new = dict(finding, evidence=evidence)
+    if any(k in evidence for k in V2_STAKE_KEYS):
+        basis = evidence.pop("time_at_stake_basis", None) or ""
+        new["stake"] = {"pct": evidence.pop("time_at_stake_pct", None), "basis": basis,
+                        "upper_bound": V2_UPPER_BOUND in basis, "confidence": evidence.pop("confidence", None),
+                        "confidence_why": evidence.pop("confidence_why", None) or []}
+    if any(k in evidence for k in V2_PLACE_KEYS):
+        new["place"] = {k: evidence.pop(k, None) for k in V2_PLACE_KEYS}
+    # peaks_contended stays, the rule's measurement; the doubt stake.py drew from it in "2" is the rule's in "3"
+    new["doubts"] = list(evidence.pop("doubts", None) or []) + (
+        [PEAKS_CONTENDED_DOUBT] if evidence.get("peaks_contended") else [])
+    for key in ("observation", "rule_severity", "severity_basis", "severity_from"):
+        if key in evidence:
+            new[key] = evidence.pop(key)
+    also = evidence.pop("also", None) or []
+    new["also"] = [_v2_finding(dict(a, location=new.get("location"))) for a in also if isinstance(a, dict)]
+    return new
+
+
 # version -> function turning that version's dict into the next version's
-MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {"1": _v1_to_v2}
+MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {"1": _v1_to_v2, "2": _v2_to_v3}
 
 
 def to_dict(obj: Any) -> Any:

@@ -21,6 +21,13 @@ migration to io.MIGRATIONS):
         distributed, microbenchmarks, operator_summary and python_summary
         are dataclasses; a section with nothing measured is null instead of
         {}. io._v1_to_v2 reads "1" files.
+  "3" - a finding's ranking is typed: the time at stake, its basis and
+        confidence (`stake`, a Stake), `observation`, `doubts`, where it ran
+        (`place`: module, module class, library line), the severity's
+        provenance (`rule_severity`, `severity_basis`, `severity_from`) and
+        the findings merged into it (`also`, a list of Finding) are fields of
+        Finding instead of keys of its `evidence`, which keeps only the
+        rule's own measurements. io._v2_to_v3 reads "2" files.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 SEVERITIES = ("high", "medium", "low")
 LAYER_STATUSES = ("ok", "skipped", "failed")
@@ -442,8 +449,48 @@ class OperatorRow:
         return self.library_line if self.library_line and self.library_line != self.source else None
 
 
+# a finding's doubt when the machine's peaks (the roofs it is judged against) were measured under load
+PEAKS_CONTENDED_DOUBT = "the machine's peaks were measured while other processes held CPUs"
+
+
+@dataclass(frozen=True)
+class Stake:
+    """What fixing a finding could win and how far to believe it (diagnose/findings/stake.py). Ranking and
+    severity go by pct x confidence (`expected_pct`, derived, not written)."""
+
+    # share of the run's uninstrumented wall time a fix could win, in percent; None: not estimated (basis says why)
+    pct: float | None
+    # how pct was estimated ("unknown": no estimate); "<kind>: <its basis>" when a merged finding took a piece's stake
+    basis: str
+    upper_bound: bool = False  # pct is a ceiling (cProfile's inflated Python, perfect scaling): confidence halves
+    # share of pct to believe, 0-1: 1.0, halved for an upper bound and for a doubted measurement; None: not settled
+    confidence: float | None = None
+    confidence_why: list[str] = field(default_factory=list)  # why confidence is below 1
+
+    @property
+    def expected_pct(self) -> float | None:
+        """pct x confidence: the share ranking and severity go by (None without both)."""
+        return self.pct * self.confidence if self.pct is not None and self.confidence is not None else None
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an operator finding ran beyond the user's line (diagnose/findings/place.py)."""
+
+    # the module whose forward ran it, instances' differing indices as `*`, with its class:
+    # "encoder.layer.*.intermediate.dense (Linear)"; None: outside every module
+    module: str | None
+    module_class: str | None  # that module's class name
+    # the innermost frame outside torch that ran it (a library's line), None when that is the user's line itself;
+    # inside a library model it tells apart findings at the user's one line that calls the model
+    library_line: str | None
+
+
 @dataclass
 class Finding:
+    """One diagnosis (diagnose/findings/): `evidence` holds what its rule measured; the typed fields after `layer`
+    what it is ranked, placed and merged by (diagnose/findings/stake.py)."""
+
     kind: str  # one of the finding kinds of docs/report.md
     severity: str  # high, medium, low
     title: str  # one sentence, read first
@@ -452,6 +499,22 @@ class Finding:
     evidence: dict[str, Any]  # the measured numbers that crossed the rule's thresholds, named with their units
     suggestion: str  # what to try, concretely
     layer: str = ""  # the layer whose measurements raised it
+    # what fixing it could win, with its confidence (findings/stake.py); None: not estimated (a finding made
+    # outside findings.derive)
+    stake: Stake | None = None
+    # True: it says where the time goes rather than what to fix (a healthy GEMM's hot_operator), ranked last and
+    # never raised to medium by its stake; False: its rule judged it actionable; None: its rule does not judge that
+    observation: bool | None = None
+    # why the measurement behind it may be wrong (noisy, contended, disturbed); any doubt halves its confidence
+    doubts: list[str] = field(default_factory=list)
+    place: Place | None = None  # its module and library line (operator findings; None: not known)
+    # the severity its rule gave, when the stake changed it (findings/stake.py settle); None: unchanged
+    rule_severity: str | None = None
+    severity_basis: str | None = None  # why the stake changed it; None: unchanged
+    severity_from: str | None = None  # a merged finding's severity came from this piece: "hot_operator (operators)"
+    # other layers' findings at the same line (and library line), merged into this one: each as its rule raised
+    # and settled it, at this location, with no `also` of its own
+    also: list[Finding] = field(default_factory=list)
 
 
 @dataclass

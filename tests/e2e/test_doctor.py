@@ -41,7 +41,7 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     assert report["doctor"]["launch"] == best["change"] and "fresh_temporaries.py" in best["change"], (best, report["doctor"])
     first = report["findings"][0]
     assert first["kind"] == "page_faults" and first["layer"] == "doctor", report["findings"][:2]
-    assert "measured" in first["evidence"]["time_at_stake_basis"]
+    assert "measured" in first["stake"]["basis"]
     assert first["suggestion"].startswith(best["change"])
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Environment doctor" in md and report["doctor"]["launch"] in md and "win: recommended" in md

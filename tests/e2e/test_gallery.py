@@ -118,7 +118,7 @@ def test_bert_diagnosis_is_nothing_above_low_but_a_measured_allocator_win(bert):
     # the core compute is named with its module and the dtype to try (a healthy GEMM's hot_operator is an
     # observation: it ranks after what can be fixed, e.g. a low memory_churn where the allocations fault)
     addmm = [f for f in r["findings"] if f["op"] == "aten::addmm" and f["kind"] == "hot_operator"]
-    assert addmm and addmm[0]["evidence"]["module"].endswith("(Linear)"), r["findings"]
+    assert addmm and addmm[0]["place"]["module"].endswith("(Linear)"), r["findings"]
     assert "bfloat16" in addmm[0]["suggestion"]
 
 
@@ -147,12 +147,12 @@ def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
         assert first["evidence"]["share_pct"] >= 100 * FRAMEWORK_MIN_SHARE, first
     else:  # neither condition held: no overhead is claimed, and what comes first is named inside the model
         assert "python_overhead" not in [f["kind"] for f in r["findings"]], r["findings"][:2]
-        assert (first["evidence"].get("module") or "").startswith(("lm_head", "transformer.")), first
+        assert ((first["place"] or {}).get("module") or "").startswith(("lm_head", "transformer.")), first
     # the decoder's GEMV runs in lm_head, whatever the machine makes of it (10% of operator time, at the
     # hot_operator threshold)
     gemv = next(o for o in r["operators"] if o["name"] == "aten::mm" and o["input_shapes"][1] == [256, 8000])
     assert gemv["module"] == "lm_head" and gemv["module_class"] == "Linear", gemv
-    lm = [f for f in r["findings"] if f["evidence"].get("module") == "lm_head (Linear)"]
+    lm = [f for f in r["findings"] if (f["place"] or {}).get("module") == "lm_head (Linear)"]
     assert all("sequential at this shape" not in f["suggestion"] for f in lm)
     # a flat GEMV is named for its shape (batch more rows); one that scales is the model's core compute
     seq = [f for f in lm if f["kind"] == "sequential_operator"]

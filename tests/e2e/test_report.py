@@ -26,7 +26,7 @@ def test_report_files_and_contract_fields(mlp_script_run):
     for name in ("report.json", "report.md", "trace.json"):
         assert (run.outdir / name).is_file(), name
     r = run.report
-    assert r["schema_version"] == "2"
+    assert r["schema_version"] == "3"
     assert r["target"] == {"script": "examples/mlp.py", "argv": ["--steps", "5"], "mode": "script",
                            "function": None, "warmup": None, "iters": None}
     assert r["machine"]["usable_cpus"] >= 1

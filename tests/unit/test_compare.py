@@ -9,7 +9,7 @@ import pytest
 from diagnose import compare
 from diagnose.render import compare as render
 from diagnose.report import io
-from diagnose.report.model import Finding, IterationStats, OperatorRow, Report, Run, TargetInfo
+from diagnose.report.model import Finding, IterationStats, OperatorRow, Report, Run, Stake, TargetInfo
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "compare"
 
@@ -38,9 +38,8 @@ def rep(wall=1.0, iqr_pct=None, ops=(), findings=(), mode=None) -> Report:
     return r
 
 
-def finding(kind, severity, op=None, location="m.py:3", also=()):
-    return Finding(kind, severity, f"{kind} title", op, location,
-                   {"time_at_stake_pct": 10.0, "also": list(also)} if also else {"time_at_stake_pct": 10.0}, "s")
+def finding(kind, severity, op=None, location="m.py:3", also=(), pct=10.0):
+    return Finding(kind, severity, f"{kind} title", op, location, {}, "s", stake=Stake(pct, "b"), also=list(also))
 
 
 # ------------------------------------------------------------------------- the committed real pair
@@ -116,15 +115,17 @@ def test_operators_per_shape_matched_gone_and_new():
 
 def test_findings_gone_new_worse_and_a_moved_line():
     before = rep(findings=[finding("python_overhead", "high", "aten::mean", "m.py:10",
-                                   also=[{"kind": "hot_operator", "severity": "medium", "op": "aten::mean",
-                                          "title": "t", "evidence": {}}]),
+                                   also=[finding("hot_operator", "medium", "aten::mean", "m.py:10", pct=7.0)]),
                            finding("copy_overhead", "medium", "aten::copy_", "m.py:20")])
     after = rep(findings=[finding("copy_overhead", "high", "aten::copy_", "m.py:22"),
                           finding("oversubscription", "high", None, None)])
-    got = {(f["kind"], f["status"], f["before_severity"], f["after_severity"]) for f in
-           compare.compare_findings(before, after)}
+    cmp = compare.compare_findings(before, after)
+    got = {(f["kind"], f["status"], f["before_severity"], f["after_severity"]) for f in cmp}
     assert got == {("python_overhead", "gone", "high", None), ("hot_operator", "gone", "medium", None),
                    ("copy_overhead", "worse", "medium", "high"), ("oversubscription", "new", None, "high")}
+    # a merged finding is compared at its finding's line, with its own stake
+    (merged,) = [f for f in cmp if f["kind"] == "hot_operator"]
+    assert (merged["before_location"], merged["before_stake_pct"]) == ("m.py:10", 7.0)
 
 
 # ---------------------------------------------------------------------------------------- renderers

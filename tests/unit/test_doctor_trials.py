@@ -169,7 +169,7 @@ def test_only_measured_wins_and_untriable_warnings_become_findings():
     found = {f.kind: f for f in environment(r)}
     assert set(found) == {"page_faults", "openmp_runtimes"}
     faults = found["page_faults"]
-    assert faults.evidence["time_at_stake_pct"] == 75.0 and "measured" in faults.evidence["time_at_stake_basis"]
+    assert faults.stake.pct == 75.0 and "measured" in faults.stake.basis and not faults.stake.upper_bound
     assert faults.suggestion.startswith("LD_PRELOAD=j python t.py") and "4.00x" in faults.title
     assert found["openmp_runtimes"].severity == "low" and found["openmp_runtimes"].evidence["measured"] is False
     ranked = derive(r)

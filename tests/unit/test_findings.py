@@ -169,18 +169,17 @@ def test_memory_churn_stake_is_the_fresh_pages_it_faults_in_when_the_run_has_ste
     rep.run.iterations = IterationStats(n=10, median_s=0.02, q1_s=0.019, q3_s=0.021, min_s=0.018, max_s=0.03)
     rep.run.minor_faults = 20_000
     (f,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
-    assert f.evidence["time_at_stake_pct"] == 10.0 and "minor page faults per step" in \
-        f.evidence["time_at_stake_basis"]
-    assert f.severity == "medium" and "confidence_why" not in f.evidence  # measured, not an upper bound
+    assert f.stake.pct == 10.0 and "minor page faults per step" in f.stake.basis
+    assert f.severity == "medium" and not f.stake.confidence_why  # measured, not an upper bound
     # without steps: the run's faults over its wall time (1.0 s), an upper bound (setup counts too), halved
     rep.run.iterations = None
     (g,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
-    assert g.evidence["time_at_stake_pct"] == round(100 * 20_000e-6 / 1.0, 2) and g.evidence["confidence"] == 0.5
-    assert "over the run's wall time" in g.evidence["time_at_stake_basis"]
+    assert g.stake.pct == round(100 * 20_000e-6 / 1.0, 2) and g.stake.confidence == 0.5 and g.stake.upper_bound
+    assert "over the run's wall time" in g.stake.basis
     # no fault count at all: the allocating operators' whole time
     rep.run.minor_faults = None
     (h,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
-    assert "the allocating operators' whole time" in h.evidence["time_at_stake_basis"]
+    assert "the allocating operators' whole time" in h.stake.basis and h.stake.upper_bound
 
 
 def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding():
@@ -194,26 +193,25 @@ def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding()
     rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=40.0)])
     fs = findings.derive(rep)
     churn = next(f for f in fs if f.kind == "memory_churn")
-    assert churn.evidence["time_at_stake_pct"] is None and "page_faults" in churn.evidence["time_at_stake_basis"]
+    assert churn.stake.pct is None and "page_faults" in churn.stake.basis
     assert churn.severity == "medium"  # the rule's own (2 GiB/s over the 1.5 s pass)
     assert [f.kind for f in fs].index("page_faults") < [f.kind for f in fs].index("memory_churn")
     # the trials ran and none won: no page_faults finding, and the churn's basis does not point at one
     rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="no gain")]
     fs = findings.derive(rep)
     churn = next(f for f in fs if f.kind == "memory_churn")
-    assert "page_faults" not in [f.kind for f in fs] and churn.evidence["time_at_stake_pct"] is None
-    assert "none won" in churn.evidence["time_at_stake_basis"] and "finding carries" not in \
-        churn.evidence["time_at_stake_basis"]
+    assert "page_faults" not in [f.kind for f in fs] and churn.stake.pct is None
+    assert "none won" in churn.stake.basis and "finding carries" not in churn.stake.basis
 
 
 def test_a_kernels_internal_copy_is_a_low_observation_not_a_hot_operator_to_fix():
     # rng_setup's MLP on this Xeon: addmm's broadcast-bias copy_ took 11% of operator time, read as medium
     internal = row("aten::copy_", 30, called_by={"aten::addmm": 3000.0})
     fs = [f for f in findings.derive(report(row("aten::addmm", 70), internal)) if f.op == "aten::copy_"]
-    assert fs and all(f.severity == "low" and f.evidence["observation"] for f in fs)
+    assert fs and all(f.severity == "low" and f.observation for f in fs)
     assert "aten::addmm's own internal copy" in fs[0].suggestion
     # the same share from a .contiguous() the user wrote is a copy to fix
     layout = row("aten::copy_", 30, source="m.py:7", called_by={"aten::contiguous": 3000.0})
     hot = [f for f in findings.derive(report(row("aten::addmm", 70), layout))
            if f.op == "aten::copy_" and f.kind == "hot_operator"]
-    assert [f.severity for f in hot] == ["high"] and not hot[0].evidence["observation"]
+    assert [f.severity for f in hot] == ["high"] and hot[0].observation is False

@@ -15,8 +15,8 @@ from diagnose import findings
 from diagnose.render import html
 from diagnose.report import io
 from diagnose.report.model import (Counters, Efficiency, Finding, LayerStatus, MicrobenchRow, OperatorRow, Peaks,
-                                   PythonFunction, Report, RooflineRow, Roofs, Run, SourceShare, Sweep, SweepPoint,
-                                   SweepRecommendation, TargetInfo, Threads, VtuneSummary)
+                                   Place, PythonFunction, Report, RooflineRow, Roofs, Run, SourceShare, Stake, Sweep,
+                                   SweepPoint, SweepRecommendation, TargetInfo, Threads, VtuneSummary)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a 1x1 PNG
@@ -60,8 +60,13 @@ def evil_report() -> Report:
     r.python_hotspots = [PythonFunction(function=EVIL, location=source, kind="user", calls=1, self_s=0.5,
                                         cumulative_s=0.5, self_pct=50.0, cumulative_pct=50.0)]
     r.layers = {"operators": LayerStatus("ok"), "counters": LayerStatus("skipped", f"no counters: {EVIL}")}
+    # the typed fields a finding is ranked and placed by, and a finding merged into it, carry user strings too
+    merged = Finding("sequential_operator", "low", f"{EVIL} flat", name, source, {"odd": EVIL}, f"try {EVIL}",
+                     "microbench", stake=Stake(10.0, EVIL), doubts=[EVIL], place=Place(EVIL, EVIL, EVIL))
     r.findings = [Finding("hot_operator", "high", f"{name} is hot", name, source, {"share_pct": 100.0, "odd": EVIL},
-                          f"try {EVIL}", "operators")]
+                          f"try {EVIL}", "operators", stake=Stake(50.0, EVIL, confidence=0.5, confidence_why=[EVIL]),
+                          doubts=[EVIL], place=Place(EVIL, EVIL, EVIL), rule_severity=EVIL, severity_basis=EVIL,
+                          severity_from=EVIL, also=[merged])]
     r.microbenchmarks = [MicrobenchRow(op=name, input_shapes=[[3, 4]], threads=1, median_us=3.0, iqr_us=0.03,
                                        noise_pct=1.0, source=source)]
     r.counters = Counters(source=EVIL, vtune=VtuneSummary(summary={EVIL: EVIL}))

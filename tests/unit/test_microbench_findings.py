@@ -46,9 +46,9 @@ def test_thresholds(two_us, share, expected):
 
 def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
     (f,) = sequential_operator(_report(444_400, 440_000, contended=True))
-    assert f.severity == "low" and "contended" in f.evidence["doubts"][0]
+    assert f.severity == "low" and "contended" in f.doubts[0]
     (g,) = sequential_operator(_report(444_400, 440_000, noisy=True, noise_pct=25.0))
-    assert g.severity == "low" and "noisy" in g.evidence["doubts"][0]
+    assert g.severity == "low" and "noisy" in g.doubts[0]
     # a doubted flat result is not called a sequential kernel: re-measure first
     for h in (f, g):
         assert "a doubted result" in h.title and h.suggestion.startswith("Re-measure before acting")
@@ -99,7 +99,7 @@ def test_a_gemv_that_saturates_memory_on_one_thread_is_bandwidth_bound_not_seque
     assert "limited by memory bandwidth, not threads" in f.title and "sequential" not in f.title
     assert "sequential" not in f.suggestion and "batch" in f.suggestion
     assert "bfloat16" in f.suggestion and "int8" in f.suggestion
-    assert f.severity == "medium" and "doubts" not in e  # a real cause, from its 13% share
+    assert f.severity == "medium" and not f.doubts  # a real cause, from its 13% share
 
 
 def test_bandwidth_is_judged_against_this_machines_roof():
@@ -109,7 +109,7 @@ def test_bandwidth_is_judged_against_this_machines_roof():
     assert f.evidence["cause"] == "skinny_matmul" and f.evidence["bandwidth_fraction"] == 0.183
     assert "skinny matrix product (M=2, N=8000, K=256) that runs on one thread" in f.title
     assert "batch several sequences" in f.suggestion and "bfloat16" in f.suggestion
-    assert f.severity == "medium" and "doubts" not in f.evidence
+    assert f.severity == "medium" and not f.doubts
     # just under and at the 60% threshold
     assert sequential_operator(_gemm([2, 256], [256, 8000], 226.0, 233.0, roof_gb_per_s=61.0))[0] \
         .evidence["cause"] == "skinny_matmul"
@@ -135,11 +135,11 @@ def test_a_flat_large_gemm_is_doubted_a_flat_skinny_one_is_not():
     # all >= 256, so it splits across threads and the flat result is a disturbed measurement
     (f,) = sequential_operator(_gemm([1024, 256], [256, 512], 6000.0, 5450.0, roof_gb_per_s=38.6))
     assert f.severity == "low" and f.evidence["cause"] == "sequential_kernel"
-    assert "M, N, K all >= 256 (M=1024, N=512, K=256)" in f.evidence["doubts"][0]
+    assert "M, N, K all >= 256 (M=1024, N=512, K=256)" in f.doubts[0]
     assert f.evidence["threshold_gemm_dim"] == 256
     # one dimension under 256 (a 32-row batch): judged like any operator
     (g,) = sequential_operator(_gemm([32, 1024], [1024, 1024], 6000.0, 5450.0, roof_gb_per_s=38.6))
-    assert g.severity == "high" and "doubts" not in g.evidence
+    assert g.severity == "high" and not g.doubts
     # a sort is not a GEMM: its shape says nothing about threads
     (h,) = sequential_operator(_report(444_400, 440_000))
     assert h.severity == "high" and "gemm_mnk" not in h.evidence

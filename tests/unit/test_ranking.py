@@ -12,8 +12,9 @@ from diagnose.findings import stake
 from diagnose.findings import threads as thread_rules
 from diagnose.layers.threads import recording
 from diagnose.layers.threads.analysis import analyse
-from diagnose.report.model import (Finding, Machine, OperatorRow, OperatorSummary, PythonFunction, PythonSummary,
-                                   Report, Run, SourceShare, Sweep, SweepRecommendation, TargetInfo)
+from diagnose.report.model import (PEAKS_CONTENDED_DOUBT, Finding, Machine, OperatorRow, OperatorSummary,
+                                   PythonFunction, PythonSummary, Report, Run, SourceShare, Stake, Sweep,
+                                   SweepRecommendation, TargetInfo)
 
 THREADS = Path(__file__).resolve().parents[1] / "data" / "threads"
 
@@ -45,8 +46,8 @@ def test_operator_findings_are_put_on_the_wall_time_scale():
     # operators are 20% of the run (cProfile split): 35% of operator time is 7% of the wall time
     f, = [f for f in findings.derive(report([op("aten::div", 35), op("aten::addmm", 65)], operator_share=0.2))
           if f.op == "aten::div"]
-    assert f.evidence["time_at_stake_pct"] == pytest.approx(7.0)
-    assert "cProfile" in f.evidence["time_at_stake_basis"]
+    assert f.stake.pct == pytest.approx(7.0)
+    assert "cProfile" in f.stake.basis
 
 
 def test_without_the_python_layer_the_operator_pass_gives_the_operators_share():
@@ -63,34 +64,33 @@ def test_time_at_stake_outranks_a_share_of_a_different_denominator():
     # stake: too little for high, so medium), against a medium Python loop at 30% of the cProfile pass (an
     # upper bound: 15% expected): the loop comes first; the healthy addmm's 13% is an observation, last
     rep = report([op("aten::div", 35), op("aten::addmm", 65)], [loop_function(30)], operator_share=0.2)
-    ranked = [(f.kind, f.severity, round(f.evidence["time_at_stake_pct"], 1)) for f in findings.derive(rep)]
+    ranked = [(f.kind, f.severity, round(f.stake.pct, 1)) for f in findings.derive(rep)]
     assert ranked == [("python_overhead", "medium", 30.0), ("hot_operator", "medium", 7.0),
                       ("hot_operator", "low", 13.0)]
     div = findings.derive(rep)[1]
-    assert div.evidence["rule_severity"] == "high" and "under the 20% a high finding needs" in \
-        div.evidence["severity_basis"]
+    assert div.rule_severity == "high" and "under the 20% a high finding needs" in div.severity_basis
 
 
-def _settled(kind, severity, at_stake, basis="measured", **evidence):
-    return stake.settle(Finding(kind, severity, "t", None, None,
-                                {"time_at_stake_pct": at_stake, "time_at_stake_basis": basis, **evidence}, "s", "x"))
+def _settled(kind, severity, at_stake, basis="measured", upper_bound=False, **fields):
+    return stake.settle(Finding(kind, severity, "t", None, None, {}, "s", "x",
+                                stake=Stake(at_stake, basis, upper_bound=upper_bound), **fields))
 
 
 def test_gpt2_generate_framework_overhead_outranks_a_small_medium_finding():
     # GPT-2 generate, as the team measured it: Python framework overhead at 81% of the cProfile pass (a low
     # python_overhead by its rule) was listed below a medium finding with 4.7% of the wall time at stake
-    framework = _settled("python_overhead", "low", 81.0, python_rules.STAKE_BASIS)
+    framework = _settled("python_overhead", "low", 81.0, python_rules.STAKE_BASIS, upper_bound=True)
     small = _settled("hot_operator", "medium", 4.7)
     assert [f.kind for f in stake.rank([small, framework])] == ["python_overhead", "hot_operator"]
     # 81% is an upper bound (confidence 0.5): 40.5% expected, enough to be at least medium
-    assert (framework.severity, framework.evidence["confidence"], framework.evidence["rule_severity"]) == (
-        "medium", 0.5, "low")
-    assert "40.5% of wall time expected at stake (81% x confidence 0.5)" in framework.evidence["severity_basis"]
+    assert (framework.severity, framework.stake.confidence, framework.rule_severity) == ("medium", 0.5, "low")
+    assert framework.stake.expected_pct == 40.5
+    assert "40.5% of wall time expected at stake (81% x confidence 0.5)" in framework.severity_basis
     # 4.7% is under the 5% a before/after comparison can tell from noise: low
-    assert (small.severity, small.evidence["rule_severity"]) == ("low", "medium")
+    assert (small.severity, small.rule_severity) == ("low", "medium")
 
 
-@pytest.mark.parametrize("severity, at_stake, evidence, expected", [
+@pytest.mark.parametrize("severity, at_stake, fields, expected", [
     ("high", 25.0, {}, "high"),      # a high finding with 25% at stake stays high
     ("high", 19.9, {}, "medium"),    # under 20%: not high
     ("medium", 4.9, {}, "low"),      # under 5%: not medium
@@ -102,25 +102,26 @@ def test_gpt2_generate_framework_overhead_outranks_a_small_medium_finding():
     ("high", 50.0, {"doubts": ["noisy"]}, "high"),  # 25% expected: still high
     ("medium", None, {}, "medium"),  # no stake: the rule's severity stands
 ])
-def test_severity_follows_the_expected_stake(severity, at_stake, evidence, expected):
-    assert _settled("hot_operator", severity, at_stake, **evidence).severity == expected
+def test_severity_follows_the_expected_stake(severity, at_stake, fields, expected):
+    assert _settled("hot_operator", severity, at_stake, **fields).severity == expected
 
 
 def test_confidence_halves_for_an_upper_bound_and_for_doubts():
-    f = _settled("oversubscription", "high", 60.0, f"run-queue wait share ({stake.UPPER_BOUND})")
-    assert f.evidence["confidence"] == 0.5 and stake.expected(f) == 30.0
-    g = _settled("low_efficiency", "high", 40.0, peaks_contended=True)
-    assert g.evidence["confidence"] == 0.5 and "peaks were measured while other processes" in \
-        g.evidence["confidence_why"][0]
+    f = _settled("oversubscription", "high", 60.0, f"run-queue wait share ({stake.UPPER_BOUND})", upper_bound=True)
+    assert f.stake.confidence == 0.5 and stake.expected(f) == 30.0
+    g = _settled("low_efficiency", "high", 40.0, doubts=[PEAKS_CONTENDED_DOUBT])
+    assert g.stake.confidence == 0.5 and "peaks were measured while other processes" in g.stake.confidence_why[0]
     h = _settled("undersubscription", "low", 50.0, f"idle CPUs (perfect scaling, {stake.UPPER_BOUND})",
-                 doubts=["noisy"])
-    assert h.evidence["confidence"] == 0.25 and stake.expected(h) == 12.5
+                 upper_bound=True, doubts=["noisy"])
+    assert h.stake.confidence == 0.25 and stake.expected(h) == 12.5
+    assert h.stake.confidence_why == ["the time at stake is an upper bound", "the measurement is doubted: noisy"]
 
 
 def test_ranking_is_by_expected_stake_with_observations_last():
-    healthy_mm = _settled("hot_operator", "low", 60.0, observation=True, compute_kernel=True)
+    healthy_mm = _settled("hot_operator", "low", 60.0, observation=True)
     copies = _settled("copy_overhead", "medium", 8.0)
-    over = _settled("oversubscription", "high", 30.0, f"run-queue wait share ({stake.UPPER_BOUND})")  # 15
+    over = _settled("oversubscription", "high", 30.0, f"run-queue wait share ({stake.UPPER_BOUND})",
+                    upper_bound=True)  # 15
     noisy = _settled("sequential_operator", "low", 20.0, doubts=["noisy"])  # 10
     counters = _settled("low_efficiency", "low", None)
     ranked = stake.rank([healthy_mm, counters, copies, noisy, over])
@@ -136,42 +137,46 @@ def test_same_line_from_two_layers_is_one_finding_with_both_pieces_of_evidence()
     assert len(at_5) == 1
     (f,) = at_5
     assert (f.kind, f.severity, f.layer) == ("python_overhead", "high", "python")
-    (also,) = f.evidence["also"]
-    assert (also["kind"], also["severity"], also["layer"], also["op"]) == ("hot_operator", "high", "operators",
-                                                                          "aten::mean")
-    assert also["evidence"]["share_pct"] == 40 and also["evidence"]["time_at_stake_pct"] == pytest.approx(20.0)
-    assert f.evidence["time_at_stake_pct"] == 45.0 and f.evidence["function"] == "loop"
+    (also,) = f.also
+    assert (also.kind, also.severity, also.layer, also.op, also.location) == ("hot_operator", "high", "operators",
+                                                                             "aten::mean", "m.py:5")
+    assert also.evidence["share_pct"] == 40 and also.stake.pct == pytest.approx(20.0) and not also.also
+    assert f.stake.pct == 45.0 and f.evidence["function"] == "loop"
     # the other line is untouched
     assert [g.kind for g in fs if g.location == "m.py:9"] == ["hot_operator"]
 
 
 def test_merged_severity_is_the_highest_and_stake_the_largest():
-    low_cause = Finding("sequential_operator", "low", "sort is sequential", "aten::sort", "m.py:7",
-                        {"time_at_stake_pct": 10.0, "time_at_stake_basis": "b1"}, "use topk", "microbench")
-    symptom = Finding("hot_operator", "high", "sort is hot", "aten::sort", "m.py:7",
-                      {"time_at_stake_pct": 25.0, "time_at_stake_basis": "b2"}, "s", "operators")
+    low_cause = Finding("sequential_operator", "low", "sort is sequential", "aten::sort", "m.py:7", {}, "use topk",
+                        "microbench", stake=Stake(10.0, "b1"))
+    symptom = Finding("hot_operator", "high", "sort is hot", "aten::sort", "m.py:7", {}, "s", "operators",
+                      stake=Stake(25.0, "b2", upper_bound=True, confidence=0.5, confidence_why=["bound"]))
     (f,) = stake.dedup([symptom, low_cause])
-    # the cause leads (not the symptom), with the group's highest severity and largest stake
-    assert (f.kind, f.severity, f.evidence["time_at_stake_pct"]) == ("sequential_operator", "high", 25.0)
-    assert f.evidence["also"][0]["kind"] == "hot_operator" and f.title == "sort is sequential"
-    assert f.evidence["severity_from"] == "hot_operator (operators)"
-    assert "also" not in low_cause.evidence  # the rule's own finding is not mutated
+    # the cause leads (not the symptom), with the group's highest severity and largest stake, and its confidence
+    assert (f.kind, f.severity, f.stake.pct) == ("sequential_operator", "high", 25.0)
+    assert (f.stake.basis, f.stake.upper_bound, f.stake.confidence, f.stake.confidence_why) == (
+        "hot_operator: b2", True, 0.5, ["bound"])
+    assert f.also[0].kind == "hot_operator" and f.title == "sort is sequential"
+    assert f.severity_from == "hot_operator (operators)"
+    # the rule's own finding is not mutated
+    assert not low_cause.also and low_cause.stake == Stake(10.0, "b1") and low_cause.severity_from is None
 
 
 def test_one_layer_at_one_line_and_findings_without_a_line_stay_separate():
-    a = Finding("hot_operator", "medium", "a", "aten::add", "m.py:3", {"time_at_stake_pct": 9.0}, "s", "operators")
-    b = Finding("hot_operator", "medium", "b", "aten::mul", "m.py:3", {"time_at_stake_pct": 8.0}, "s", "operators")
-    c = Finding("oversubscription", "high", "c", None, None, {"time_at_stake_pct": 30.0}, "s", "threads")
-    d = Finding("external_contention", "high", "d", None, None, {"time_at_stake_pct": 30.0}, "s", "threads")
+    a = Finding("hot_operator", "medium", "a", "aten::add", "m.py:3", {}, "s", "operators", stake=Stake(9.0, ""))
+    b = Finding("hot_operator", "medium", "b", "aten::mul", "m.py:3", {}, "s", "operators", stake=Stake(8.0, ""))
+    c = Finding("oversubscription", "high", "c", None, None, {}, "s", "threads", stake=Stake(30.0, ""))
+    d = Finding("external_contention", "high", "d", None, None, {}, "s", "threads", stake=Stake(30.0, ""))
     assert stake.dedup([a, b, c, d]) == [a, b, c, d]
 
 
-def test_rules_without_an_estimate_get_one_from_their_share():
+def test_operator_rules_put_their_share_on_the_wall_time_scale_and_a_rule_without_an_estimate_gets_none():
     rep = report([op("aten::sort", 50), op("aten::add", 50, source="m.py:4")], operator_share=0.8)
-    mb = Finding("sequential_operator", "high", "t", "aten::sort", "m.py:3", {"share_pct": 50.0}, "s", "microbench")
+    mb = Finding("sequential_operator", "high", "t", "aten::sort", "m.py:3", {"share_pct": 50.0}, "s", "microbench",
+                 stake=stake.operator_stake(rep, 50.0))
     counters = Finding("low_efficiency", "low", "cpi", None, None, {"cpi": 1.2}, "s", "counters")
-    assert stake.fill(mb, rep).evidence["time_at_stake_pct"] == pytest.approx(40.0)
-    assert stake.fill(counters, rep).evidence["time_at_stake_pct"] is None
+    assert stake.fill(mb).stake.pct == pytest.approx(40.0)
+    assert stake.fill(counters).stake == Stake(None, "unknown", confidence=1.0)
     assert stake.rank([counters, mb]) == [mb, counters]
 
 
@@ -187,10 +192,10 @@ def _threads8(gain=None) -> Report:
 
 def test_oversubscription_stake_is_the_wait_share_or_the_sweeps_measured_saving():
     (f,) = thread_rules.oversubscription(_threads8())
-    assert f.evidence["time_at_stake_pct"] == pytest.approx(59.7)  # runqueue_wait_share 0.5968
+    assert f.stake.pct == pytest.approx(59.7) and f.stake.upper_bound  # runqueue_wait_share 0.5968
     (g,) = thread_rules.oversubscription(_threads8(gain=25.0))
-    assert g.evidence["time_at_stake_pct"] == pytest.approx(20.0)  # 1.25x throughput = 20% less time
-    assert "sweep" in g.evidence["time_at_stake_basis"]
+    assert g.stake.pct == pytest.approx(20.0) and not g.stake.upper_bound  # 1.25x throughput = 20% less time
+    assert "sweep" in g.stake.basis
 
 
 def test_every_finding_of_a_real_report_has_a_time_at_stake():
@@ -198,11 +203,11 @@ def test_every_finding_of_a_real_report_has_a_time_at_stake():
 
     rep = io.load(str(Path(__file__).resolve().parents[1] / "data" / "compare" / "row_loop_before.json"))
     fs = findings.derive(rep)
-    assert fs and all("time_at_stake_pct" in f.evidence for f in fs)
+    assert fs and all(f.stake is not None and f.stake.confidence is not None for f in fs)
     top = fs[0]
     assert top.kind == "python_overhead" and top.severity == "high"
     # the loop's line: the Python layer's finding holds the operator layer's findings there
-    assert {a["kind"] for a in top.evidence["also"]} >= {"hot_operator"}
+    assert {a.kind for a in top.also} >= {"hot_operator"}
     # after de-duplication no line is flagged by two layers
     for f in fs:
         if f.location:
@@ -215,58 +220,77 @@ def test_the_terminal_summary_names_what_other_layers_saw_at_the_same_line():
 
     rep = io.load(str(Path(__file__).resolve().parents[1] / "data" / "compare" / "row_loop_before.json"))
     top = rep.findings[0]
-    assert top.evidence.get("also")
+    assert top.also
     text = terminal.render(rep)
     block = text.split(f"[{top.severity}] {top.kind}: ", 1)[1].split("\n  [", 1)[0]
-    assert "also at this line: " + "; ".join(f"[{a['severity']}] {a['kind']} ({a['layer']})"
-                                             for a in top.evidence["also"]) in block
+    assert "also at this line: " + "; ".join(f"[{a.severity}] {a.kind} ({a.layer})" for a in top.also) in block
 
 
 def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_stake():
     # `torch.tanh(x @ x)` under 8 threads on 2 CPUs (a CI run): a medium low_efficiency on tanh merged with
     # a low hot_operator mm at 69% of the time must not outrank the high oversubscription at 61%
-    eff = Finding("low_efficiency", "medium", "tanh at 10% of its roof", "aten::tanh", "m.py:17",
-                  {"time_at_stake_pct": 29.8}, "s", "efficiency")
-    hot_tanh = Finding("hot_operator", "medium", "tanh hot", "aten::tanh", "m.py:17", {"time_at_stake_pct": 29.8},
-                       "s", "operators")
-    hot_mm = Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:17", {"time_at_stake_pct": 69.4}, "s",
-                     "operators")
-    over = Finding("oversubscription", "high", "8 threads", None, "m.py:12", {"time_at_stake_pct": 61.2}, "s",
-                   "threads")
+    eff = Finding("low_efficiency", "medium", "tanh at 10% of its roof", "aten::tanh", "m.py:17", {}, "s",
+                  "efficiency", stake=Stake(29.8, ""))
+    hot_tanh = Finding("hot_operator", "medium", "tanh hot", "aten::tanh", "m.py:17", {}, "s", "operators",
+                       stake=Stake(29.8, ""))
+    hot_mm = Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:17", {}, "s", "operators",
+                     stake=Stake(69.4, ""))
+    over = Finding("oversubscription", "high", "8 threads", None, "m.py:12", {}, "s", "threads",
+                   stake=Stake(61.2, ""))
     ranked = stake.rank(stake.dedup([eff, hot_tanh, hot_mm, over]))
     assert [f.kind for f in ranked] == ["oversubscription", "low_efficiency"]
     merged = ranked[1]
-    assert (merged.severity, merged.evidence["time_at_stake_pct"]) == ("medium", 29.8)
-    assert [a["op"] for a in merged.evidence["also"]] == ["aten::tanh", "aten::mm"]
-    assert "severity_from" not in merged.evidence
+    assert (merged.severity, merged.stake.pct) == ("medium", 29.8)
+    assert [a.op for a in merged.also] == ["aten::tanh", "aten::mm"]
+    assert merged.severity_from is None
 
 
 def test_the_same_operator_at_other_shapes_lends_neither_its_severity_nor_its_stake():
     # examples/mlp.py:30 (the demo): a low sequential_operator on mm at [1024,256],[256,512] (14% of the
     # operators) merged with a hot_operator on mm at [1024,256],[256,1024] showed that one's 26.7% at stake
     seq = Finding("sequential_operator", "low", "mm flat", "aten::mm", "mlp.py:30",
-                  {"time_at_stake_pct": 11.2, "input_shapes": [[1024, 256], [256, 512]]}, "s", "microbench")
+                  {"input_shapes": [[1024, 256], [256, 512]]}, "s", "microbench", stake=Stake(11.2, ""))
     hot_other = Finding("hot_operator", "medium", "mm hot", "aten::mm", "mlp.py:30",
-                        {"time_at_stake_pct": 26.7, "input_shapes": [[1024, 256], [256, 1024]]}, "s", "operators")
+                        {"input_shapes": [[1024, 256], [256, 1024]]}, "s", "operators", stake=Stake(26.7, ""))
     hot_same = Finding("hot_operator", "low", "mm hot", "aten::mm", "mlp.py:30",
-                       {"time_at_stake_pct": 12.0, "input_shapes": [[1024, 256], [256, 512]]}, "s", "operators")
+                       {"input_shapes": [[1024, 256], [256, 512]]}, "s", "operators", stake=Stake(12.0, ""))
     [merged] = stake.dedup([seq, hot_other, hot_same])
     assert merged.kind == "sequential_operator"
-    assert (merged.severity, merged.evidence["time_at_stake_pct"]) == ("low", 12.0)
-    assert [a["evidence"]["input_shapes"][1] for a in merged.evidence["also"]] == [[256, 1024], [256, 512]]
+    assert (merged.severity, merged.stake.pct) == ("low", 12.0)
+    assert [a.evidence["input_shapes"][1] for a in merged.also] == [[256, 1024], [256, 512]]
 
 
 def test_a_healthy_kernel_lends_no_stake_to_a_finding_merged_at_its_line():
     # examples/too_many_threads.py in CI: a low python_overhead at the step's line merged with the healthy mm
     # there (an observation, 53% of the run) ranked above the high oversubscription (63% wait share)
     loop = Finding(kind="python_overhead", severity="low", title="step() spends 19%", op="aten::mm",
-                   location="m.py:17", layer="python", suggestion="",
-                   evidence={"time_at_stake_pct": 18.8, "time_at_stake_basis": "share of the cProfile pass"})
+                   location="m.py:17", layer="python", suggestion="", evidence={},
+                   stake=Stake(18.8, "share of the cProfile pass"))
     mm = Finding(kind="hot_operator", severity="low", title="mm 67%", op="aten::mm", location="m.py:17",
-                 layer="operators", suggestion="", evidence={"time_at_stake_pct": 53.1, "time_at_stake_basis": "x",
-                                                             "observation": True, "input_shapes": [[512, 512]]})
-    threads = _settled("oversubscription", "high", 63.1, basis="run-queue wait share (an upper bound)")
+                 layer="operators", suggestion="", evidence={"input_shapes": [[512, 512]]}, stake=Stake(53.1, "x"),
+                 observation=True)
+    threads = _settled("oversubscription", "high", 63.1, basis="run-queue wait share (an upper bound)",
+                       upper_bound=True)
     ranked = stake.rank(stake.dedup(stake.rank([stake.settle(loop), stake.settle(mm), threads])))
     assert ranked[0].kind == "oversubscription"
     merged = next(f for f in ranked if f.location == "m.py:17")
-    assert merged.evidence["time_at_stake_pct"] == 18.8 and merged.evidence["also"][0]["kind"] == "hot_operator"
+    assert merged.stake.pct == 18.8 and merged.also[0].kind == "hot_operator"
+
+
+def test_no_rule_leaves_a_ranking_key_in_evidence():
+    # what stake.py ranks, settles and merges by is typed (report v3); evidence keeps each rule's measurements.
+    # Every committed real report, its findings derived again by today's rules
+    from test_report_io import COMMITTED_REPORTS
+
+    from diagnose.report import io
+
+    seen = set()
+    for path in COMMITTED_REPORTS:
+        for f in findings.derive(io.load(str(path))):
+            for piece in [f, *f.also]:
+                seen.add(piece.kind)
+                assert not set(piece.evidence) & set(io.V2_RANKING_KEYS), (path.name, piece.kind)
+                assert piece.stake is not None and piece.stake.confidence is not None, (path.name, piece.kind)
+            assert not any(piece.also for piece in f.also)
+    assert seen >= {"hot_operator", "low_efficiency", "memory_churn", "python_overhead", "oversubscription",
+                    "external_contention", "sequential_operator", "copy_overhead"}

@@ -33,8 +33,8 @@ def test_gpt2_generate_is_framework_overhead_first():
     assert "cache_implementation" in first.suggestion and "torch.compile" in first.suggestion
     # the lm_head GEMV is named for its shape, with its module and library line, not as a slow kernel
     lm = next(f for f in r.findings if f.kind == "sequential_operator")
-    assert lm.evidence["cause"] == "skinny_matmul" and lm.evidence["module"] == "lm_head (Linear)"
-    assert lm.evidence["library_line"].startswith("transformers/models/gpt2/modeling_gpt2.py:")
+    assert lm.evidence["cause"] == "skinny_matmul" and lm.place.module == "lm_head (Linear)"
+    assert lm.place.library_line.startswith("transformers/models/gpt2/modeling_gpt2.py:")
     assert "the kernel is sequential" not in lm.suggestion and "batch several sequences" in lm.suggestion
 
 
@@ -46,9 +46,9 @@ def test_bert_inference_has_nothing_above_low():
     # GELU is an activation: an observation, and no roofline verdict for a transcendental function
     gelu = [f for f in r.findings if f.op == "aten::gelu"]
     assert gelu and all(f.severity == "low" and f.kind == "hot_operator" for f in gelu)
-    assert gelu[0].evidence["module"] == "encoder.layer.*.intermediate.intermediate_act_fn (GELUActivation)"
+    assert gelu[0].place.module == "encoder.layer.*.intermediate.intermediate_act_fn (GELUActivation)"
     top = r.findings[0]
-    assert top.op == "aten::addmm" and top.evidence["observation"]
+    assert top.op == "aten::addmm" and top.observation
 
 
 @pytest.mark.parametrize("name", ["bert_infer", "gpt2_generate", "resnet_train"])
@@ -64,9 +64,8 @@ def test_resnet_training_is_not_called_framework_overhead():
     assert not [f for f in r.findings if f.evidence.get("cause") == "framework"]
 
 
-def _with_also(found) -> list[dict]:
-    return [piece for f in found for piece in [{"kind": f.kind, "op": f.op, "title": f.title, "evidence": f.evidence},
-                                                *f.evidence.get("also", [])]]
+def _with_also(found) -> list:
+    return [piece for f in found for piece in [f, *f.also]]
 
 
 def test_a_kernel_slowed_by_oversubscribed_cpus_is_a_symptom_ranked_after_the_oversubscription():
@@ -78,9 +77,9 @@ def test_a_kernel_slowed_by_oversubscribed_cpus_is_a_symptom_ranked_after_the_ov
     report = io.load(DATA / "dataloader_contention_report.json")
     found = findings.derive(report)
     assert found[0].kind == "oversubscription" and found[0].evidence["cause"] == "dataloader_workers"
-    [mm] = [p for p in _with_also(found) if p["op"] == "aten::mm" and p["evidence"].get("cause") == "context"]
-    assert mm["evidence"]["time_at_stake_pct"] is None and "waited 55%" in mm["title"]
+    [mm] = [p for p in _with_also(found) if p.op == "aten::mm" and p.evidence.get("cause") == "context"]
+    assert mm.stake.pct is None and "waited 55%" in mm.title
     # without the thread readings the same slowdown is the operator's own finding, with its stake
     alone = findings.derive(dataclasses.replace(io.load(DATA / "dataloader_contention_report.json"), threads=None))
-    [mm] = [p for p in _with_also(alone) if p["op"] == "aten::mm" and p["evidence"].get("cause") == "context"]
-    assert mm["evidence"]["time_at_stake_pct"] > 20 and "oversubscription" not in mm["title"]
+    [mm] = [p for p in _with_also(alone) if p.op == "aten::mm" and p.evidence.get("cause") == "context"]
+    assert mm.stake.pct > 20 and "oversubscription" not in mm.title

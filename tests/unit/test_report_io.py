@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from diagnose.errors import UsageError
 from diagnose.report import io as report_io
-from diagnose.report.model import (SCHEMA_VERSION, Finding, IterationStats, LayerStatus, OperatorRow, Report, Run,
-                                   SourceShare, TargetInfo)
+from diagnose.report.model import (PEAKS_CONTENDED_DOUBT, SCHEMA_VERSION, Finding, IterationStats, LayerStatus,
+                                   OperatorRow, Place, Report, Run, SourceShare, Stake, TargetInfo)
 
 
 def sample() -> Report:
@@ -31,7 +32,7 @@ def test_round_trip(tmp_path):
     path = tmp_path / "report.json"
     report_io.save(sample(), str(path))
     text = path.read_text()
-    assert text.lstrip().startswith('{\n "schema_version": "2"')
+    assert text.lstrip().startswith('{\n "schema_version": "3"')
     loaded = report_io.load(str(path))
     assert loaded == sample()
     assert report_io.to_dict(loaded) == json.loads(text)
@@ -67,32 +68,81 @@ def test_migration_is_applied(monkeypatch):
     assert report_io.from_json_data(data) == sample()
 
 
-V1_REPORTS = sorted(p for p in (Path(__file__).parent.parent / "data").rglob("*.json")
-                    if '"schema_version": "1"' in p.read_text()[:200])
+COMMITTED_REPORTS = sorted(p for p in (Path(__file__).parent.parent / "data").rglob("*.json")
+                           if re.match(r'\s*\{\s*"schema_version": "\d+"', p.read_text()[:200]))
+V1_REPORTS = [p for p in COMMITTED_REPORTS if '"schema_version": "1"' in p.read_text()[:200]]
 
 
 def test_committed_v1_reports_are_v1():
-    # the recordings below stay in "1" on purpose: they are what the migration is tested on
+    # the recordings below stay in "1" (and one in "2") on purpose: they are what the migrations are tested on
     assert len(V1_REPORTS) >= 10
+    assert {json.loads(p.read_text())["schema_version"] for p in COMMITTED_REPORTS} == {"1", "2"}
 
 
-@pytest.mark.parametrize("path", V1_REPORTS, ids=lambda p: str(p.relative_to(p.parents[1])))
-def test_every_committed_v1_report_loads_through_the_migration(path):
+def _with_merged(findings: list[Finding]) -> list[Finding]:
+    return [piece for f in findings for piece in [f, *f.also]]
+
+
+@pytest.mark.parametrize("path", COMMITTED_REPORTS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_every_committed_report_loads_through_the_migrations(path):
     report = report_io.load(str(path))
-    assert report.schema_version == SCHEMA_VERSION == "2"
-    # a v2 round trip is exact: nothing of "1" survives that "2" would write differently
+    assert report.schema_version == SCHEMA_VERSION == "3"
+    # a v3 round trip is exact: nothing of an older version survives that "3" would write differently
     again = report_io.from_json_data(json.loads(report_io.dumps(report)))
     assert again == report
     assert report_io.to_dict(again) == report_io.to_dict(report)
+    # what findings are ranked by left their evidence for typed fields, merged findings' too
+    for f in _with_merged(report.findings):
+        assert not set(f.evidence) & set(report_io.V2_RANKING_KEYS), (path, f.kind)
+        assert f.stake is not None and not f.stake.basis.startswith("None")
+
+
+def test_a_v2_findings_ranking_keys_move_into_typed_fields():
+    basis = "hot_operator: operator share (an upper bound: the allocating operators' whole time)"
+    why = ["the time at stake is an upper bound", f"the measurement is doubted: noisy; {PEAKS_CONTENDED_DOUBT}"]
+    v2 = {"schema_version": "2", "target": {"script": "m.py"}, "findings": [{
+        "kind": "sequential_operator", "severity": "high", "title": "mm flat", "op": "aten::mm", "location": "m.py:3",
+        "suggestion": "s", "layer": "microbench",
+        "evidence": {"share_pct": 40.0, "doubts": ["noisy"], "peaks_contended": True, "module": "lm_head (Linear)",
+                     "module_class": "Linear", "library_line": "lib.py:9", "time_at_stake_pct": 25.0,
+                     "time_at_stake_basis": basis, "confidence": 0.25, "confidence_why": why,
+                     "rule_severity": "low", "severity_basis": "under 5%", "severity_from": "hot_operator (operators)",
+                     "also": [{"kind": "hot_operator", "severity": "high", "layer": "operators", "op": "aten::mm",
+                               "title": "mm hot", "suggestion": "s2",
+                               "evidence": {"share_pct": 50.0, "compute_kernel": True, "observation": True,
+                                            "time_at_stake_pct": 25.0, "time_at_stake_basis": "share",
+                                            "confidence": 1.0}}]}}]}
+    (f,) = report_io.from_json_data(v2).findings
+    assert f.evidence == {"share_pct": 40.0, "peaks_contended": True}  # the rule's own measurements stay
+    assert f.stake == Stake(25.0, basis, upper_bound=True, confidence=0.25, confidence_why=why)
+    assert f.stake.expected_pct == 6.25
+    assert f.doubts == ["noisy", PEAKS_CONTENDED_DOUBT]  # what stake.py doubted in "2"
+    assert f.place == Place("lm_head (Linear)", "Linear", "lib.py:9")
+    assert (f.rule_severity, f.severity_basis, f.severity_from, f.observation) == (
+        "low", "under 5%", "hot_operator (operators)", None)
+    # a merged finding is a finding at the same line, its ranking typed too
+    assert f.also == [Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:3",
+                              {"share_pct": 50.0, "compute_kernel": True}, "s2", "operators",
+                              stake=Stake(25.0, "share", confidence=1.0), observation=True)]
+    # "1" had the same findings: it reaches "3" through "2"
+    assert report_io.from_json_data(dict(v2, schema_version="1")).findings == [f]
 
 
 @pytest.mark.parametrize("fmt", ["terminal", "md", "json"])
-def test_diagnose_load_renders_every_committed_v1_report(fmt, capsys):
+def test_diagnose_load_renders_every_committed_report(fmt, capsys):
     from diagnose import cli
 
-    for path in V1_REPORTS:
+    for path in COMMITTED_REPORTS:
         assert cli.main(["--load", str(path), "--format", fmt]) == 0, path
         out, err = capsys.readouterr()
         assert out.strip() and not err, (path, err)
         if fmt == "json":
-            assert json.loads(out)["schema_version"] == "2"
+            assert json.loads(out)["schema_version"] == "3"
+
+
+def test_every_committed_report_renders_as_html():
+    from diagnose.render import html
+
+    for path in COMMITTED_REPORTS:
+        page = html.render(report_io.load(str(path)))
+        assert page.startswith("<!DOCTYPE html>") and "could not draw" not in page, path

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, report_validator
 from diagnose.report import io as report_io
 from diagnose.report import schema
-from test_report_io import V1_REPORTS, sample
+from test_report_io import COMMITTED_REPORTS, sample
 
 
 def test_committed_schema_and_field_reference_are_current():
@@ -28,7 +28,7 @@ def test_a_report_validates():
     report_validator().validate(json.loads(report_io.dumps(sample())))
 
 
-@pytest.mark.parametrize("path", V1_REPORTS, ids=lambda p: str(p.relative_to(p.parents[1])))
+@pytest.mark.parametrize("path", COMMITTED_REPORTS, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_every_committed_report_validates_once_migrated(path):
     report_validator().validate(json.loads(report_io.dumps(report_io.load(str(path)))))
 
@@ -36,7 +36,7 @@ def test_every_committed_report_validates_once_migrated(path):
 def test_the_schema_rejects_what_the_model_does_not_say():
     good = json.loads(report_io.dumps(sample()))
     validator = report_validator()
-    for change in (lambda d: d.update(schema_version="1"),           # an old version is migrated, not valid v2
+    for change in (lambda d: d.update(schema_version="2"),           # an old version is migrated, not valid v3
                    lambda d: d["operators"][0].update(calls=2.5),     # an int field holding a float
                    lambda d: d["operators"][0].update(extra=1),       # a field the model does not have
                    lambda d: d["run"].pop("wall_s"),                  # every field is written

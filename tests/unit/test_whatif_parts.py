@@ -123,7 +123,7 @@ def test_only_a_measured_win_with_matching_outputs_becomes_a_finding():
     found = what_if(r)
     assert len(found) == 1 and found[0].kind == "what_if"
     assert "inference_mode" in found[0].title and "1.25x" in found[0].title and "1.20-1.30x" in found[0].title
-    assert found[0].evidence["time_at_stake_pct"] == 20.0
+    assert found[0].stake.pct == 20.0
     assert found[0].suggestion.startswith("Wrap it (inference_mode)")
 
 
