@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnose.render.fmt import duration
 from diagnose.report.model import Finding, Report
 from microbench.stats import ratio_is_real, two_sided_floor
 
@@ -200,8 +201,6 @@ def _notes(before: Report, after: Report) -> list[str]:
 
 
 def _times(seconds: float, unit: str) -> str:
-    from diagnose.render.fmt import duration
-
     return f"{duration(seconds)}{' per iteration' if unit == 'iteration' else ''}"
 
 

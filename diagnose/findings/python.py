@@ -33,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 
 from diagnose.findings.stake import UPPER_BOUND
+from diagnose.layers.efficiency.roofline import ALLOCATION, VIEWS, WRAPPER_SELF_FRACTION
+from diagnose.render.fmt import duration
 from diagnose.report.model import Finding, PythonFunction, Report, Stake
 
 LEVELS = ((40.0, "high"), (20.0, "medium"), (10.0, "low"))
@@ -119,8 +121,6 @@ def step_at_roofs(report: Report) -> dict | None:
 def _kernel(row) -> bool:
     """A row whose own work counts: not a wrapper whose work is its children's rows (aten::linear over its
     addmm), not a view or an allocation (no data moves)."""
-    from diagnose.layers.efficiency.roofline import ALLOCATION, VIEWS, WRAPPER_SELF_FRACTION
-
     if row.name.split("::")[-1] in VIEWS | ALLOCATION:
         return False
     return not (row.total_cpu_us > 0 and row.self_cpu_us < WRAPPER_SELF_FRACTION * row.total_cpu_us)
@@ -134,7 +134,6 @@ def _framework_overhead(report: Report) -> Finding | None:
     if at["us_per_operator_call"] > SMALL_CALL_US:
         return None
     unit = "step" if report.target.mode == "script" else "call"
-    from diagnose.render.fmt import duration
 
     title = (f"Each {unit} holds {duration(at['work_s_per_step'])} of work at this machine's roofs but takes "
              f"{duration(at['step_s'])} ({100 * at['fraction']:.0f}%): the rest is the fixed cost of its "

@@ -4,7 +4,6 @@ Every renderer is registered in RENDERERS, in the order output.write_report runs
 them: a pure function from a report (and, read only, the directory its files
 sit in) to a `Rendered`, the files it made (name -> text or bytes) and the
 ones it could not make with why. Two kinds:
-
 - files drawn from one section (threads.png, flamegraph.png, roofline.png,
   stacks.folded) come first; a picture with no data is not attempted, one
   that cannot be drawn is named missing;
@@ -25,6 +24,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from diagnose.render import fmt, html, markdown, plots, terminal
+from diagnose.report import io as report_io
 from diagnose.report.model import Report
 
 STDOUT = "-"  # the terminal summary's one output: printed, never written
@@ -73,8 +74,6 @@ def artifact_key(file: str) -> str:
 
 def _pictures(report: Report, directory: str | None) -> Rendered:
     """The PNGs, drawn side by side by plots.draw_all into a scratch directory and returned as bytes."""
-    from diagnose.render import plots
-
     todo = [p for p in PICTURES if p.data(report)]
     out = Rendered()
     if not todo:
@@ -92,32 +91,22 @@ def _pictures(report: Report, directory: str | None) -> Rendered:
 
 def _stacks(report: Report, directory: str | None) -> Rendered:
     """stacks.folded, which flamegraph.pl and speedscope read."""
-    from diagnose.render import fmt
-
     return Rendered({"stacks.folded": fmt.folded_stacks(report)} if report.stacks else {})
 
 
 def _json(report: Report, directory: str | None) -> Rendered:
-    from diagnose.report import io as report_io
-
     return Rendered({"report.json": report_io.dumps(report) + "\n"})
 
 
 def _markdown(report: Report, directory: str | None) -> Rendered:
-    from diagnose.render import markdown
-
     return Rendered({"report.md": markdown.render(report)})
 
 
 def _html(report: Report, directory: str | None) -> Rendered:
-    from diagnose.render import html
-
     return Rendered({"report.html": html.render(report, directory)})  # embeds the pictures found in directory
 
 
 def _terminal(report: Report, directory: str | None) -> Rendered:
-    from diagnose.render import terminal
-
     return Rendered({STDOUT: terminal.render(report)})
 
 

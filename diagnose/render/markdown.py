@@ -6,7 +6,7 @@ details; tables are trimmed and say so.
 
 from __future__ import annotations
 
-from diagnose.render import fmt
+from diagnose.render import distributed, fmt
 from diagnose.report.model import OperatorSummary, Report
 
 TOP_OPERATORS = 15
@@ -237,7 +237,6 @@ def _distributed(report: Report) -> list[str]:
     """A torchrun job (diagnose --nproc-per-node): one row per rank, the straggler, collectives."""
     if not report.distributed:
         return []
-    from diagnose.render import distributed
 
     rows = distributed.rank_rows(report)
     out = [f"## {distributed.heading(report)}", "",

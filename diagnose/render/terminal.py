@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from diagnose.render import fmt
+from diagnose.render import distributed, fmt
 from diagnose.report.model import Report
 
 TOP_OPERATORS = 8
@@ -140,7 +140,6 @@ def _distributed(report: Report) -> list[str]:
     """A torchrun job (diagnose --nproc-per-node): one row per rank, the straggler, collectives."""
     if not report.distributed:
         return []
-    from diagnose.render import distributed
 
     return (["", distributed.heading(report)] + fmt.text_table(distributed.rank_rows(report), right={3, 4, 5, 6, 7})
             + [f"  {line}" for line in distributed.summary_lines(report)])
