@@ -1116,7 +1116,7 @@ class Observation:
     """What the ranks together say (straggler, collectives): beside the findings, whose kinds are fixed."""
 
     kind: str  # straggler, collectives
-    severity: str  # low, or medium past the second threshold (distributed/view.py)
+    severity: str  # low, or medium past the second threshold (report/distributed.py)
     title: str  # one sentence, read first
     evidence: dict[str, Any]  # the numbers that crossed the threshold, as a finding's evidence
     suggestion: str  # what to try, concretely
@@ -1146,7 +1146,7 @@ class Distributed:
     failed_ranks: list[FailedRank] = field(default_factory=list)  # ranks whose status is not ok
     collectives: Collectives | None = None  # None: no operator pass measured
     straggler: Straggler | None = None  # None: fewer than two ranks measured
-    # straggler and collectives, past distributed/view.py's thresholds
+    # straggler and collectives, past report/distributed.py's thresholds
     observations: list[Observation] = field(default_factory=list)
     # diagnose merge: what was merged, missing nodes, whose threads these are
     notes: list[str] = field(default_factory=list)
