@@ -22,7 +22,7 @@ from typing import Any
 
 from diagnose.config import DEFAULT_SKIP_STEPS, DEFAULT_STEPS, CallgraphOptions, OperatorsOptions
 from diagnose.report import io as report_io
-from diagnose.report.model import Compile, IterationStats, ProcessFacts, ThreadCall
+from diagnose.report.model import Compile, GraphBreakAt, IterationStats, ProcessFacts, ThreadCall
 
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
@@ -215,6 +215,31 @@ class PassResult:
         return list(self.iteration_s) or ([self.wall_s] if self.wall_s else [])
 
 
+@dataclass
+class OutputDiff:
+    """A what-if pass's outputs against the reference pass's (whatif/outputs.difference)."""
+
+    max_abs_diff: float | None = None
+    rel_diff: float | None = None  # max_abs_diff / max |reference|
+    error: str | None = None  # why they could not be compared (shapes, counts, non-finite values)
+
+
+@dataclass
+class WhatIfPass:
+    """What one what-if pass's child wrote beside its result (whatif/child.py), read by layers/whatif.py."""
+
+    variant: str | None = None  # None: the unchanged side
+    root: str | None = None  # the outermost module's class
+    applied: str | None = None  # what was applied, or "failed: why"
+    calls: int = 0  # calls of the outermost module
+    captured: str | None = None  # what the reference pass saved of its output, for the report
+    diff: OutputDiff | None = None  # against the reference pass's output; None: not compared
+    first_call_s: float | None = None  # the first call with the change applied (compile: tracing and building)
+    apply_s: float | None = None  # applying the change (torch.compile() itself)
+    compile: Compile | None = None  # torch.compile's counters at the window's end
+    graph_breaks: list[GraphBreakAt] = field(default_factory=list)  # dynamo's graph-break log, source as a path
+
+
 def iteration_stats(samples: list[float]) -> IterationStats | None:
     """A pass's step (or call) times as the report's statistics; None without any."""
     if not samples:
@@ -224,7 +249,7 @@ def iteration_stats(samples: list[float]) -> IterationStats | None:
                           min_s=min(samples), max_s=max(samples))
 
 
-def write(obj: PassSpec | PassResult, path: str) -> None:
+def write(obj: PassSpec | PassResult | WhatIfPass, path: str) -> None:
     """Atomically: a temporary file of this process's own, then renamed."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as fh:
@@ -237,10 +262,11 @@ def read_spec(path: str) -> PassSpec:
         return report_io.typed(PassSpec, json.load(fh))
 
 
-def read_result(path: str) -> PassResult | None:
-    """None when the file is missing or unreadable (the child died before writing it)."""
+def read_result(path: str, kind: type = PassResult) -> Any:
+    """A PassResult (or `kind`) from a child's file; None when it is missing or unreadable (the child died
+    before writing it)."""
     try:
         with open(path) as fh:
-            return report_io.typed(PassResult, json.load(fh))
+            return report_io.typed(kind, json.load(fh))
     except (OSError, ValueError):
         return None

@@ -20,19 +20,17 @@ reasons.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import os
 import time
 
 from diagnose.doctor import trials as trials_mod
 from diagnose.layers.base import DerivedContext, Layer
-from diagnose.protocol import Overrides, WhatIfSpec
-from diagnose.report import io as report_io
+from diagnose import protocol
+from diagnose.protocol import Overrides, WhatIfPass, WhatIfSpec
 from diagnose.report.model import (
-    Compile,
     CompileCost,
-    GraphBreakAt,
     LayerStatus,
     OutputCheck,
     Report,
@@ -77,18 +75,17 @@ class WhatIfLayer(Layer):
         t0 = time.monotonic()
         trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline)}
         what_if.elapsed_s = round(time.monotonic() - t0, 1)
-        info = {name[:-5]: _read(os.path.join(out_dir, name)) for name in os.listdir(out_dir) if name.endswith(".json")}
-
-        def pass_info(r: int, side: str) -> dict:  # what one pass wrote (diagnose/whatif/child.py), {} if nothing
-            return info.get(trials_mod.pass_name(r, side)) or {}
+        def pass_info(r: int, side: str) -> WhatIfPass | None:  # what one pass wrote (whatif/child.py), or None
+            return protocol.read_result(os.path.join(out_dir, f"{trials_mod.pass_name(r, side)}.json"), WhatIfPass)
 
         unchecked = outputs.self_check(pass_info(1, "baseline"))
-        compared = pass_info(0, "baseline").get("captured")
+        reference = pass_info(0, "baseline")
+        compared = reference.captured if reference else None
         code = UserCode(report.target.script)
         for c in chosen:
             trial = trials[c.name]
             mine = pass_info(0, c.name)
-            applied = mine.get("applied") or ""
+            applied = (mine.applied if mine else None) or ""
             if applied.startswith("failed") and trial.verdict != "failed":
                 trial.verdict, trial.reason = "failed", f"the change could not be applied: {applied[8:]}"
             check = outputs.check(mine, variants_mod.TOLERANCE[c.name], compared, unchecked)
@@ -113,22 +110,15 @@ def _pass_seconds(report: Report) -> float:
     return report.run.pass_s or 0.0
 
 
-def _read(path: str) -> dict:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return {}
-
-
-def _compile_cost(infos: list[dict], trial, code: UserCode) -> CompileCost:
+def _compile_cost(infos: list[WhatIfPass | None], trial, code: UserCode) -> CompileCost:
     """Compile's one-off cost per round: `torch.compile()` itself (it imports inductor) and the first compiled
     call (tracing, generating and building kernels, and the call) less a compiled step; the slowest round and
     the fastest (inductor's on-disk cache warm). `infos`: the compile passes' results, round by round."""
-    first = report_io.typed(Compile, infos[0].get("compile")) if infos else None
+    lead = infos[0] if infos else None
+    first = lead.compile if lead else None
     step = trial.variant_step_s or 0.0
-    times = [max(0.0, (i.get("apply_s") or 0.0) + i["first_call_s"] - step) for i in infos
-             if isinstance(i.get("first_call_s"), (int, float))]
+    times = [max(0.0, (i.apply_s or 0.0) + i.first_call_s - step) for i in infos
+             if i is not None and isinstance(i.first_call_s, (int, float))]
     cost = CompileCost(compile_s=round(max(times), 3) if times else None,
                        compile_s_warm=round(min(times), 3) if len(times) > 1 else None,
                        graphs=first.graphs if first else 0)
@@ -136,9 +126,8 @@ def _compile_cost(infos: list[dict], trial, code: UserCode) -> CompileCost:
     if cost.compile_s is not None and saved > 0 and trial.verdict == "win":
         cost.break_even_steps = math.ceil(cost.compile_s / saved)
     cost.recompiles = list(first.recompiles) if first else []
-    cost.graph_breaks = [GraphBreakAt(reason=b["reason"], source=_where(code, b["source"]) if b.get("source") else None,
-                                      count=int(b.get("count") or 1), skipped=bool(b.get("skipped")))
-                         for b in infos[0].get("graph_breaks") or []]
+    cost.graph_breaks = [dataclasses.replace(b, source=_where(code, b.source) if b.source else None, count=b.count or 1)
+                         for b in (lead.graph_breaks if lead else [])]
     return cost
 
 

@@ -35,17 +35,15 @@ the measured time.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
 import sys
 import time
-from typing import Any
 
-from diagnose.protocol import WhatIfSpec
-from diagnose.report import io as report_io
-from diagnose.report.model import Compile
+from diagnose import protocol
+from diagnose.protocol import OutputDiff, WhatIfPass, WhatIfSpec
+from diagnose.report.model import Compile, GraphBreakAt
 from diagnose.whatif import outputs
 
 SEED = 0
@@ -66,7 +64,7 @@ class WhatIfChild:
         self.apply_s = 0.0
         self.captured: str | None = None
         self.applied: str | None = None
-        self.diff: dict[str, Any] | None = None  # against the reference pass's output (outputs.difference)
+        self.diff: OutputDiff | None = None  # against the reference pass's output (outputs.difference)
         self.breaks: list[str] = []  # torch._dynamo's graph-break log records (compile)
         self._handle = None
         self.written = False
@@ -167,11 +165,10 @@ class WhatIfChild:
         if self.written:
             return
         self.written = True
-        data = {"variant": self.variant, "root": self.root_name, "applied": self.applied, "calls": self.calls,
-                "captured": self.captured, "diff": self.diff, "first_call_s": self.first_call_s,
-                "apply_s": self.apply_s, "compile": report_io.to_dict(compile_info), "graph_breaks": graph_breaks(self.breaks)}
-        with open(os.path.join(self.out_dir, f"{self.pass_name}.json"), "w") as fh:
-            json.dump(data, fh, default=str)
+        protocol.write(WhatIfPass(
+            variant=self.variant, root=self.root_name, applied=self.applied, calls=self.calls, captured=self.captured,
+            diff=self.diff, first_call_s=self.first_call_s, apply_s=self.apply_s, compile=compile_info,
+            graph_breaks=graph_breaks(self.breaks)), os.path.join(self.out_dir, f"{self.pass_name}.json"))
 
 
 def _channels_last_inputs(torch, forward):
@@ -202,9 +199,9 @@ BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)")
 PREFACES = ("Failed to handle graph break gracefully", "Graph break encountered", "*** While handling")
 
 
-def graph_breaks(messages: list[str]) -> list[dict[str, Any]]:
-    """torch._dynamo's graph-break log records -> [{source, reason, skipped, count}], one per place and reason."""
-    out: dict[tuple[str | None, str], dict[str, Any]] = {}
+def graph_breaks(messages: list[str]) -> list[GraphBreakAt]:
+    """torch._dynamo's graph-break log records, one per place (a path:LINE) and reason, with their count."""
+    out: dict[tuple[str | None, str], GraphBreakAt] = {}
     for text in messages:
         at = BREAK_AT.search(text)
         reason_text = text.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in text else text
@@ -214,7 +211,7 @@ def graph_breaks(messages: list[str]) -> list[dict[str, Any]]:
             reason = reason.split(preface)[0].strip(" .:") or reason
         source = f"{at.group(1)}:{at.group(2)}" if at else None
         key = (source, reason[:300])
-        row = out.setdefault(key, {"source": source, "reason": reason[:300], "count": 0,
-                                   "skipped": "Skipping the function" in text or "frame skipped" in text})
-        row["count"] += 1
+        row = out.setdefault(key, GraphBreakAt(reason=reason[:300], source=source, count=0,
+                                               skipped="Skipping the function" in text or "frame skipped" in text))
+        row.count += 1
     return list(out.values())

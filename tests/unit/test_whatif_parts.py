@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from diagnose.protocol import OutputDiff, WhatIfPass
 from diagnose.findings.whatif import what_if
 from diagnose.report.model import (
     Autograd,
@@ -85,26 +86,26 @@ def test_nothing_but_flush_denormal_applies_without_a_module(tmp_path):
 def test_outputs_match_within_tolerance_and_differ_beyond_it():
     base = [torch.linspace(-2, 2, 1000), torch.ones(3, 4)]
     close = outputs.difference([base[0] + 1e-5, base[1]], base)
-    assert abs(close["max_abs_diff"] - 1e-5) < 2e-6 and close["rel_diff"] < 1e-5
-    assert outputs.check({"diff": close}, 1e-3, "m", None).status == "match"
+    assert abs(close.max_abs_diff - 1e-5) < 2e-6 and close.rel_diff < 1e-5
+    assert outputs.check(WhatIfPass(diff=close), 1e-3, "m", None).status == "match"
     bf16 = outputs.difference([base[0].to(torch.bfloat16).float(), base[1]], base)
-    assert 1e-3 < bf16["rel_diff"] < 5e-2  # bf16 rounding: beyond fp32's tolerance, within bf16's
-    assert outputs.check({"diff": bf16}, 1e-3, "m", None).status == "differ"
-    assert outputs.check({"diff": bf16}, 5e-2, "m", None).status == "match"
-    shape = outputs.check({"diff": outputs.difference([base[0][:10], base[1]], base)}, 1e-3, "m", None)
+    assert 1e-3 < bf16.rel_diff < 5e-2  # bf16 rounding: beyond fp32's tolerance, within bf16's
+    assert outputs.check(WhatIfPass(diff=bf16), 1e-3, "m", None).status == "differ"
+    assert outputs.check(WhatIfPass(diff=bf16), 5e-2, "m", None).status == "match"
+    shape = outputs.check(WhatIfPass(diff=outputs.difference([base[0][:10], base[1]], base)), 1e-3, "m", None)
     assert shape.status == "differ" and "shapes" in shape.reason
     nan = outputs.difference([torch.tensor([float("nan"), 1.0])], [torch.tensor([float("nan"), 1.0])])
-    assert nan == {"max_abs_diff": 0.0, "rel_diff": 0.0}
-    assert outputs.check({}, 1e-3, "m", None).status == "unchecked"
+    assert nan == OutputDiff(max_abs_diff=0.0, rel_diff=0.0)
+    assert outputs.check(WhatIfPass(), 1e-3, "m", None).status == "unchecked"
 
 
 def test_a_baseline_that_differs_from_itself_leaves_every_output_unchecked():
     a, b = [torch.randn(100)], [torch.randn(100)]
-    why = outputs.self_check({"captured": "m", "diff": outputs.difference(a, b)})
+    why = outputs.self_check(WhatIfPass(captured="m", diff=outputs.difference(a, b)))
     assert why and "differ between runs" in why
-    assert outputs.self_check({"captured": "m", "diff": outputs.difference(a, a)}) is None
-    assert "kept no output" in outputs.self_check({})
-    c = outputs.check({"diff": outputs.difference(a, a)}, 1e-3, "m", why)
+    assert outputs.self_check(WhatIfPass(captured="m", diff=outputs.difference(a, a))) is None
+    assert "kept no output" in outputs.self_check(WhatIfPass())
+    c = outputs.check(WhatIfPass(diff=outputs.difference(a, a)), 1e-3, "m", why)
     assert c.status == "unchecked" and c.reason == why
 
 
