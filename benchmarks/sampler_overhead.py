@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from diagnose.layers.threads import procfs  # noqa: E402
+from diagnose import procfs  # noqa: E402
 from diagnose.layers.threads.sampler import DEFAULT_INTERVAL_S  # noqa: E402
 from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
 

@@ -155,22 +155,12 @@ def run_pass(
     stall = None
     watch = StallWatch(proc.pid, stall_after_s) if stall_after_s else None
     try:
-        while True:
-            try:
-                proc.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                elapsed = time.monotonic() - t0
-                if on_tick:
-                    on_tick(elapsed)
-                if timeout_s is not None and elapsed > timeout_s:
-                    status = "timeout"
-                    _stop(proc)
-                    break
-                if watch is not None and watch.stalled():
-                    status, stall = "stalled", {"idle_s": watch.idle_s(), "stacks": _dump_stacks(proc, workdir, dist)}
-                    _stop(proc, grace_s=STALLED_GRACE_S)
-                    break
+        status = wait(proc, t0, timeout_s, on_tick, stalled=watch.stalled if watch else None)
+        if status == "timeout":
+            _stop(proc)
+        elif status == "stalled":
+            stall = {"idle_s": watch.idle_s(), "stacks": _dump_stacks(proc, workdir, dist)}
+            _stop(proc, grace_s=STALLED_GRACE_S)
     except KeyboardInterrupt:
         status = "interrupted"
         _stop(proc)
@@ -197,6 +187,25 @@ def run_pass(
         name=spec.name, status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
         output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s, ranks=ranks, stall=stall,
     )
+
+
+def wait(proc, t0: float, timeout_s: float | None, on_tick: Callable[[float], None] | None = None,
+         stalled: Callable[[], bool] | None = None) -> str | None:
+    """Wait for `proc` (a Popen, or a fork server's child), ticking every 0.25 s: None when it ended, "timeout"
+    once `timeout_s` passed since `t0`, "stalled" when `stalled()` says so; the process is left running then.
+    Ctrl-C propagates."""
+    while True:
+        try:
+            proc.wait(timeout=0.25)
+            return None
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - t0
+            if on_tick:
+                on_tick(elapsed)
+            if timeout_s is not None and elapsed > timeout_s:
+                return "timeout"
+            if stalled is not None and stalled():
+                return "stalled"
 
 
 def _dump_stacks(proc, workdir: str, dist: DistributedSpec | None) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from diagnose import markers, protocol
 from diagnose.doctor import process as process_facts
 from diagnose.doctor.environment import CpuStat, read_own_cpu_stat
 from diagnose.layers import get as get_layer
-from diagnose.protocol import Applied, PassResult, PassSpec, PinnedThreads, PinnedWorkers, TorchInfo, WindowSpec
+from diagnose.protocol import PassResult, PassSpec, PinnedThreads, PinnedWorkers, TorchInfo, WindowSpec
 from diagnose.report import io as report_io
 from diagnose.report.model import Compile, GraphBreak, ProcessFacts, Recompile, SubnormalScan, ThreadCall
 from diagnose.stall import STACKS_FILE

@@ -23,7 +23,7 @@ import signal
 import time
 from typing import Callable
 
-from diagnose.layers.threads import procfs
+from diagnose import procfs
 
 STALL_AFTER_S = 60.0  # --stall-after's default: longer than any rendezvous or data fetch we have seen idle
 STALL_CPU_SHARE = 0.02

@@ -15,7 +15,17 @@ operator class.
 from __future__ import annotations
 
 from diagnose.findings import (
-    doctor, efficiency, hangs, microbench, operators, place, python, stake, steps, threads, whatif,
+    doctor,
+    efficiency,
+    hangs,
+    microbench,
+    operators,
+    place,
+    python,
+    stake,
+    steps,
+    threads,
+    whatif,
 )
 from diagnose.report.model import Finding, Report
 

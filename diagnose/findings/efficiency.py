@@ -18,7 +18,7 @@ Thresholds:
   thresholds, the evidence says `peaks_contended` and its `doubts`
   (model.PEAKS_CONTENDED_DOUBT) halve its confidence (stake.py);
 - operators without a meaningful work model (random number generation,
-  sorting, allocation, views: roofline.no_verdict says which and why) get no
+  sorting, allocation, views: opkinds.no_verdict says which and why) get no
   verdict, even from a report written before the efficiency layer withheld it;
   nor does a copy a kernel makes of its own accord (addmm's broadcast bias,
   findings/copies.py's `internal`): it is that kernel's, not an operator the
@@ -58,7 +58,7 @@ from diagnose.findings import copies
 from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.findings.threads import oversubscribed
-from diagnose.layers.efficiency.roofline import no_verdict
+from diagnose.opkinds import no_verdict
 from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, Report, RooflineRow, Stake
 
 HOT_SHARE_PCT = 10.0

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 from diagnose.findings.stake import operator_stake
 from diagnose.findings.suggestions import BANDWIDTH_TEXT, MATMUL, matmul_dims, suggestion_for
-from diagnose.layers.efficiency import probe
 from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, MicrobenchRow, Report
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
@@ -104,7 +103,7 @@ def sequential_operator(report: Report) -> list[Finding]:
         if share < SHARE_MIN_PCT:
             continue
         n, op = most.threads, one.op or ""
-        bandwidth, roof = gb_per_s(one), probe.bandwidth_peak(peaks, n)
+        bandwidth, roof = gb_per_s(one), (peaks.bandwidth_peak(n) if peaks else None)
         fraction = bandwidth / roof if bandwidth and roof else None
         bound = fraction is not None and fraction >= BANDWIDTH_BOUND_FRACTION
         dims = matmul_dims(op, one.input_shapes) if MATMUL.match(op) else None

@@ -55,7 +55,14 @@ from diagnose.doctor.workload import FAULT_US, fault_share
 from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
-from diagnose.findings.suggestions import ACTIVATION_CLASSES, COPY_LABEL, COPY_TEXT, is_compute, op_class, suggestion_for
+from diagnose.findings.suggestions import (
+    ACTIVATION_CLASSES,
+    COPY_LABEL,
+    COPY_TEXT,
+    is_compute,
+    op_class,
+    suggestion_for,
+)
 from diagnose.report.model import Finding, Report, Stake
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 from diagnose.findings.stake import UPPER_BOUND
-from diagnose.layers.efficiency.roofline import ALLOCATION, VIEWS, WRAPPER_SELF_FRACTION
+from diagnose.opkinds import ALLOCATION, VIEWS, WRAPPER_SELF_FRACTION
 from diagnose.render.fmt import duration
 from diagnose.report.model import Finding, PythonFunction, Report, Stake
 

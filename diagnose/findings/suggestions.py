@@ -31,7 +31,7 @@ import re
 from typing import Any
 
 from diagnose.findings import copies
-from diagnose.layers.efficiency.roofline import RNG, VIEWS, tensor_dtypes
+from diagnose.opkinds import RNG, VIEWS, tensor_dtypes
 from diagnose.report.model import OperatorRow, Report
 
 GROWTH_MIN_STEPS = 4

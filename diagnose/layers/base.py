@@ -20,15 +20,18 @@ way to re-run the workload.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
+from diagnose import launch
 from diagnose.config import Config
+from diagnose.launch import PassOutcome
 from diagnose.protocol import Overrides, PassResult, PassSpec
-
-if TYPE_CHECKING:
-    from diagnose.launch import PassOutcome
-    from diagnose.report.model import LayerStatus, Report
+from diagnose.report.model import LayerStatus, Report
 
 
 class Recorder:
@@ -88,7 +91,7 @@ class DerivedContext:
     # re-run the uninstrumented workload over the same window: (pass name, environment at launch (a fresh
     # interpreter; {}: forked from the fork server), what the child changes) -> what it measured, or a one-line
     # reason it failed; None: not possible here
-    rerun: Callable[[str, dict[str, str], Overrides], "PassResult | str"] | None = None
+    rerun: Callable[[str, dict[str, str], Overrides], PassResult | str] | None = None
     on_trial: Callable[[int, int, str, str], None] | None = None  # (index, total, kind, what) before each re-run
     say: Callable[[str], None] | None = None  # a line for the user now (e.g. what a long layer will cost)
 
@@ -114,11 +117,11 @@ class Layer:
         """A command its pass runs under (VTune's collector), or None: the pass runs as is."""
         return None
 
-    def analyse(self, outcome: "PassOutcome", report: "Report", workdir: str) -> "LayerStatus":
+    def analyse(self, outcome: PassOutcome, report: Report, workdir: str) -> LayerStatus:
         """A pass layer or an observer: its pass's (or the observed pass's) outcome into the report."""
         raise NotImplementedError
 
-    def derive(self, context: DerivedContext, report: "Report", workdir: str) -> "LayerStatus":
+    def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         """A derived layer (`derived = True`): after every pass, from the report and the context's means
         (the run's Config, progress, the fork server, re-running the workload)."""
         raise NotImplementedError
@@ -144,10 +147,6 @@ def run_helper(cmd: list[str], log_path: str, timeout_s: float, tick: Callable[[
     propagates. A `python -m MODULE ...` helper is forked from the run's fork
     server when there is one (torch already imported: diagnose/forkserver.py).
     """
-    import subprocess
-    import sys
-    import time
-
     t0 = time.monotonic() if t0 is None else t0
     out_path = log_path + ".stdout"
     if server is not None and cmd[:2] == [sys.executable, "-m"]:
@@ -158,16 +157,9 @@ def run_helper(cmd: list[str], log_path: str, timeout_s: float, tick: Callable[[
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out if capture_stdout else log,
                                     stderr=log)
     try:
-        while True:
-            try:
-                proc.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                if tick:
-                    tick(time.monotonic() - t0)
-                if time.monotonic() - t0 > timeout_s:
-                    _kill(proc)
-                    return None, b""
+        if launch.wait(proc, t0, timeout_s, tick) == "timeout":
+            _kill(proc)
+            return None, b""
     except KeyboardInterrupt:
         _kill(proc)
         raise
@@ -180,8 +172,6 @@ def run_helper(cmd: list[str], log_path: str, timeout_s: float, tick: Callable[[
 
 
 def _kill(proc) -> None:
-    import signal
-
     try:
         if hasattr(proc, "kill"):
             proc.kill()

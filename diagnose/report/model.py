@@ -819,6 +819,16 @@ class Peaks:
     cached: bool = False  # this report read it from the cache instead of measuring
     cache_path: str | None = None  # the cache file (None: not cached, e.g. a contended probe)
 
+    def gemm_peak(self, threads: int) -> float | None:
+        """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""
+        vals = [g.gflops_per_s for g in self.gemm_fp32 if g.threads <= max(threads, 1)]
+        return max(vals) if vals else None
+
+    def bandwidth_peak(self, threads: int) -> float | None:
+        """Best memory GB/s measured at <= threads."""
+        vals = [m.gb_per_s for m in self.memory if m.threads <= max(threads, 1)]
+        return max(vals) if vals else None
+
 
 @dataclass
 class Roofs:

@@ -54,12 +54,12 @@ def test_a_cache_file_of_another_format_is_measured_again(tmp_path):
 
 def test_roofs_use_the_best_measurement_at_or_below_the_thread_count():
     peaks = report_io.typed(Peaks, PEAKS)  # the cache file's JSON is the report's Peaks
-    assert probe.gemm_peak(peaks, 1) == 80.0 and probe.gemm_peak(peaks, 2) == 80.0
-    assert probe.gemm_peak(peaks, 4) == 300.0 and probe.gemm_peak(peaks, 8) == 300.0
-    assert probe.bandwidth_peak(peaks, 1) == 14.0 and probe.bandwidth_peak(peaks, 4) == 30.0
+    assert peaks.gemm_peak(1) == 80.0 and peaks.gemm_peak(2) == 80.0
+    assert peaks.gemm_peak(4) == 300.0 and peaks.gemm_peak(8) == 300.0
+    assert peaks.bandwidth_peak(1) == 14.0 and peaks.bandwidth_peak(4) == 30.0
     slow_two = {**PEAKS, "gemm_fp32": [{"threads": 1, "gflops_per_s": 90.0}, {"threads": 2, "gflops_per_s": 60.0}]}
-    assert probe.gemm_peak(report_io.typed(Peaks, slow_two), 2) == 90.0  # a 2-thread run can do what 1 thread does
-    assert probe.gemm_peak(None, 2) is None and probe.bandwidth_peak(Peaks(), 2) is None
+    assert report_io.typed(Peaks, slow_two).gemm_peak(2) == 90.0  # a 2-thread run can do what 1 thread does
+    assert Peaks().gemm_peak(2) is None and Peaks().bandwidth_peak(2) is None
 
 
 def test_describe_states_the_peaks_and_the_ridge():

@@ -59,6 +59,12 @@ def _imports(module: str, path: Path, tree: ast.AST | None = None) -> list[tuple
             # a module's own package is imported before it anyway: not an edge of its own
             if target and target != module and not module.startswith(target + "."):
                 out.append((target, node))
+                # importing a.b.c runs a.b's __init__ first (a layer package's holds its layer): an edge too
+                parts = target.split(".")
+                for i in range(2, len(parts)):
+                    parent = ".".join(parts[:i])
+                    if parent in MODULES and parent != module and not module.startswith(parent + "."):
+                        out.append((parent, node))
     return out
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.layers.threads import procfs, recording
+from diagnose import procfs
+from diagnose.layers.threads import recording
 from diagnose.layers.threads.analysis import analyse
 from diagnose.layers.threads.recording import FORMAT, THREAD_FIELDS, ThreadRow, write_atomically
 from diagnose.layers.threads.sampler import Sampler, main

@@ -32,7 +32,7 @@ Output (`--json`, and the cache file): {"key": {...}, "measured_at", "mode":
 "median_s", "iqr_pct"}], "memory": [{"threads", "array_mib", "copy_gb_per_s",
 "triad_gb_per_s", "gb_per_s"}], "loadavg_1m", "probe_s"}: plain JSON, readable
 without diagnose. A report holds it typed, as report.model.Peaks (with
-`cached` and `cache_path` added); `gemm_peak`/`bandwidth_peak` read that type.
+`cached` and `cache_path` added); its `gemm_peak`/`bandwidth_peak` read it.
 """
 
 from __future__ import annotations
@@ -113,17 +113,6 @@ def save_peaks(peaks: dict[str, Any], directory: str | None = None) -> str:
 
 
 # ------------------------------------------------------------------ summaries of a probe result
-
-
-def gemm_peak(peaks: Peaks | None, threads: int) -> float | None:
-    """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""
-    vals = [g.gflops_per_s for g in (peaks.gemm_fp32 if peaks else []) if g.threads <= max(threads, 1)]
-    return max(vals) if vals else None
-
-
-def bandwidth_peak(peaks: Peaks | None, threads: int) -> float | None:
-    vals = [m.gb_per_s for m in (peaks.memory if peaks else []) if m.threads <= max(threads, 1)]
-    return max(vals) if vals else None
 
 
 # ------------------------------------------------------------------ measuring (imports torch)
@@ -300,7 +289,7 @@ def describe(data: dict[str, Any], path: str | None = None, cached: bool | None 
                      f"{m.gb_per_s:8.1f} GB/s     (copy {m.copy_gb_per_s}, triad {m.triad_gb_per_s}; "
                      f"{m.array_mib} MiB arrays)")
     usable = (key and key.usable_cpus) or 1
-    flops, bw = gemm_peak(peaks, usable), bandwidth_peak(peaks, usable)
+    flops, bw = peaks.gemm_peak(usable), peaks.bandwidth_peak(usable)
     if flops and bw:
         lines.append(f"  ridge point at {usable} threads: {flops / bw:.1f} FLOP/byte (below it an operator is "
                      "memory-bound)")

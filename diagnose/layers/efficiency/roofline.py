@@ -21,7 +21,7 @@ Contract
   cache, so it can run above the DRAM roof (efficiency > 100%).
 - The peaks are fp32 GEMM: a float64 kernel's real roof is about half, a
   bfloat16/float16 one's can be higher; `roof_note` says so on those rows.
-- `no_verdict(name)`: operators whose time neither roof describes get no
+- `no_verdict(name)` (diagnose/opkinds.py): operators whose time neither roof describes get no
   efficiency (efficiency_pct None, `reason` says why; the row stays in the
   table), so no low_efficiency finding:
   - random number generation (RNG: normal_, uniform_, bernoulli, rand*,
@@ -53,50 +53,13 @@ Contract
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from diagnose.layers.efficiency import probe
+from diagnose.opkinds import ATEN, NOT_KERNELS, WRAPPER_SELF_FRACTION, no_verdict, tensor_dtypes
 from diagnose.report.model import Peaks, RooflineRow, Roofs, Work
 
 MIN_SHARE_PCT = 1.0
 MAX_ROWS = 12
-WRAPPER_SELF_FRACTION = 0.5
-ATEN = re.compile(r"^[a-z_][a-z0-9_]*::\w+$")
-NOT_KERNELS = ("autograd", "profiler", "torch", "Optimizer")
-RNG = {"bernoulli", "bernoulli_", "binomial", "cauchy", "cauchy_", "dropout", "alpha_dropout", "feature_dropout",
-       "feature_alpha_dropout", "native_dropout", "_fused_dropout", "exponential", "exponential_", "geometric",
-       "geometric_", "log_normal", "log_normal_", "multinomial", "normal", "normal_", "poisson", "rand",
-       "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "random", "random_",
-       "rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise_functional", "_standard_gamma",
-       "_sample_dirichlet", "uniform", "uniform_"}
-SORTING = {"sort", "argsort", "msort", "topk", "kthvalue", "unique", "_unique", "_unique2", "unique_consecutive",
-           "unique_dim", "unique_dim_consecutive", "mode", "median", "nanmedian"}
-ALLOCATION = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
-TRANSCENDENTAL = {f + s for f in ("gelu", "tanh", "sigmoid", "silu", "mish", "erf", "erfc", "erfinv", "exp", "exp2",
-                                  "expm1", "log", "log2", "log10", "log1p", "softplus", "elu", "selu", "celu",
-                                  "logsigmoid", "log_sigmoid_forward", "sin", "cos", "tan", "atan", "asin", "acos",
-                                  "sinh", "cosh", "asinh", "acosh", "atanh", "pow", "rsqrt", "sqrt", "lgamma",
-                                  "digamma", "hardswish", "hardsigmoid")
-                  for s in ("", "_", "_backward")}
-VIEWS = {"alias", "as_strided", "chunk", "detach", "diagonal", "expand", "expand_as", "flatten", "lift_fresh",
-         "movedim", "narrow", "permute", "reshape", "_reshape_alias", "select", "slice", "split",
-         "split_with_sizes", "squeeze", "swapaxes", "t", "transpose", "unbind", "unflatten", "unfold", "unsqueeze",
-         "view", "view_as", "_unsafe_view"}
-NO_VERDICT = (
-    (RNG, "random number generation: each element costs a generator step, compute that neither the FLOP count "
-          "nor the bytes written describe, so there is no roofline verdict"),
-    (SORTING, "sorting/selection: comparisons and data-dependent branches, no FLOPs; bytes say nothing about "
-              "them, so there is no roofline verdict"),
-    (ALLOCATION, "allocation: touches no data (the first writer pays the page faults), so there is no roofline "
-                 "verdict"),
-    (VIEWS, "a view: metadata only, no data moves (its time is per-call dispatch), so there is no roofline "
-            "verdict"),
-    (TRANSCENDENTAL, "a transcendental element-wise function: some 10-30 FLOPs per element that the FLOP count "
-                     "does not see, so neither roof describes it: no roofline verdict"),
-)
-
-
 def select_rows(operators: list[Any]) -> list[Any]:
     out = []
     for row in sorted(operators, key=lambda r: -r.self_pct):
@@ -110,16 +73,10 @@ def select_rows(operators: list[Any]) -> list[Any]:
     return out
 
 
-def no_verdict(name: str) -> str | None:
-    """Why an operator gets no roofline verdict (see the module docstring), or None when it gets one."""
-    base = name.split("::")[-1].split(".")[0]
-    return next((why for names, why in NO_VERDICT if base in names), None)
-
-
 def roofs(peaks: Peaks, threads: int | None, usable: int | None) -> Roofs:
     usable = usable or (peaks.key.usable_cpus if peaks.key else None) or 1
     t = max(1, min(threads or usable, usable))
-    flops, bw = probe.gemm_peak(peaks, t), probe.bandwidth_peak(peaks, t)
+    flops, bw = peaks.gemm_peak(t), peaks.bandwidth_peak(t)
     return Roofs(threads=t, gflops_per_s=flops, gb_per_s=bw,
                  ridge_flop_per_byte=round(flops / bw, 3) if flops and bw else None, llc_bytes=peaks.llc_bytes)
 
@@ -202,11 +159,6 @@ def _transposed(shape: Any, stride: Any) -> bool:
         return False
     rows = shape[-2]
     return stride[-2] == 1 and stride[-1] == max(rows, 1)
-
-
-def tensor_dtypes(shapes: list[Any], dtypes: list[str]) -> set[str]:
-    """Dtypes of the tensor inputs with at least one dimension (a Python scalar is recorded as a 0-d double)."""
-    return {d for s, d in zip(shapes or [], dtypes or []) if isinstance(s, list) and len(s) > 0}
 
 
 def _roof_note(kinds: set[str]) -> str | None:

@@ -74,7 +74,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from diagnose.layers.threads import procfs
+from diagnose import procfs
 from diagnose.layers.threads.recording import Health, Process, Recording, Snapshot, Thread, ThreadRow
 from diagnose.report.model import (BusyThread, OtherProcess, PoolStats, ProcessTimeline, SamplerHealth,
                                    ThreadProcess, Threads, ThreadTimeline)

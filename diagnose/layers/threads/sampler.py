@@ -85,7 +85,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from diagnose.layers.threads import procfs
+from diagnose import procfs
 from diagnose.layers.threads.recording import (FORMAT, THREAD_FIELDS, Health, OutsideProcess, Process, Recording,
                                                Snapshot, Thread, save)
 DEFAULT_INTERVAL_S = 0.1

@@ -49,7 +49,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from diagnose.layers.threads import procfs, recording  # noqa: E402
+from diagnose import procfs
+from diagnose.layers.threads import recording  # noqa: E402
 from diagnose.layers.threads.analysis import analyse  # noqa: E402
 
 DURATION_S = 3.0
