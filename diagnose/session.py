@@ -251,7 +251,7 @@ class Session:
                            timeout_s=self.config.timeout_s, on_tick=self.progress.tick,
                            stall_after_s=self.config.stall_after_s or None, extra_env=env or None,
                            server=self.server.get() if not env else None)
-        self.progress.pass_finished(name.split("-")[0], outcome)
+        self.progress.pass_finished(name, outcome)
         if outcome.status == "interrupted":
             raise KeyboardInterrupt
         res = outcome.result
