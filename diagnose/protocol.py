@@ -207,6 +207,7 @@ class PassResult:
     process: ProcessFacts | None = None  # the uninstrumented pass's readings at the window's end (doctor)
     process_error: str | None = None  # why those readings failed
     rank: RankIdentity | None = None  # a torchrun rank's identity
+    forked: int = 0  # processes the target forked (os.fork, fork Pools, DataLoader workers); their work is theirs
     ranks_reported: int | None = None  # a torchrun pass's merged result: ranks that wrote a result
 
     @property

@@ -27,6 +27,7 @@ marker when the last local rank stops (diagnose/distributed/launcher.py).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import runpy
 import signal
@@ -154,8 +155,6 @@ _stack_file = None  # kept open for faulthandler, which writes to its file descr
 def install_stack_dump(workdir: str) -> None:
     """SIGUSR1 writes every Python thread's stack into stacks.txt (diagnose/stall.py asks when a pass hangs)."""
     global _stack_file
-    import faulthandler
-
     try:
         _stack_file = open(os.path.join(workdir, STACKS_FILE), "w")
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True, chain=False)
@@ -422,6 +421,28 @@ def _agreement(spec: PassSpec):
     return WindowAgreement(spec.rank.rank)
 
 
+def _count_fork(run: Run, owner: int) -> None:
+    if os.getpid() == owner:
+        run.result.forked += 1
+
+
+def _disown(run: Run, real_os_exit, interrupted, previous_sigterm) -> None:
+    """In a process the target forks (a Pool or DataLoader worker, os.fork()): none of the runner's process-wide
+    state follows it, so the child runs as it would without diagnose. Its os._exit is the real one, SIGTERM does
+    what it did before the runner (Pool.terminate() ends workers silently, as in a plain run), no stack dump goes
+    to the pass's file, the step clock's hooks are gone, and the pass's result is never written from it."""
+    os._exit = real_os_exit
+    if signal.getsignal(signal.SIGTERM) is interrupted:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+    try:
+        faulthandler.unregister(signal.SIGUSR1)
+    except (RuntimeError, ValueError):
+        pass
+    run.finished = True  # finish() writes nothing here
+    if run.clock is not None:
+        run.clock.uninstall()
+
+
 def main(argv: list[str]) -> int:
     spec = protocol.read_spec(argv[0])
     if spec.distributed is not None:  # one rank of a torchrun job: a workdir of its own
@@ -432,18 +453,25 @@ def main(argv: list[str]) -> int:
     os.chdir(spec.cwd or os.getcwd())
     run = Run(spec)
     runner_file = os.path.realpath(__file__)
-    real_os_exit = os._exit
+    real_os_exit, owner = os._exit, os.getpid()
 
     def os_exit_hook(code):  # the target called os._exit: keep what was measured
+        if os.getpid() != owner:  # a child the target forked that still holds the hook: not ours to write for
+            real_os_exit(code)
         run.record_exit(code, "os_exit", f"the target called os._exit({code})")
         try:
             run.finish()
         finally:
             real_os_exit(code)
 
+    def interrupted(*_):  # SIGTERM (e.g. from the parent's timeout) becomes an interruption we can report
+        raise KeyboardInterrupt
+
+    previous_sigterm = signal.getsignal(signal.SIGTERM)
     os._exit = os_exit_hook
-    # SIGTERM (e.g. from the parent's timeout) becomes an interruption we can report
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, interrupted)
+    os.register_at_fork(after_in_child=lambda: _disown(run, real_os_exit, interrupted, previous_sigterm),
+                        after_in_parent=lambda: _count_fork(run, owner))
     code = 0
     try:
         run.execute()

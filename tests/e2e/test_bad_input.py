@@ -135,7 +135,7 @@ def test_no_torch_operators_said_plainly(script, tmp_path):
     r = run.report
     assert r["operators"] == []
     assert r["layers"]["operators"] == {**r["layers"]["operators"], "status": "skipped",
-                                        "reason": "the target ran no torch operators"}
+                                        "reason": "the target's main process ran no torch operators"}
     assert "ran no torch operators" in run.stdout
     assert "ran no torch operators" in (tmp_path / "r" / "report.md").read_text()
 

@@ -85,8 +85,13 @@ class OperatorsLayer(Layer):
                 )
         if outcome.status != "ok":
             notes.append(f"the target did not finish this pass ({outcome.status}): rows cover what ran before")
+        forked = outcome.result.forked if outcome.result else 0
+        if forked:  # issue 33: the children's operators are not recorded yet; never call them absent
+            notes.append(f"the target forked {forked} process(es) (a Pool, DataLoader workers, os.fork()); the "
+                         "operator pass records its main process only, so their torch work is not in this table")
         if not rows:
-            return LayerStatus("skipped", "the target ran no torch operators", notes=notes)
+            return LayerStatus("skipped", "the target's main process ran no torch operators" + (
+                f"; the {forked} process(es) it forked are not recorded" if forked else ""), notes=notes)
         return LayerStatus("ok", notes=notes)
 
 

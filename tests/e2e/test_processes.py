@@ -1,0 +1,35 @@
+"""Targets that start processes (issue 33): nothing of the runner's acts in a child it did not mean to instrument.
+
+Every forked child used to inherit the runner's os._exit hook and its SIGTERM handler: `with Pool(...)` ends its
+workers with SIGTERM, so each worker printed a KeyboardInterrupt traceback into the user's output and then wrote
+the pass's result file from its own process. The plain run is the reference: under diagnose the target prints
+exactly what it prints alone, and the pass's result comes from the runner's process only.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_cli
+
+SCRIPT = "tests/data/processes/fork_pool.py"
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_pool_closed_by_with_prints_what_the_plain_run_prints(tmp_path, method):
+    plain = subprocess.run([sys.executable, SCRIPT, method], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and plain.stdout.strip() == "sum 496", plain
+    for _ in range(2 if method == "fork" else 1):  # the workers' tracebacks showed in about 1 run in 3 before
+        run = run_cli("--force", "--layers", "operators,threads", SCRIPT, method, outdir=tmp_path / "r")
+        assert run.code == 0, run.stderr[-2000:]
+        assert run.stdout.startswith(plain.stdout), run.stdout[:500]  # the target's own output first, unchanged
+        assert "Traceback" not in run.stdout + run.stderr and "KeyboardInterrupt" not in run.stdout + run.stderr
+        r = run.report
+        assert r["run"]["exit_code"] == 0 and r["run"]["error"] is None
+        operators = r["layers"]["operators"]
+        if method == "fork":  # forked workers are counted and said to be unrecorded, never "no operators"
+            assert "forked 4 process(es)" in " ".join(operators["notes"]) + (operators["reason"] or "")
+        assert len(r["threads"]["processes"]) > 1  # the threads layer sees the workers
