@@ -102,6 +102,9 @@ class PassSpec:
     # the measured window; None: the whole run (--full-run, or the first pass found no window)
     window: WindowSpec | None
     expect_steps: bool | None = None  # the first pass found steps (True), none (False), or not known yet (None)
+    # the first pass saw the model called from other threads: the operator pass records every thread
+    # (torch.profiler's profile_all_threads, which records no per-operator memory)
+    all_threads: bool = False
     operators: OperatorsOptions = OperatorsOptions()  # the operator pass's options
     callgraph: CallgraphOptions = CallgraphOptions()  # the python pass's options
     overrides: Overrides = Overrides()
@@ -145,6 +148,7 @@ class StepsSeen:
     stopped_target: bool = False  # the clock ended the target after the window
     switches: list[str] = field(default_factory=list)  # detector changes before the window
     ignored: dict[str, int] = field(default_factory=dict)  # boundaries of detectors not used, by detector
+    off_main_thread: int = 0  # calls of the outermost module from threads other than the main one
 
 
 @dataclass

@@ -135,6 +135,7 @@ class Session:
         self.workroot = tempfile.mkdtemp(prefix="diagnose-")
         self.server = _LazyServer(config.fork_server and not config.nproc_per_node)
         self.window = Window.first(target, config)
+        self.all_threads = False  # the first pass saw the model called from worker threads
         self.distributed = (DistributedSpec(config.nproc_per_node, tuple(config.torchrun_args))
                             if config.nproc_per_node else None)
 
@@ -148,7 +149,7 @@ class Session:
         return PassSpec(name=name, layer=layer, script=t.path, display_script=t.script, argv=tuple(t.argv),
                         function=t.function, cwd=os.getcwd(), window=self.window.spec,
                         expect_steps=self.window.expect_steps, operators=c.operators, callgraph=c.callgraph,
-                        overrides=overrides, distributed=self.distributed)
+                        overrides=overrides, distributed=self.distributed, all_threads=self.all_threads)
 
     # ------------------------------------------------------------ the run
 
@@ -207,6 +208,8 @@ class Session:
             apply_outcome(report, outcome)
             report.steps = steps_of(self.target, self.config, self.window, outcome.result)
             report.compile = outcome.result.compile if outcome.result else None
+            seen = outcome.result.steps if outcome.result else None
+            self.all_threads = bool(seen and seen.off_main_thread)
             self.window = self.window.after_first(outcome.result)
         if layer is None:
             apply_baseline(report, outcome)

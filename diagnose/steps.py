@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -97,6 +98,7 @@ class StepClock:
         self.data_sites: dict[str | None, float] = {}  # window: data wait per line that iterates a DataLoader
         self._data_wait = 0.0
         self._root = None
+        self.off_main_thread = 0  # calls of the outermost module from threads other than the main one
         self.keep_inputs = False  # keep the outermost module's last tensor inputs (the doctor's subnormal scan)
         self.last_inputs: tuple = ()
         self._global_pre = None
@@ -169,6 +171,8 @@ class StepClock:
         self._on_root_pre(module, args, {})  # its own pre-hook did not exist yet for this call
 
     def _on_root_pre(self, module, args, kwargs) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.off_main_thread += 1  # a model served from worker threads: the operator pass records them all
         if self.first_start is None:
             self.first_start = self.clock()
             if self.window is not None and self.window.skip == 0 and self.began_at is None:
@@ -268,7 +272,8 @@ class StepClock:
             window_first=first, window_steps=self.window_steps,
             window_wall_s=((self.ended_at or self.last_end or self.began_at) - self.began_at)
             if self.began_at is not None else None,
-            stopped_target=self._stopping, switches=list(self.switches), ignored=dict(self.ignored))
+            stopped_target=self._stopping, switches=list(self.switches), ignored=dict(self.ignored),
+            off_main_thread=self.off_main_thread)
 
 
 class _Restore:

@@ -33,3 +33,19 @@ def test_a_pool_closed_by_with_prints_what_the_plain_run_prints(tmp_path, method
         if method == "fork":  # forked workers are counted and said to be unrecorded, never "no operators"
             assert "forked 4 process(es)" in " ".join(operators["notes"]) + (operators["reason"] or "")
         assert len(r["threads"]["processes"]) > 1  # the threads layer sees the workers
+
+
+def test_a_model_called_from_worker_threads_has_its_operators_recorded(tmp_path):
+    """torch.profiler records only the thread that started it unless told otherwise (profile_all_threads): every
+    forward here runs in a ThreadPoolExecutor's thread, so the table was empty ("no torch operators"). The first
+    pass sees the model called off the main thread, and the operator pass then records every thread."""
+    run = run_cli("--layers", "operators", "tests/data/processes/thread_pool.py", outdir=tmp_path / "r")
+    assert run.code == 0 and run.stdout.startswith("done\n"), run.stderr[-2000:]
+    r = run.report
+    assert r["layers"]["operators"]["status"] == "ok"
+    assert any("every thread was recorded" in n for n in r["layers"]["operators"]["notes"])
+    steps = r["steps"]["window_last"] - r["steps"]["window_first"] + 1  # one step per forward (outermost module)
+    addmm = sum(o["calls"] for o in r["operators"] if o["name"] == "aten::addmm")
+    # two Linear layers per forward; the window's edges may cut a forward or two in flight in other threads
+    assert abs(addmm - 2 * steps) <= 16, (addmm, steps)
+    assert any(o["source"] == "tests/data/processes/thread_pool.py:10" for o in r["operators"])

@@ -45,6 +45,9 @@ class OperatorsLayer(Layer):
             return LayerStatus("failed", outcome.failure_reason("the operator pass"))
         seen = raw.get("modules") or {}
         notes = []
+        if raw.get("all_threads"):
+            notes.append("the model ran in threads other than the main one, so every thread was recorded "
+                         "(torch.profiler's profile_all_threads); per-operator memory is not recorded in that mode")
         compiling = [r for r in raw["rows"] if r["name"].endswith(COMPILE_EVENT)]
         if compiling:  # torch.compile at work inside the window: a phase (report.compile), never an operator
             raw["rows"] = [r for r in raw["rows"] if not r["name"].endswith(COMPILE_EVENT)]

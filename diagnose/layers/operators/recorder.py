@@ -64,6 +64,16 @@ TRIM_CHECK_EVERY = 128
 _BUDGET_CHECK_EVERY = 1024
 
 
+def _all_threads():
+    """The profiler's option to record every thread (torch >= 2.6); None where this torch lacks it."""
+    import torch
+
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except (AttributeError, TypeError):
+        return None
+
+
 def _source_mode(recorder: "OperatorsRecorder"):
     import torch
     from torch.overrides import TorchFunctionMode
@@ -337,6 +347,9 @@ class OperatorsRecorder(Recorder):
             profile_memory=True,
             schedule=sched,
             on_trace_ready=self._ready if sched else None,
+            # every thread's operators, not only those of the thread that started recording (a model served
+            # from a ThreadPoolExecutor runs in none of them)
+            experimental_config=_all_threads() if self.spec.all_threads else None,
         )
         self.prof.__enter__()
         self.modules.calls.clear()
@@ -397,6 +410,7 @@ class OperatorsRecorder(Recorder):
         return {
             **reduced,
             "window": self.schedule_note,
+            "all_threads": self.spec.all_threads,
             "recorded_iters": self.window if self.schedule_note else None,
             "recorded_calls": self.calls,
             "autograd": {"recording": [[line, n] for line, n in self.recording.items()],
