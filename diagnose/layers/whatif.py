@@ -95,6 +95,12 @@ class WhatIfLayer(Layer):
                                 recommended=trial.verdict == "win" and check.status == "match")
             if c.name == "compile":
                 row.compile = _compile_cost([pass_info(r, c.name) for r in range(rounds)], trial, code)
+                if not row.compile.graphs and trial.verdict != "failed":
+                    # a structural truth before any statistic: nothing was compiled, so nothing changed, whatever
+                    # a noisy A/B says (issue 34: graph_breaks.py was once measured a 'win' this way)
+                    trial.verdict, row.recommended = "no gain", False
+                    trial.reason = ("no compiled graph: dynamo compiled nothing here (every frame ran eagerly), so "
+                                    "torch.compile changes nothing; any measured difference is noise")
             what_if.variants.append(row)
         if unchecked:
             what_if.notes.append(f"outputs not checked: {unchecked}; no variant is recommended without that check")

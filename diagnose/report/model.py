@@ -237,7 +237,7 @@ class Trial:
     ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
     noise_floor_pct: float | None = None  # same-setting variation between passes
     verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
-    reason: str | None = None  # why skipped or failed
+    reason: str | None = None  # why skipped or failed, or why a change provably changes nothing ("no gain")
 
 
 @dataclass
