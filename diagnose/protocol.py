@@ -149,6 +149,26 @@ class StepsSeen:
     switches: list[str] = field(default_factory=list)  # detector changes before the window
     ignored: dict[str, int] = field(default_factory=dict)  # boundaries of detectors not used, by detector
     off_main_thread: int = 0  # calls of the outermost module from threads other than the main one
+    # the process's resident set (bytes) at the window's start and at the end of each of its steps (the
+    # uninstrumented pass: layers/memory/readings.RssReader; at most MAX_WINDOW_STEP_TIMES + 1)
+    rss_bytes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MemoryReadings:
+    """The uninstrumented pass's memory readings at its window's end (diagnose/layers/memory/readings.py)."""
+
+    rss_bytes: int | None = None  # resident set then
+    mem_available_bytes: int | None = None  # /proc/meminfo MemAvailable
+    cgroup_limit_bytes: int | None = None  # the cgroup's memory limit; None: no limit (or no cgroup)
+    cgroup_used_bytes: int | None = None  # the cgroup's memory use
+    step_at_window_end: int | None = None  # steps the script had run
+    total_steps: int | None = None  # steps the script will run, from the loops around the step; None: unknown
+    total_basis: str = ""  # how total_steps was read, or why it is unknown
+    parameters_bytes: int | None = None  # the outermost module's parameters and buffers
+    gradients_bytes: int | None = None  # their .grad tensors
+    optimizer_state_bytes: int | None = None  # state tensors of the optimizers whose step() ran
+    errors: list[str] = field(default_factory=list)  # readings that failed, and why
 
 
 @dataclass
@@ -213,6 +233,7 @@ class PassResult:
     rank: RankIdentity | None = None  # a torchrun rank's identity
     forked: int = 0  # processes the target forked (os.fork, fork Pools, DataLoader workers); their work is theirs
     ranks_reported: int | None = None  # a torchrun pass's merged result: ranks that wrote a result
+    memory: MemoryReadings | None = None  # the uninstrumented pass's memory readings at the window's end
 
     @property
     def measured_s(self) -> list[float]:

@@ -280,6 +280,12 @@ class Run:
                                on_last_warmup=self.recorder.last_warmup_step if self.recorder else None,
                                agreement=_agreement(self.spec))
         self.clock.keep_inputs = self.baseline
+        if self.baseline:  # the memory layer's RSS at every step boundary of the window (layers/memory/)
+            from diagnose.layers.memory.readings import rss_reader  # the memory layer's child side
+
+            self.clock.read_rss = rss_reader()
+        if self.recorder is not None and hasattr(self.recorder, "step_boundary"):
+            self.clock.on_step = self.recorder.step_boundary  # the operator pass marks each step in its profile
         self.clock.install(torch)
         # a pass that knows the script has steps records only the window; others record from the start
         self._start(record=full_run or not self.spec.expect_steps)
@@ -343,6 +349,7 @@ class Run:
             self._mark(markers.STOP)
             if self.baseline:  # after the stop marker: the thread sampler does not watch the readings
                 self._read_process()
+                self._read_memory()
 
     def _read_process(self) -> None:
         """The doctor's readings at the window's end (diagnose/doctor/process.py), after the clock stopped."""
@@ -360,6 +367,23 @@ class Run:
                 subnormals=report_io.typed(list[SubnormalScan], subnormals), subnormal_scope=scope)
         except Exception as exc:  # noqa: BLE001 - best effort: the doctor says what it could not read
             self.result.process_error = f"{type(exc).__name__}: {exc}"
+
+    def _read_memory(self) -> None:
+        """The memory layer's readings at the window's end (layers/memory/readings.py), script mode only."""
+        clock = self.clock
+        if clock is None or clock.began_at is None:
+            return
+        try:
+            from diagnose.layers.memory import readings  # the memory layer's child side
+
+            usercode = UserCode(self.spec.script, self.spec.cwd or os.getcwd())
+            optimizers = [o for o in (ref() for ref in clock.optimizers.values()) if o is not None]
+            self.result.memory = readings.readings(
+                readings.user_frame(usercode) if clock.ended_at is not None else None, usercode,
+                clock._root, optimizers, clock.count,  # noqa: SLF001
+                clock.rss_bytes[-1] if clock.rss_bytes else None)
+        except Exception as exc:  # noqa: BLE001 - best effort: the memory section says what it could not read
+            self.result.memory = protocol.MemoryReadings(errors=[f"{type(exc).__name__}: {exc}"])
 
     def finish(self) -> None:
         """Stop recording and write result.json; safe to call twice."""

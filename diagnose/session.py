@@ -24,6 +24,7 @@ from diagnose.errors import TargetError
 from diagnose.hangs import hangs
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
+from diagnose.layers import memory
 from diagnose.layers.base import DerivedContext, Layer
 from diagnose.protocol import DistributedSpec, Overrides, PassResult, PassSpec, StepsSeen, WindowSpec, iteration_stats
 from diagnose.render import plots
@@ -295,6 +296,7 @@ def apply_baseline(report: Report, outcome: PassOutcome) -> None:
     if res.thread_calls:
         report.threads = report.threads or Threads()
         report.threads.thread_calls = list(res.thread_calls)
+    memory.from_baseline(report, res)  # the RSS at every step boundary, and the memory there is
 
 
 def steps_of(target: Target, config: Config, window: Window, result: PassResult | None) -> Steps | None:

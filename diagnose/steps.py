@@ -39,6 +39,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from diagnose.protocol import StepsSeen, WindowSpec
@@ -104,6 +105,12 @@ class StepClock:
         self._global_pre = None
         self._handles: list[Any] = []
         self._stopping = False
+        # memory (diagnose/layers/memory/): the uninstrumented pass reads the RSS at the window's start and at
+        # each of its step boundaries; the operator pass marks each boundary in its profile (`on_step`)
+        self.read_rss: Callable[[], int] | None = None
+        self.rss_bytes: list[int] = []
+        self.on_step: Callable[[], None] | None = None  # after each window step's boundary, before the window ends
+        self.optimizers: dict[int, Any] = {}  # id -> weak reference of each optimizer whose step() ended a step
 
     # ------------------------------------------------------------ wiring
 
@@ -189,6 +196,8 @@ class StepClock:
         self.boundary("forward", None, detail=f"{type(module).__name__} forward")
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if id(optimizer) not in self.optimizers:
+            self.optimizers[id(optimizer)] = weakref.ref(optimizer)
         self.boundary("optimizer", None, detail=f"{type(optimizer).__name__}.step()")
 
     # ------------------------------------------------------------ boundaries
@@ -227,6 +236,10 @@ class StepClock:
             if len(self.step_s) < MAX_WINDOW_STEP_TIMES:
                 self.step_s.append(duration)
                 self.data_wait_s.append(wait)
+                if self.read_rss is not None:
+                    self.rss_bytes.append(self.read_rss())
+            if self.on_step is not None:
+                self.on_step()
             if w is not None and self.window_steps >= w.steps and self._long_enough(now):
                 self._end(now)
         elif self.began_at is None:
@@ -251,6 +264,8 @@ class StepClock:
         self._data_wait = 0.0
         if self.on_begin:
             self.on_begin()
+        if self.read_rss is not None:
+            self.rss_bytes.append(self.read_rss())
 
     def _end(self, now: float) -> None:
         self.ended_at = now
@@ -273,7 +288,7 @@ class StepClock:
             window_wall_s=((self.ended_at or self.last_end or self.began_at) - self.began_at)
             if self.began_at is not None else None,
             stopped_target=self._stopping, switches=list(self.switches), ignored=dict(self.ignored),
-            off_main_thread=self.off_main_thread)
+            off_main_thread=self.off_main_thread, rss_bytes=list(self.rss_bytes))
 
 
 class _Restore:

@@ -28,6 +28,8 @@ migration to io.MIGRATIONS):
         the findings merged into it (`also`, a list of Finding) are fields of
         Finding instead of keys of its `evidence`, which keeps only the
         rule's own measurements. io._v2_to_v3 reads "2" files.
+        memory (growth per step, projection, what keeps it alive, the peak)
+        added later (additive: no version bump; null in older reports).
 """
 
 from __future__ import annotations
@@ -1404,6 +1406,115 @@ class Threads:
 
 
 @dataclass
+class MemorySlope:
+    """A least-squares line through per-step memory readings (diagnose/layers/memory/growth.py)."""
+
+    bytes_per_step: float  # the slope: growth per step over the window
+    # its 95% interval: slope +- t(0.975, n-2) x the slope's standard error (ordinary least squares)
+    ci_low: float
+    ci_high: float  # upper end of that interval
+    steps: int  # steps the line spans (readings - 1)
+    # the same line over the window's later half: growth that continues there is not warm-up; None: too few steps
+    late_bytes_per_step: float | None = None
+    late_ci_low: float | None = None  # the later half's 95% interval
+    late_ci_high: float | None = None  # upper end of the later half's interval
+
+
+@dataclass
+class MemoryGrowth:
+    """One memory reading taken at every step boundary of a window, and whether it grows through it."""
+
+    source: str  # "rss": the process's resident set (uninstrumented pass); "allocator": torch's live CPU bytes
+    # the readings: at the window's start, then at the end of each of its steps (at most 100,000)
+    readings_bytes: list[int] = field(default_factory=list)
+    slope: MemorySlope | None = None  # None: fewer than 3 readings
+    # growth continues through the window: the slope's interval is above 0 and the later half grows at
+    # least half as fast, its interval above 0 too (warm-up growth that settles does not count)
+    continues: bool = False
+    verdict: str = ""  # one line: why it does or does not count as growth
+
+
+@dataclass
+class MemoryProjection:
+    """Where the growth leads by the script's end, against the memory there is (read at the window's end)."""
+
+    total_steps: int | None = None  # the script's steps, when known; None: unknown (basis says why)
+    basis: str = ""  # how total_steps was read: "range(args.steps) at train.py:30 = 500", or why it is unknown
+    step_at_window_end: int | None = None  # steps run when the window ended
+    more_bytes: float | None = None  # growth per step x steps left; None: total unknown or no growth
+    rss_bytes: int | None = None  # the process's resident set at the window's end
+    mem_available_bytes: int | None = None  # /proc/meminfo MemAvailable at the window's end
+    cgroup_limit_bytes: int | None = None  # the cgroup's memory limit (memory.max, v1 limit_in_bytes); None: none
+    cgroup_used_bytes: int | None = None  # the cgroup's memory use then (memory.current, v1 usage_in_bytes)
+    # what the process may still take: MemAvailable, or the cgroup's limit less its use when that is smaller
+    headroom_bytes: int | None = None
+
+
+@dataclass
+class RetainedGroup:
+    """Allocations made in the operator pass's window and still alive at its end, from one site."""
+
+    source: str | None  # the user's line that made them (file.py:LINE), None outside the user's code
+    library_line: str | None  # innermost line outside torch (a library's, or yours in your own model)
+    module: str | None  # module path whose forward made them ("" the outermost module), None: outside any
+    op: str | None  # the operator that allocated them (aten::cat, aten::addmm)
+    input_shapes: list[Any] = field(default_factory=list)  # that operator's input shapes (first allocation)
+    allocations: int = 0  # allocations alive at the window's end
+    bytes: int = 0  # their bytes
+    steps: int = 0  # window steps that made at least one of them (a leak adds some every step)
+    # growth per step this site accounts for: bytes / window steps when it kept allocations of most steps, or
+    # the growth of its one live buffer when that was re-made bigger each step (grown_buffer); 0: neither
+    bytes_per_step: float = 0.0
+    grown_buffer: bool = False  # one live allocation re-made bigger each step (a torch.cat buffer)
+    # "autograd graph": not referenced from Python, kept by a graph's saved tensors; "container": a tensor
+    # Python holds (in `holder`); "unknown": neither could be told
+    held_by: str = "unknown"
+    grad_fn: str | None = None  # the held tensor's grad_fn (it keeps its graph alive), None: no graph
+    holder: str | None = None  # the container holding it: "list outputs", "dict cache", "variable buf"
+    holder_line: str | None = None  # the user's line that puts it there (append, assignment, cat), when found
+
+
+@dataclass
+class Retained:
+    """What the operator pass's window left alive (unpaired allocation events of its memory profile)."""
+
+    allocations: int = 0  # allocations made in the window and alive at its end
+    bytes: int = 0  # their bytes
+    groups: list[RetainedGroup] = field(default_factory=list)  # by site, most bytes per step first (at most 20)
+    scope: str = ""  # what was looked at, and what could not be
+
+
+@dataclass
+class MemoryAtPeak:
+    """Live memory at the step's peak, by what holds it (parameters, gradients, optimizer state from the
+    tensors themselves at the window's end; the rest from the operator pass's allocations)."""
+
+    parameters_bytes: int | None = None  # the outermost modules' parameters and buffers
+    gradients_bytes: int | None = None  # their .grad tensors
+    optimizer_state_bytes: int | None = None  # the state tensors of the optimizers whose step() ran
+    # allocations made in the window alive at its peak: activations saved for backward (freed by a backward
+    # operator) and the rest (temporaries, outputs)
+    saved_for_backward_bytes: int | None = None
+    temporaries_bytes: int | None = None  # alive at the peak and not freed by a backward operator
+    # saved for backward per module path at the peak, most first (at most 10): [module, bytes]
+    saved_by_module: list[list[Any]] = field(default_factory=list)
+    window_peak_bytes: int | None = None  # saved_for_backward_bytes + temporaries_bytes
+    scope: str = ""  # how each part was read
+
+
+@dataclass
+class Memory:
+    """Where memory goes, whether it grows, and what keeps it alive (diagnose/layers/memory/)."""
+
+    rss: MemoryGrowth | None = None  # the uninstrumented pass's RSS at every step boundary of the window
+    allocator: MemoryGrowth | None = None  # torch's live CPU bytes at every step boundary (operator pass)
+    projection: MemoryProjection | None = None  # the growth to the script's end, against available memory
+    retained: Retained | None = None  # what the operator pass's window left alive, by site
+    peak: MemoryAtPeak | None = None  # live memory at the peak, by category
+    notes: list[str] = field(default_factory=list)  # what could not be read, and why
+
+
+@dataclass
 class Report:
     target: TargetInfo  # what ran: the script as given, its arguments, the mode (TargetInfo)
     # the CPUs the target could use and torch's threading settings (Machine)
@@ -1436,6 +1547,8 @@ class Report:
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); None for a single process
     distributed: Distributed | None = None
+    # where memory goes, whether it grows, what keeps it alive (None: no step window was measured)
+    memory: Memory | None = None
     findings: list[Finding] = field(default_factory=list)  # the diagnosis (diagnose/findings/), most important first
     artifacts: dict[str, str] = field(default_factory=dict)  # file key -> name of each file written beside report.json
     # this report format's version (SCHEMA_VERSION; older ones are migrated by report/io.py)

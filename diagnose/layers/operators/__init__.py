@@ -16,6 +16,7 @@ from typing import Any
 
 from diagnose.config import OperatorsOptions
 from diagnose.layers.base import Layer
+from diagnose.layers import memory
 from diagnose.layers.operators import modules, ranks
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
 from diagnose.protocol import PassSpec, iteration_stats
@@ -75,6 +76,8 @@ class OperatorsLayer(Layer):
         report.modules = modules.build(raw["rows"], seen, raw.get("module_roots") or [])
         report.stacks = modules.stacks(raw["rows"], seen, raw.get("module_roots") or [])
         report.autograd = autograd_summary(raw)
+        if outcome.ranks is None:  # one process's allocations (a torchrun pass's ranks are not merged here)
+            memory.from_operators(report, raw)
         if raw.get("window"):
             notes.append(raw["window"])
         if raw.get("budget"):

@@ -34,7 +34,7 @@ from diagnose.distributed import collectives
 from diagnose.doctor.process import count_subnormals
 from diagnose.layers.base import Recorder
 from diagnose.layers.efficiency.work import estimate
-from diagnose.layers.operators.kineto import Label, reduce_kineto
+from diagnose.layers.operators.kineto import SOURCE_PREFIX, Label, reduce_kineto
 from diagnose.protocol import PassSpec
 from diagnose.report.model import Work
 from diagnose.usercode import UserCode
@@ -259,6 +259,7 @@ class OperatorsRecorder(Recorder):
         self.profile = None
         self.results = None
         self.steps = 0
+        self.marks = 0  # step boundaries marked in the profile (step_boundary)
         self.schedule_note = None
         self.recording: dict[str | None, int] = {}  # user line -> calls that built an autograd graph node
         self.grad_off_calls = 0
@@ -326,7 +327,7 @@ class OperatorsRecorder(Recorder):
 
         self.scanning = False
         self.profile = self.results = self.budget_note = None
-        self.calls = self.grad_off_calls = 0
+        self.calls = self.grad_off_calls = self.marks = 0
         self.recording.clear()
         self.rss0 = self.rss_trimmed = _rss_bytes()
         sched = None
@@ -355,6 +356,19 @@ class OperatorsRecorder(Recorder):
         self.modules.calls.clear()
         self.modules.counting = True
         self.active = True
+
+    def _memory_profile(self) -> dict[str, Any] | None:
+        """The memory layer's reading of this profile's allocations (layers/memory/retained.py); None where
+        the profiler recorded none (every thread recorded: profile_all_threads records no memory)."""
+        if self.spec.all_threads or self.results is None or self.schedule_note:
+            return None
+        from diagnose.layers.memory import retained  # the memory layer's child side, used only here
+
+        try:
+            return retained.analyse(self.results, self.marks, (SOURCE_PREFIX, Label.parse), self.usercode,
+                                    sys._getframe(1))
+        except Exception as exc:  # noqa: BLE001 - the operator rows stand without it
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _root_label(self, path: str):
         """The label of a root module's call from Python (ModuleTracker)."""
@@ -391,6 +405,19 @@ class OperatorsRecorder(Recorder):
         self.steps += 1
         if self.prof is not None and self.schedule_note:
             self.prof.step()
+        elif self.active:
+            self.step_boundary()
+
+    def step_boundary(self) -> None:
+        """A step of the window ended (steps.StepClock.on_step): marked in the profile, so that the memory
+        layer reads torch's live bytes at each boundary (layers/memory/retained.py)."""
+        if self.active and self.prof is not None and not self.spec.all_threads:
+            import torch  # child side, as every recorder method
+
+            from diagnose.layers.memory.retained import mark  # the memory layer's child side, used only here
+
+            self.marks += 1
+            mark(torch)
 
     def stop(self) -> None:
         self.active = False
@@ -407,7 +434,9 @@ class OperatorsRecorder(Recorder):
 
             reduced["collectives"] = collectives.summarise(self.results)
         attach_work(reduced.get("rows") or [])
+        memory = self._memory_profile()
         return {
+            "memory_profile": memory,
             **reduced,
             "window": self.schedule_note,
             "all_threads": self.spec.all_threads,

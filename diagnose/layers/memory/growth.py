@@ -1,0 +1,110 @@
+"""Memory layer: whether per-step memory readings grow, by how much, and where that leads (pure functions).
+
+The growth per step is the slope of an ordinary least-squares line through
+the readings (the window's start, then each step's end), with a 95% interval
+from the slope's standard error: slope +- t(0.975, n-2) x SE, SE =
+sqrt(residual variance / sum((x - mean x)^2)). Not the last reading against
+the first: one late allocation (or one freed cache) would decide it.
+
+Warm-up is not growth. Growth *continues* only when
+- the interval's lower end is above MIN_GROWTH_BYTES_PER_STEP (so above 0),
+- and the later half of the window grows too: its own slope at least
+  LATE_MIN_SHARE of the whole window's, and its interval above 0.
+Optimizer state made at the first step, caches filling, a heap settling
+give a slope whose later half is flat; a list that keeps a tensor every
+step gives the same slope in both halves.
+"""
+
+from __future__ import annotations
+
+import math
+
+from diagnose.report.memory import MIB, mib
+from diagnose.report.model import MemoryGrowth, MemoryProjection, MemorySlope
+
+# below these per step nothing is called growth: torch's live bytes are exact, so 64 KiB; the RSS also moves with
+# glibc's heap (a clean MLP training loop, examples/mlp.py: 0.1-0.6 MiB/step over 20 steps while torch's live
+# bytes stayed flat), so 512 KiB, half the 1 MiB/step the layer must detect
+MIN_GROWTH_BYTES_PER_STEP = {"allocator": 64 * 1024, "rss": 512 * 1024}
+LATE_MIN_SHARE = 0.5  # the later half must grow at least half as fast as the whole window
+MIN_READINGS = 4  # a line through fewer readings says nothing
+
+# t(0.975, df) for df = 1..30; above 30 the normal quantile's 1.96 is within 4%
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96 + 2.4 / df
+
+
+def line(ys: list[float]) -> tuple[float, float, float] | None:
+    """(slope, 95% low, 95% high) of ys against 0, 1, 2, ...; None with fewer than 3 points."""
+    n = len(ys)
+    if n < 3:
+        return None
+    mx = (n - 1) / 2
+    my = sum(ys) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    slope = sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sxx
+    resid = sum((y - (my + slope * (i - mx))) ** 2 for i, y in enumerate(ys))
+    se = math.sqrt(resid / (n - 2) / sxx)
+    half = t975(n - 2) * se
+    return slope, slope - half, slope + half
+
+
+def slope_of(readings: list[int]) -> MemorySlope | None:
+    whole = line([float(r) for r in readings])
+    if whole is None:
+        return None
+    out = MemorySlope(bytes_per_step=round(whole[0], 1), ci_low=round(whole[1], 1), ci_high=round(whole[2], 1),
+                      steps=len(readings) - 1)
+    late = line([float(r) for r in readings[len(readings) // 2:]]) if len(readings) >= 2 * MIN_READINGS else None
+    if late is not None:
+        out.late_bytes_per_step, out.late_ci_low, out.late_ci_high = (round(x, 1) for x in late)
+    return out
+
+
+def growth(source: str, readings: list[int]) -> MemoryGrowth:
+    """The readings, their slope and whether growth continues through the window (module docstring)."""
+    out = MemoryGrowth(source=source, readings_bytes=list(readings))
+    if len(readings) < MIN_READINGS:
+        out.verdict = f"{len(readings)} readings: too few for a slope (at least {MIN_READINGS})"
+        return out
+    s = out.slope = slope_of(readings)
+    rate = f"{mib(s.bytes_per_step)}/step [{mib(s.ci_low)} to {mib(s.ci_high)}] over {s.steps} steps"
+    floor = MIN_GROWTH_BYTES_PER_STEP.get(source, MIN_GROWTH_BYTES_PER_STEP["rss"])
+    if s.ci_low < floor:
+        out.verdict = (f"no growth: {rate}, the interval's low end under {floor // 1024} KiB/step"
+                       if s.ci_high > 0 else f"no growth: {rate}")
+        return out
+    if s.late_bytes_per_step is None:
+        out.verdict = f"grows {rate}, but too few steps to tell growth that continues from warm-up"
+        return out
+    late = f"{mib(s.late_bytes_per_step)}/step [{mib(s.late_ci_low)} to {mib(s.late_ci_high)}] in the later half"
+    if s.late_bytes_per_step < LATE_MIN_SHARE * s.bytes_per_step or s.late_ci_low <= 0:
+        out.verdict = f"warm-up, not growth: {rate}, but {late}"
+        return out
+    out.continues = True
+    out.verdict = f"grows {rate}; {late}: it continues through the window"
+    return out
+
+
+def projection(per_step: float | None, readings) -> MemoryProjection:
+    """Where `per_step` bytes a step lead by the script's end (protocol.MemoryReadings `readings`)."""
+    out = MemoryProjection()
+    if readings is None:
+        out.basis = "not read (the uninstrumented pass did not reach the window's end inside the script)"
+        return out
+    out.total_steps, out.basis = readings.total_steps, readings.total_basis
+    out.step_at_window_end = readings.step_at_window_end
+    out.rss_bytes, out.mem_available_bytes = readings.rss_bytes, readings.mem_available_bytes
+    out.cgroup_limit_bytes, out.cgroup_used_bytes = readings.cgroup_limit_bytes, readings.cgroup_used_bytes
+    room = [x for x in (readings.mem_available_bytes,
+                        (readings.cgroup_limit_bytes - readings.cgroup_used_bytes)
+                        if readings.cgroup_limit_bytes is not None and readings.cgroup_used_bytes is not None else None)
+            if x is not None]
+    out.headroom_bytes = max(0, min(room)) if room else None
+    if per_step is not None and out.total_steps is not None and out.step_at_window_end is not None:
+        out.more_bytes = round(per_step * max(0, out.total_steps - out.step_at_window_end), 1)
+    return out
