@@ -18,6 +18,7 @@ from diagnose.findings import (
     doctor,
     efficiency,
     hangs,
+    memory,
     microbench,
     operators,
     place,
@@ -44,6 +45,7 @@ RULES = [
     steps.data_wait,
     doctor.environment,
     whatif.what_if,
+    memory.memory_growth,
 ]
 
 SEVERITY_RANK = stake.SEVERITY_RANK

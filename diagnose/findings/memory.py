@@ -1,0 +1,143 @@
+"""Rules on report.memory (diagnose/layers/memory/): memory_growth.
+
+- memory_growth: memory grows through the window, not only at its start
+  (layers/memory/growth.py: the slope's 95% interval above 64 KiB/step, and
+  the later half growing at least half as fast, its interval above 0). The
+  growth per step is torch's live bytes' (exact: the bytes of the tensors
+  kept) where the operator pass recorded them, else the RSS's. RSS growth
+  alone does not raise it where the operator pass saw torch's live bytes
+  stay flat: that is the heap (fragmentation, caches outside torch), which
+  the section shows without blaming a line.
+  Location: the line that keeps the memory, from the site that accounts for
+  most growth per step (memory.retained): the line that puts a tensor into
+  its container (the append, the assignment, the cat) when it was found,
+  else the line that made the allocations.
+  Severity from the projection (the RSS rate, else the allocator's, times
+  the steps left) against the headroom (MemAvailable, or the cgroup limit
+  less its use): `high` when it reaches the headroom (the run will run out),
+  `medium` from a quarter of it, else `low`; `medium` when the script's
+  length is unknown (growth without a known end). Memory is not time: no
+  time at stake is claimed, so the stake does not change the severity.
+"""
+
+from __future__ import annotations
+
+from diagnose.report.memory import mib, per_step, projected_rate
+from diagnose.report.model import Finding, Memory, Report, RetainedGroup, Stake
+
+HIGH_SHARE = 1.0  # projected growth / headroom from which the run is expected to run out of memory
+MEDIUM_SHARE = 0.25
+
+GRAPH_FIX = ("Store what you need without its graph: `.detach()` on a tensor you keep (`outputs.append(out.detach())`), "
+             "`.item()` on a scalar (`losses.append(loss.item())`, `total += loss.item()`), or run a loop with no "
+             "backward under torch.inference_mode() (no graph is built at all).")
+CONTAINER_FIX = ("Bound what you keep: a cache of fixed size (functools.lru_cache(maxsize=N), an OrderedDict "
+                 "evicting its oldest entry, collections.deque(maxlen=N)), or keep a summary (`.item()`, a running "
+                 "mean) instead of the tensors.")
+BUFFER_FIX = ("torch.cat([buf, x]) copies the whole buffer every step and keeps it growing: preallocate it once "
+              "(`buf = torch.empty(total, ...)`, then `buf[i:i + n] = x`), or collect the pieces in a list and "
+              "torch.cat once at the end; bound it if it need not hold every step.")
+
+
+def _kept(mem: Memory) -> list[RetainedGroup]:
+    """The retained sites kept at one line (the container's, else the allocating one) that account for most
+    growth per step, most first; [] when no site grows."""
+    by_line: dict[str | None, list[RetainedGroup]] = {}
+    for g in (mem.retained.groups if mem.retained else []):
+        if g.bytes_per_step > 0:
+            by_line.setdefault(g.holder_line or g.source, []).append(g)
+    if not by_line:
+        return []
+    best = max(by_line.values(), key=lambda gs: sum(g.bytes_per_step for g in gs))
+    return sorted(best, key=lambda g: (g.held_by != "container", -g.bytes_per_step))
+
+
+def _fix(groups: list[RetainedGroup]) -> str:
+    if not groups:
+        return ("Find what keeps tensors from one step to the next: a list or dict of outputs or losses, a "
+                "buffer grown with torch.cat. " + GRAPH_FIX)
+    if any(g.grown_buffer for g in groups):
+        return BUFFER_FIX
+    if any(g.held_by == "autograd graph" or g.grad_fn for g in groups):
+        return GRAPH_FIX
+    return CONTAINER_FIX
+
+
+def _what(groups: list[RetainedGroup]) -> str:
+    buffer = next((g for g in groups if g.grown_buffer), None)
+    if buffer is not None:
+        return f"a buffer re-made bigger every step by {buffer.op or 'an operator'} at {buffer.source or '?'}"
+    held = [g for g in groups if g.held_by == "container"]
+    graph = [g for g in groups if g.held_by == "autograd graph"]
+    parts = []
+    if held:
+        g = held[0]
+        rate = mib(sum(x.bytes_per_step for x in held))
+        parts.append(f"{g.holder or 'a container'} keeps {rate} a step of tensors made at {g.source or '?'}"
+                     + (f", each with its autograd graph ({g.grad_fn})" if any(x.grad_fn for x in held) else ""))
+    if graph:
+        rate = mib(sum(x.bytes_per_step for x in graph))
+        modules = sorted({x.module for x in graph if x.module is not None})
+        inside = f" in module{'s' if len(modules) > 1 else ''} {', '.join(modules[:3])}" if modules else ""
+        parts.append(f"{'those graphs keep' if held else 'an autograd graph something keeps alive holds'} {rate} a "
+                     f"step of tensors saved for a backward that never runs{inside}")
+    if not parts:
+        g = groups[0]
+        parts.append(f"{mib(g.bytes_per_step)} a step of tensors made by {g.op or '?'} at {g.source or '?'}")
+    return "; ".join(parts)
+
+
+def memory_growth(report: Report) -> list[Finding]:
+    mem = report.memory
+    if mem is None:
+        return []
+    rate, source = per_step(mem)
+    if rate is None:
+        return []
+    allocator_flat = mem.allocator is not None and mem.allocator.slope is not None and not mem.allocator.continues
+    if source == "rss" and allocator_flat:
+        return []  # the heap, not tensors torch keeps: the section shows it
+    g = mem.allocator if source == "allocator" else mem.rss
+    s = g.slope
+    p = mem.projection
+    more, room = (p.more_bytes, p.headroom_bytes) if p is not None else (None, None)
+    if more is not None and room:
+        share = more / room
+        severity = "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
+        severity_why = f"the projected growth is {share:.0%} of the memory the process may still take"
+    elif more is not None:
+        severity, severity_why = "medium", "the memory the process may still take is not known"
+    else:
+        severity, severity_why = "medium", "the script's length is unknown: growth without a known end"
+    kept = _kept(mem)
+    top = kept[0] if kept else None
+    location = (top.holder_line or top.source) if top else None
+    what = "torch's live bytes" if source == "allocator" else "the process's RSS"
+    title = f"Memory grows {mib(s.bytes_per_step)} a step through the window ({what}"
+    title += f", 95% interval {mib(s.ci_low)} to {mib(s.ci_high)})"
+    if kept:
+        title += f": {_what(kept)}"
+    if more is not None:
+        title += f"; by step {p.total_steps}, {mib(more)} more"
+        if room is not None:
+            title += f" of {mib(room)} the process may still take"
+    rss_rate, rss_source = projected_rate(mem)
+    evidence = {
+        "growth_per_step_bytes": s.bytes_per_step, "ci_low_bytes": s.ci_low, "ci_high_bytes": s.ci_high,
+        "late_half_per_step_bytes": s.late_bytes_per_step, "window_steps": s.steps, "source": source,
+        "rss_per_step_bytes": mem.rss.slope.bytes_per_step if mem.rss and mem.rss.slope else None,
+        "projection_rate_source": rss_source,
+        "total_steps": p.total_steps if p else None, "total_steps_basis": p.basis if p else None,
+        "projected_more_bytes": more, "headroom_bytes": room, "severity_basis": severity_why,
+    }
+    if top is not None:
+        evidence.update({"held_by": top.held_by, "holder": top.holder, "made_at": top.source, "op": top.op,
+                         "module": top.module, "kept_bytes_per_step": round(sum(g.bytes_per_step for g in kept), 1),
+                         "sites": [{"op": g.op, "module": g.module, "held_by": g.held_by,
+                                    "bytes_per_step": g.bytes_per_step} for g in kept[:5]],
+                         "grown_buffer": top.grown_buffer, "grad_fn": top.grad_fn})
+    return [Finding(
+        kind="memory_growth", severity=severity, title=title, op=None, location=location, evidence=evidence,
+        suggestion=_fix(kept), layer="memory",
+        stake=Stake(pct=None, basis="memory, not time: severity comes from the projection against the memory "
+                                    "the process may still take"))]

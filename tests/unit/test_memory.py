@@ -1,0 +1,216 @@
+"""The memory layer: the slope and its interval, warm-up against growth, the script's length from its loops, what a
+real profile's unpaired allocations say about who keeps them, and the memory_growth rule on typed reports."""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+
+import pytest
+
+from diagnose.findings.memory import memory_growth
+from diagnose.layers.memory.growth import MIN_GROWTH_BYTES_PER_STEP, growth, line, projection
+from diagnose.layers.memory.readings import RssReader, script_length, tensor_bytes
+from diagnose.protocol import MemoryReadings
+from diagnose.report.memory import per_step
+from diagnose.report.model import Memory, Report, Retained, RetainedGroup, TargetInfo
+from diagnose.usercode import UserCode
+
+MIB = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------------ the slope
+
+def test_the_slope_is_least_squares_with_a_t_interval():
+    rng = random.Random(0)
+    ys = [1000.0 + 3.0 * i + rng.gauss(0, 1) for i in range(30)]
+    slope, lo, hi = line(ys)
+    n = len(ys)
+    mx, my = (n - 1) / 2, sum(ys) / n
+    ols = sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sum((i - mx) ** 2 for i in range(n))
+    assert slope == pytest.approx(ols)
+    assert lo < 3.0 < hi and hi - lo < 0.2  # 1-sigma noise over 30 steps: the interval is tight and holds the truth
+    assert line([5.0, 5.0, 5.0, 5.0]) == (0.0, 0.0, 0.0)
+    assert line([1.0, 2.0]) is None
+
+
+def test_steady_growth_continues_and_warm_up_does_not():
+    rng = random.Random(1)
+    steady = [int(300 * MIB + 2 * MIB * i + rng.gauss(0, 100_000)) for i in range(21)]
+    g = growth("rss", steady)
+    assert g.continues and g.slope.bytes_per_step == pytest.approx(2 * MIB, rel=0.02), g.verdict
+    # optimizer state and caches: 8 MiB a step for the first 6 steps, then flat
+    warm = [int(300 * MIB + 8 * MIB * min(i, 6) + rng.gauss(0, 100_000)) for i in range(21)]
+    w = growth("rss", warm)
+    assert w.slope.ci_low > 0 and not w.continues and w.verdict.startswith("warm-up"), w.verdict
+    flat = growth("allocator", [7 * MIB] * 21)
+    assert not flat.continues and flat.verdict.startswith("no growth")
+    assert not growth("rss", [1, 2, 3]).continues  # too few readings
+
+
+def test_heap_noise_in_the_rss_is_not_growth_but_the_same_in_torch_bytes_is():
+    # 200 KiB a step: above the allocator's floor, under the RSS's (the heap moves that much on a clean loop)
+    ys = [int(100 * MIB + 200 * 1024 * i) for i in range(21)]
+    assert growth("allocator", ys).continues
+    assert not growth("rss", ys).continues
+
+
+def test_projection_uses_the_steps_left_and_the_smaller_headroom():
+    readings = MemoryReadings(rss_bytes=500 * MIB, mem_available_bytes=8 << 30, cgroup_limit_bytes=2 << 30,
+                              cgroup_used_bytes=1 << 30, step_at_window_end=30, total_steps=530, total_basis="x")
+    p = projection(2 * MIB, readings)
+    assert p.more_bytes == 1000 * MIB and p.headroom_bytes == 1 << 30
+    unknown = projection(2 * MIB, MemoryReadings(total_steps=None, total_basis="a while loop", step_at_window_end=3))
+    assert unknown.more_bytes is None and unknown.basis == "a while loop"
+
+
+# ------------------------------------------------------------------------------------------------ readings
+
+def test_rss_reader_reads_the_resident_set():
+    reader = RssReader()
+    first = reader()
+    block = bytearray(64 * MIB)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    assert reader() - first >= 60 * MIB
+    reader.close()
+
+
+def test_the_script_length_is_the_product_of_its_loops(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import sys
+
+        class Args:
+            epochs = 3
+
+        args = Args()
+        loader = list(range(40))
+        seen = []
+
+        def step(hook):
+            seen.append(hook(sys._getframe()))
+
+        def train(hook):
+            for epoch in range(args.epochs):
+                for i, batch in enumerate(loader):
+                    step(hook)
+
+        def forever(hook):
+            while True:
+                step(hook)
+                return
+    """))
+    namespace: dict = {}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    usercode = UserCode(str(script), cwd=str(tmp_path))
+    namespace["train"](lambda f: script_length(f, usercode))
+    total, basis = namespace["seen"][0]
+    assert total == 120, basis
+    assert "range(args.epochs) = 3 at train.py:14" in basis and "loader = 40 at train.py:15" in basis
+    namespace["forever"](lambda f: script_length(f, usercode))
+    assert namespace["seen"][-1][0] is None and "while loop" in namespace["seen"][-1][1]
+
+
+def test_tensor_bytes_by_what_they_are():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(256, 256)  # 256*256 + 256 floats
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 256)).sum().backward()
+    opt.step()
+    params, grads, state = tensor_bytes(model, [opt])
+    assert params == grads == (256 * 256 + 256) * 4
+    assert state >= 2 * params  # exp_avg and exp_avg_sq (and the step counters)
+
+
+# ------------------------------------------------------------------------------ a real profile: who keeps what
+
+def _profile(body, steps: int = 12):
+    """Run `body(i)` steps times under the operator pass's profiler settings, marking each step as the recorder
+    does; the memory layer's reading of it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from diagnose.layers.memory import retained
+    from diagnose.layers.operators.kineto import SOURCE_PREFIX, Label
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+        for i in range(steps):
+            with torch.profiler.record_function(Label.text("here.py:1", None, None)):
+                body(i)
+            retained.mark(torch)
+    usercode = UserCode(__file__)
+    return retained.analyse(prof.profiler.kineto_results, steps, (SOURCE_PREFIX, Label.parse), usercode,
+                            sys._getframe(1))
+
+
+def test_outputs_kept_with_their_graph_are_held_by_the_list_and_the_graph():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512))
+    x = torch.randn(128, 512)
+    kept = []
+    data = _profile(lambda i: kept.append(model(x)))
+    per_out = 128 * 512 * 4
+    assert data["live_bytes"][-1] - data["live_bytes"][1] == pytest.approx(11 * 2 * per_out, rel=0.01)
+    groups = [g for g in data["retained"]["groups"] if g["bytes_per_step"] > 0]
+    container = [g for g in groups if g["held_by"] == "container"]
+    graph = [g for g in groups if g["held_by"] == "autograd graph"]
+    assert container and container[0]["holder"] == "list kept" and container[0]["grad_fn"] == "AddmmBackward0"
+    assert container[0]["bytes_per_step"] == per_out
+    assert graph and sum(g["bytes_per_step"] for g in graph) == per_out  # the ReLU output, saved for backward
+    assert graph[0]["holder"] == "list kept"
+
+
+def test_a_torch_cat_buffer_is_a_grown_buffer_and_a_dict_a_container():
+    torch = pytest.importorskip("torch")
+    state = {"buf": torch.zeros(0, 256)}
+    cache = {}
+
+    def body(i):
+        piece = torch.randn(512, 256)
+        state["buf"] = torch.cat([state["buf"], piece])
+        cache[i] = piece * 2
+
+    data = _profile(body)
+    groups = [g for g in data["retained"]["groups"] if g["bytes_per_step"] > 0]
+    buffer = next(g for g in groups if g["grown_buffer"])
+    assert buffer["op"] == "aten::cat" and buffer["bytes_per_step"] == pytest.approx(512 * 256 * 4, rel=0.01)
+    held = next(g for g in groups if g["op"] == "aten::mul")
+    assert held["held_by"] == "container" and held["holder"] == "dict cache" and held["grad_fn"] is None
+    assert held["bytes_per_step"] == 512 * 256 * 4
+
+
+# ------------------------------------------------------------------------------------------------ the rule
+
+def _report(allocator_rate: float | None, rss_rate: float, more: float | None, room: int | None,
+            groups: list[RetainedGroup] = ()) -> Report:
+    r = Report(target=TargetInfo(script="t.py"))
+    mem = r.memory = Memory()
+    mem.rss = growth("rss", [int(100 * MIB + rss_rate * i) for i in range(21)])
+    if allocator_rate is not None:
+        mem.allocator = growth("allocator", [int(allocator_rate * i) for i in range(21)])
+    readings = MemoryReadings(mem_available_bytes=room, step_at_window_end=25,
+                              total_steps=None if more is None else 25 + int(more / rss_rate), total_basis="b")
+    mem.projection = projection(rss_rate, readings)
+    mem.retained = Retained(groups=list(groups))
+    return r
+
+
+def test_memory_growth_at_the_holders_line_with_severity_from_the_projection():
+    kept = RetainedGroup(source="t.py:9", library_line=None, module=None, op="aten::addmm", bytes_per_step=2 * MIB,
+                         held_by="container", grad_fn="AddmmBackward0", holder="list outputs", holder_line="t.py:10")
+    low = memory_growth(_report(2 * MIB, 3 * MIB, more=300 * MIB, room=20 << 30, groups=[kept]))
+    assert [f.severity for f in low] == ["low"] and low[0].location == "t.py:10"
+    assert low[0].evidence["growth_per_step_bytes"] == 2 * MIB and ".detach()" in low[0].suggestion
+    assert memory_growth(_report(2 * MIB, 3 * MIB, more=6 << 30, room=20 << 30))[0].severity == "medium"
+    assert memory_growth(_report(2 * MIB, 3 * MIB, more=30 << 30, room=20 << 30))[0].severity == "high"
+    assert memory_growth(_report(2 * MIB, 3 * MIB, more=None, room=20 << 30))[0].severity == "medium"
+
+
+def test_no_memory_growth_when_torch_bytes_stay_flat_or_nothing_grows():
+    assert memory_growth(_report(0.0, 3 * MIB, more=None, room=None)) == []  # the heap, not tensors
+    assert memory_growth(_report(None, 0.0, more=None, room=None)) == []
+    rss_only = _report(None, 3 * MIB, more=None, room=None)  # no operator pass: the RSS decides
+    assert per_step(rss_only.memory) == (pytest.approx(3 * MIB), "rss") and memory_growth(rss_only)
+    assert MIN_GROWTH_BYTES_PER_STEP["rss"] <= MIB // 2  # 1 MiB a step is always above the floor
