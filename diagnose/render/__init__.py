@@ -64,6 +64,7 @@ PICTURES = (
     Picture("flamegraph.png", "operators", "flame_png", lambda r: r.stacks),
     Picture("roofline.png", "efficiency", "roofline_png",
             lambda r: r.efficiency.operators if r.efficiency else None),
+    Picture("memory.png", "memory", "memory_png", lambda r: r.memory and (r.memory.rss or r.memory.allocator)),
 )
 ARTIFACT_KEYS = {"stacks.folded": "stacks"}  # report.artifacts key of a file; others: the name with _ for .
 

@@ -25,6 +25,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from diagnose.render import distributed, fmt
+from diagnose.report import memory as memory_views
 from diagnose.report import io as report_io
 from diagnose.report.model import Finding, OperatorSummary, Peaks, Report, Threads
 
@@ -37,7 +38,7 @@ SECTION_OF_LAYER = {"operators": "operators", "python": "python", "threads": "th
 SECTION_OF_KIND = {"hot_operator": "operators", "copy_overhead": "operators", "memory_churn": "operators",
                    "python_overhead": "python", "oversubscription": "threads", "undersubscription": "threads",
                    "external_contention": "threads", "sequential_operator": "microbench",
-                   "low_efficiency": "efficiency"}
+                   "low_efficiency": "efficiency", "memory_growth": "memory"}
 SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("modules", "Modules"), ("python", "Python"),
             ("threads", "Threads"),
             ("efficiency", "Efficiency"), ("microbench", "Micro-benchmarks"), ("doctor", "Environment"),
@@ -45,7 +46,7 @@ SECTIONS = (("verdict", "Verdict"), ("operators", "Operators"), ("modules", "Mod
             ("machine", "Machine and run"))
 LAYER_SECTIONS = ("operators", "python", "threads", "efficiency", "microbench", "doctor", "counters")
 IMAGES = {"callgraph_png": "callgraph.png", "threads_png": "threads.png", "roofline_png": "roofline.png",
-          "flamegraph_png": "flamegraph.png"}
+          "flamegraph_png": "flamegraph.png", "memory_png": "memory.png"}
 MODULE_TREE_OPEN_DEPTH = 2  # the tree opens this many levels; deeper ones on a click
 MODULE_TREE_MIN_PCT = 0.5  # modules under this share of operator time are left out of the tree
 
@@ -539,6 +540,26 @@ def _what_if(report: Report) -> str:
 
 # ------------------------------------------------------------------------------------------- page
 
+def _memory(report: Report, image_dir: str | None) -> str:
+    """report.memory: its lines (report/memory.py), the kept sites as a table, memory.png."""
+    mem = report.memory
+    out = ["<p>Memory read at every step boundary of the window: the process's RSS in the uninstrumented pass, "
+           "torch's live bytes (allocations made in the window) in the operator pass.</p>",
+           "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in memory_views.lines(mem)) + "</ul>"]
+    groups = mem.retained.groups if mem.retained else []
+    if groups:
+        rows = [("kept per step", "alive at the end", "operator", "module", "made at", "held by", "put there at")]
+        for g in groups[:10]:
+            held = ("buffer re-made bigger" if g.grown_buffer else g.held_by) + (f" ({g.holder})" if g.holder else "")
+            rows.append((fmt.size(g.bytes_per_step) if g.bytes_per_step else "-", fmt.size(g.bytes), g.op or "-",
+                         g.module if g.module is not None else "-", g.source or "-", held, g.holder_line or "-"))
+        out += ["<h3>Alive at the window's end, by site</h3>", _table(rows, numeric=(0, 1))]
+        if mem.retained.scope:
+            out.append(f"<p class=note>{_e(mem.retained.scope)}</p>")
+    out.append(_image(report, image_dir, "memory_png", "memory over the window's steps"))
+    return "".join(out)
+
+
 def _guard(title: str, build: Callable[[], str]) -> str:
     """A section drawn from partial or unexpected data says so instead of losing the page."""
     try:
@@ -564,8 +585,11 @@ def render(report: Report, image_dir: str | None = None) -> str:
         "what_if": lambda: _what_if(report),
         "counters": lambda: _counters(report),
         "machine": lambda: _machine(report),
+        "memory": lambda: _memory(report, image_dir),
     }
     shown = list(SECTIONS)
+    if report.memory is not None:  # a window of steps was measured: memory before the machine
+        shown.insert(len(shown) - 1, ("memory", "Memory"))
     if report.distributed:  # a torchrun job: its ranks right after the verdict
         builders["ranks"] = lambda: _ranks(report)
         shown.insert(1, ("ranks", "Ranks"))

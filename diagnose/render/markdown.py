@@ -7,6 +7,7 @@ details; tables are trimmed and say so.
 from __future__ import annotations
 
 from diagnose.render import distributed, fmt
+from diagnose.report import memory as memory_views
 from diagnose.report.model import OperatorSummary, Report
 
 TOP_OPERATORS = 15
@@ -83,7 +84,7 @@ def render(report: Report) -> str:
         out += [f"- {n}" for n in layer.notes] + [""]
 
     for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _doctor, _what_if,
-                    _counters):
+                    _counters, _memory):
         out += _guard(section, report)
 
     out += ["## Layers", "", "| layer | status | time | note |", "|---|---|---:|---|"]
@@ -289,6 +290,16 @@ def _efficiency(report: Report) -> list[str]:
         out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
         out.append("")
     out += [f"- {_cell(n)}" for n in layer.notes[:4]]
+    return out + [""]
+
+
+def _memory(report: Report) -> list[str]:
+    """report.memory (report/memory.py words it), and memory.png when it was drawn."""
+    if report.memory is None:
+        return []
+    out = ["## Memory", ""] + [f"- {_cell(line)}" for line in memory_views.lines(report.memory)]
+    if report.artifacts.get("memory_png"):
+        out += ["", f"![memory over the window's steps]({report.artifacts['memory_png']})"]
     return out + [""]
 
 

@@ -225,6 +225,61 @@ def roofline_png(report: Report, path: str) -> str | None:
     return None
 
 
+def memory_png(report: Report, path: str) -> str | None:
+    """memory.png: the window's steps, the RSS above (with its least-squares line) and torch's bytes below,
+    stacked by what holds them (parameters, gradients, optimizer state, what the window allocated and kept)."""
+    mem = report.memory
+    rss = mem.rss.readings_bytes if mem and mem.rss else []
+    live = mem.allocator.readings_bytes if mem and mem.allocator else []
+    if len(rss) < 2 and len(live) < 2:
+        return "fewer than two memory readings in the window"
+    try:
+        plt = _pyplot()
+    except ImportError as exc:
+        return f"matplotlib is not importable ({exc}); pip install matplotlib"
+    first = report.steps.window_first if report.steps and report.steps.window_first else 1
+    mib = float(1 << 20)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, constrained_layout=True)
+    if len(rss) >= 2:
+        xs = [first - 1 + i for i in range(len(rss))]
+        top.plot(xs, [v / mib for v in rss], marker=".", color="tab:blue", label="RSS (uninstrumented pass)")
+        s = mem.rss.slope
+        if s is not None:
+            mid_x, mid_y = sum(xs) / len(xs), sum(rss) / len(rss)
+            top.plot(xs, [(mid_y + s.bytes_per_step * (x - mid_x)) / mib for x in xs], color="black", linewidth=0.8,
+                     linestyle="--", label=f"least squares: {s.bytes_per_step / mib:.2f} MiB/step "
+                                           f"[{s.ci_low / mib:.2f}, {s.ci_high / mib:.2f}]")
+        top.legend(loc="upper left", fontsize=8)
+    top.set_ylabel("RSS (MiB)")
+    top.grid(True, alpha=0.3)
+    peak = mem.peak
+    bands = [(name, (v or 0) / mib) for name, v in (
+        ("parameters", peak.parameters_bytes if peak else None), ("gradients", peak.gradients_bytes if peak else None),
+        ("optimizer state", peak.optimizer_state_bytes if peak else None)) if v]
+    n = len(live) if len(live) >= 2 else len(rss)
+    xs = [first - 1 + i for i in range(n)]
+    series = [[v] * n for _, v in bands] + ([[v / mib for v in live]] if len(live) >= 2 else [])
+    labels = [name for name, _ in bands] + (["allocated in the window and still alive (operator pass; gradients "
+                                             "re-made each step count here too)"] if len(live) >= 2 else [])
+    if series:
+        bottom.stackplot(xs, series, labels=labels, alpha=0.85, step="post")
+        bottom.legend(loc="upper left", fontsize=8)
+    else:
+        bottom.text(0.5, 0.5, "torch's bytes were not recorded (no operator pass, no module or optimizer)",
+                    ha="center", va="center", transform=bottom.transAxes, fontsize=9)
+    bottom.set_ylabel("torch tensors (MiB)")
+    bottom.set_xlabel("step (the window's start, then the end of each of its steps)")
+    bottom.grid(True, alpha=0.3)
+    bottom.xaxis.get_major_locator().set_params(integer=True)
+    grows = [g.source for g in (mem.rss, mem.allocator) if g is not None and g.continues]
+    verdict = ("grows through the window (" + " and ".join("RSS" if x == "rss" else "torch's bytes" for x in grows)
+               + ")") if grows else "no growth through the window"
+    top.set_title(f"Memory of {report.target.script} over the window's steps: {verdict}", fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
 FLAME_MIN_FRACTION = 0.002  # frames narrower than this share of the total are not drawn
 FLAME_ROW_IN = 0.24
 

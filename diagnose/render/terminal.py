@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from diagnose.render import distributed, fmt
+from diagnose.report import memory as memory_views
 from diagnose.report.model import Report
 
 TOP_OPERATORS = 8
@@ -50,6 +51,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
         out += [f"  {line}" for line in (fmt.roofs_line(report), timing) if line]
     out += _doctor(report)
     out += _what_if(report)
+    out += _memory(report)
     counters = fmt.counters_lines(report)
     if counters:
         out += ["", "Counters"] + [f"  {line}" for line in counters]
@@ -134,6 +136,13 @@ def _what_if(report: Report) -> list[str]:
     if rows:
         out += ["  " + line for line in fmt.text_table(rows, right={1, 2, 3, 4, 5, 6})]
     return out + [f"  {line}" for line in fmt.what_if_lines(report)]
+
+
+def _memory(report: Report) -> list[str]:
+    """report.memory: growth per step, projection, what is kept, the peak (report/memory.py words them)."""
+    if report.memory is None:
+        return []
+    return ["", "Memory (per step of the window)"] + [f"  {line}" for line in memory_views.lines(report.memory)]
 
 
 def _distributed(report: Report) -> list[str]:

@@ -94,27 +94,3 @@ def _scope(p: MemoryAtPeak) -> str:
         parts.append("saved for backward and temporaries: the allocations made in the operator pass's window "
                      "alive when its live bytes peaked, split by whether a backward operator freed them")
     return "; ".join(parts)
-
-
-def summary(mem: Memory) -> list[str]:
-    """The terminal's and Markdown's lines: the growth of each reading, and where it leads."""
-    out = []
-    for g in (mem.allocator, mem.rss):
-        if g is None:
-            continue
-        what = "torch's live bytes (operator pass)" if g.source == "allocator" else "RSS (uninstrumented pass)"
-        out.append(f"{what}: {g.verdict}")
-    p = mem.projection
-    rate, source = projected_rate(mem)
-    if p is not None and rate is not None:
-        if p.more_bytes is not None:
-            line = (f"projection: {p.total_steps} steps in all ({p.basis}); by the last, {mib(p.more_bytes)} more "
-                    f"than at step {p.step_at_window_end} at the {'RSS' if source == 'rss' else 'allocator'}'s rate")
-        else:
-            line = f"projection: the script's length is unknown ({p.basis})"
-        if p.headroom_bytes is not None:
-            line += f"; the process may still take {mib(p.headroom_bytes)}"
-            if p.cgroup_limit_bytes is not None:
-                line += f" (cgroup limit {mib(p.cgroup_limit_bytes)})"
-        out.append(line)
-    return out
