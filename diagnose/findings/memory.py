@@ -69,22 +69,22 @@ def _what(groups: list[RetainedGroup]) -> str:
         return f"a buffer re-made bigger every step by {buffer.op or 'an operator'} at {buffer.source or '?'}"
     held = [g for g in groups if g.held_by == "container"]
     graph = [g for g in groups if g.held_by == "autograd graph"]
-    parts = []
+    total = mib(sum(g.bytes_per_step for g in groups))
+    modules = sorted({x.module for x in graph if x.module is not None})
+    inside = f" in module{'s' if len(modules) > 1 else ''} {', '.join(modules[:3])}" if modules else ""
+    saved = f"{mib(sum(x.bytes_per_step for x in graph))} of it saved for a backward that never runs{inside}"
     if held:
         g = held[0]
-        rate = mib(sum(x.bytes_per_step for x in held))
-        parts.append(f"{g.holder or 'a container'} keeps {rate} a step of tensors made at {g.source or '?'}"
-                     + (f", each with its autograd graph ({g.grad_fn})" if any(x.grad_fn for x in held) else ""))
+        fn = next((x.grad_fn for x in held if x.grad_fn), None)
+        text = f"{g.holder or 'a container'} keeps tensors made at {g.source or '?'}"
+        if fn:
+            return text + f" with their autograd graph ({fn}): {total} a step, " + (saved if graph else "")
+        return text + f": {total} a step"
     if graph:
-        rate = mib(sum(x.bytes_per_step for x in graph))
-        modules = sorted({x.module for x in graph if x.module is not None})
-        inside = f" in module{'s' if len(modules) > 1 else ''} {', '.join(modules[:3])}" if modules else ""
-        parts.append(f"{'those graphs keep' if held else 'an autograd graph something keeps alive holds'} {rate} a "
-                     f"step of tensors saved for a backward that never runs{inside}")
-    if not parts:
-        g = groups[0]
-        parts.append(f"{mib(g.bytes_per_step)} a step of tensors made by {g.op or '?'} at {g.source or '?'}")
-    return "; ".join(parts)
+        return (f"tensors an autograd graph saved for a backward that never runs{inside}, {total} a step: something "
+                "keeps the graph alive (an output with a grad_fn, a loss in a list, `total += loss`)")
+    g = groups[0]
+    return f"{total} a step of tensors made by {g.op or '?'} at {g.source or '?'}"
 
 
 def memory_growth(report: Report) -> list[Finding]:

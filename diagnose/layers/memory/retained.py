@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import ast
 import gc
-import re
 import time
 from bisect import bisect_right
 from typing import Any
@@ -316,31 +315,42 @@ def _holder(tensor, frames, usercode, own: set[int]) -> tuple[str | None, str | 
     return anonymous, None
 
 
+_PUTS = {"append", "extend", "insert", "setdefault", "update", "add", "appendleft"}
+
+
 def _put_line(name: str, frame, usercode, assign: bool = False) -> str | None:
-    """The line in the frame's function (or module) that puts a tensor into `name`: `name.append(`,
-    `name[...] =`, `name.extend(`, `name.setdefault(`, `name +=`, or (a variable) `name = ...` inside a loop."""
+    """The first statement of the frame's function (or module) that puts a tensor into `name`: `name.append(...)`
+    (extend, insert, setdefault, update, add), `name[...] = ...`, `name += ...`, or, for a variable
+    (`assign`), `name = ...` inside a loop. Read from the source's syntax tree, so comments and strings that
+    mention the name do not count."""
     path = frame.f_code.co_filename
     try:
         with open(path, encoding="utf-8") as fh:
-            source = fh.read()
-        tree = ast.parse(source)
+            tree = ast.parse(fh.read())
     except (OSError, SyntaxError, ValueError):
         return None
-    puts = re.compile(rf"\b{re.escape(name)}\s*(\.(append|extend|insert|setdefault|update|add)\(|\[.*\]\s*=[^=]|\+=)")
-    lines = source.splitlines()
-    first, last = 1, len(lines)
+    scope = tree
     if frame.f_code.co_name != "<module>":
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == frame.f_code.co_name:
-                first, last = node.lineno, node.end_lineno
-                break
-    loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While)) and first <= n.lineno <= last]
-    for i in range(first, last + 1):
-        text = lines[i - 1]
-        if puts.search(text) or (assign and re.match(rf"\s*{re.escape(name)}\s*=[^=]", text)
-                                 and any(l.lineno < i <= l.end_lineno for l in loops)):
-            return f"{usercode.display(path)}:{i}"
-    return None
+        scope = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and n.name == frame.f_code.co_name and n.lineno <= frame.f_lineno <= n.end_lineno), tree)
+    loops = [n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.While))]
+
+    def named(node) -> bool:
+        return isinstance(node, ast.Name) and node.id == name
+
+    hits = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PUTS \
+                and named(node.func.value):
+            hits.append(node.lineno)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) and named(t.value) for t in node.targets):
+            hits.append(node.lineno)
+        elif isinstance(node, ast.AugAssign) and named(node.target):
+            hits.append(node.lineno)
+        elif assign and isinstance(node, ast.Assign) and any(named(t) for t in node.targets) \
+                and any(l.lineno < node.lineno <= l.end_lineno for l in loops):
+            hits.append(node.lineno)
+    return f"{usercode.display(path)}:{min(hits)}" if hits else None
 
 
 def mark(torch) -> None:
