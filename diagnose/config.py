@@ -116,3 +116,6 @@ class Config:
     vtune: str | None = None  # hotspots, threading or uarch-exploration: a pass under `vtune -collect`
     nproc_per_node: int | None = None  # run every pass under torchrun with this many ranks (diagnose/distributed)
     torchrun_args: tuple[str, ...] = ()  # rendezvous options for several nodes
+    # the memory layer's readings in the passes (layers/memory/; no flag: benchmarks/memory_overhead.py turns
+    # it off to measure what it costs)
+    memory: bool = True

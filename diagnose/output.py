@@ -20,7 +20,7 @@ from diagnose.report.model import Report
 # Files diagnose writes into an output directory; never replaced without --force.
 ARTIFACT_NAMES = (
     "report.json", "report.md", "report.html", "trace.json", "callgraph.png", "callgraph.dot",
-    "profile.pstats", "threads.png", "roofline.png", "reproducers", "flamegraph.png", "stacks.folded",
+    "profile.pstats", "threads.png", "roofline.png", "reproducers", "flamegraph.png", "stacks.folded", "memory.png",
 )
 
 

@@ -105,6 +105,7 @@ class PassSpec:
     # the first pass saw the model called from other threads: the operator pass records every thread
     # (torch.profiler's profile_all_threads, which records no per-operator memory)
     all_threads: bool = False
+    memory: bool = True  # the memory layer's readings: RSS per step (uninstrumented), allocations (operator pass)
     operators: OperatorsOptions = OperatorsOptions()  # the operator pass's options
     callgraph: CallgraphOptions = CallgraphOptions()  # the python pass's options
     overrides: Overrides = Overrides()

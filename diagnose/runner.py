@@ -211,6 +211,7 @@ class Run:
         self.cpu_stat0: CpuStat | None = None  # the cgroup's cpu.stat when the measured part began
         self.ended_after_window = False
         self.whatif = None  # a what-if pass's variant (diagnose/whatif/child.py)
+        self.script_length: tuple[int | None, str] | None = None  # the memory layer's (total steps, how read)
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result.exit_code = code
@@ -280,11 +281,11 @@ class Run:
                                on_last_warmup=self.recorder.last_warmup_step if self.recorder else None,
                                agreement=_agreement(self.spec))
         self.clock.keep_inputs = self.baseline
-        if self.baseline:  # the memory layer's RSS at every step boundary of the window (layers/memory/)
+        if self.baseline and self.spec.memory:  # the memory layer's RSS at every step boundary (layers/memory/)
             from diagnose.layers.memory.readings import rss_reader  # the memory layer's child side
 
             self.clock.read_rss = rss_reader()
-        if self.recorder is not None and hasattr(self.recorder, "step_boundary"):
+        if self.recorder is not None and hasattr(self.recorder, "step_boundary") and self.spec.memory:
             self.clock.on_step = self.recorder.step_boundary  # the operator pass marks each step in its profile
         self.clock.install(torch)
         # a pass that knows the script has steps records only the window; others record from the start
@@ -321,6 +322,10 @@ class Run:
     def _begin_window(self) -> None:
         """The window begins: observers and the recorder start over, the clock too."""
         self._mark(markers.WINDOW)
+        if self.baseline and self.spec.memory:  # the script's length, from the loops around this step boundary
+            from diagnose.layers.memory import readings  # the memory layer's child side
+
+            self.script_length = readings.loops(UserCode(self.spec.script, self.spec.cwd or os.getcwd()))
         compiled = compile_info()
         self.compile_before = compiled.compile_s or 0.0 if compiled else 0.0
         if self.recorder is not None:
@@ -371,17 +376,14 @@ class Run:
     def _read_memory(self) -> None:
         """The memory layer's readings at the window's end (layers/memory/readings.py), script mode only."""
         clock = self.clock
-        if clock is None or clock.began_at is None:
+        if clock is None or clock.began_at is None or not self.spec.memory:
             return
         try:
             from diagnose.layers.memory import readings  # the memory layer's child side
 
-            usercode = UserCode(self.spec.script, self.spec.cwd or os.getcwd())
             optimizers = [o for o in (ref() for ref in clock.optimizers.values()) if o is not None]
-            self.result.memory = readings.readings(
-                readings.user_frame(usercode) if clock.ended_at is not None else None, usercode,
-                clock._root, optimizers, clock.count,  # noqa: SLF001
-                clock.rss_bytes[-1] if clock.rss_bytes else None)
+            self.result.memory = readings.readings(self.script_length, clock._root, optimizers,  # noqa: SLF001
+                                                   clock.count, clock.rss_bytes[-1] if clock.rss_bytes else None)
         except Exception as exc:  # noqa: BLE001 - best effort: the memory section says what it could not read
             self.result.memory = protocol.MemoryReadings(errors=[f"{type(exc).__name__}: {exc}"])
 

@@ -150,7 +150,8 @@ class Session:
         return PassSpec(name=name, layer=layer, script=t.path, display_script=t.script, argv=tuple(t.argv),
                         function=t.function, cwd=os.getcwd(), window=self.window.spec,
                         expect_steps=self.window.expect_steps, operators=c.operators, callgraph=c.callgraph,
-                        overrides=overrides, distributed=self.distributed, all_threads=self.all_threads)
+                        overrides=overrides, distributed=self.distributed, all_threads=self.all_threads,
+                        memory=c.memory)
 
     # ------------------------------------------------------------ the run
 

@@ -128,12 +128,12 @@ def memory_growth(report: Report) -> list[Finding]:
         "rss_per_step_bytes": mem.rss.slope.bytes_per_step if mem.rss and mem.rss.slope else None,
         "projection_rate_source": rss_source,
         "total_steps": p.total_steps if p else None, "total_steps_basis": p.basis if p else None,
-        "projected_more_bytes": more, "headroom_bytes": room, "severity_basis": severity_why,
+        "projected_more_bytes": more, "headroom_bytes": room, "projected_share_of_headroom": severity_why,
     }
     if top is not None:
         evidence.update({"held_by": top.held_by, "holder": top.holder, "made_at": top.source, "op": top.op,
-                         "module": top.module, "kept_bytes_per_step": round(sum(g.bytes_per_step for g in kept), 1),
-                         "sites": [{"op": g.op, "module": g.module, "held_by": g.held_by,
+                         "made_in_module": top.module, "kept_bytes_per_step": round(sum(g.bytes_per_step for g in kept), 1),
+                         "sites": [{"op": g.op, "made_in_module": g.module, "held_by": g.held_by,
                                     "bytes_per_step": g.bytes_per_step} for g in kept[:5]],
                          "grown_buffer": top.grown_buffer, "grad_fn": top.grad_fn})
     return [Finding(

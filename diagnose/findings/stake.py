@@ -99,6 +99,9 @@ SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 # the rest are causes (tier 0); autograd recording in inference is one cause of the framework overhead that
 # python_overhead measures at the same line, so it is named first (and borrows that line's stake)
 SYMPTOM_TIER = {"autograd_in_inference": -1, "low_efficiency": 1, "hot_operator": 2}
+# memory kept step after step is the cause at its line of what the operators measure there (a torch.cat buffer
+# re-made bigger each step is the cat's growing time and its memory_churn): named first, with that line's stake
+SYMPTOM_TIER["memory_growth"] = -1
 UPPER_BOUND = "an upper bound"  # in the basis of a Stake with upper_bound: says the estimate is a ceiling
 UPPER_BOUND_FACTOR = 0.5
 DOUBTED_FACTOR = 0.5

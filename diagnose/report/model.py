@@ -1425,7 +1425,8 @@ class MemoryGrowth:
     """One memory reading taken at every step boundary of a window, and whether it grows through it."""
 
     source: str  # "rss": the process's resident set (uninstrumented pass); "allocator": torch's live CPU bytes
-    # the readings: at the window's start, then at the end of each of its steps (at most 100,000)
+    # the readings: the RSS at the window's start, then at the end of each of its steps; torch's live bytes (made
+    # in the window) at the end of each step (at most 100,000)
     readings_bytes: list[int] = field(default_factory=list)
     slope: MemorySlope | None = None  # None: fewer than 3 readings
     # growth continues through the window: the slope's interval is above 0 and the later half grows at

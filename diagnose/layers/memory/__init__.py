@@ -47,13 +47,13 @@ def from_baseline(report: Report, result) -> None:
 def from_operators(report: Report, raw: dict[str, Any]) -> None:
     """The operator pass's memory profile (raw["memory_profile"], retained.py) into report.memory."""
     data = raw.get("memory_profile")
-    if data is None and "memory_profile" not in raw:
-        return  # a result from before the memory layer
-    mem = report.memory = report.memory or Memory()
     if data is None:
-        mem.notes.append("the operator pass recorded every thread (profile_all_threads), which records no "
-                         "allocations: torch's live bytes and what keeps memory alive are not known")
+        return  # the layer was off (Config.memory), or a result from before it
+    if "skipped" in data:  # said where the section exists; it is not made for this alone
+        if report.memory is not None:
+            report.memory.notes.append(data["skipped"])
         return
+    mem = report.memory = report.memory or Memory()
     if "error" in data:
         mem.notes.append(f"the operator pass's memory profile could not be read: {data['error']}")
         return
@@ -63,6 +63,9 @@ def from_operators(report: Report, raw: dict[str, Any]) -> None:
         mem.notes.append("no step boundary was marked in the operator pass's profile (no steps, or --full-run): "
                          "torch's live bytes per step are not known")
     mem.retained = report_io.typed(Retained, data.get("retained") or {})
+    if data.get("analysis_s") is not None:
+        mem.retained.scope += (f"; read in {data['analysis_s']:.2f} s after the window, from "
+                               f"{data.get('allocation_events', 0)} allocation events")
     peak = data.get("peak") or {}
     if peak:
         p = mem.peak = mem.peak or MemoryAtPeak()

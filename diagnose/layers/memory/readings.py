@@ -254,19 +254,27 @@ def script_length(frame, usercode) -> tuple[int | None, str]:
     return total, " x ".join(parts) + " (one step per iteration of the innermost loop)"
 
 
-def readings(frame, usercode, root, optimizers, steps_seen: int | None, rss: int | None) -> MemoryReadings:
-    """Everything the memory layer reads once at the uninstrumented pass's window end."""
+def loops(usercode) -> tuple[int | None, str]:
+    """script_length from the innermost user frame on this thread's stack (the runner calls it when the window
+    begins: at a step boundary, inside the script's loop, whether or not the script ends inside the window)."""
+    try:
+        frame = user_frame(usercode)
+        return script_length(frame, usercode) if frame is not None else (None, "no frame of your code on the stack")
+    except Exception as exc:  # noqa: BLE001 - the user's objects: any failure means unknown
+        return None, f"reading the loops failed: {type(exc).__name__}: {exc}"
+
+
+def readings(length: tuple[int | None, str] | None, root, optimizers, steps_seen: int | None,
+             rss: int | None) -> MemoryReadings:
+    """Everything the memory layer reads once at the uninstrumented pass's window end; `length` is `loops`'s
+    reading from the window's start."""
     out = MemoryReadings(rss_bytes=rss, mem_available_bytes=mem_available(), step_at_window_end=steps_seen)
     out.cgroup_limit_bytes, out.cgroup_used_bytes = cgroup_memory()
     try:
         out.parameters_bytes, out.gradients_bytes, out.optimizer_state_bytes = tensor_bytes(root, optimizers)
     except Exception as exc:  # noqa: BLE001 - the user's module: say what failed, keep the rest
         out.errors.append(f"tensor sizes: {type(exc).__name__}: {exc}")
-    try:
-        out.total_steps, out.total_basis = script_length(frame, usercode) if frame is not None else (
-            None, "the window did not end inside the script's loop")
-    except Exception as exc:  # noqa: BLE001
-        out.total_steps, out.total_basis = None, f"reading the loops failed: {type(exc).__name__}: {exc}"
+    out.total_steps, out.total_basis = length or (None, "the window did not begin inside the script's loop")
     if out.total_steps is not None and steps_seen is not None and out.total_steps < steps_seen:
         out.total_basis = (f"{out.total_basis}: fewer than the {steps_seen} steps already run, so a step is not one "
                            "iteration of that loop; unknown")
@@ -276,7 +284,7 @@ def readings(frame, usercode, root, optimizers, steps_seen: int | None, rss: int
 
 def user_frame(usercode) -> Any:
     """The innermost frame of the user's code on this thread's stack, or None."""
-    frame = sys._getframe(1)
+    frame = sys._getframe(1)  # noqa: SLF001
     while frame is not None and not usercode.is_user(frame.f_code.co_filename):
         frame = frame.f_back
     return frame

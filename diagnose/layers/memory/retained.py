@@ -128,7 +128,9 @@ def analyse(results, window_steps: int, label: tuple[str, Any], usercode=None, f
     for a in allocs:
         live += a[2]
         cumulative.append(live)
-    readings = [0] + [cumulative[bisect_right(times, m) - 1] if bisect_right(times, m) else 0 for m in marks]
+    # at each step's end; not the window's start: a buffer made before the window and re-made in its first step
+    # counts whole there (its free reports 0 bytes), which would tilt the slope
+    readings = [cumulative[bisect_right(times, m) - 1] if bisect_right(times, m) else 0 for m in marks]
     # pair frees with allocations by address, in time order
     alive: dict[int, int] = {}
     freed_at: dict[int, int] = {}  # allocation index -> its free's index
@@ -306,7 +308,7 @@ def _holder(tensor, frames, usercode, own: set[int]) -> tuple[str | None, str | 
         if isinstance(ref, (list, dict, set)):
             for f in frames:
                 for scope in (f.f_locals, f.f_globals):
-                    name = next((k for k, v in scope.items() if v is ref), None)
+                    name = next((k for k, v in scope.items() if v is ref), None) or _attribute(scope, ref)
                     if name:
                         return f"{type(ref).__name__} {name}", _put_line(name, f, usercode)
             anonymous = anonymous or f"a {type(ref).__name__} (not a variable of your code's frames)"
@@ -316,6 +318,17 @@ def _holder(tensor, frames, usercode, own: set[int]) -> tuple[str | None, str | 
 
 
 _PUTS = {"append", "extend", "insert", "setdefault", "update", "add", "appendleft"}
+
+
+def _attribute(scope: dict, ref) -> str | None:
+    """`obj.attr` when an object that is a variable of `scope` holds `ref` as an attribute (self.cache)."""
+    for k, v in scope.items():
+        attrs = getattr(v, "__dict__", None)
+        if isinstance(attrs, dict) and not isinstance(v, type) and type(v).__name__ != "module":
+            attr = next((a for a, x in attrs.items() if x is ref), None)
+            if attr:
+                return f"{k}.{attr}"
+    return None
 
 
 def _put_line(name: str, frame, usercode, assign: bool = False) -> str | None:
@@ -335,8 +348,8 @@ def _put_line(name: str, frame, usercode, assign: bool = False) -> str | None:
                       and n.name == frame.f_code.co_name and n.lineno <= frame.f_lineno <= n.end_lineno), tree)
     loops = [n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.While))]
 
-    def named(node) -> bool:
-        return isinstance(node, ast.Name) and node.id == name
+    def named(node) -> bool:  # `name`, or `obj.attr` for an attribute holder
+        return isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) == name
 
     hits = []
     for node in ast.walk(scope):

@@ -357,11 +357,17 @@ class OperatorsRecorder(Recorder):
         self.modules.counting = True
         self.active = True
 
-    def _memory_profile(self) -> dict[str, Any] | None:
-        """The memory layer's reading of this profile's allocations (layers/memory/retained.py); None where
-        the profiler recorded none (every thread recorded: profile_all_threads records no memory)."""
-        if self.spec.all_threads or self.results is None or self.schedule_note:
-            return None
+    def _memory_profile(self) -> dict[str, Any]:
+        """The memory layer's reading of this profile's allocations (layers/memory/retained.py), or
+        {"skipped": why}."""
+        if self.spec.all_threads:
+            return {"skipped": "the operator pass recorded every thread (profile_all_threads), which records no "
+                               "allocations: torch's live bytes and what keeps memory alive are not known"}
+        if self.results is None:
+            return {"skipped": "the operator pass recorded nothing"}
+        if self.schedule_note:
+            return {"skipped": "the operator pass recorded only the last iterations (a profiler schedule): "
+                               "torch's live bytes per iteration are not read"}
         from diagnose.layers.memory import retained  # the memory layer's child side, used only here
 
         try:
@@ -414,6 +420,9 @@ class OperatorsRecorder(Recorder):
         if self.active and self.prof is not None and not self.spec.all_threads:
             import torch  # child side, as every recorder method
 
+            if torch.compiler.is_compiling():  # a hook traced inside a compiled region: no range there
+                return
+
             from diagnose.layers.memory.retained import mark  # the memory layer's child side, used only here
 
             self.marks += 1
@@ -434,9 +443,9 @@ class OperatorsRecorder(Recorder):
 
             reduced["collectives"] = collectives.summarise(self.results)
         attach_work(reduced.get("rows") or [])
-        memory = self._memory_profile()
+        memory = {"memory_profile": self._memory_profile()} if self.spec.memory else {}
         return {
-            "memory_profile": memory,
+            **memory,
             **reduced,
             "window": self.schedule_note,
             "all_threads": self.spec.all_threads,
