@@ -80,6 +80,9 @@ def _what(groups: list[RetainedGroup]) -> str:
         if fn:
             return text + f" with their autograd graph ({fn}): {total} a step, " + (saved if graph else "")
         return text + f": {total} a step"
+    if graph and graph[0].holder:  # the graph's root is a variable: `total += loss` without .item()
+        return (f"tensors an autograd graph saved for a backward that never runs{inside}, {total} a step, the graph "
+                f"kept alive by {graph[0].holder}")
     if graph:
         return (f"tensors an autograd graph saved for a backward that never runs{inside}, {total} a step: something "
                 "keeps the graph alive (an output with a grad_fn, a loss in a list, `total += loss`)")

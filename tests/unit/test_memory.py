@@ -259,3 +259,19 @@ def test_a_container_held_as_an_attribute_is_named_with_its_object():
     assert held["holder"] == "dict memo.cache", held
     # the line is looked for in the frames on the stack: `self.cache[i] = t` ran in a method that returned
     assert held["holder_line"] is None
+
+
+def test_a_running_total_without_item_keeps_every_graph_and_is_named():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    x = torch.randn(128, 256)
+    state = {"total": torch.zeros(())}
+
+    def body(i):
+        global total
+        total = state["total"] = state["total"] + model(x).sum()
+
+    data = _profile(body)
+    graph = [g for g in data["retained"]["groups"] if g["bytes_per_step"] > 0 and g["held_by"] == "autograd graph"]
+    assert sum(g["bytes_per_step"] for g in graph) == 128 * 512 * 4  # the ReLU output, saved for backward
+    assert graph[0]["holder"].startswith("variable total (its graph: "), graph[0]

@@ -261,6 +261,8 @@ def holders(groups: list[dict[str, Any]], usercode, frame) -> str:  # noqa: C901
             fn = getattr(tensor, "grad_fn", None)
             g["grad_fn"] = g["grad_fn"] or (type(fn).__name__ if fn is not None else None)
             holder, where = _holder(tensor, frames, usercode, own)
+            if holder is not None and holder.startswith("variable") and g["allocations"] > 1:
+                continue  # a variable holds one tensor (the last step's): not what keeps every step's
             if holder is not None:
                 g["held_by"], g["holder"], g["holder_line"] = "container", holder, where
                 break
@@ -274,8 +276,46 @@ def holders(groups: list[dict[str, Any]], usercode, frame) -> str:  # noqa: C901
                          and o["source"] == g["source"]), None)
             if root is not None:
                 g["holder"], g["holder_line"] = root["holder"], root["holder_line"]
+    orphans = [g for g in groups if g["held_by"] == "autograd graph" and g["holder"] is None]
+    if orphans:  # no container: the graph's root is a variable (`total += loss` without .item())
+        holder = _graph_root(frames, usercode, torch, min_nodes=2 * max(g["steps"] for g in orphans))
+        for g in orphans:
+            g["holder"], g["holder_line"] = holder
     found.clear()
     return f"their holders looked up among the process's Python objects ({time.perf_counter() - t0:.2f} s)"
+
+
+GRAPH_WALK_MAX = 100_000  # autograd nodes walked per candidate variable
+
+
+def _graph_nodes(fn, limit: int = GRAPH_WALK_MAX) -> int:
+    """Autograd nodes reachable from `fn` (a tensor's grad_fn), counted up to `limit`."""
+    seen, stack = {id(fn)}, [fn]
+    while stack and len(seen) < limit:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None and id(nxt) not in seen:
+                seen.add(id(nxt))
+                stack.append(nxt)
+    return len(seen)
+
+
+def _graph_root(frames, usercode, torch, min_nodes: int) -> tuple[str | None, str | None]:
+    """("variable NAME", the line that assigns it in a loop) for the variable of the user's frames whose tensor
+    holds the largest autograd graph, when that graph spans the window's steps (>= min_nodes nodes); else
+    (None, None)."""
+    best = (0, None, None)
+    for f in frames:
+        for scope in (f.f_locals, f.f_globals):
+            for name, v in scope.items():
+                fn = getattr(v, "grad_fn", None) if issubclass(type(v), torch.Tensor) else None
+                if fn is not None:
+                    n = _graph_nodes(fn)
+                    if n > best[0]:
+                        best = (n, name, f)
+    n, name, f = best
+    if name is None or n < min_nodes:
+        return None, None
+    return f"variable {name} (its graph: {n} autograd nodes)", _put_line(name, f, usercode, assign=True)
 
 
 def _user_frames(usercode, frame) -> list:
