@@ -33,6 +33,9 @@ def from_baseline(report: Report, result) -> None:
         return
     mem = report.memory = report.memory or Memory()
     mem.rss = growth("rss", list(seen.rss_bytes))
+    if report.distributed is not None:  # distributed/collect.py merges the ranks' results from the first one's
+        mem.notes.append("a torchrun job: the RSS and readings are the lowest rank's that wrote a result (each rank "
+                         "is a process of its own); torch's allocations per rank are not read")
     readings = result.memory
     mem.projection = projection(None, readings)
     if readings is not None:
