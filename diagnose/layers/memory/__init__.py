@@ -56,6 +56,8 @@ def from_operators(report: Report, raw: dict[str, Any]) -> None:
         if report.memory is not None:
             report.memory.notes.append(data["skipped"])
         return
+    if not data.get("marks") and report.memory is None:
+        return  # no steps (or --full-run without a window): no per-step memory to report, as the RSS has none
     mem = report.memory = report.memory or Memory()
     if "error" in data:
         mem.notes.append(f"the operator pass's memory profile could not be read: {data['error']}")
