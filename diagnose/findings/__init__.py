@@ -54,5 +54,5 @@ def derive(report: Report) -> list[Finding]:
     bounded by the stake; one finding per line of code that several layers flagged."""
     out: list[Finding] = []
     for rule in RULES:
-        out.extend(stake.fill(place.annotate(f, report)) for f in rule(report))
+        out.extend(stake.fill(stake.bound(place.annotate(f, report), report.step_budget)) for f in rule(report))
     return stake.rank(stake.dedup(stake.rank(out)))
