@@ -41,11 +41,16 @@ LIBRARIES = ("numpy", "scipy", "PIL", "pandas", "tokenizers", "cv2", "sklearn", 
 _LIBRARY = re.compile(r"\b(" + "|".join(re.escape(n) for n in LIBRARIES) + r")\b")
 
 
-def _library(function: str) -> str:
-    """The library of a C built-in, from cProfile's name ("<built-in method numpy.core...>", "<method 'astype' of
-    'numpy.ndarray' objects>"); "other built-ins" when it names none."""
+def _library(function: str, location: str = "~") -> str | None:
+    """The library outside torch a function belongs to: a C built-in by cProfile's name ("<built-in method
+    numpy.core...>", "<method 'astype' of 'numpy.ndarray' objects>"), Python code by its file (numpy's FFT
+    wrappers run pocketfft through C slots cProfile does not see, so their self time is numpy's C code);
+    None for anything else (torch's Python layers, the standard library, the user's code)."""
+    if location != "~":
+        m = re.search(r"site-packages/([A-Za-z_][\w]*)/", location) or re.match(r"([A-Za-z_]\w*)/", location)
+        return m.group(1) if m and m.group(1) in LIBRARIES else None
     m = _LIBRARY.search(function)
-    return m.group(1) if m else "other built-ins"
+    return m.group(1) if m else None
 
 
 def _unit(report: Report) -> tuple[str, float, int] | None:
@@ -121,8 +126,17 @@ def of(report: Report) -> StepBudget | None:
         # likewise a share of that pass's own step, carried over to the uninstrumented one
         py_pace = step_s / (py.wall_s / py_n) if py.wall_s else 1.0
         keep = (timed - added) / timed * py_pace if timed else 0.0
-        python_s, native_s, wait_s = ((split.user + split.library) * keep / py_n, split.builtin * keep / py_n,
-                                      split.wait * py_pace / py_n)
+        # outside torch: C built-ins, and the library code of numerical packages (numpy, PIL, ...) by their files
+        by_lib: dict[str, float] = {}
+        for f in report.python_hotspots:
+            lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None
+            if lib is not None or f.kind == "builtin":
+                key = lib or "other built-ins"
+                by_lib[key] = by_lib.get(key, 0.0) + f.self_s
+        in_libraries = sum(v for k, v in by_lib.items() if k != "other built-ins")
+        python_s = max(0.0, split.user + split.library - in_libraries) * keep / py_n
+        native_s = (split.builtin + in_libraries) * keep / py_n
+        wait_s = split.wait * py_pace / py_n
         if data_s:  # with num_workers=0 the loading runs inside the iterator: it is the data slice's time
             pool = python_s + native_s + wait_s
             share = min(1.0, data_s / pool) if pool else 0.0
@@ -131,18 +145,22 @@ def of(report: Report) -> StepBudget | None:
                          "DataLoader without workers loads inside its iterator, on this thread")
         basis = (f"the call-graph pass's self time, less cProfile's {costs.cprofile_call_us:g} µs on each of its "
                  f"{py.calls:,} calls, as a share of that pass's step (x {py_pace:.3g} to this step)")
-        users = [f for f in report.python_hotspots if f.kind in ("user", "library")]
+        users = [f for f in report.python_hotspots if f.kind == "user"
+                 or (f.kind == "library" and _library(f.function, f.location) is None)]
         slices["python"] = BudgetSlice(
             "python", python_s, basis + " (your functions and other Python code)",
             [BudgetItem(label=f.function, s=f.self_s * keep / py_n, location=f.location if f.kind == "user" else None)
              for f in sorted(users, key=lambda f: -f.self_s)[:TOP]])
-        by_lib: dict[str, float] = {}
-        for f in report.python_hotspots:
-            if f.kind == "builtin":
-                by_lib[_library(f.function)] = by_lib.get(_library(f.function), 0.0) + f.self_s * keep / py_n
+        callers = {}
+        for f in sorted(report.python_hotspots, key=lambda f: -f.self_s):
+            lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None
+            if lib and lib not in callers and f.called_from:
+                callers[lib] = f.called_from
         slices["native"] = BudgetSlice(
-            "native", native_s, basis + " (C built-ins outside torch: numpy, PIL, tokenizers, ...)",
-            [BudgetItem(label=lib, s=s) for lib, s in sorted(by_lib.items(), key=lambda kv: -kv[1])[:TOP]])
+            "native", native_s, basis + " (outside torch: numerical libraries' code, numpy, PIL, tokenizers, ..., "
+            "and other C built-ins)",
+            [BudgetItem(label=lib, s=s * keep / py_n, location=callers.get(lib))
+             for lib, s in sorted(by_lib.items(), key=lambda kv: -kv[1])[:TOP]])
         if split.wait:
             slices["waiting"] = BudgetSlice("waiting", wait_s, "blocking built-ins in the call-graph pass: sleep, "
                                             "locks, pipe and socket reads, waiting for a child")
@@ -177,7 +195,7 @@ def _shapes(shapes: list) -> str:
 # which slice a finding's time is part of: its stake can never be larger than that slice
 SLICE_OF = {"hot_operator": ("kernels",), "low_efficiency": ("kernels",), "copy_overhead": ("kernels",),
             "sequential_operator": ("kernels",),
-            "python_overhead": ("python", "dispatch"), "memory_churn": ("allocator",), "page_faults": ("allocator",),
+            "python_overhead": ("python", "dispatch"), "outside_torch": ("native",), "memory_churn": ("allocator",), "page_faults": ("allocator",),
             "data_wait": ("data",), "autograd_in_inference": ("kernels", "dispatch")}
 
 

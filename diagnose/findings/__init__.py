@@ -15,6 +15,7 @@ operator class.
 from __future__ import annotations
 
 from diagnose.findings import (
+    budget,
     doctor,
     efficiency,
     hangs,
@@ -36,6 +37,7 @@ RULES = [
     operators.memory_churn,
     operators.autograd_in_inference,
     python.python_overhead,
+    budget.outside_torch,
     threads.oversubscription,
     threads.undersubscription,
     threads.external_contention,

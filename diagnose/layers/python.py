@@ -208,6 +208,10 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
             cumulative_s=round(ct, 6), self_pct=round(100 * tt / total_s, 3),
             cumulative_pct=round(100 * ct / total_s, 3),
         )
+        if row.kind in ("builtin", "library"):
+            via = _user_caller(func, stats, kinds)
+            if via is not None:
+                row.called_from = f"{via[2]} at {_label(via, usercode)[1]}"
         if row.kind == "user":
             row.end_line = spans.end_line(os.path.realpath(func[0]), func[1])
             row.loop_overhead_s = round(tt + tiny[func][0], 6)
@@ -226,6 +230,19 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
         python_share=round(1 - (split.get("torch", 0.0) + split.get("wait", 0.0)) / total_s, 4),
     )
     return keep, summary
+
+
+def _user_caller(func: tuple, stats: dict, kinds: dict, depth: int = 6) -> tuple | None:
+    """The user function through which `func` got most of its time: its heaviest caller, and that caller's,
+    up to `depth` levels (numpy's Python wrapper between the user's line and numpy's C code)."""
+    for _ in range(depth):
+        callers = stats.get(func, (0, 0, 0.0, 0.0, {}))[4]
+        if not callers:
+            return None
+        func = max(callers, key=lambda c: callers[c][3])  # (nc, cc, tt, ct): time that came through it
+        if kinds.get(func) == "user":
+            return func
+    return None
 
 
 # cProfile's own cost per profiled call: 0.31 µs measured here (a trivial function called 1 M times), taken

@@ -377,6 +377,9 @@ class PythonFunction:
     loop_overhead_s: float | None = None
     tiny_calls: int | None = None  # how many such tiny calls
     operators: list[LineOperator] = field(default_factory=list)  # at its lines, by self time, from the operator pass
+    # C built-ins and library code: the user function most of its time was called through ("name at file.py:LINE"
+    # of its def), following cProfile's callers; None when no user function is among them
+    called_from: str | None = None
     # user functions: large torch built-ins cProfile saw it call (s); large operators at its
     # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
     # its own time (operator overloads, indexing), already taken out of loop_overhead_s
