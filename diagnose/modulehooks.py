@@ -1,0 +1,99 @@
+"""The outermost module of a script and hooks on it, installed so that they never change what the script does.
+
+Script mode finds the script's model as the first module called outside any
+other module's forward (torch's global forward pre-hook), then hooks that
+module alone (diagnose/steps.py's step clock, the what-if child). Two things
+the models people bring break in that:
+
+- torch's own set-up code calls modules before the script's loop does:
+  `quantize_dynamic` runs each Linear weight through a MinMaxObserver module,
+  `torch.jit.trace`, `torch.export` and `torch.fx` call the model to trace it.
+  Such a call is not the script's step; `setup_call(frame)` tells it from a
+  call the script (or a library it calls, such as a transformers pipeline)
+  makes, by the file of the first frame below torch.nn's call machinery.
+- a module can refuse per-module hooks: a TorchScript module
+  (`torch.jit.script` / `torch.jit.load`) raises "register_forward_pre_hook is
+  not supported on ScriptModules". `hook_root` then counts that module's calls
+  through torch's global forward hooks, filtered to it, and says so in a note
+  (its submodules run inside TorchScript and never reach the hooks, so the
+  cost is one identity check per module call made from Python). A module
+  whose `__call__` is overridden without calling `nn.Module.__call__` reaches
+  no hook at all: nothing is installed on it and it is never the outermost
+  module (the step clock falls back to its other detectors).
+
+Imports nothing of diagnose's: the ground floor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+# torch's set-up machinery: a module called from these packages is being quantised, traced or exported
+_SETUP_PACKAGES = ("ao", "quantization", "jit", "export", "_export", "fx", "_dynamo", "onnx", "_functorch/_aot_autograd")
+
+
+def _torch_dir() -> str | None:
+    torch = sys.modules.get("torch")
+    origin = getattr(torch, "__file__", None)
+    return os.path.dirname(os.path.realpath(origin)) if origin else None
+
+
+def setup_call(frame) -> bool:
+    """Whether the module call whose hook runs at `frame` (or deeper) comes from torch's set-up machinery."""
+    root = _torch_dir()
+    if root is None:
+        return False
+    machinery = (os.path.join(root, "nn", "modules", "module.py"), os.path.join(root, "utils", "hooks.py"))
+    own = os.path.dirname(os.path.realpath(__file__)) + os.sep  # diagnose's hooks
+    f = frame
+    while f is not None:
+        path = os.path.realpath(f.f_code.co_filename)
+        if path not in machinery and not path.startswith(own):
+            break
+        f = f.f_back
+    if f is None:
+        return False
+    path = os.path.realpath(f.f_code.co_filename)
+    return any(path.startswith(os.path.join(root, p) + os.sep) for p in _SETUP_PACKAGES)
+
+
+def kind_of(module) -> str:
+    """How the module runs, for notes: "TorchScript module", or its class name."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(module, torch.jit.ScriptModule):
+        return f"TorchScript module ({type(module).__name__})"
+    return type(module).__name__
+
+
+def hook_root(module, pre: Callable[[Any, tuple, dict], None],
+              post: Callable[[Any, tuple, Any], None]) -> tuple[list[Any], str | None]:
+    """Call `pre(module, args, kwargs)` before and `post(module, args, output)` after each call of `module`.
+
+    Returns (handles to remove, a note or None). Per-module hooks where the module accepts them; where it
+    refuses (a TorchScript module), torch's global forward hooks filtered to this module, with a note saying
+    so (kwargs are then not seen: pre gets {})."""
+    handles: list[Any] = []
+    try:
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post))
+        return handles, None
+    except Exception as exc:  # noqa: BLE001 - a module that refuses hooks is still the script's model
+        for h in handles:
+            h.remove()
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    from torch.nn.modules import module as module_mod
+
+    def global_pre(m, args):
+        if m is module:
+            pre(m, args, {})
+
+    def global_post(m, args, output):
+        if m is module:
+            post(m, args, output)
+
+    handles = [module_mod.register_module_forward_pre_hook(global_pre),
+               module_mod.register_module_forward_hook(global_post)]
+    return handles, (f"the outermost module, a {kind_of(module)}, refuses hooks of its own ({why}): its calls "
+                     "are counted through torch's global module hooks instead")
