@@ -11,6 +11,9 @@ the models people bring break in that:
   Such a call is not the script's step; `setup_call(frame)` tells it from a
   call the script (or a library it calls, such as a transformers pipeline)
   makes, by the file of the first frame below torch.nn's call machinery.
+  The script's own calibration calls of a model prepared for static
+  quantisation (`prepare`, then `prepared(x)`) are set-up too
+  (`calibrating`): the converted model, called next, is the model.
 - a module can refuse per-module hooks: a TorchScript module
   (`torch.jit.script` / `torch.jit.load`) raises "register_forward_pre_hook is
   not supported on ScriptModules". `hook_root` then counts that module's calls
@@ -59,6 +62,48 @@ def setup_call(frame) -> bool:
     return any(path.startswith(os.path.join(root, p) + os.sep) for p in _SETUP_PACKAGES)
 
 
+def calibrating(module, _seen: dict | None = None) -> bool:
+    """Whether `module` is a model prepared for post-training quantisation and being calibrated: it holds
+    observers (torch.ao.quantization's ObserverBase, inserted by `prepare`) and no fake-quantisation modules
+    (a quantisation-aware training model holds FakeQuantize, and its calls are the training loop's)."""
+    quantization = sys.modules.get("torch.ao.quantization")
+    if quantization is None:
+        return False
+    observer, fake = quantization.ObserverBase, quantization.FakeQuantizeBase
+    found = False
+    for sub in module.modules():
+        if isinstance(sub, fake):
+            return False
+        found = found or isinstance(sub, observer)
+    return found
+
+
+def _nested(frame) -> bool:
+    """Whether the module call whose hook runs at `frame` happens inside another module's call (a submodule of a
+    set-up call that was passed over: the first call the hooks see is then not the outermost one)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    call_impl = torch.nn.Module._call_impl.__code__
+    f, own = frame, None
+    while f is not None:
+        if f.f_code is call_impl:
+            if own is not None:
+                return True
+            own = f
+        f = f.f_back
+    return False
+
+
+def set_up(module, frame) -> str | None:
+    """Why a module called outside any forward is not the script's model, or None when it is: "set-up" when torch's
+    set-up machinery calls it (`setup_call`) or it is being calibrated for quantisation (`calibrating`); "nested"
+    when it runs inside such a call."""
+    if _nested(frame):
+        return "nested"
+    return "set-up" if setup_call(frame) or calibrating(module) else None
+
+
 def kind_of(module) -> str:
     """How the module runs, for notes: "TorchScript module", or its class name."""
     torch = sys.modules.get("torch")
@@ -75,9 +120,21 @@ def hook_root(module, pre: Callable[[Any, tuple, dict], None],
     refuses (a TorchScript module), torch's global forward hooks filtered to this module, with a note saying
     so (kwargs are then not seen: pre gets {})."""
     handles: list[Any] = []
+
+    # plain functions, not bound methods: copy.deepcopy(model) (an EMA copy, quantisation's convert) copies a
+    # module's hooks, and a bound method would drag its object (the step clock, its tensors) into the copy; a
+    # function is shared, and the identity check keeps the copy's calls from counting as the model's
+    def own_pre(m, args, kwargs):
+        if m is module:
+            pre(m, args, kwargs)
+
+    def own_post(m, args, output):
+        if m is module:
+            post(m, args, output)
+
     try:
-        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(module.register_forward_hook(post))
+        handles.append(module.register_forward_pre_hook(own_pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(own_post))
         return handles, None
     except Exception as exc:  # noqa: BLE001 - a module that refuses hooks is still the script's model
         for h in handles:

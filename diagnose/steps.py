@@ -14,8 +14,8 @@ over from a lower one as long as the window has not begun):
    nothing else runs through the hook path, and before any compiled module
    runs: torch.compile guards on the global hooks); from then on a hook on
    that module alone counts its calls. A module torch's own set-up code calls
-   (quantize_dynamic's observers, jit.trace, export) is not the outermost
-   one, and a module that refuses hooks of its own (a TorchScript module) is
+   (quantize_dynamic's observers, jit.trace, export) or a model being
+   calibrated for quantisation is not the outermost one, and a module that refuses hooks of its own (a TorchScript module) is
    counted through the global hooks instead, with a note
    (diagnose/modulehooks.py): the instrumentation never makes the script fail.
 
@@ -45,7 +45,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from diagnose.modulehooks import hook_root, setup_call
+from diagnose.modulehooks import hook_root, set_up
 from diagnose.protocol import StepsSeen, WindowSpec
 
 if TYPE_CHECKING:
@@ -169,8 +169,12 @@ class StepClock:
             return
         if self._root is not None:
             return
-        if setup_call(sys._getframe(1)):
-            # torch's set-up code calling a module (quantize_dynamic's observers, jit.trace, export): not a step
+        why = set_up(module, sys._getframe(1))
+        if why == "nested":
+            return
+        if why:
+            # torch's set-up code calling a module (quantize_dynamic's observers, jit.trace, export), or a model
+            # being calibrated for quantisation: not a step
             self.set_up_calls[type(module).__name__] = self.set_up_calls.get(type(module).__name__, 0) + 1
             return
         self._root = module
@@ -333,8 +337,8 @@ def notes(steps, seen: StepsSeen, iteration_s: list[float]) -> list[str]:
     out += seen.hook_notes  # before any early return: they hold in every mode
     if seen.set_up_calls:
         called = ", ".join(f"{name} x{n}" for name, n in sorted(seen.set_up_calls.items()))
-        out.append(f"modules that torch's own set-up code called (quantisation, tracing, export: {called}) were not "
-                   "taken for the script's model")
+        out.append(f"modules called as set-up (by torch's quantisation, tracing or export code, or calibrated for "
+                   f"quantisation: {called}) were not taken for the script's model")
     if steps.detector is None:
         if not steps.full_run:
             out.append("no step found (no optimizer.step(), no nn.Module call, no diagnose.mark_step()): every "

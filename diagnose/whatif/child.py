@@ -44,7 +44,7 @@ import sys
 import time
 
 from diagnose import protocol
-from diagnose.modulehooks import hook_root, setup_call
+from diagnose.modulehooks import hook_root, set_up
 from diagnose.protocol import OutputDiff, WhatIfPass, WhatIfSpec
 from diagnose.report.model import Compile, GraphBreakAt
 from diagnose.whatif import outputs
@@ -106,7 +106,7 @@ class WhatIfChild:
             logger.propagate = False  # kept for the report, not printed into the target's output
 
     def _on_first_forward(self, module, args) -> None:
-        if self.torch.compiler.is_compiling() or setup_call(sys._getframe(1)):
+        if self.torch.compiler.is_compiling() or set_up(module, sys._getframe(1)):
             return  # torch's set-up code calling a module (quantize_dynamic's observers, jit.trace) is not the model
         self._handle.remove()
         self.root_name = type(module).__name__
