@@ -22,7 +22,8 @@ the models people bring break in that:
   cost is one identity check per module call made from Python). A module
   whose `__call__` is overridden without calling `nn.Module.__call__` reaches
   no hook at all: nothing is installed on it and it is never the outermost
-  module (the step clock falls back to its other detectors).
+  module; the first module called inside it is, and `bypassed_by` names the
+  one around it for a note (diagnose.mark_step() marks the steps exactly).
 
 Imports nothing of diagnose's: the ground floor.
 """
@@ -48,7 +49,9 @@ def setup_call(frame) -> bool:
     root = _torch_dir()
     if root is None:
         return False
-    machinery = (os.path.join(root, "nn", "modules", "module.py"), os.path.join(root, "utils", "hooks.py"))
+    # the call machinery between the caller and the hook: nn.Module's, and fx.GraphModule's wrapper around it
+    machinery = (os.path.join(root, "nn", "modules", "module.py"), os.path.join(root, "utils", "hooks.py"),
+                 os.path.join(root, "fx", "graph_module.py"))
     own = os.path.dirname(os.path.realpath(__file__)) + os.sep  # diagnose's hooks
     f = frame
     while f is not None:
@@ -102,6 +105,23 @@ def set_up(module, frame) -> str | None:
     if _nested(frame):
         return "nested"
     return "set-up" if setup_call(frame) or calibrating(module) else None
+
+
+def bypassed_by(module, frame) -> str | None:
+    """The module whose forward is running around this call although no hook saw it enter: one whose class
+    overrides `__call__` without nn.Module's (then `module`, the first call the hooks saw, is inside it); or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    base_call = torch.nn.Module.__call__
+    f = frame
+    while f is not None:
+        owner = f.f_locals.get("self") if "self" in f.f_code.co_varnames[:1] else None
+        if isinstance(owner, torch.nn.Module) and owner is not module and type(owner).__call__ is not base_call \
+                and not isinstance(owner, torch.jit.ScriptModule):
+            return f"{type(owner).__name__}.{f.f_code.co_name}"
+        f = f.f_back
+    return None
 
 
 def kind_of(module) -> str:

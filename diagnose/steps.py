@@ -45,7 +45,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from diagnose.modulehooks import hook_root, set_up
+from diagnose.modulehooks import bypassed_by, hook_root, set_up
 from diagnose.protocol import StepsSeen, WindowSpec
 
 if TYPE_CHECKING:
@@ -185,6 +185,12 @@ class StepClock:
         self._handles += handles
         if note:
             self.hook_notes.append(note)
+        around = bypassed_by(module, sys._getframe(1))
+        if around:
+            self.hook_notes.append(
+                f"the outermost module the hooks saw, {type(module).__name__}, runs inside {around}, whose class "
+                "overrides __call__ without nn.Module's (no module hook sees it): the steps count "
+                f"{type(module).__name__}'s calls; diagnose.mark_step() at the end of the loop body marks them exactly")
         self._on_root_pre(module, args, {})  # its own pre-hook did not exist yet for this call
 
     def _on_root_pre(self, module, args, kwargs) -> None:
