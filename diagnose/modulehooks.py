@@ -35,7 +35,9 @@ import sys
 from typing import Any, Callable
 
 # torch's set-up machinery: a module called from these packages is being quantised, traced or exported
-_SETUP_PACKAGES = ("ao", "quantization", "jit", "export", "_export", "fx", "_dynamo", "onnx", "_functorch/_aot_autograd")
+# (dynamo's own tracing is not here: the hooks skip calls while torch.compiler.is_compiling(), and a compiled
+# module's call comes through torch/_dynamo/eval_frame.py)
+_SETUP_PACKAGES = ("ao", "quantization", "jit", "export", "_export", "fx", "onnx", "_functorch/_aot_autograd")
 
 
 def _torch_dir() -> str | None:
