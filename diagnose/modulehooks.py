@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # torch's set-up machinery: a module called from these packages is being quantised, traced or exported
 # (dynamo's own tracing is not here: the hooks skip calls while torch.compiler.is_compiling(), and a compiled

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from diagnose.protocol import WindowSpec  # noqa: E402
-from diagnose.steps import StepClock  # noqa: E402
+from diagnose.protocol import WindowSpec
+from diagnose.steps import StepClock
 
 WHOLE_RUN = WindowSpec(skip=0, steps=1 << 62, stop_after_window=False)
 
@@ -59,7 +59,13 @@ def test_torch_set_up_calls_are_not_the_model(clock):
 
 
 def test_a_model_calibrated_for_static_quantisation_is_set_up_and_its_converted_copy_the_model(clock):
-    from torch.ao.quantization import DeQuantStub, QuantStub, convert, get_default_qconfig, prepare
+    from torch.ao.quantization import (
+        DeQuantStub,
+        QuantStub,
+        convert,
+        get_default_qconfig,
+        prepare,
+    )
 
     class Q(nn.Module):
         def __init__(self):

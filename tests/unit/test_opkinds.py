@@ -12,10 +12,15 @@ import pytest
 from diagnose import findings
 from diagnose.findings import copies, suggestions
 from diagnose.findings.microbench import sequential_operator
-from diagnose.findings.operators import CHURN_MIN_SPAN_S, copy_overhead, hot_operator, memory_churn
+from diagnose.findings.operators import (
+    CHURN_MIN_SPAN_S,
+    copy_overhead,
+    hot_operator,
+    memory_churn,
+)
 from diagnose.opkinds import COMPUTE_CLASSES, low_precision, op_class, weight_init
 from diagnose.report import io
-from diagnose.report.model import MicrobenchRow, OperatorRow, OperatorSummary, Steps
+from diagnose.report.model import MicrobenchRow, OperatorRow, Steps
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "findings"
 ELEMENTWISE = suggestions.TEXT["elementwise"]

@@ -1,6 +1,5 @@
 """A model converted once with .to(torch.bfloat16): bf16 GEMMs, no casts in the loop."""
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

@@ -1,8 +1,7 @@
 """nn.DataParallel on CPU (no CUDA device: it calls the wrapped module directly)."""
 import torch
-import torch.nn as nn
-
 from mlp import STEPS, build, report
+from torch import nn
 
 model, x = build()
 parallel = nn.DataParallel(model)

@@ -1,6 +1,5 @@
 """torch.export(...).module(): an exported program run as a module."""
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

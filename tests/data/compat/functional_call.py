@@ -1,8 +1,7 @@
 """torch.func.functional_call: the model run with a dict of parameters (stateless, as torch.func code does)."""
 import torch
-from torch.func import functional_call
-
 from mlp import STEPS, build, report
+from torch.func import functional_call
 
 model, x = build()
 params = {k: v.detach() for k, v in model.named_parameters()}

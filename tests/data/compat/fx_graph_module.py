@@ -1,7 +1,6 @@
 """torch.fx.symbolic_trace: a GraphModule (what FX passes and many quantisation flows produce)."""
 import torch
 import torch.fx
-
 from mlp import STEPS, build, report
 
 model, x = build()

@@ -1,6 +1,5 @@
 """model.half() on CPU: float16 GEMMs."""
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

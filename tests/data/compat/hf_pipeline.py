@@ -6,12 +6,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast, pipeline
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    PreTrainedTokenizerFast,
+    pipeline,
+)
 from transformers.utils import logging
 
 logging.set_verbosity_error()
 STEPS = 6
-words = "the a model runs on cpu fast slow and is not diagnose step batch token".split()
+words = ["the", "a", "model", "runs", "on", "cpu", "fast", "slow", "and", "is", "not", "diagnose", "step", "batch", "token"]
 vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words])}
 backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
 backend.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -2,7 +2,6 @@
 import sys
 
 import torch
-
 from mlp import STEPS, build, report
 
 if sys.argv[1:2] == ["--save"]:

@@ -1,6 +1,5 @@
 """torch.jit.script: a TorchScript module, which refuses per-module hooks."""
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

@@ -1,6 +1,5 @@
 """torch.jit.trace (and torch.jit.freeze, as deployment code does): traced TorchScript."""
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

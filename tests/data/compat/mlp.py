@@ -1,6 +1,6 @@
 """The model every row starts from (imported by the row scripts, never run itself)."""
 import torch
-import torch.nn as nn
+from torch import nn
 
 STEPS, BATCH, DIM, HIDDEN = 6, 16, 128, 256
 

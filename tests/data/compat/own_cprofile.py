@@ -3,7 +3,6 @@ import cProfile
 import pstats
 
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

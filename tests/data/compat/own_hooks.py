@@ -1,6 +1,5 @@
 """A model with its own forward pre-hooks and hooks (on the root and a submodule) beside diagnose's."""
 import torch
-
 from mlp import STEPS, build, report
 
 model, x = build()

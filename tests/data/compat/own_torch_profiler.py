@@ -1,8 +1,7 @@
 """A script that runs its own torch.profiler around its loop and prints what it recorded."""
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from mlp import STEPS, build, report
+from torch.profiler import ProfilerActivity, profile
 
 model, x = build()
 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -1,9 +1,14 @@
 """Static int8 quantisation (eager mode: QuantStub, observers calibrated, convert): quantized::linear."""
 import torch
-import torch.nn as nn
-from torch.ao.quantization import DeQuantStub, QuantStub, convert, get_default_qconfig, prepare
-
 from mlp import STEPS, build, report
+from torch import nn
+from torch.ao.quantization import (
+    DeQuantStub,
+    QuantStub,
+    convert,
+    get_default_qconfig,
+    prepare,
+)
 
 
 class Quantisable(nn.Module):
