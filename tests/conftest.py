@@ -22,7 +22,8 @@ DIAGNOSE = [sys.executable, "-m", "diagnose"]
 # and so does the HTML test: it asserts its run's first finding, which a neighbour's load turned into
 # external_contention (seen when it ran beside test_report.py).
 PARALLEL_SAFE = {"unit", "test_bad_input.py", "test_faults.py", "test_report.py", "test_compare_cli.py",
-                 "test_vtune_cli.py", "test_microbench_cli.py", "test_steps_cli.py", "test_processes.py"}
+                 "test_vtune_cli.py", "test_microbench_cli.py", "test_steps_cli.py", "test_processes.py",
+                 "test_compat.py"}
 
 
 def pytest_collection_modifyitems(config, items):
