@@ -92,8 +92,10 @@ def of(report: Report) -> StepBudget | None:
         fixed_us = calls * costs.profiler_self_us
         kernel_s = max(0.0, (ops.total_self_cpu_us - fixed_us) * 1e-6 / op_n) * op_pace
         carved = min(kernel_s, slices["allocator"].s) if "allocator" in slices else 0.0
+        kept = (kernel_s - carved) / kernel_s if kernel_s else 0.0  # each kernel gives up its part of the faults
         items = [BudgetItem(label=f"{r.name} {_shapes(r.input_shapes)}",
-                            s=max(0.0, (r.self_cpu_us - r.calls * costs.profiler_self_us) * 1e-6 / op_n) * op_pace,
+                            s=max(0.0, (r.self_cpu_us - r.calls * costs.profiler_self_us) * 1e-6 / op_n) * op_pace
+                            * kept,
                             op=r.name, module=r.module, location=r.source)
                  for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
         slices["kernels"] = BudgetSlice(
