@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from diagnose import __version__, findings, machine, output, target as target_mod
+from diagnose import __version__, budget, findings, machine, output, target as target_mod
 from diagnose.config import Config
 from diagnose.distributed import view as distributed_view
 from diagnose.errors import ExitCode
@@ -59,6 +59,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
         session.run(Plan.of(config, report))
         if report.distributed:
             distributed_view.finish(report)
+        report.step_budget = budget.of(report)
         report.findings = findings.derive(report)
         output.write_report(report, output_dir)
     finally:

@@ -25,7 +25,7 @@ import dataclasses
 import os
 import sys
 
-from diagnose import __version__, api, compare, findings, output
+from diagnose import __version__, api, budget, compare, findings, output
 from diagnose.config import Config
 from diagnose.distributed import launcher
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
@@ -377,6 +377,7 @@ def _merge(argv: list[str]) -> int:
     p.add_argument("-q", "--quiet", action="store_true", help="print only where the report went")
     args = p.parse_args(argv)
     merged = combine.combine([(path, report_io.load(path)) for path in args.reports])
+    merged.step_budget = budget.of(merged)
     merged.findings = findings.derive(merged)
     stem = os.path.splitext(os.path.basename(merged.target.script))[0]
     out = args.output or output.default_output_dir(f"{stem}-merged", Config().reports_root)

@@ -48,6 +48,7 @@ class PassOutcome:
     ranks: list[RankOutcome] | None = None  # under torchrun: one per rank (distributed/collect.py)
     # a stalled pass (diagnose/stall.py): {"idle_s", "stacks": [{"rank", "pid", "text"}]}
     stall: dict[str, Any] | None = None
+    tool_induced: bool = False  # stalled under a layer while the uninstrumented pass finished (session.py)
 
     @property
     def raw(self) -> dict[str, Any] | None:

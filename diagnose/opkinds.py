@@ -4,7 +4,23 @@ Random number generation, sorting, allocation, views and transcendental
 functions each cost something that neither a FLOP count nor bytes describe
 (layers/efficiency/roofline.py's docstring says why for each), so they get no
 roofline verdict; a wrapper whose time is mostly in the operators it calls is
-not a kernel. Imports nothing of diagnose's: the ground floor.
+not a kernel.
+
+`op_class(name)` puts an operator in a class (CLASSES, first match): the one
+table every rule reads before it picks advice (findings/suggestions.py holds
+the texts). Kinds that need more than the name are decided here too, from
+plain values the rules pass in:
+- `quantized_matmul` / `quantized_convolution` (quantized::linear*,
+  quantized::linear_dynamic, onednn::qlinear*, quantized::conv*): int8 GEMMs
+  and convolutions, the model's core compute, never element-wise;
+  `weight_packing` (linear_prepack) is a quantised model's set-up;
+- `low_precision(shapes, dtypes)`: an operator already computing in
+  bfloat16 / float16, so "try bfloat16" is never its advice;
+- `weight_init(name, module, calls, steps)`: an RNG filling a tensor in place
+  outside any forward, less than once a step: set-up, never a suspect;
+- autocast's weight casts are a copy kind (findings/copies.py: `aten::to`
+  called by the GEMM itself, to a lower precision).
+Imports nothing of diagnose's: the ground floor.
 """
 
 from __future__ import annotations
@@ -57,3 +73,88 @@ def no_verdict(name: str) -> str | None:
 def tensor_dtypes(shapes: list[Any], dtypes: list[str]) -> set[str]:
     """Dtypes of the tensor inputs with at least one dimension (a Python scalar is recorded as a 0-d double)."""
     return {d for s, d in zip(shapes or [], dtypes or []) if isinstance(s, list) and len(s) > 0}
+
+
+GEMMS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_mkl_linear", "mkldnn_linear")
+
+
+def _names(*names: str) -> re.Pattern:
+    return re.compile(r"^aten::(" + "|".join(names) + r")$")
+
+
+MATMUL = _names(*GEMMS)  # matrix multiplies whose (M, N, K) matmul_dims reads from the input shapes
+CLASSES: list[tuple[str, re.Pattern]] = [
+    ("matmul", _names(*GEMMS, "einsum", "mkldnn_matmul")),
+    # int8 GEMMs of quantised models: dynamic (quantized::linear_dynamic), static (quantized::linear), oneDNN's
+    # (onednn::qlinear_pointwise); their weight packing (linear_prepack) is set-up, its own kind below
+    ("quantized_matmul", re.compile(r"^(quantized|_quantized|onednn)::(q?linear|matmul)(?![\w.]*(prepack|unpack))[\w.]*$")),
+    ("quantized_convolution", re.compile(r"^(quantized|_quantized|onednn)::q?conv(?![\w.]*(prepack|unpack))[\w.]*$")),
+    ("weight_packing", re.compile(r"^(quantized|_quantized|onednn)::\w*(prepack|unpack)\w*$")),
+    ("quantize", _names(r"quantize_per_tensor\w*", r"quantize_per_channel\w*", r"dequantize\w*",
+                        r"_empty_affine_quantized", r"_empty_per_channel_affine_quantized")),
+    ("attention", _names(r"_?scaled_dot_product\w*", r"_flash_attention\w*", r"_efficient_attention\w*")),
+    ("convolution", _names(r"_?convolution\w*", r"conv\w*", r"mkldnn_convolution\w*", r"_slow_conv\w*",
+                           r"thnn_conv\w*", r"_nnpack\w*")),
+    ("rnn", _names(r"lstm\w*", r"gru\w*", r"rnn_tanh\w*", r"rnn_relu\w*", r"_thnn_fused_\w*", r"mkldnn_rnn\w*")),
+    ("pooling", _names(r"max_pool\w*", r"avg_pool\w*", r"adaptive_\w*pool\w*", r"mkldnn_max_pool\w*")),
+    ("batch_norm", _names(r"native_batch_norm\w*", r"batch_norm\w*", r"_batch_norm\w*",
+                          r"_native_batch_norm_legit\w*")),
+    ("layer_norm", _names(r"native_layer_norm\w*", r"layer_norm", r"native_group_norm\w*", r"group_norm",
+                          r"rms_norm", r"_fused_rms_norm\w*")),
+    ("softmax", _names(r"_?softmax", r"_?log_softmax", r"_softmax_backward_data", r"_log_softmax_backward_data")),
+    ("activation", _names(r"gelu_?", r"gelu_backward", r"relu_?", r"threshold_backward", r"silu_?",
+                          r"silu_backward", r"sigmoid_?", r"sigmoid_backward", r"hardswish_?", r"mish_?",
+                          r"leaky_relu_?", r"elu_?", r"clamp_min_?")),
+    ("activation_chain", _names(r"tanh_?", r"pow_?", r"erf_?", r"tanh_backward")),
+    ("reduction", _names(r"sum", r"mean", r"std", r"var", r"std_mean", r"var_mean", r"amax", r"amin", r"norm",
+                         r"linalg_vector_norm", r"logsumexp", r"prod", r"argmax", r"argmin")),
+    ("sort", _names(r"sort", r"argsort", r"msort", r"topk", r"kthvalue", r"_?unique\w*", r"mode", r"median",
+                    r"nanmedian")),
+    ("scan", _names(r"cumsum_?", r"cumprod_?", r"cummax", r"cummin", r"nonzero\w*", r"searchsorted",
+                    r"bucketize")),
+    ("gather", _names(r"embedding\w*", r"_embedding_bag\w*", r"index_select", r"gather", r"take\w*",
+                      r"index", r"index_add_?", r"scatter\w*", r"masked_select")),
+    ("cat", _names(r"cat", r"_cat", r"stack")),
+    ("copy", re.compile(r"^aten::(copy_|clone|contiguous|_to_copy|to)$")),
+    ("rng", _names(*(re.escape(n) for n in sorted(RNG)))),
+    ("creation", _names(r"empty\w*", r"zeros\w*", r"ones\w*", r"full\w*", r"fill_", r"zero_", r"arange",
+                        r"linspace", r"new_\w+")),
+    ("pad", _names(r"pad", r"constant_pad_nd", r"reflection_pad\w*", r"replication_pad\w*")),
+]
+# where a healthy model spends its time
+COMPUTE_CLASSES = {"matmul", "attention", "convolution", "rnn", "quantized_matmul", "quantized_convolution"}
+QUANTIZED_CLASSES = {"quantized_matmul", "quantized_convolution"}
+# the profiler's names of the half-size float dtypes a model computes in (matmul and convolution rows)
+LOW_PRECISION = {"c10::BFloat16": "bfloat16", "c10::Half": "float16"}
+FLOAT32 = "float"
+# a fused activation function: part of a healthy model's time, though it only reads and writes its tensor
+ACTIVATION_CLASSES = {"activation"}
+CHANNELS_LAST_CLASSES = {"convolution", "pooling", "batch_norm"}
+
+
+def op_class(name: str) -> str:
+    for cls, pattern in CLASSES:
+        if pattern.match(name or ""):
+            return cls
+    return "view" if (name or "").split("::")[-1] in VIEWS else "elementwise"
+
+
+def is_compute(name: str) -> bool:
+    return op_class(name) in COMPUTE_CLASSES
+
+
+
+
+def low_precision(shapes: list[Any], dtypes: list[str]) -> str | None:
+    """"bfloat16" / "float16" when an operator's tensor inputs are in one (it already computes in it), else None."""
+    return next((LOW_PRECISION[d] for d in sorted(tensor_dtypes(shapes, dtypes)) if d in LOW_PRECISION), None)
+
+
+def weight_init(name: str, module: str | None, calls: int, steps: int | None) -> bool:
+    """Weight initialisation during set-up: a random number generator filling a tensor in place (nn.init's
+    normal_/uniform_, trunc_normal_'s uniform_) outside any module's forward, fewer times than the recorded steps
+    (with no steps, any such call). Set-up, not the loop: never a suspect to benchmark or blame on its kernel."""
+    base = name.split("::")[-1]
+    if base not in RNG or not base.endswith("_") or module:
+        return False
+    return steps is None or calls < steps

@@ -150,6 +150,9 @@ class StepsSeen:
     switches: list[str] = field(default_factory=list)  # detector changes before the window
     ignored: dict[str, int] = field(default_factory=dict)  # boundaries of detectors not used, by detector
     off_main_thread: int = 0  # calls of the outermost module from threads other than the main one
+    hook_notes: list[str] = field(default_factory=list)  # hooks a module refused, and what counted its calls instead
+    # modules torch's set-up code called outside any forward (quantize_dynamic's observers, jit.trace): class -> calls
+    set_up_calls: dict[str, int] = field(default_factory=dict)
     # the process's resident set (bytes) at the window's start and at the end of each of its steps (the
     # uninstrumented pass: layers/memory/readings.RssReader; at most MAX_WINDOW_STEP_TIMES + 1)
     rss_bytes: list[int] = field(default_factory=list)

@@ -200,7 +200,12 @@ class Session:
         progress.pass_finished(name, outcome)
         if outcome.stall is not None:  # hung: its stacks, and the run did not end well
             report.hangs += hangs(name, outcome.stall, UserCode(self.target.path))
-            report.run.error = report.run.error or outcome.error
+            if layer is not None and self._baseline_finished():
+                # the uninstrumented run of the same script finished: this layer's instrumentation is the likely
+                # cause, never the user's code (findings/hangs.py says so; the layer fails with the reason)
+                outcome.tool_induced = True
+            else:
+                report.run.error = report.run.error or outcome.error
         if outcome.ranks is not None:  # a torchrun pass: what each rank measured
             distributed_view.record_pass(report, name, layer.name if layer else None, outcome.ranks)
         if index == 1:
@@ -222,9 +227,19 @@ class Session:
         if outcome.status == "interrupted":
             report.run.interrupted = True
         status = analysed(layer, outcome, report, workdir)
+        if outcome.tool_induced:
+            status.status = "failed"
+            status.reason = (f"the {name} pass hung where the uninstrumented run did not: its instrumentation is "
+                             "the likely cause (the stacks are in the hang finding); the other layers are complete")
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status
         output.move_artifacts(report, workdir, self.output_dir)
+
+    def _baseline_finished(self) -> bool:
+        """The uninstrumented pass ran to its end without hanging (the reference for what the script does)."""
+        run = self.report.run
+        return (self.config.baseline and run.wall_s is not None and not run.exit_code and not run.timed_out
+                and not any(h.pass_name == "baseline" for h in self.report.hangs))
 
     def _run_derived(self, layer: Layer, index: int, total: int, context: DerivedContext) -> None:
         """A layer computed from the others' results (it may run its own probe, or re-run the workload)."""

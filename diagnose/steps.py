@@ -13,7 +13,11 @@ over from a lower one as long as the window has not begun):
    forward (found with torch's global forward pre-hook, removed at once so that
    nothing else runs through the hook path, and before any compiled module
    runs: torch.compile guards on the global hooks); from then on a hook on
-   that module alone counts its calls.
+   that module alone counts its calls. A module torch's own set-up code calls
+   (quantize_dynamic's observers, jit.trace, export) or a model being
+   calibrated for quantisation is not the outermost one, and a module that refuses hooks of its own (a TorchScript module) is
+   counted through the global hooks instead, with a note
+   (diagnose/modulehooks.py): the instrumentation never makes the script fail.
 
 Step i runs from the end of step i-1 to the end of step i; step 1 starts when
 the outermost module is first called (or at the first mark_step/optimizer
@@ -42,6 +46,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
+from diagnose.modulehooks import bypassed_by, hook_root, set_up
 from diagnose.protocol import StepsSeen, WindowSpec
 
 if TYPE_CHECKING:
@@ -104,6 +109,8 @@ class StepClock:
         self.last_inputs: tuple = ()
         self._global_pre = None
         self._handles: list[Any] = []
+        self.hook_notes: list[str] = []  # hooks that could not be installed, and what counts instead
+        self.set_up_calls: dict[str, int] = {}  # modules torch's set-up code called before the first step
         self._stopping = False
         # memory (diagnose/layers/memory/): the uninstrumented pass reads the RSS at the window's start and at
         # each of its step boundaries; the operator pass marks each boundary in its profile (`on_step`)
@@ -169,12 +176,28 @@ class StepClock:
             return
         if self._root is not None:
             return
+        why = set_up(module, sys._getframe(1))
+        if why == "nested":
+            return
+        if why:
+            # torch's set-up code calling a module (quantize_dynamic's observers, jit.trace, export), or a model
+            # being calibrated for quantisation: not a step
+            self.set_up_calls[type(module).__name__] = self.set_up_calls.get(type(module).__name__, 0) + 1
+            return
         self._root = module
         # drop the global hook before this module's forward runs: nothing else pays for the hook path,
         # and a module compiled later is never traced with it in place
         self._global_pre.remove()
-        self._handles += [module.register_forward_pre_hook(self._on_root_pre, with_kwargs=True),
-                          module.register_forward_hook(self._on_root_post)]
+        handles, note = hook_root(module, self._on_root_pre, self._on_root_post)
+        self._handles += handles
+        if note:
+            self.hook_notes.append(note)
+        around = bypassed_by(module, sys._getframe(1))
+        if around:
+            self.hook_notes.append(
+                f"the outermost module the hooks saw, {type(module).__name__}, runs inside {around}, whose class "
+                "overrides __call__ without nn.Module's (no module hook sees it): the steps count "
+                f"{type(module).__name__}'s calls; diagnose.mark_step() at the end of the loop body marks them exactly")
         self._on_root_pre(module, args, {})  # its own pre-hook did not exist yet for this call
 
     def _on_root_pre(self, module, args, kwargs) -> None:
@@ -288,7 +311,8 @@ class StepClock:
             window_wall_s=((self.ended_at or self.last_end or self.began_at) - self.began_at)
             if self.began_at is not None else None,
             stopped_target=self._stopping, switches=list(self.switches), ignored=dict(self.ignored),
-            off_main_thread=self.off_main_thread, rss_bytes=list(self.rss_bytes))
+            off_main_thread=self.off_main_thread, hook_notes=list(self.hook_notes),
+            set_up_calls=dict(self.set_up_calls), rss_bytes=list(self.rss_bytes))
 
 
 class _Restore:
@@ -331,6 +355,11 @@ def notes(steps, seen: StepsSeen, iteration_s: list[float]) -> list[str]:
     out = []
     if steps.full_run:
         out.append("--full-run: every pass recorded the whole run")
+    out += seen.hook_notes  # before any early return: they hold in every mode
+    if seen.set_up_calls:
+        called = ", ".join(f"{name} x{n}" for name, n in sorted(seen.set_up_calls.items()))
+        out.append(f"modules called as set-up (by torch's quantisation, tracing or export code, or calibrated for "
+                   f"quantisation: {called}) were not taken for the script's model")
     if steps.detector is None:
         if not steps.full_run:
             out.append("no step found (no optimizer.step(), no nn.Module call, no diagnose.mark_step()): every "

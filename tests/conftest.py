@@ -23,7 +23,7 @@ DIAGNOSE = [sys.executable, "-m", "diagnose"]
 # external_contention (seen when it ran beside test_report.py).
 PARALLEL_SAFE = {"unit", "test_bad_input.py", "test_faults.py", "test_report.py", "test_compare_cli.py",
                  "test_vtune_cli.py", "test_microbench_cli.py", "test_steps_cli.py", "test_processes.py",
-                 "test_memory_cli.py"}
+                 "test_compat.py", "test_memory_cli.py"}
 
 
 def pytest_collection_modifyitems(config, items):

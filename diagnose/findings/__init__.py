@@ -15,6 +15,7 @@ operator class.
 from __future__ import annotations
 
 from diagnose.findings import (
+    budget,
     doctor,
     efficiency,
     hangs,
@@ -37,6 +38,7 @@ RULES = [
     operators.memory_churn,
     operators.autograd_in_inference,
     python.python_overhead,
+    budget.outside_torch,
     threads.oversubscription,
     threads.undersubscription,
     threads.external_contention,
@@ -56,5 +58,5 @@ def derive(report: Report) -> list[Finding]:
     bounded by the stake; one finding per line of code that several layers flagged."""
     out: list[Finding] = []
     for rule in RULES:
-        out.extend(stake.fill(place.annotate(f, report)) for f in rule(report))
+        out.extend(stake.fill(stake.bound(place.annotate(f, report), report.step_budget)) for f in rule(report))
     return stake.rank(stake.dedup(stake.rank(out)))

@@ -1,8 +1,8 @@
 """Copy time named by what the user wrote.
 
 Kinds: .contiguous(), .clone(), .to(), a copying reshape, an explicit
-.copy_() (LAYOUT: copies the code asks for), indexed assignment, or a
-kernel's internal copy.
+.copy_(), autocast's cast of a GEMM's operand (LAYOUT: copies the code asks
+for), indexed assignment, or a kernel's internal copy.
 
 The profiler records each copy as a chain of ATen operators; only the leaves
 that move bytes (COPY_BODIES: copy_, clone, _to_copy) have self time worth
@@ -23,6 +23,9 @@ scripts):
 - a scalar operand of div_/add (`x / 3.0`): to (called by div_) -> _to_copy
   -> copy_: internal; addmm writing its broadcast bias: copy_ (called by
   addmm): internal.
+- under torch.autocast: linear -> to -> _to_copy -> copy_ (a float32 weight,
+  bias or input cast to bfloat16 by the GEMM's autocast kernel, every call):
+  autocast. No GEMM or convolution calls `aten::to` itself outside autocast.
 Rows are per (operator, shapes), with their time split by parent and by
 line separately, not by both: `Origins.joint` estimates the split by (parent,
 line) by giving a parent's time only to the lines where that parent operator
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from diagnose.opkinds import COMPUTE_CLASSES, op_class
 from diagnose.report.model import OperatorRow, Report
 
 COPY_BODIES = {"aten::copy_", "aten::clone", "aten::_to_copy"}
@@ -45,7 +49,9 @@ CHAIN = COPY_BODIES | {"aten::to", "aten::contiguous", "aten::reshape", "aten::f
 TOP_KIND = {"aten::contiguous": "contiguous", "aten::clone": "clone", "aten::to": "to", "aten::_to_copy": "to",
             "aten::reshape": "reshape", "aten::flatten": "reshape"}
 INDEXING = {"aten::select", "aten::slice", "aten::narrow", "aten::index"}  # views `out[...] =` goes through
-LAYOUT = ("contiguous", "clone", "to", "reshape", "copy_")
+# copies the code asks for: its layout changes, and autocast's casts of float32 weights and inputs
+LAYOUT = ("contiguous", "clone", "to", "reshape", "copy_", "autocast")
+AUTOCAST_CASTS = {"aten::to", "aten::_to_copy"}
 MAX_DEPTH = 6
 
 
@@ -108,6 +114,8 @@ class Origins:
             if name == "aten::copy_":
                 return [("indexed assignment" if loc in self.indexing_at else "copy_", 1.0, name)]
             return [(TOP_KIND.get(name, "internal"), 1.0, name)]
+        if parent not in CHAIN and name in AUTOCAST_CASTS and op_class(parent) in COMPUTE_CLASSES:
+            return [("autocast", 1.0, parent)]  # the GEMM's own dtype cast: autocast's (module docstring)
         if parent not in CHAIN or depth >= MAX_DEPTH:
             return [("internal", 1.0, parent)]
         up = {p: us for p, us in self.parents(parent, loc).items() if us > 0}

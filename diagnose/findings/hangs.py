@@ -22,6 +22,13 @@ GLOO_WORKAROUND = ("A known torch 2.13 + gloo deadlock: the process group's dest
                    "dist.destroy_process_group() (examples/ddp_train.py does).")
 
 
+def _tool_induced(report: Report, passes: list[str]) -> bool:
+    """Only instrumented passes hung, and the uninstrumented one finished: the layer's doing, not the script's."""
+    run = report.run
+    return ("baseline" not in passes and run.wall_s is not None and not run.exit_code and not run.timed_out
+            and not run.error)
+
+
 def hang(report: Report) -> list[Finding]:
     places: dict[tuple, list] = {}
     for h in report.hangs:
@@ -37,6 +44,18 @@ def hang(report: Report) -> list[Finding]:
             any(h.rank is not None for h in group) and (stuck_in or "").startswith("the interpreter's exit"))
         where = f" at {location}" if location else ""
         inside = f", waiting in {stuck_in}" if stuck_in else ""
+        if _tool_induced(report, passes):
+            out.append(Finding(
+                kind="hang", severity="medium", layer="hang", op=None, location=location,
+                title=(f"The {', '.join(passes)} pass hung{where}{inside}, where the uninstrumented run of the same "
+                       f"script finished: diagnose's instrumentation is the likely cause, not your code"),
+                evidence={"stuck_in": stuck_in, "passes": passes, "ranks": ranks, "idle_s": first.idle_s,
+                          "tool_induced": True, "main_thread": frames[:20]},
+                suggestion=(f"Your script is fine here: please report this to diagnose's developers with the stacks "
+                            f"above. Meanwhile the other layers are complete; run without this layer "
+                            f"(--layers without {', '.join(passes)}) to skip it."),
+                stake=Stake(pct=None, basis="diagnose's own failure: no time of your script's is at stake")))
+            continue
         title = (f"The script hung{where}{inside}: no CPU use for {first.idle_s:.0f} s in the {', '.join(passes)} "
                  f"pass{'es' if len(passes) > 1 else ''}" + (f" (rank{'s' if len(ranks) > 1 else ''} "
                                                                f"{', '.join(map(str, ranks))})" if ranks else ""))

@@ -58,7 +58,7 @@ the speedup itself is then uncertain:
 from __future__ import annotations
 
 from diagnose.findings.stake import operator_stake
-from diagnose.findings.suggestions import BANDWIDTH_TEXT, MATMUL, matmul_dims, suggestion_for
+from diagnose.findings.suggestions import MATMUL, bandwidth_text, matmul_dims, suggestion_for, weight_init_row
 from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, MicrobenchRow, Report
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
@@ -97,8 +97,8 @@ def sequential_operator(report: Report) -> list[Finding]:
         if one is None or most.threads < 2 or one.median_us < MIN_US:
             continue
         speedup = one.median_us / most.median_us
-        if speedup >= SEQUENTIAL_MAX_SPEEDUP:
-            continue
+        if speedup >= SEQUENTIAL_MAX_SPEEDUP or _weight_init(report, one):
+            continue  # weight initialisation is set-up: never a suspect (a report from before the layer skipped it)
         share = float(one.self_pct or _share(report, one) or 0.0)
         if share < SHARE_MIN_PCT:
             continue
@@ -145,7 +145,7 @@ def sequential_operator(report: Report) -> list[Finding]:
                      f"{bandwidth:.3g} GB/s, {fraction:.0%} of the {roof:.3g} GB/s this machine streams; {times}")
             suggestion = (f"More threads cannot read memory faster: {short} moves at one thread "
                           f"{fraction:.0%} of what {n} threads stream here. "
-                          + BANDWIDTH_TEXT["matmul" if dims else "other"] + " " + reproducer)
+                          + bandwidth_text(dims, one.input_shapes, one.dtypes) + " " + reproducer)
         elif skinny:
             m_, n_, k_ = dims
             title = (f"{op} at {shapes} is a skinny matrix product (M={m_}, N={n_}, K={k_}) that runs on one thread"
@@ -157,7 +157,7 @@ def sequential_operator(report: Report) -> list[Finding]:
                           "contiguous copy made once (W_t = W.t().contiguous() outside the loop) streams faster.")
             suggestion = (f"Each weight element of {short} serves only {m_} row(s), so it is bound by reading the "
                           f"weights, and torch's BLAS does not split a product this small across threads. "
-                          + BANDWIDTH_TEXT["matmul"] + layout + " " + reproducer)
+                          + bandwidth_text(dims, one.input_shapes, one.dtypes) + layout + " " + reproducer)
         elif doubts:  # a flat result this run cannot vouch for: say so before any advice
             title = f"{op} at {shapes} did not speed up with threads in its micro-benchmark, a doubted result: {times}"
             suggestion = (f"Re-measure before acting ({'; '.join(doubts)}): {reproducer.rstrip('.')}, on a quiet "
@@ -175,6 +175,11 @@ def sequential_operator(report: Report) -> list[Finding]:
                            layer="microbench", stake=operator_stake(report, evidence["share_pct"]),
                            doubts=doubts + ([PEAKS_CONTENDED_DOUBT] if contended else [])))
     return out
+
+
+def _weight_init(report: Report, row: MicrobenchRow) -> bool:
+    return any(weight_init_row(report, op) for op in report.operators
+               if op.name == row.op and op.input_shapes == row.input_shapes)
 
 
 def _transposed_input(report: Report, row: MicrobenchRow) -> bool:

@@ -10,7 +10,8 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   30% it is `low` and an observation (BERT's GELU took 11%); at 30% or more
   it is `medium` (something slows it: page faults of fresh outputs, a tiny
   tensor per call). A kernel's own internal copy (addmm writing its broadcast
-  bias, copies.internal) is that kernel's cost: `low` and an observation.
+  bias, copies.internal) is that kernel's cost: `low` and an observation, and
+  so is weight initialisation recorded with the set-up (opkinds.weight_init).
   Any other operator is `medium` at >= 10% and `high` at >= 30%, since it
   usually means avoidable work.
 - copy_overhead: copies your code asks for (.contiguous(), .clone(), .to(),
@@ -26,7 +27,11 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   >= 2 GiB/s `medium`, >= 8 GiB/s `high`, the rate over the span the
   operator pass recorded (stake.recorded_span: with --iters above
   --profile-iters only the last iterations are recorded, and allocations
-  are counted over those alone). The evidence adds the turnover (bytes
+  are counted over those alone). No rate is reported over a span shorter
+  than CHURN_MIN_SPAN_S (10 ms, the resolution the report prints seconds
+  at) or shorter than half the recorded operators' own time: such a span is
+  not the time the allocations happened in (a quantised model's steps once
+  read as 0.5 GiB in 0.00 s). The evidence adds the turnover (bytes
   allocated over the most bytes alive at once); it is not a threshold, since
   every training loop turns its activations over once per step. Its time at
   stake (`_churn_stake`) is what the churn measurably costs, the fresh pages
@@ -62,6 +67,7 @@ from diagnose.findings.suggestions import (
     is_compute,
     op_class,
     suggestion_for,
+    weight_init_row,
 )
 from diagnose.report.model import Finding, Report, Stake
 
@@ -75,6 +81,8 @@ MIB = 1 << 20
 GIB = 1 << 30
 CHURN_MIN_BYTES = 256 * MIB
 CHURN_RATES = ((8 * GIB, "high"), (2 * GIB, "medium"), (1 * GIB, "low"))
+CHURN_MIN_SPAN_S = 0.01
+CHURN_SPAN_MIN_OPERATOR_SHARE = 0.5
 AUTOGRAD_MIN_SHARE = 0.5
 AUTOGRAD_MIN_CALLS = 20
 
@@ -101,6 +109,8 @@ def hot_operator(report: Report) -> list[Finding]:
         activation = op_class(row.name) in ACTIVATION_CLASSES
         # a kernel's own copy (addmm writing its broadcast bias) is that kernel's cost: named, never above low
         internal = copies.internal(report, row.name, row.input_shapes)
+        # weight initialisation recorded with the set-up (a run without a window): set-up's cost, not the loop's
+        internal = internal or weight_init_row(report, row)
         if compute or internal or (activation and row.self_pct < HOT_HIGH_PCT):
             severity = "low"
         else:
@@ -190,6 +200,9 @@ def memory_churn(report: Report) -> list[Finding]:
     wall, span_basis = recorded_span(report)
     if allocated < CHURN_MIN_BYTES or not wall:
         return []
+    operators_s = (report.operator_summary.total_self_cpu_us or 0.0) * 1e-6
+    if wall < max(CHURN_MIN_SPAN_S, CHURN_SPAN_MIN_OPERATOR_SHARE * operators_s):
+        return []  # a span that did not hold the recorded allocations: no rate (module docstring)
     rate = allocated / wall
     peak = int(mem.peak_live_bytes or 0)
     turnover = allocated / peak if peak else None

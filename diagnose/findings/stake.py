@@ -93,7 +93,8 @@ from __future__ import annotations
 import dataclasses
 
 from diagnose.compare import MIN_FLOOR_PCT
-from diagnose.report.model import Finding, Report, Stake
+from diagnose import budget as budget_mod
+from diagnose.report.model import Finding, Report, Stake, StepBudget
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 # the rest are causes (tier 0); autograd recording in inference is one cause of the framework overhead that
@@ -193,6 +194,19 @@ def settle(finding: Finding) -> Finding:
         finding.severity_basis = (f"{value:.3g}% of wall time expected at stake "
                                   f"({stake(finding):.3g}% x confidence {factor:g}), {basis}")
         finding.severity = severity
+    return finding
+
+
+def bound(finding: Finding, budget: StepBudget | None) -> Finding:
+    """A finding's time at stake never exceeds the step-budget slice its time is part of (budget.SLICE_OF)."""
+    cap = budget_mod.cap_pct(budget, finding.kind)
+    if cap is None or finding.stake is None or not isinstance(finding.stake.pct, (int, float)):
+        return finding
+    limit, names = cap
+    if finding.stake.pct > limit:
+        finding.stake = dataclasses.replace(
+            finding.stake, pct=round(limit, 2),
+            basis=f"{finding.stake.basis}; at most the step budget's {names} ({limit:.3g}% of the step)")
     return finding
 
 

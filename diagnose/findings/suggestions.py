@@ -27,68 +27,66 @@ are as often two batch sizes or a last partial batch.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from diagnose.findings import copies
-from diagnose.opkinds import RNG, VIEWS, tensor_dtypes
+from diagnose.opkinds import (  # noqa: F401 - the rules import the table's names from here too
+    ACTIVATION_CLASSES,
+    CHANNELS_LAST_CLASSES,
+    CLASSES,
+    COMPUTE_CLASSES,
+    GEMMS,
+    LOW_PRECISION,
+    MATMUL,
+    QUANTIZED_CLASSES,
+    is_compute,
+    low_precision,
+    op_class,
+    tensor_dtypes,
+    weight_init,
+)
 from diagnose.report.model import OperatorRow, Report
 
 GROWTH_MIN_STEPS = 4
-
-GEMMS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_mkl_linear", "mkldnn_linear")
-
-
-def _names(*names: str) -> re.Pattern:
-    return re.compile(r"^aten::(" + "|".join(names) + r")$")
-
-
-MATMUL = _names(*GEMMS)  # matrix multiplies whose (M, N, K) matmul_dims reads from the input shapes
-CLASSES: list[tuple[str, re.Pattern]] = [
-    ("matmul", _names(*GEMMS, "einsum", "mkldnn_matmul")),
-    ("attention", _names(r"_?scaled_dot_product\w*", r"_flash_attention\w*", r"_efficient_attention\w*")),
-    ("convolution", _names(r"_?convolution\w*", r"conv\w*", r"mkldnn_convolution\w*", r"_slow_conv\w*",
-                           r"thnn_conv\w*", r"_nnpack\w*")),
-    ("rnn", _names(r"lstm\w*", r"gru\w*", r"rnn_tanh\w*", r"rnn_relu\w*", r"_thnn_fused_\w*", r"mkldnn_rnn\w*")),
-    ("pooling", _names(r"max_pool\w*", r"avg_pool\w*", r"adaptive_\w*pool\w*", r"mkldnn_max_pool\w*")),
-    ("batch_norm", _names(r"native_batch_norm\w*", r"batch_norm\w*", r"_batch_norm\w*",
-                          r"_native_batch_norm_legit\w*")),
-    ("layer_norm", _names(r"native_layer_norm\w*", r"layer_norm", r"native_group_norm\w*", r"group_norm",
-                          r"rms_norm", r"_fused_rms_norm\w*")),
-    ("softmax", _names(r"_?softmax", r"_?log_softmax", r"_softmax_backward_data", r"_log_softmax_backward_data")),
-    ("activation", _names(r"gelu_?", r"gelu_backward", r"relu_?", r"threshold_backward", r"silu_?",
-                          r"silu_backward", r"sigmoid_?", r"sigmoid_backward", r"hardswish_?", r"mish_?",
-                          r"leaky_relu_?", r"elu_?", r"clamp_min_?")),
-    ("activation_chain", _names(r"tanh_?", r"pow_?", r"erf_?", r"tanh_backward")),
-    ("reduction", _names(r"sum", r"mean", r"std", r"var", r"std_mean", r"var_mean", r"amax", r"amin", r"norm",
-                         r"linalg_vector_norm", r"logsumexp", r"prod", r"argmax", r"argmin")),
-    ("sort", _names(r"sort", r"argsort", r"msort", r"topk", r"kthvalue", r"_?unique\w*", r"mode", r"median",
-                    r"nanmedian")),
-    ("scan", _names(r"cumsum_?", r"cumprod_?", r"cummax", r"cummin", r"nonzero\w*", r"searchsorted",
-                    r"bucketize")),
-    ("gather", _names(r"embedding\w*", r"_embedding_bag\w*", r"index_select", r"gather", r"take\w*",
-                      r"index", r"index_add_?", r"scatter\w*", r"masked_select")),
-    ("cat", _names(r"cat", r"_cat", r"stack")),
-    ("copy", re.compile(r"^aten::(copy_|clone|contiguous|_to_copy|to)$")),
-    ("rng", _names(*(re.escape(n) for n in sorted(RNG)))),
-    ("creation", _names(r"empty\w*", r"zeros\w*", r"ones\w*", r"full\w*", r"fill_", r"zero_", r"arange",
-                        r"linspace", r"new_\w+")),
-    ("pad", _names(r"pad", r"constant_pad_nd", r"reflection_pad\w*", r"replication_pad\w*")),
-]
-COMPUTE_CLASSES = {"matmul", "attention", "convolution", "rnn"}  # where a healthy model spends its time
-# a fused activation function: part of a healthy model's time, though it only reads and writes its tensor
-ACTIVATION_CLASSES = {"activation"}
-CHANNELS_LAST_CLASSES = {"convolution", "pooling", "batch_norm"}
 
 CHECK_TEXT = ("Check it runs efficiently: intra-op threads vs usable CPUs (torch.set_num_threads), contiguous "
               "inputs, and bfloat16 (torch.autocast('cpu', dtype=torch.bfloat16)) on CPUs with AVX512-BF16/AMX; "
               "micro-benchmark it at this shape.")
 COMPUTE_TEXT = "This is the model's core compute. " + CHECK_TEXT
+# a GEMM or convolution that already computes in bfloat16/float16: the dtype is not the lever
+LOW_PRECISION_TEXT = ("This is the model's core compute, already in {dtype}. Check it runs efficiently: intra-op "
+                      "threads vs usable CPUs (torch.set_num_threads), contiguous inputs, enough rows per call (a "
+                      "larger batch); the doctor's low_precision check says whether this CPU computes {dtype} "
+                      "natively (without it, float32 is often faster); micro-benchmark it at this shape.")
+QUANTIZED_TEXT = ("An int8 {what} of a quantised model: the model's core compute, already in its smallest dtype. "
+                  "Check it runs efficiently: intra-op threads vs usable CPUs (torch.set_num_threads), and enough "
+                  "rows per call (a larger batch amortises reading the int8 weights and, for dynamic quantisation, "
+                  "quantising the activations on every call); the quantised engine is "
+                  "torch.backends.quantized.engine (x86/fbgemm use VNNI instructions where the CPU has them); "
+                  "micro-benchmark it at this shape.")
+AUTOCAST_TEXT = {
+    "weight": ("This is autocast casting {via}'s float32 {what} {shape} to {dtype} on every call (torch.autocast), "
+               "not a copy of the model's own work: the same weights are converted again at every step. Convert the "
+               "weights once instead: model.to(torch.bfloat16) (and the inputs with x.to(torch.bfloat16)), then "
+               "drop autocast or keep it only where float32 is needed; or keep the cast out of the loop (convert a "
+               "copy of the model once before it)."),
+    "input": ("This is autocast casting {via}'s float32 input {shape} to {dtype} on every call (torch.autocast): "
+              "produce the input in {dtype} where it is made (x.to(torch.bfloat16) once, in the data pipeline), or "
+              "convert the model and its inputs once (model.to(torch.bfloat16)) and drop autocast."),
+}
 TEXT = {
     "matmul": COMPUTE_TEXT,
     "attention": "Fused attention is the model's core compute and grows with the sequence length. " + CHECK_TEXT,
     "convolution": COMPUTE_TEXT,
     "rnn": COMPUTE_TEXT + " Recurrent layers run step by step in time: a larger batch is the main lever.",
+    "quantized_matmul": QUANTIZED_TEXT.format(what="GEMM (a quantised Linear)"),
+    "quantized_convolution": QUANTIZED_TEXT.format(what="convolution"),
+    "weight_packing": "Weight packing: a quantised layer's weights converted to its kernel's int8 layout, a one-off "
+                      "set-up cost when the model is quantised or loaded. In the loop it means the model is "
+                      "quantised again every step: quantise (or load) it once, outside the loop.",
+    "quantize": "Conversions between float and int8 at the edges of a quantised region: keep consecutive "
+                "quantised layers together (fewer QuantStub/DeQuantStub pairs) so the activations stay int8 "
+                "between them, and quantise the input once.",
     "pooling": "Pooling is memory-bound: it reads every input element once; torch.compile can fuse it with the "
                "activation before it.",
     "batch_norm": "Batch norm is memory-bound (it reads and writes the whole activation). For inference, fold it "
@@ -163,13 +161,21 @@ COPY_TEXT = {
                           "loop it is one small copy_ per row. Build the whole result in one operation: compute "
                           "all rows at once (broadcasting, dim= arguments), torch.stack/torch.cat the pieces "
                           "once, or index_copy_/index_put_ with all indices in one call.",
+    "autocast": "autocast casts the float32 weights (and inputs) of each GEMM to the lower precision on every "
+                "call: a copy every step that is not part of the model's work. Convert the weights once instead: "
+                "model.to(torch.bfloat16) and the inputs with them, then drop autocast (or keep it only where float32 "
+                "is needed); or keep the cast out of the loop.",
     "internal": "This is {via}'s own internal copy (a kernel copying its inputs or output), not a copy your code "
                 "asks for: give {via} contiguous inputs in the dtype it computes in, or see {via}'s own row.",
 }
 COPY_LABEL = {"contiguous": ".contiguous()", "clone": ".clone()", "to": ".to() conversions",
               "reshape": "copying reshapes", "copy_": "explicit .copy_()", "indexed assignment": "indexed assignment",
-              "internal": "kernels' internal copies"}
+              "autocast": "autocast's casts", "internal": "kernels' internal copies"}
 BANDWIDTH_TEXT = {
+    "matmul_low_precision": "More rows per call cost almost nothing extra here, since the weights are read once "
+                            "per call whatever the number of rows: batch several sequences (or several tokens per "
+                            "step). Or read fewer bytes: int8 dynamic quantisation halves them again "
+                            "(torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)).",
     "matmul": "More rows per call cost almost nothing extra here, since the weights are read once per call "
               "whatever the number of rows: batch several sequences (or several tokens per step). Or read "
               "fewer bytes: bfloat16 weights halve them (model.to(torch.bfloat16)), int8 dynamic quantisation "
@@ -178,17 +184,6 @@ BANDWIDTH_TEXT = {
     "other": "Read fewer bytes per result: fuse it with its neighbours so the data is read once (torch.compile), "
              "use a smaller dtype (bfloat16), or batch more work per call.",
 }
-
-
-def op_class(name: str) -> str:
-    for cls, pattern in CLASSES:
-        if pattern.match(name or ""):
-            return cls
-    return "view" if (name or "").split("::")[-1] in VIEWS else "elementwise"
-
-
-def is_compute(name: str) -> bool:
-    return op_class(name) in COMPUTE_CLASSES
 
 
 def matmul_dims(name: str, shapes: list[list[int]]) -> tuple[int, int, int] | None:
@@ -271,7 +266,47 @@ def suggestion_for(report: Report, name: str, input_shapes=None, dtypes=None, so
         parts.append(GROWING_CACHE_TEXT.format(**growth))
     elif cls == "copy":
         kind, via = copies.row_kind(report, name, input_shapes)
-        parts.append(COPY_TEXT[kind].format(via=via or "the calling operator"))
+        if kind == "autocast":
+            parts.append(autocast_text(report, via, input_shapes, dtypes))
+        else:
+            parts.append(COPY_TEXT[kind].format(via=via or "the calling operator"))
+    elif cls in COMPUTE_CLASSES and cls not in QUANTIZED_CLASSES and low_precision(input_shapes, dtypes):
+        parts.append(LOW_PRECISION_TEXT.format(dtype=low_precision(input_shapes, dtypes)))
     else:
         parts.append(TEXT[cls])
     return " ".join(parts)
+
+
+def autocast_text(report: Report, via: str | None, input_shapes, dtypes) -> str:
+    """autocast's cast of a GEMM's operand: a weight (or bias) when its shape is a parameter input of that GEMM's
+    own rows (input 1 or 2 of aten::linear, a convolution's weight), else an input."""
+    shape = next((s for s in input_shapes or [] if isinstance(s, list) and s), None)
+    params = [r.input_shapes[1:3] for r in report.operators if r.name == via]
+    what = "weight" if shape and len(shape) > 1 and any(shape == p[0] for p in params if p) else (
+        "bias" if shape and any(len(p) > 1 and shape == p[1] for p in params) else None)
+    dtype = next((LOW_PRECISION[d] for d in dtypes or [] if d in LOW_PRECISION), "a lower precision")
+    return AUTOCAST_TEXT["weight" if what else "input"].format(
+        via=via or "the GEMM", what=what or "input", shape=f"[{','.join(map(str, shape or []))}]", dtype=dtype)
+
+
+def bandwidth_text(dims, input_shapes, dtypes) -> str:
+    """BANDWIDTH_TEXT for a memory-bound operator: a GEMM already in bfloat16/float16 is not told to halve its
+    bytes with bfloat16."""
+    if not dims:
+        return BANDWIDTH_TEXT["other"]
+    return BANDWIDTH_TEXT["matmul_low_precision" if low_precision(input_shapes, dtypes) else "matmul"]
+
+
+def recorded_steps(report: Report) -> int | None:
+    """How many of the script's steps the operator pass recorded (None: no steps, or function mode's iterations)."""
+    st = report.steps
+    if st is None or st.detector is None:
+        return report.target.iters if report.target and report.target.function else None
+    if st.window_first is not None and st.window_last is not None and not st.full_run:
+        return st.window_last - st.window_first + 1
+    return st.steps_seen or None
+
+
+def weight_init_row(report: Report, row: OperatorRow) -> bool:
+    """The row is weight initialisation during set-up (opkinds.weight_init), not the loop's work."""
+    return weight_init(row.name, row.module, row.calls, recorded_steps(report))

@@ -11,11 +11,13 @@ finding reads those rows (diagnose/findings/microbench.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 
 from diagnose.config import MicrobenchOptions
+from diagnose.findings.suggestions import weight_init_row
 from diagnose.layers.base import DerivedContext, Layer, last_line, run_helper
 from diagnose.report import io as report_io
 from diagnose.report.model import LayerStatus, MicrobenchRow, Report
@@ -43,7 +45,10 @@ class MicrobenchLayer(Layer):
         if not report.operators:
             return LayerStatus("skipped", "the operator pass recorded no operators to benchmark")
         source = os.path.join(workdir, "operators.json")
-        report_io.save(report, source)
+        # weight initialisation during set-up is not the loop's work: never a suspect to benchmark
+        init = [op for op in report.operators if weight_init_row(report, op)]
+        report_io.save(dataclasses.replace(report, operators=[op for op in report.operators if op not in init])
+                       if init else report, source)
         out = os.path.join(workdir, "microbench.json")
         cmd = [sys.executable, "-m", "microbench", "from-report", source, "--top", str(top),
                "--budget", f"{budget:g}", "--max-run-time", f"{MAX_RUN_TIME_S:g}", "--json", out,
@@ -63,6 +68,9 @@ class MicrobenchLayer(Layer):
         report.microbenchmarks = rows
         status = LayerStatus("ok" if rows else "failed", None if rows else "no operator could be benchmarked")
         status.notes += list(data.get("notes") or [])
+        for op in init:
+            status.notes.append(f"{op.name} {op.input_shapes}: not benchmarked (weight initialisation during set-up, "
+                                "not the loop's work)")
         for s in data.get("skipped") or []:
             status.notes.append(f"{s.get('op')} {s.get('input_shapes')}: not benchmarked ({s.get('reason')})")
         if os.path.isdir(os.path.join(workdir, REPRODUCERS)) and rows:

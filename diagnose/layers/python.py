@@ -79,16 +79,31 @@ class PythonRecorder(Recorder):
         self.loop_frame = None
         self.t0 = 0.0
         self.wall_s = 0.0
+        self.skipped: str | None = None  # why nothing was recorded
 
     def start(self) -> None:
         import cProfile
 
+        if sys.getprofile() is not None:
+            # the script profiles itself (its own cProfile, a profiler hook): replacing its hook would change
+            # what it measures and prints, so this pass records nothing and says why
+            self.skipped = ("the script runs its own Python profiler (sys.setprofile is taken, e.g. its own "
+                            "cProfile): the call-graph pass leaves it alone and records nothing")
+            self.profiler = None
+            return
+        self.skipped = None
         self.profiler = cProfile.Profile()
         self.start_frames = _stack(sys._getframe(1)) if self.spec.mode == "script" else {}
         self.t0 = time.perf_counter()
         self.profiler.enable()
 
     def stop(self) -> None:
+        if self.profiler is not None and sys.getprofile() is not self.profiler:
+            # the script started its own profiler while this one recorded: disabling ours now would switch
+            # off the script's (one profile hook per thread), so it is left running and nothing is kept
+            self.profiler, self.skipped = None, ("the script started its own Python profiler while the call-graph "
+                                                 "pass recorded (e.g. its own cProfile): the pass left it alone and "
+                                                 "kept nothing")
         if self.profiler is not None:
             self.profiler.disable()
             self.wall_s = time.perf_counter() - self.t0
@@ -97,7 +112,7 @@ class PythonRecorder(Recorder):
 
     def collect(self, workdir: str) -> dict[str, Any]:
         if self.profiler is None:
-            return {"pstats": None}
+            return {"pstats": None, "skipped": self.skipped}
         stats = pstats.Stats(self.profiler)
         root = None
         if self.loop_frame is not None:
@@ -208,6 +223,10 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
             cumulative_s=round(ct, 6), self_pct=round(100 * tt / total_s, 3),
             cumulative_pct=round(100 * ct / total_s, 3),
         )
+        if row.kind in ("builtin", "library"):
+            via = _user_caller(func, stats, kinds)
+            if via is not None:
+                row.called_from = f"{via[2]} at {_label(via, usercode)[1]}"
         if row.kind == "user":
             row.end_line = spans.end_line(os.path.realpath(func[0]), func[1])
             row.loop_overhead_s = round(tt + tiny[func][0], 6)
@@ -226,6 +245,19 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
         python_share=round(1 - (split.get("torch", 0.0) + split.get("wait", 0.0)) / total_s, 4),
     )
     return keep, summary
+
+
+def _user_caller(func: tuple, stats: dict, kinds: dict, depth: int = 6) -> tuple | None:
+    """The user function through which `func` got most of its time: its heaviest caller, and that caller's,
+    up to `depth` levels (numpy's Python wrapper between the user's line and numpy's C code)."""
+    for _ in range(depth):
+        callers = stats.get(func, (0, 0, 0.0, 0.0, {}))[4]
+        if not callers:
+            return None
+        func = max(callers, key=lambda c: callers[c][3])  # (nc, cc, tt, ct): time that came through it
+        if kinds.get(func) == "user":
+            return func
+    return None
 
 
 # cProfile's own cost per profiled call: 0.31 µs measured here (a trivial function called 1 M times), taken
@@ -339,6 +371,8 @@ class PythonLayer(Layer):
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
         raw = outcome.raw
+        if raw and raw.get("skipped"):
+            return LayerStatus("skipped", raw["skipped"])
         if not raw or not raw.get("pstats"):
             return LayerStatus("failed", outcome.failure_reason("the call-graph pass"))
         pstats_path = os.path.join(workdir, raw["pstats"])

@@ -19,6 +19,25 @@ def duration(seconds: float | None) -> str:
     return f"{seconds * 1e6:.1f} µs"
 
 
+def budget_line(report: Report) -> str | None:
+    """The step budget in one line (diagnose/budget.py): "step 47.8 ms: kernels 78% (aten::mm 30%, ...), ...";
+    None without a budget. Slices under 0.5% are left out of the line (report.json has them all)."""
+    b = report.step_budget
+    if b is None:
+        return None
+    parts = []
+    for s in b.slices:
+        if s.name != "unexplained" and abs(s.share) < 0.005:
+            continue
+        by_name: dict[str, float] = {}  # one operator at several shapes is one entry of the line
+        for i in s.items if s.name in ("kernels", "native") else []:
+            by_name[i.op or i.label] = by_name.get(i.op or i.label, 0.0) + i.share
+        top = [(k, v) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05][:3]
+        tops = f" ({', '.join(f'{k} {100 * v:.0f}%' for k, v in top)})" if top else ""
+        parts.append(f"{'Python' if s.name == 'python' else s.name} {100 * s.share:.0f}%{tops}")
+    return f"{b.unit} {duration(b.step_s)}: " + ", ".join(parts)
+
+
 def us(value: float) -> str:
     return duration(value / 1e6)
 

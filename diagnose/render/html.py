@@ -203,6 +203,9 @@ def _verdict(report: Report) -> str:
         head = (f'<p class="summary">{len(fs)} finding{"s" if len(fs) != 1 else ""}: {parts}. '
                 f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
                 f"line are one finding.</p>")
+    budget = fmt.budget_line(report)
+    if budget:  # where a step's time goes, before the findings (diagnose/budget.py)
+        head = f'<p class="budget"><b>Step budget:</b> {_e(budget)}</p>' + head
     ranks = ""
     observations = report.distributed.observations if report.distributed else []
     if observations:  # a torchrun job's straggler and collectives (distributed/view.py), beside the findings

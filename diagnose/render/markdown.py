@@ -29,6 +29,9 @@ def render(report: Report) -> str:
     m = report.machine
     label = f"{t.script}:{t.function}" if t.function else t.script
     out = [f"# diagnose: `{label}`", ""]
+    budget = fmt.budget_line(report)
+    if budget:  # where a step's time goes, first (diagnose/budget.py)
+        out += [f"**Step budget:** {budget}", ""]
     out.append(f"**{fmt.outcome_line(report)}**")
     if report.run.traceback:
         out += ["", "```", *report.run.traceback, report.run.error or "", "```"]

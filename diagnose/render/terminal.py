@@ -16,8 +16,11 @@ TOP_MICROBENCH = 8
 
 def render(report: Report, output_dir: str | None = None) -> str:
     t = report.target
-    out = [f"diagnose {t.script}{':' + t.function if t.function else ''}  ({t.mode} mode)",
-           fmt.outcome_line(report)]
+    out = [f"diagnose {t.script}{':' + t.function if t.function else ''}  ({t.mode} mode)"]
+    budget = fmt.budget_line(report)
+    if budget:  # where a step's time goes, first (diagnose/budget.py)
+        out.append(f"step budget: {budget}")
+    out.append(fmt.outcome_line(report))
     if report.run.traceback:
         out.append(f"  at {report.run.traceback[-1]}")
     out += [f"  {line}" for line in fmt.timing_lines(report) + fmt.steps_lines(report)]

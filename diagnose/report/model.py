@@ -379,6 +379,9 @@ class PythonFunction:
     loop_overhead_s: float | None = None
     tiny_calls: int | None = None  # how many such tiny calls
     operators: list[LineOperator] = field(default_factory=list)  # at its lines, by self time, from the operator pass
+    # C built-ins and library code: the user function most of its time was called through ("name at file.py:LINE"
+    # of its def), following cProfile's callers; None when no user function is among them
+    called_from: str | None = None
     # user functions: large torch built-ins cProfile saw it call (s); large operators at its
     # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
     # its own time (operator overloads, indexing), already taken out of loop_overhead_s
@@ -453,6 +456,43 @@ class OperatorRow:
 
 # a finding's doubt when the machine's peaks (the roofs it is judged against) were measured under load
 PEAKS_CONTENDED_DOUBT = "the machine's peaks were measured while other processes held CPUs"
+
+
+@dataclass
+class BudgetItem:
+    """One contributor to a step-budget slice: a kernel at its shapes, a Python function, a library."""
+
+    label: str  # "aten::mm [256,1024], [1024,1024]", a function's name, "numpy"
+    s: float  # seconds of it per step (or call)
+    share: float = 0.0  # of the step
+    op: str | None = None  # the operator, for a kernel
+    module: str | None = None  # the module path it ran in, inside a library model
+    location: str | None = None  # the user's file.py:LINE
+
+
+@dataclass
+class BudgetSlice:
+    """Where part of a step goes (diagnose/budget.py): kernels, dispatch, python, native, data, allocator, waiting,
+    or unexplained (the rest, always shown, negative when the slices overlap)."""
+
+    name: str
+    s: float  # seconds per step (or call)
+    basis: str  # how it was measured
+    items: list[BudgetItem] = field(default_factory=list)  # its top contributors, largest first
+    share: float = 0.0  # of the step (0-1)
+
+
+@dataclass
+class StepBudget:
+    """A top-down account of one step: measured slices that add up to the uninstrumented median step, and what
+    they leave unexplained (diagnose/budget.py). A finding's time at stake never exceeds the slice it is about."""
+
+    unit: str  # "step", "call" (function mode) or "run" (a script without steps: the whole measured run)
+    step_s: float  # the uninstrumented pass's median step (the unit's time): the budget's 100%
+    slices: list[BudgetSlice] = field(default_factory=list)  # in a fixed order, unexplained last
+    unexplained_share: float = 0.0  # the unexplained slice's share (negative: the slices over-count)
+    costs: str = ""  # where the per-call costs came from (this machine's probe, or defaults: budget.DEFAULT_COSTS)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -803,6 +843,18 @@ class MemoryPeak:
 
 
 @dataclass
+class CallCosts:
+    """What one call costs on this machine, beyond any work (the probe, diagnose/layers/efficiency/probe.py): the
+    step budget's per-call slices (diagnose/budget.py). Medians of tight loops at one thread."""
+
+    dispatch_us: float  # a tiny operator called from Python (torch.add on one-element tensors, grad off)
+    autograd_dispatch_us: float  # the same call recording autograd (an input that requires grad, grad on)
+    profiler_self_us: float  # that tiny operator's self time as the operator pass records it (its fixed part)
+    cprofile_call_us: float  # what cProfile adds to one Python function call (the python pass's per-call cost)
+    method: str = ""  # how, in words
+
+
+@dataclass
 class Peaks:
     """This machine's measured peaks (diagnose/layers/efficiency/probe.py): the probe's result as it caches it
     (a JSON file per machine key), plus whether this report took it from that cache."""
@@ -820,6 +872,7 @@ class Peaks:
     method: str | None = None  # how it measured, in words
     cached: bool = False  # this report read it from the cache instead of measuring
     cache_path: str | None = None  # the cache file (None: not cached, e.g. a contended probe)
+    call_costs: CallCosts | None = None  # per-call costs (cache format 2 on); None in older files
 
     def gemm_peak(self, threads: int) -> float | None:
         """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""
@@ -1548,6 +1601,8 @@ class Report:
     # torchrun jobs (--nproc-per-node): world, nodes, per-rank tables, collectives, straggler
     # (diagnose/distributed/view.py); None for a single process
     distributed: Distributed | None = None
+    # where a step's time goes, measured slice by slice (diagnose/budget.py); None: no timing to split
+    step_budget: StepBudget | None = None
     # where memory goes, whether it grows, what keeps it alive (None: no step window was measured)
     memory: Memory | None = None
     findings: list[Finding] = field(default_factory=list)  # the diagnosis (diagnose/findings/), most important first

@@ -7,7 +7,9 @@ makes the outputs comparable; it changes no timing).
 
 The variant applies to the outermost nn.Module, the first module called
 outside any other's forward (torch's global forward pre-hook, removed at
-once, as the step clock does: diagnose/steps.py). At that first call it
+once, as the step clock does: diagnose/steps.py; a module torch's set-up code
+calls is skipped, and a TorchScript module is hooked through the global hooks,
+diagnose/modulehooks.py). At that first call it
 wraps the module's `forward` (an instance attribute: the module's own hooks,
 and diagnose's, stay eager):
 - `inference_mode`: `torch.inference_mode()(forward)`;
@@ -42,6 +44,7 @@ import sys
 import time
 
 from diagnose import protocol
+from diagnose.modulehooks import hook_root, set_up
 from diagnose.protocol import OutputDiff, WhatIfPass, WhatIfSpec
 from diagnose.report.model import Compile, GraphBreakAt
 from diagnose.whatif import outputs
@@ -67,6 +70,7 @@ class WhatIfChild:
         self.diff: OutputDiff | None = None  # against the reference pass's output (outputs.difference)
         self.breaks: list[str] = []  # torch._dynamo's graph-break log records (compile)
         self._handle = None
+        self.hook_note: str | None = None  # the model refused hooks of its own (modulehooks.hook_root)
         self.written = False
 
     def install(self) -> None:
@@ -102,18 +106,19 @@ class WhatIfChild:
             logger.propagate = False  # kept for the report, not printed into the target's output
 
     def _on_first_forward(self, module, args) -> None:
-        if self.torch.compiler.is_compiling():
-            return
+        if self.torch.compiler.is_compiling() or set_up(module, sys._getframe(1)):
+            return  # torch's set-up code calling a module (quantize_dynamic's observers, jit.trace) is not the model
         self._handle.remove()
         self.root_name = type(module).__name__
-        module.register_forward_pre_hook(self._on_pre, with_kwargs=True)
-        module.register_forward_hook(self._on_post)
+        _, self.hook_note = hook_root(module, self._on_pre, self._on_post)
         self._on_pre(module, args, {})
         t = time.perf_counter()
         try:
             self.applied = self._apply(module)
         except Exception as exc:  # noqa: BLE001 - the variant cannot apply to this model: the pass says so
             self.applied = f"failed: {type(exc).__name__}: {exc}"
+        if self.hook_note:  # said where the variant's outcome is read (the what-if layer shows `applied`)
+            self.applied = f"{self.applied} ({self.hook_note})"
         self.apply_s = time.perf_counter() - t  # torch.compile() imports inductor here
 
     def _apply(self, module) -> str:

@@ -184,3 +184,18 @@ def test_a_distributed_hang_is_reported_per_rank(tmp_path):
     assert any(f["location"] == f"tests/data/faults/ddp_waits_for_a_peer.py:{barrier_line}" for f in hangs)
     assert r["layers"]["operators"]["status"] in ("ok", "failed")  # whatever it measured is kept
     assert time.monotonic() - t0 < 300
+
+
+def test_a_hang_only_under_a_layer_is_reported_as_diagnoses_not_the_scripts(tmp_path):
+    """The call-graph pass hangs (its profile hook is what the script waits on); the uninstrumented run
+    finished: exit 0, the python layer failed with the reason, and the hang finding blames the instrumentation."""
+    run = run_cli("--layers", "operators,python", "--stall-after", "3", "tests/data/faults/hangs_under_cprofile.py",
+                  outdir=tmp_path / "r", timeout=200)
+    assert run.code == 0, run.stderr[-2000:]
+    r = run.report
+    assert r["run"]["error"] is None and r["run"]["exit_code"] == 0
+    assert r["layers"]["python"]["status"] == "failed" and "instrumentation" in r["layers"]["python"]["reason"]
+    assert r["layers"]["operators"]["status"] == "ok"
+    hangs = [f for f in r["findings"] if f["kind"] == "hang"]
+    assert len(hangs) == 1 and hangs[0]["evidence"]["tool_induced"] and "not your code" in hangs[0]["title"]
+    assert hangs[0]["severity"] != "high"

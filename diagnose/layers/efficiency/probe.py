@@ -52,7 +52,7 @@ from diagnose.report.model import Peaks
 from microbench.machine import cpu_snapshot, others_cpus
 
 CACHE_ENV = "DIAGNOSE_CACHE_DIR"
-CACHE_FORMAT = 1  # bump when the file's meaning changes: older files are then re-measured
+CACHE_FORMAT = 2  # bump when the file's meaning changes: older files are then re-measured (2: call_costs)
 GEMM_SIZES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 MODES = {
     # target seconds per GEMM call, seconds of repeats, min repeats, array MiB floor
@@ -212,6 +212,54 @@ def measure_memory(torch, threads: int, arrays: tuple, mib: int, settings: dict[
             "iqr_pct": round(max(copy_iqr, triad_iqr), 1), **_contention(before, threads)}
 
 
+def measure_call_costs(torch, calls: int = 4000) -> dict[str, Any]:
+    """What a call costs beyond its work (report.model.CallCosts): tight loops of a tiny operator from Python,
+    plain and recording autograd; its self time under the operator pass's profiler settings; and what cProfile
+    adds to a Python call. About 0.3 s."""
+    import cProfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    x, y = torch.ones(1), torch.ones(1)
+    g = torch.ones(1, requires_grad=True)
+
+    def per_call_us(fn) -> float:
+        best = []
+        for _ in range(5):  # the median of 5 loops: one busy moment on a shared machine moves one loop
+            t = time.perf_counter()
+            for _ in range(calls // 5):
+                fn()
+            best.append((time.perf_counter() - t) / (calls // 5) * 1e6)
+        return statistics.median(best)
+
+    with torch.no_grad():
+        dispatch = per_call_us(lambda: torch.add(x, y))
+    with torch.enable_grad():
+        autograd = per_call_us(lambda: torch.add(g, y))
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True,
+                                   profile_memory=True) as prof:
+        for _ in range(500):
+            torch.add(x, y)
+    selfs = [e.self_cpu_time_total for e in prof.events() if e.name == "aten::add"]
+
+    def empty() -> None:
+        pass
+
+    plain = per_call_us(empty)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        profiled = per_call_us(empty)
+    finally:
+        profiler.disable()
+    return {"dispatch_us": round(dispatch, 3), "autograd_dispatch_us": round(autograd, 3),
+            "profiler_self_us": round(statistics.median(selfs), 3) if selfs else 0.0,
+            "cprofile_call_us": round(max(0.0, profiled - plain), 3),
+            "method": f"medians of {calls} calls at 1 thread: torch.add on one-element tensors (grad off, and "
+                      "recording autograd), its self time under the operator pass's profiler settings, and an "
+                      "empty Python function with and without cProfile"}
+
+
 def machine_usable() -> int:
     return machine.usable_cpus()[0]
 
@@ -238,6 +286,8 @@ def measure(mode: str = "full") -> dict[str, Any]:
             arrays = tuple(torch.ones(numel) for _ in range(3))  # ones(): pages touched before timing
             memory = [measure_memory(torch, t, arrays, mib, settings) for t in thread_counts(usable)]
             del arrays
+        torch.set_num_threads(1)
+        call_costs = measure_call_costs(torch)
     finally:
         torch.set_num_threads(before)
     return {
@@ -250,6 +300,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
         "llc_bytes": llc_bytes(),
         "loadavg_1m": round(load, 2) if load is not None else None,
         "contended": any(r.get("contended") for r in gemm + memory),
+        "call_costs": call_costs,
         "probe_s": round(time.perf_counter() - t0, 2),
         "method": ("GEMM: torch.mm on square fp32 matrices, median call after a warm-up; memory: STREAM copy "
                    "and triad on fp32 arrays larger than the last-level cache, median call (write-allocate "

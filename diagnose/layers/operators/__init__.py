@@ -95,6 +95,12 @@ class OperatorsLayer(Layer):
         if forked:  # issue 33: the children's operators are not recorded yet; never call them absent
             notes.append(f"the target forked {forked} process(es) (a Pool, DataLoader workers, os.fork()); the "
                          "operator pass records its main process only, so their torch work is not in this table")
+        if not rows and raw.get("recorded_calls"):
+            # the source mode saw torch calls while the profiler recorded, and the profiler kept none of them
+            return LayerStatus("skipped", (
+                f"the profiler kept none of the {raw['recorded_calls']} torch calls made while it recorded: another "
+                "torch.profiler in the process took the events (one runs at a time), most likely the script's own; "
+                "run it without its profiler, or read that profiler's output"), notes=notes)
         if not rows:
             return LayerStatus("skipped", "the target's main process ran no torch operators" + (
                 f"; the {forked} process(es) it forked are not recorded" if forked else ""), notes=notes)

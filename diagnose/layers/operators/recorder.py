@@ -35,6 +35,7 @@ from diagnose.doctor.process import count_subnormals
 from diagnose.layers.base import Recorder
 from diagnose.layers.efficiency.work import estimate
 from diagnose.layers.operators.kineto import SOURCE_PREFIX, Label, reduce_kineto
+from diagnose.modulehooks import set_up
 from diagnose.protocol import PassSpec
 from diagnose.report.model import Work
 from diagnose.usercode import UserCode
@@ -151,7 +152,8 @@ class ModuleTracker:
     `named_modules()` names them (`_orig_mod.` of a torch.compile'd module
     left out). Another module called outside any forward is a root of its own,
     named after its class (`CrossEntropyLoss`), and a module its root does not
-    hold is named `<Class>` under the module that called it. Inside a compiled
+    hold is named `<Class>` under the module that called it. A module torch's
+    set-up code calls (modulehooks.set_up) is never the main root. Inside a compiled
     or scripted region no hook runs: its operators belong to the module that
     called the region. `calls` counts each path's forwards while counting.
 
@@ -222,7 +224,10 @@ class ModuleTracker:
             return path
         if id(module) in self.names:  # a submodule of a known root, called on its own
             return self.names[id(module)]
-        prefix = "" if not self.roots else _class_name(module).split(" ")[0]
+        # the main root is the first module the script calls, not one torch's set-up code calls
+        # (quantize_dynamic's observers, jit.trace): those are roots of their own, named after their class
+        main = "" not in self.roots.values() and not set_up(module, sys._getframe())
+        prefix = "" if main else _class_name(module).split(" ")[0]
         while prefix and prefix in self.roots.values():
             prefix += "'"
         self.roots[id(module)] = prefix

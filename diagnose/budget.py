@@ -1,0 +1,212 @@
+"""The step budget: where one step's time goes, slice by measured slice, and what is left unexplained.
+
+`of(report)` -> model.StepBudget, a pure function of the report (it re-runs on a loaded one). The ground truth is
+the uninstrumented pass's median step (or call; or the whole measured run when the script has no steps). Each
+slice is measured, per step, from the pass that sees it, and corrected by what this machine's probe measured a
+call to cost (model.CallCosts; the efficiency layer's cached peaks):
+
+- kernels: the operator pass's self time, less the profiler's fixed part of every operator call
+  (CallCosts.profiler_self_us x calls) and less the allocator slice (a fault lands inside the operator that
+  first touches the fresh page). The top kernels are listed with their line and module.
+- dispatch: calling operators from Python: the operator pass's torch calls from Python x dispatch_us, plus the
+  ones that recorded autograd x the extra autograd_dispatch_us - dispatch_us.
+- python: the call-graph pass's Python self time (the user's functions and other Python code), less what
+  cProfile added (cprofile_call_us a call), less the data slice's share of it.
+- native: C built-ins outside torch (numpy, PIL, tokenizers, ...), by library, corrected likewise.
+- data: time inside DataLoader iterators (the step clock's data wait).
+- allocator: minor page faults x doctor/workload.FAULT_US.
+- waiting: blocking built-ins cProfile saw (sleep, locks, pipe and socket reads, waiting for a child).
+- unexplained: the step less all of the above, always shown; negative when the slices overlap (then the
+  slices are over-counted by that much, and the budget says so).
+
+Without call costs (no efficiency layer, or a cache from before they were measured) the per-call corrections
+use DEFAULT_COSTS and the budget says so. A slice without its pass (no operator or call-graph pass) is absent,
+and its time is in `unexplained`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from diagnose.doctor.workload import FAULT_US
+from diagnose.report.model import BudgetItem, BudgetSlice, CallCosts, Report, StepBudget
+
+# per-call costs when this machine's probe has none: the medians measured on a 2-CPU AMD EPYC (2026-11-25)
+DEFAULT_COSTS = CallCosts(dispatch_us=1.3, autograd_dispatch_us=1.8, profiler_self_us=0.7, cprofile_call_us=0.13,
+                          method="not measured on this machine: a 2-CPU AMD EPYC's medians")
+TOP = 5  # contributors listed per slice
+ORDER = ("kernels", "dispatch", "python", "native", "data", "allocator", "waiting", "unexplained")
+LIBRARIES = ("numpy", "scipy", "PIL", "pandas", "tokenizers", "cv2", "sklearn", "librosa", "soundfile", "json",
+             "pickle", "re", "zlib", "io")
+_LIBRARY = re.compile(r"\b(" + "|".join(re.escape(n) for n in LIBRARIES) + r")\b")
+
+
+def _library(function: str, location: str = "~") -> str | None:
+    """The library outside torch a function belongs to: a C built-in by cProfile's name ("<built-in method
+    numpy.core...>", "<method 'astype' of 'numpy.ndarray' objects>"), Python code by its file (numpy's FFT
+    wrappers run pocketfft through C slots cProfile does not see, so their self time is numpy's C code);
+    None for anything else (torch's Python layers, the standard library, the user's code)."""
+    if location != "~":
+        m = re.search(r"site-packages/([A-Za-z_][\w]*)/", location) or re.match(r"([A-Za-z_]\w*)/", location)
+        return m.group(1) if m and m.group(1) in LIBRARIES else None
+    m = _LIBRARY.search(function)
+    return m.group(1) if m else None
+
+
+def _unit(report: Report) -> tuple[str, float, int] | None:
+    """(unit, its median seconds uninstrumented, how many the passes measured) or None without a timing."""
+    it = report.run.iterations
+    if it and it.n and it.median_s:
+        return ("call" if report.target.mode == "function" else "step"), it.median_s, it.n
+    if report.run.wall_s:
+        return "run", report.run.wall_s, 1
+    return None
+
+
+def of(report: Report) -> StepBudget | None:
+    unit = _unit(report)
+    if unit is None:
+        return None
+    name, step_s, n = unit
+    peaks = report.efficiency.peaks if report.efficiency else None
+    costs = peaks.call_costs if peaks and peaks.call_costs else DEFAULT_COSTS
+    notes: list[str] = []
+    slices: dict[str, BudgetSlice] = {}
+
+    faults = report.run.minor_faults
+    if faults is not None:
+        per = faults / n
+        slices["allocator"] = BudgetSlice(
+            "allocator", per * FAULT_US * 1e-6, f"{per:,.0f} minor page faults a {name} x {FAULT_US:g} µs a fault "
+            "(fresh pages the allocator hands out, uninstrumented pass)")
+
+    ops = report.operator_summary
+    op_it = report.run.instrumented_iterations
+    op_n = op_it.n if op_it and op_it.n else n
+    # the operator pass's own step: its kernels' share of it is what carries over to the uninstrumented step
+    # (the passes run at different moments on a shared machine; a share survives a drift in pace, a time does not)
+    op_pace = step_s / op_it.median_s if op_it and op_it.median_s and name != "run" else (
+        step_s / report.run.instrumented_wall_s if report.run.instrumented_wall_s else 1.0)
+    if ops and ops.total_self_cpu_us and report.operators:
+        calls = sum(r.calls for r in report.operators)
+        fixed_us = calls * costs.profiler_self_us
+        kernel_s = max(0.0, (ops.total_self_cpu_us - fixed_us) * 1e-6 / op_n) * op_pace
+        carved = min(kernel_s, slices["allocator"].s) if "allocator" in slices else 0.0
+        kept = (kernel_s - carved) / kernel_s if kernel_s else 0.0  # each kernel gives up its part of the faults
+        items = [BudgetItem(label=f"{r.name} {_shapes(r.input_shapes)}",
+                            s=max(0.0, (r.self_cpu_us - r.calls * costs.profiler_self_us) * 1e-6 / op_n) * op_pace
+                            * kept,
+                            op=r.name, module=r.module, location=r.source)
+                 for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
+        slices["kernels"] = BudgetSlice(
+            "kernels", kernel_s - carved,
+            f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
+            f"each of its {calls:,} calls, as a share of that pass's step (x {op_pace:.3g} to this step)" + (", less the page faults (they land inside the operators)"
+                                               if carved else ""), items)
+    autograd = report.autograd
+    if autograd and autograd.calls:
+        s = (autograd.calls * costs.dispatch_us
+             + autograd.recording_calls * max(0.0, costs.autograd_dispatch_us - costs.dispatch_us)) * 1e-6 / op_n
+        slices["dispatch"] = BudgetSlice(
+            "dispatch", s, f"{autograd.calls / op_n:,.0f} torch calls from Python a {name} x {costs.dispatch_us:g} µs "
+            f"({autograd.recording_calls / op_n:,.0f} recording autograd, {costs.autograd_dispatch_us:g} µs)")
+
+    data_s = 0.0
+    if report.steps and report.steps.data_wait_s and report.steps.window_steps:
+        data_s = report.steps.data_wait_s / report.steps.window_steps
+        slices["data"] = BudgetSlice("data", data_s, "time inside DataLoader iterators (the step clock)",
+                                     [BudgetItem(label=report.steps.data_wait_at or "DataLoader", s=data_s,
+                                                 location=report.steps.data_wait_at)] if data_s else [])
+
+    py = report.python_summary
+    if py and py.total_s:
+        split = py.split_s
+        py_n = report.steps.window_steps if report.steps and report.steps.window_steps else (
+            report.target.iters or n)
+        timed = split.user + split.library + split.builtin
+        added = min(timed, py.calls * costs.cprofile_call_us * 1e-6)
+        # likewise a share of that pass's own step, carried over to the uninstrumented one
+        py_pace = step_s / (py.wall_s / py_n) if py.wall_s else 1.0
+        keep = (timed - added) / timed * py_pace if timed else 0.0
+        # outside torch: C built-ins, and the library code of numerical packages (numpy, PIL, ...) by their files
+        by_lib: dict[str, float] = {}
+        for f in report.python_hotspots:
+            lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None
+            if lib is not None or f.kind == "builtin":
+                key = lib or "other built-ins"
+                by_lib[key] = by_lib.get(key, 0.0) + f.self_s
+        in_libraries = sum(v for k, v in by_lib.items() if k != "other built-ins")
+        python_s = max(0.0, split.user + split.library - in_libraries) * keep / py_n
+        native_s = (split.builtin + in_libraries) * keep / py_n
+        wait_s = split.wait * py_pace / py_n
+        if data_s:  # with num_workers=0 the loading runs inside the iterator: it is the data slice's time
+            pool = python_s + native_s + wait_s
+            share = min(1.0, data_s / pool) if pool else 0.0
+            python_s, native_s, wait_s = python_s * (1 - share), native_s * (1 - share), wait_s * (1 - share)
+            notes.append("the data slice's time was taken out of python, native and waiting in proportion: a "
+                         "DataLoader without workers loads inside its iterator, on this thread")
+        basis = (f"the call-graph pass's self time, less cProfile's {costs.cprofile_call_us:g} µs on each of its "
+                 f"{py.calls:,} calls, as a share of that pass's step (x {py_pace:.3g} to this step)")
+        users = [f for f in report.python_hotspots if f.kind == "user"
+                 or (f.kind == "library" and _library(f.function, f.location) is None)]
+        slices["python"] = BudgetSlice(
+            "python", python_s, basis + " (your functions and other Python code)",
+            [BudgetItem(label=f.function, s=f.self_s * keep / py_n, location=f.location if f.kind == "user" else None)
+             for f in sorted(users, key=lambda f: -f.self_s)[:TOP]])
+        callers = {}
+        for f in sorted(report.python_hotspots, key=lambda f: -f.self_s):
+            lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None
+            if lib and lib not in callers and f.called_from:
+                callers[lib] = f.called_from
+        slices["native"] = BudgetSlice(
+            "native", native_s, basis + " (outside torch: numerical libraries' code, numpy, PIL, tokenizers, ..., "
+            "and other C built-ins)",
+            [BudgetItem(label=lib, s=s * keep / py_n, location=callers.get(lib))
+             for lib, s in sorted(by_lib.items(), key=lambda kv: -kv[1])[:TOP]])
+        if split.wait:
+            slices["waiting"] = BudgetSlice("waiting", wait_s, "blocking built-ins in the call-graph pass: sleep, "
+                                            "locks, pipe and socket reads, waiting for a child")
+    if not slices:
+        return None
+    explained = sum(s.s for s in slices.values())
+    rest = step_s - explained
+    slices["unexplained"] = BudgetSlice(
+        "unexplained", rest, "the step less every measured slice" + (
+            "; negative: the slices overlap or over-count by that much" if rest < 0 else ""))
+    for s in slices.values():
+        s.share = round(s.s / step_s, 4)
+        s.s = round(s.s, 9)
+        for item in s.items:
+            item.share = round(item.s / step_s, 4)
+            item.s = round(item.s, 9)
+    missing = [k for k in ("kernels", "python") if k not in slices]
+    if missing:
+        notes.append(f"no {' or '.join(missing)} slice: {'the operator pass' if 'kernels' in missing else ''}"
+                     f"{' and ' if len(missing) == 2 else ''}{'the call-graph pass' if 'python' in missing else ''} "
+                     "did not run, so that time is in unexplained")
+    return StepBudget(unit=name, step_s=round(step_s, 9), slices=[slices[k] for k in ORDER if k in slices],
+                      unexplained_share=slices["unexplained"].share, costs=costs.method or "measured by the probe",
+                      notes=notes)
+
+
+def _shapes(shapes: list) -> str:
+    return ", ".join("[" + ",".join(str(d) for d in s) + "]" if isinstance(s, list) else str(s)
+                     for s in shapes or [] if s != [])
+
+
+# which slice a finding's time is part of: its stake can never be larger than that slice
+SLICE_OF = {"hot_operator": ("kernels",), "low_efficiency": ("kernels",), "copy_overhead": ("kernels",),
+            "sequential_operator": ("kernels",),
+            "python_overhead": ("python", "dispatch"), "outside_torch": ("native",), "memory_churn": ("allocator",), "page_faults": ("allocator",),
+            "data_wait": ("data",), "autograd_in_inference": ("kernels", "dispatch")}
+
+
+def cap_pct(budget: StepBudget | None, kind: str) -> tuple[float, str] | None:
+    """The largest stake (% of the step) a finding of this kind can claim, and the slices it is bounded by."""
+    names = SLICE_OF.get(kind)
+    if budget is None or not names:
+        return None
+    have = [s for s in budget.slices if s.name in names]
+    if not have:
+        return None
+    return 100.0 * max(0.0, sum(s.share for s in have)), " + ".join(s.name for s in have)
