@@ -201,6 +201,11 @@ SLICE_OF = {"hot_operator": ("kernels",), "low_efficiency": ("kernels",), "copy_
             "data_wait": ("data",), "autograd_in_inference": ("kernels", "dispatch")}
 
 
+# kinds whose time is the whole of their slice (not one operator among the kernels): bounded by it, the stake is
+# that measured slice, no longer an upper-bound estimate
+SLICE_IS_STAKE = {"python_overhead", "page_faults", "memory_churn", "data_wait"}
+
+
 def cap_pct(budget: StepBudget | None, kind: str) -> tuple[float, str] | None:
     """The largest stake (% of the step) a finding of this kind can claim, and the slices it is bounded by."""
     names = SLICE_OF.get(kind)

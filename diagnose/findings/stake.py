@@ -204,9 +204,11 @@ def bound(finding: Finding, budget: StepBudget | None) -> Finding:
         return finding
     limit, names = cap
     if finding.stake.pct > limit:
+        measured = finding.kind in budget_mod.SLICE_IS_STAKE  # the slice is this finding's time, measured
         finding.stake = dataclasses.replace(
-            finding.stake, pct=round(limit, 2),
-            basis=f"{finding.stake.basis}; at most the step budget's {names} ({limit:.3g}% of the step)")
+            finding.stake, pct=round(limit, 2), upper_bound=finding.stake.upper_bound and not measured,
+            basis=f"{finding.stake.basis}; at most the step budget's {names} ({limit:.3g}% of the step)"
+                  + (", measured: no longer an upper bound" if measured else ""))
     return finding
 
 
