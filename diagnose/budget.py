@@ -78,7 +78,9 @@ def of(report: Report) -> StepBudget | None:
         per = faults / n
         slices["allocator"] = BudgetSlice(
             "allocator", per * FAULT_US * 1e-6, f"{per:,.0f} minor page faults a {name} x {FAULT_US:g} µs a fault "
-            "(fresh pages the allocator hands out, uninstrumented pass)")
+            "(fresh pages the allocator hands out, uninstrumented pass)" + (
+                "; the memory section (report.memory) has the live bytes per step, their growth and what keeps "
+                "them" if report.memory else ""))
 
     ops = report.operator_summary
     op_it = report.run.instrumented_iterations

@@ -205,7 +205,8 @@ def _verdict(report: Report) -> str:
                 f"line are one finding.</p>")
     budget = fmt.budget_line(report)
     if budget:  # where a step's time goes, before the findings (diagnose/budget.py)
-        head = f'<p class="budget"><b>Step budget:</b> {_e(budget)}</p>' + head
+        memory = ' <a href="#memory">memory →</a>' if report.memory else ""  # the allocator slice's bytes
+        head = f'<p class="budget"><b>Step budget:</b> {_e(budget)}{memory}</p>' + head
     ranks = ""
     observations = report.distributed.observations if report.distributed else []
     if observations:  # a torchrun job's straggler and collectives (distributed/view.py), beside the findings
