@@ -142,7 +142,7 @@ def test_threads_layer_is_skipped_when_its_pass_is_not_run(tmp_path):
 @needs_few_cpus
 def test_sweep_pins_the_dataloader_workers_and_recommends_a_count(tmp_path):
     # the example's DataLoader asks for 2 workers; every worker point must have reached it (a point whose
-    # run built no DataLoader counts as failed, api._sweep)
+    # run built no DataLoader counts as failed, layers/threads/sweep.py SweepLayer)
     run = run_cli("threads", "--sweep", "--sweep-threads", "1", "--sweep-repeats", "1",
                   "examples/dataloader_contention.py", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
