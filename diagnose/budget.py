@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from diagnose.doctor.workload import FAULT_US
+from diagnose.render import fmt
 from diagnose.report.model import BudgetItem, BudgetSlice, CallCosts, Report, StepBudget
 
 # per-call costs when this machine's probe has none: the medians measured on a 2-CPU AMD EPYC (2026-11-25)
@@ -75,7 +76,7 @@ def of(report: Report) -> StepBudget | None:
 
     faults = report.run.minor_faults
     if faults is not None:
-        per = faults / n
+        per = report.faults_per_step()[0] if name != "run" else faults
         slices["allocator"] = BudgetSlice(
             "allocator", per * FAULT_US * 1e-6, f"{per:,.0f} minor page faults a {name} x {FAULT_US:g} µs a fault "
             "(fresh pages the allocator hands out, uninstrumented pass)" + (
@@ -90,21 +91,22 @@ def of(report: Report) -> StepBudget | None:
     op_pace = step_s / op_it.median_s if op_it and op_it.median_s and name != "run" else (
         step_s / report.run.instrumented_wall_s if report.run.instrumented_wall_s else 1.0)
     if ops and ops.total_self_cpu_us and report.operators:
+        def kernel(self_us: float, calls: int) -> float:
+            """Seconds of a step in the kernels: operator self time less the profiler's fixed part per call."""
+            return max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n) * op_pace
+
         calls = sum(r.calls for r in report.operators)
-        fixed_us = calls * costs.profiler_self_us
-        kernel_s = max(0.0, (ops.total_self_cpu_us - fixed_us) * 1e-6 / op_n) * op_pace
+        kernel_s = kernel(ops.total_self_cpu_us, calls)
         carved = min(kernel_s, slices["allocator"].s) if "allocator" in slices else 0.0
         kept = (kernel_s - carved) / kernel_s if kernel_s else 0.0  # each kernel gives up its part of the faults
-        items = [BudgetItem(label=f"{r.name} {_shapes(r.input_shapes)}",
-                            s=max(0.0, (r.self_cpu_us - r.calls * costs.profiler_self_us) * 1e-6 / op_n) * op_pace
-                            * kept,
-                            op=r.name, module=r.module, location=r.source)
+        items = [BudgetItem(label=f"{r.name} {fmt.shapes(r.input_shapes, limit=1 << 16)}",
+                            s=kernel(r.self_cpu_us, r.calls) * kept, op=r.name, module=r.module, location=r.source)
                  for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
         slices["kernels"] = BudgetSlice(
             "kernels", kernel_s - carved,
             f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
-            f"each of its {calls:,} calls, as a share of that pass's step (x {op_pace:.3g} to this step)" + (", less the page faults (they land inside the operators)"
-                                               if carved else ""), items)
+            f"each of its {calls:,} calls, as a share of that pass's step (x {op_pace:.3g} to this step)"
+            + (", less the page faults (they land inside the operators)" if carved else ""), items)
     autograd = report.autograd
     if autograd and autograd.calls:
         s = (autograd.calls * costs.dispatch_us
@@ -189,11 +191,6 @@ def of(report: Report) -> StepBudget | None:
     return StepBudget(unit=name, step_s=round(step_s, 9), slices=[slices[k] for k in ORDER if k in slices],
                       unexplained_share=slices["unexplained"].share, costs=costs.method or "measured by the probe",
                       notes=notes)
-
-
-def _shapes(shapes: list) -> str:
-    return ", ".join("[" + ",".join(str(d) for d in s) + "]" if isinstance(s, list) else str(s)
-                     for s in shapes or [] if s != [])
 
 
 # which slice a finding's time is part of: its stake can never be larger than that slice

@@ -21,6 +21,7 @@ from diagnose import markers, output, steps as steps_mod
 from diagnose.config import Config
 from diagnose.distributed import view as distributed_view
 from diagnose.errors import TargetError
+from diagnose.findings.hangs import tool_induced
 from diagnose.hangs import hangs
 from diagnose.launch import PassOutcome, run_pass
 from diagnose.layers import LAYERS, OPT_IN
@@ -200,7 +201,7 @@ class Session:
         progress.pass_finished(name, outcome)
         if outcome.stall is not None:  # hung: its stacks, and the run did not end well
             report.hangs += hangs(name, outcome.stall, UserCode(self.target.path))
-            if layer is not None and self._baseline_finished():
+            if layer is not None and tool_induced(report, [name]):
                 # the uninstrumented run of the same script finished: this layer's instrumentation is the likely
                 # cause, never the user's code (findings/hangs.py says so; the layer fails with the reason)
                 outcome.tool_induced = True
@@ -234,12 +235,6 @@ class Session:
         status.elapsed_s = round(outcome.elapsed_s, 3)
         report.layers[layer.name] = status
         output.move_artifacts(report, workdir, self.output_dir)
-
-    def _baseline_finished(self) -> bool:
-        """The uninstrumented pass ran to its end without hanging (the reference for what the script does)."""
-        run = self.report.run
-        return (self.config.baseline and run.wall_s is not None and not run.exit_code and not run.timed_out
-                and not any(h.pass_name == "baseline" for h in self.report.hangs))
 
     def _run_derived(self, layer: Layer, index: int, total: int, context: DerivedContext) -> None:
         """A layer computed from the others' results (it may run its own probe, or re-run the workload)."""

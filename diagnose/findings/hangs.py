@@ -22,7 +22,7 @@ GLOO_WORKAROUND = ("A known torch 2.13 + gloo deadlock: the process group's dest
                    "dist.destroy_process_group() (examples/ddp_train.py does).")
 
 
-def _tool_induced(report: Report, passes: list[str]) -> bool:
+def tool_induced(report: Report, passes: list[str]) -> bool:
     """Only instrumented passes hung, and the uninstrumented one finished: the layer's doing, not the script's."""
     run = report.run
     return ("baseline" not in passes and run.wall_s is not None and not run.exit_code and not run.timed_out
@@ -44,7 +44,7 @@ def hang(report: Report) -> list[Finding]:
             any(h.rank is not None for h in group) and (stuck_in or "").startswith("the interpreter's exit"))
         where = f" at {location}" if location else ""
         inside = f", waiting in {stuck_in}" if stuck_in else ""
-        if _tool_induced(report, passes):
+        if tool_induced(report, passes):
             out.append(Finding(
                 kind="hang", severity="medium", layer="hang", op=None, location=location,
                 title=(f"The {', '.join(passes)} pass hung{where}{inside}, where the uninstrumented run of the same "
