@@ -177,10 +177,10 @@ class SweepLayer(Layer):
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         if context.rerun is None:
             return LayerStatus("skipped", "the workload cannot be re-run from here")
-        rerun, state = context.rerun, {"index": 0, "total": 0}
+        rerun, state = context.rerun, {"index": 0}  # the point being measured: its passes' names
 
         def on_point(index: int, total: int, point: dict[str, Any]) -> None:
-            state.update(index=index, total=total)
+            state["index"] = index
             workers = point.get("dataloader_workers")
             if context.on_trial:
                 context.on_trial(index, total, "sweep", f"{point['intra_op_threads']} intra-op threads"
