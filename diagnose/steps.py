@@ -104,6 +104,7 @@ class StepClock:
         self.data_sites: dict[str | None, float] = {}  # window: data wait per line that iterates a DataLoader
         self._data_wait = 0.0
         self._root = None
+        self._lock = threading.RLock()
         self.off_main_thread = 0  # calls of the outermost module from threads other than the main one
         self.keep_inputs = False  # keep the outermost module's last tensor inputs (the doctor's subnormal scan)
         self.last_inputs: tuple = ()
@@ -174,9 +175,12 @@ class StepClock:
 
         if torch.compiler.is_compiling():
             return
-        if self._root is not None:
-            return
-        why = set_up(module, sys._getframe(1))
+        with self._lock:  # threads that call the model at once each see no root yet: hook it only once
+            if self._root is None:
+                self._take_root(module, args)
+
+    def _take_root(self, module, args) -> None:
+        why = set_up(module, sys._getframe(2))
         if why == "nested":
             return
         if why:
@@ -192,7 +196,7 @@ class StepClock:
         self._handles += handles
         if note:
             self.hook_notes.append(note)
-        around = bypassed_by(module, sys._getframe(1))
+        around = bypassed_by(module, sys._getframe(2))
         if around:
             self.hook_notes.append(
                 f"the outermost module the hooks saw, {type(module).__name__}, runs inside {around}, whose class "
@@ -226,7 +230,12 @@ class StepClock:
     # ------------------------------------------------------------ boundaries
 
     def boundary(self, detector: str, frame, detail: str | None = None) -> None:
-        """The end of a step as `detector` sees it."""
+        """The end of a step as `detector` sees it (from any thread: steps of a model served by worker threads end
+        in several at once)."""
+        with self._lock:
+            self._boundary(detector, frame, detail)
+
+    def _boundary(self, detector: str, frame, detail: str | None) -> None:
         now = self.clock()
         if self.detector != detector:
             if self.detector is not None and PRECEDENCE[detector] < PRECEDENCE[self.detector]:
