@@ -4,11 +4,20 @@ Pure: `compare(before, after)` reads two Report objects and returns plain
 JSON data; it runs nothing and renders nothing (render/compare.py does).
 
 Noise rule, the one `microbench compare` uses (microbench.stats): a ratio
-after/before is a real change only outside 1 ± floor, where the floor is the
-mean of both sides' IQR/median and never below MIN_FLOOR_PCT (5%).
-- Wall time: function mode gives each side a median per iteration and its
-  IQR. Script mode is one run per side, its noise unknown: the floor is then
-  MIN_FLOOR_PCT and the output says the noise was not measured.
+after/before is a real change only outside 1 ± floor. A run's steps give its
+within-run noise (IQR/median); a whole run's median also drifts from run to
+run on a shared machine, and the floor must cover that too:
+- Wall time, both sides run with --repeat N >= 2 (report.run.repeats): each
+  side is the median of its runs' medians; the floor is the larger of the
+  mean within-run IQR/median and the mean of both sides' run-to-run spread,
+  and with 3 runs or more a side the runs must not overlap (every run of one
+  side beyond every run of the other) for a change to be called.
+- Otherwise (single runs) the run-to-run drift is not measured: the floor is
+  at least SINGLE_RUN_DRIFT_PCT, what single-run A/A pairs measured apart on
+  shared 2-CPU machines (benchmarks/compare_drift.py), and the output says
+  that two single runs cannot call a smaller change. A script without steps
+  has no within-run noise either.
+- The floor is never under MIN_FLOOR_PCT (5%).
 - Operators: self CPU time of each (operator, input shapes) per recorded
   iteration (function mode) or per run (script mode), with the operator
   pass's own per-iteration noise as the floor; rows under OPERATOR_MIN_PCT of
@@ -22,6 +31,7 @@ outside the noise, else 0: the CI gate (--fail-on-regression) reads it.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from diagnose.render.fmt import duration
@@ -29,6 +39,9 @@ from diagnose.report.model import Finding, Report
 from microbench.stats import ratio_is_real, two_sided_floor
 
 MIN_FLOOR_PCT = 5.0
+# the run-to-run drift between two single runs of the same script, as benchmarks/compare_drift.py measured it on
+# shared 2-CPU machines (benchmarks/RESULTS.md): a change under it is not called without --repeat on both sides
+SINGLE_RUN_DRIFT_PCT = 25.0
 OPERATOR_MIN_PCT = 1.0
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
@@ -39,16 +52,51 @@ def _label(report: Report) -> str:
 
 
 def wall_side(report: Report) -> dict[str, Any] | None:
-    """The wall time one report measured, with its noise (None when a single run)."""
+    """The wall time one report measured, with its within-run noise (None: a single run without steps) and its
+    runs' medians (runs_s: --repeat; None: one run)."""
     run = report.run
+    rep = run.repeats
+    runs = list(rep.medians_s) if rep and len(rep.medians_s) >= 2 else None
     if run.iterations and run.iterations.median_s > 0:
         it = run.iterations
-        return {"seconds": it.median_s, "unit": "iteration", "noise_pct": round(100 * it.iqr_over_median, 2),
-                "n": it.n, "basis": f"median of {it.n} iterations, IQR/median"}
+        seconds = statistics.median(runs) if runs else it.median_s
+        basis = f"median of {it.n} iterations, IQR/median"
+        if runs:
+            basis = f"median of {len(runs)} runs' medians ({it.n} iterations in the first), IQR/median of the first"
+        return {"seconds": seconds, "unit": "iteration", "noise_pct": round(100 * it.iqr_over_median, 2),
+                "n": it.n, "basis": basis, "runs_s": runs, "drift_pct": rep.spread_pct if runs else None}
     if run.wall_s:
-        return {"seconds": run.wall_s, "unit": "run", "noise_pct": None, "n": 1,
-                "basis": "one run (script mode): noise not measured"}
+        return {"seconds": statistics.median(runs) if runs else run.wall_s, "unit": "run", "noise_pct": None,
+                "n": len(runs) if runs else 1, "runs_s": runs, "drift_pct": rep.spread_pct if runs else None,
+                "basis": f"median of {len(runs)} runs" if runs else "one run (script mode): noise not measured"}
     return None
+
+
+def _separate(a: list[float], b: list[float], slower: bool) -> bool:
+    """Every run of b beyond every run of a, in the direction of the change."""
+    return min(b) > max(a) if slower else max(b) < min(a)
+
+
+def _floor(a: dict[str, Any], b: dict[str, Any], min_floor_pct: float) -> tuple[float, str, bool]:
+    """(the floor as a fraction, how it was obtained, whether run-to-run drift was measured on both sides)."""
+    within = None
+    if a["noise_pct"] is not None and b["noise_pct"] is not None:
+        within = two_sided_floor(a["noise_pct"] / 100, b["noise_pct"] / 100, min_floor_pct / 100)
+        within_basis = f"within-run IQR/median {a['noise_pct']:.1f}% and {b['noise_pct']:.1f}%"
+    else:
+        within_basis = "within-run noise unknown (a script without steps)"
+    if a["runs_s"] and b["runs_s"]:
+        drift = (a["drift_pct"] + b["drift_pct"]) / 200
+        floor = max(within or 0.0, drift, min_floor_pct / 100)
+        return floor, (f"run-to-run: {len(a['runs_s'])} and {len(b['runs_s'])} runs (--repeat) spread "
+                       f"{a['drift_pct']:.1f}% and {b['drift_pct']:.1f}%; {within_basis}; at least "
+                       f"{min_floor_pct:g}%"), True
+    singles = [n for n, side in (("BEFORE", a), ("AFTER", b)) if not side["runs_s"]]
+    who = "both sides are single runs" if len(singles) == 2 else f"{singles[0]} is a single run"
+    floor = max(within or 0.0, SINGLE_RUN_DRIFT_PCT / 100, min_floor_pct / 100)
+    return floor, (f"{who}, so their run-to-run drift is not measured: changes under {100 * floor:.0f}% are not "
+                   f"called ({within_basis}; single runs of one script drift up to {SINGLE_RUN_DRIFT_PCT:g}% on a "
+                   "shared machine); run both sides with --repeat 3 for a floor from their own drift"), False
 
 
 def _verdict_of(ratio: float, floor: float) -> tuple[bool, str]:
@@ -66,20 +114,16 @@ def compare_wall(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR
                                                     "baseline pass did not run)")
         return out
     ratio = b["seconds"] / a["seconds"]
-    if a["noise_pct"] is not None and b["noise_pct"] is not None:
-        floor = two_sided_floor(a["noise_pct"] / 100, b["noise_pct"] / 100, min_floor_pct / 100)
-        basis = (f"mean of both sides' IQR/median ({a['noise_pct']:.1f}% and {b['noise_pct']:.1f}%), "
-                 f"at least {min_floor_pct:g}%")
-    else:
-        floor = min_floor_pct / 100
-        singles = [n for n, side in (("BEFORE", a), ("AFTER", b)) if side["noise_pct"] is None]
-        who = "both sides are single runs" if len(singles) == 2 else f"{singles[0]} is a single run"
-        basis = f"noise unknown: {who} (script mode); differences under {min_floor_pct:g}% are not called"
+    floor, basis, measured = _floor(a, b, min_floor_pct)
     significant, direction = _verdict_of(ratio, floor)
+    if significant and measured and min(len(a["runs_s"]), len(b["runs_s"])) >= 3 \
+            and not _separate(a["runs_s"], b["runs_s"], direction == "slower"):
+        significant, direction = False, "same"
+        basis += "; the runs overlap, so the change is not called"
     out.update(ratio=round(ratio, 4), speedup=round(1 / ratio, 4) if ratio else None,
                change_pct=round(100 * (ratio - 1), 2), noise_floor_pct=round(100 * floor, 2),
                noise_basis=basis, significant=significant, direction=direction,
-               unit=a["unit"] if a["unit"] == b["unit"] else "run")
+               unit=a["unit"] if a["unit"] == b["unit"] else "run", drift_measured=measured)
     return out
 
 
@@ -181,11 +225,33 @@ def compare_findings(before: Report, after: Report) -> list[dict[str, Any]]:
     return out
 
 
+def _shown(value: object) -> str:
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "none"
+    if isinstance(value, tuple):
+        return "-".join(map(str, value))
+    return str(value)
+
+
 def _notes(before: Report, after: Report) -> list[str]:
     notes = []
     if before.target.mode != after.target.mode:
         notes.append(f"BEFORE ran in {before.target.mode} mode and AFTER in {after.target.mode} mode: wall times "
                      "and operator times are per run on one side and per iteration on the other; compare like with like")
+    tb, ta = before.target, after.target
+    sb, sa = before.steps, after.steps
+    for label, x, y in (("the script's arguments", tb.argv, ta.argv),
+                        ("--steps", sb and sb.steps, sa and sa.steps),
+                        ("--skip-steps", sb and sb.skip_steps, sa and sa.skip_steps),
+                        ("--full-run", sb and sb.full_run, sa and sa.full_run),
+                        ("the window of steps", sb and (sb.window_first, sb.window_last),
+                         sa and (sa.window_first, sa.window_last)),
+                        ("the step detector", sb and sb.detail, sa and sa.detail),
+                        ("function-mode calls (--steps)", tb.iters, ta.iters),
+                        ("function-mode warm-up calls (--skip-steps)", tb.warmup, ta.warmup)):
+        if x != y:
+            notes.append(f"{label} differs: {_shown(x)} before, {_shown(y)} after; the two runs may not measure "
+                         "the same work")
     mb, ma = before.machine, after.machine
     for label, x, y in (("CPU", mb.cpu_model, ma.cpu_model), ("usable CPUs", mb.usable_cpus, ma.usable_cpus),
                         ("torch", mb.torch_version, ma.torch_version),
@@ -214,13 +280,16 @@ def verdict(wall: dict[str, Any], findings: list[dict[str, Any]]) -> str:
     unit = wall.get("unit", "run")
     span = f"{_times(a['seconds'], unit)} -> {_times(b['seconds'], unit)}"
     floor = f"noise floor ±{wall['noise_floor_pct']:.1f}%"
-    if a["noise_pct"] is None or b["noise_pct"] is None:
-        floor += "; single runs: noise unknown"
+    if not wall.get("drift_measured"):
+        floor += "; single runs: run-to-run drift not measured (--repeat 3 on both sides measures it)"
     if wall["direction"] == "faster":
         return f"the fix helped: wall time {wall['speedup']:.2f}x lower ({span}), outside the noise ({floor}){tail}"
     if wall["direction"] == "slower":
         return (f"regression: wall time {wall['ratio']:.2f}x higher (+{wall['change_pct']:.1f}%, {span}), "
                 f"outside the noise ({floor}){tail}")
+    if not wall.get("drift_measured"):
+        return (f"no verdict: wall time {wall['change_pct']:+.1f}% ({span}); two single runs cannot call a change "
+                f"under {wall['noise_floor_pct']:.0f}% ({floor}){tail}")
     return f"no significant change: wall time {wall['change_pct']:+.1f}% ({span}), within the noise ({floor}){tail}"
 
 

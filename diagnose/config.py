@@ -91,6 +91,16 @@ class SweepOptions:
 
 
 @dataclass(frozen=True)
+class RepeatOptions:
+    """--repeat (Config.repeat): the uninstrumented workload run this many times in all, so that a comparison
+    can tell run-to-run drift from a change (layers/repeat.py, diagnose/compare.py)."""
+
+    runs: int = option(1, "--repeat", "run the uninstrumented workload N times in all, each a fresh process, and "
+                       "keep each run's median step: `diagnose compare` then tells a change from run-to-run drift "
+                       "({default})", metavar="N", minimum=1, what="a number of runs")
+
+
+@dataclass(frozen=True)
 class Config:
     """One run's options (the CLI's defaults are these)."""
 
@@ -110,6 +120,7 @@ class Config:
     operators: OperatorsOptions = OperatorsOptions()
     callgraph: CallgraphOptions = CallgraphOptions()  # the python layer's call graph
     microbench: MicrobenchOptions = MicrobenchOptions()
+    repeat: RepeatOptions = RepeatOptions()  # the uninstrumented workload again, for run-to-run drift
     sweep: SweepOptions = SweepOptions()  # re-run at several thread (and DataLoader worker) counts, recommend one
     doctor: bool = False  # --doctor: every trial this machine can run, not only those answering a warning
     what_if: tuple[str, ...] = ()  # --what-if: variant names, or ("auto",) (diagnose/whatif/variants.py)

@@ -108,6 +108,8 @@ class Plan:
         layers = [LAYERS[name] for name in config.layers]
         if config.what_if:  # opt-in, after the doctor: it re-runs the workload with code changes applied
             layers.append(OPT_IN["what_if"])
+        if config.repeat.runs > 1:  # the same workload, unchanged: run-to-run drift
+            layers.append(OPT_IN["repeat"])
         if config.sweep.enabled:  # last: it re-runs the workload at several thread counts
             layers.append(OPT_IN["sweep"])
         if config.vtune:

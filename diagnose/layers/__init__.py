@@ -12,6 +12,7 @@ from diagnose.layers.efficiency import EfficiencyLayer
 from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
 from diagnose.layers.python import PythonLayer
+from diagnose.layers.repeat import RepeatLayer
 from diagnose.layers.threads import ThreadsLayer
 from diagnose.layers.threads.sweep import SweepLayer
 from diagnose.layers.whatif import WhatIfLayer
@@ -31,7 +32,8 @@ LAYERS: dict[str, Layer] = {
 
 
 # Layers that run only when asked for by their own option, never by default.
-OPT_IN: dict[str, Layer] = {"vtune": VtuneLayer(), "what_if": WhatIfLayer(), "sweep": SweepLayer()}
+OPT_IN: dict[str, Layer] = {"vtune": VtuneLayer(), "what_if": WhatIfLayer(), "sweep": SweepLayer(),
+                           "repeat": RepeatLayer()}
 
 
 def get(name: str) -> Layer:

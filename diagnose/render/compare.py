@@ -18,6 +18,8 @@ def _side(side: dict[str, Any] | None) -> str:
         return "n/a"
     unit = "/iter" if side["unit"] == "iteration" else ""
     noise = f"IQR ±{side['noise_pct']:.1f}%, n={side['n']}" if side["noise_pct"] is not None else "one run: noise unknown"
+    if side.get("runs_s"):
+        noise += f"; {len(side['runs_s'])} runs spread {side['drift_pct']:.1f}%"
     return f"{fmt.duration(side['seconds'])}{unit} ({noise})"
 
 

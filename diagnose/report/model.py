@@ -88,6 +88,18 @@ class IterationStats:
 
 
 @dataclass
+class Repeats:
+    """--repeat N: the uninstrumented workload run N times in all, each a fresh process (layers/repeat.py)."""
+
+    unit: str  # what each median is per: "step" (the window's steps), "call" (function mode) or "run"
+    medians_s: list[float] = field(default_factory=list)  # each run's median, the first pass's first
+    failed: int = 0  # re-runs that ended without a timing
+    # (slowest - fastest) / median of the runs' medians, in percent: the run-to-run drift a comparison must
+    # exceed (diagnose/compare.py); None with fewer than two runs
+    spread_pct: float | None = None
+
+
+@dataclass
 class Run:
     # what `python script.py` would have exited with: 0, sys.exit's code, 1 for an exception, 130 for Ctrl-C;
     # None when the pass left no result
@@ -100,6 +112,7 @@ class Run:
     pass_s: float | None = None  # the uninstrumented pass from start to exit: what one re-run of it costs
     iterations: IterationStats | None = None  # uninstrumented: per call (function mode) or per step of the window
     instrumented_iterations: IterationStats | None = None  # the operator pass's, same window
+    repeats: Repeats | None = None  # --repeat N: each uninstrumented run's median (None: one run)
     # minor page faults of the target's process over the same span (fresh pages touched): uninstrumented,
     # and in the operator pass, whose profiler fragments the heap into fresh pages for large temporaries
     minor_faults: int | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import DIAGNOSE, REPO, assert_one_line_error, CliRun
+from conftest import DIAGNOSE, REPO, CliRun, assert_one_line_error, run_cli
 
 DATA = REPO / "tests" / "data" / "compare"
 BEFORE, AFTER = DATA / "row_loop_before.json", DATA / "row_loop_after.json"
@@ -57,7 +57,23 @@ def test_fail_on_regression_exits_4_only_on_a_real_regression():
 def test_script_mode_reports_say_their_noise_is_unknown():
     run = diagnose("compare", DATA / "row_loop_before_script.json", DATA / "row_loop_after_script.json")
     assert run.code == 0, run.stderr
-    assert "one run: noise unknown" in run.stdout and "single runs: noise unknown" in run.stdout
+    assert "one run: noise unknown" in run.stdout and "single runs: run-to-run drift not measured" in run.stdout
+
+
+def test_repeat_measures_run_to_run_drift_and_compare_uses_it(tmp_path):
+    """`--repeat 3` re-runs the uninstrumented workload twice more (no other layer here); compare then sets its
+    floor from the runs' own spread and says so. Structure only: the spread itself is the machine's."""
+    run = run_cli("--layers", ",", "--repeat", "3", "--steps", "5", "examples/mlp.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr[-2000:]
+    repeats = run.report["run"]["repeats"]
+    assert repeats["unit"] == "step" and len(repeats["medians_s"]) == 3 and repeats["failed"] == 0
+    assert repeats["medians_s"][0] == run.report["run"]["iterations"]["median_s"]  # the first is the baseline's
+    assert run.report["layers"]["repeat"]["status"] == "ok"
+    path = tmp_path / "r" / "report.json"
+    same = diagnose("compare", path, path, "--format", "json")
+    wall = json.loads(same.stdout)["wall"]
+    assert wall["drift_measured"] and wall["ratio"] == 1.0 and wall["direction"] == "same"
+    assert "3 and 3 runs (--repeat)" in wall["noise_basis"]
 
 
 def test_compare_usage_errors_are_one_line_exit_2(tmp_path):
