@@ -30,8 +30,8 @@ demo: install
 test: install
 	@[ -x /usr/bin/chromium ] || { echo "installing chromium (the HTML report's browser test)"; \
 	  $(APT) update -qq && $(APT) install -y -qq chromium; }
-	$(BIN)/python -m pytest -q -m parallel_safe -n 2
-	$(BIN)/python -m pytest -q -m "not parallel_safe"
+	$(BIN)/python -m pytest -q -m parallel_safe -n 2 --durations=15
+	$(BIN)/python -m pytest -q -m "not parallel_safe" --durations=15
 
 clean-venv:
 	rm -rf $(VENV)
