@@ -60,7 +60,7 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
         if report.distributed:
             distributed_view.finish(report)
         report.step_budget = budget.of(report)
-        report.findings = findings.derive(report)
+        findings.judge(report)
         output.write_report(report, output_dir)
     finally:
         session.close()

@@ -378,7 +378,7 @@ def _merge(argv: list[str]) -> int:
     args = p.parse_args(argv)
     merged = combine.combine([(path, report_io.load(path)) for path in args.reports])
     merged.step_budget = budget.of(merged)
-    merged.findings = findings.derive(merged)
+    findings.judge(merged)
     stem = os.path.splitext(os.path.basename(merged.target.script))[0]
     out = args.output or output.default_output_dir(f"{stem}-merged", Config().reports_root)
     output.prepare_output_dir(out, args.force)

@@ -9,7 +9,9 @@ a fix could win, with its confidence), `doubts` and `observation` (stake.py
 says how they are estimated, how they bound the severity, and how findings
 are ranked by them and merged across layers).
 What to try for an operator comes from suggestions.py, one table per
-operator class.
+operator class. A finding whose measurement its rule doubts (`doubts`) is not
+confirmed: `judge` lists it apart, below the findings, and never ranks or
+merges it among them; verdict.py says whether the model is healthy.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from diagnose.findings import (
     stake,
     steps,
     threads,
+    verdict,
     whatif,
 )
 from diagnose.report.model import Finding, Report
@@ -53,10 +56,24 @@ RULES = [
 SEVERITY_RANK = stake.SEVERITY_RANK
 
 
-def derive(report: Report) -> list[Finding]:
-    """All findings, most important first (by time at stake x confidence, observations last), severities
-    bounded by the stake; one finding per line of code that several layers flagged."""
+def settled(report: Report) -> list[Finding]:
+    """Every rule's findings, placed, bounded by the step budget and settled (stake.py), in rule order."""
     out: list[Finding] = []
     for rule in RULES:
         out.extend(stake.fill(stake.bound(place.annotate(f, report), report.step_budget)) for f in rule(report))
-    return stake.rank(stake.dedup(stake.rank(out)))
+    return out
+
+
+def derive(report: Report) -> list[Finding]:
+    """The confirmed findings, most important first (by time at stake x confidence, observations last),
+    severities bounded by the stake; one finding per line of code that several layers flagged. Doubted ones
+    are left out (judge lists them as not confirmed)."""
+    return stake.rank(stake.dedup(stake.rank(verdict.split(report, settled(report))[0])))
+
+
+def judge(report: Report) -> None:
+    """Judge a measured report (its step budget set): its findings, what is not confirmed, and the verdict."""
+    confirmed, doubted = verdict.split(report, stake.rank(settled(report)))
+    report.findings = stake.rank(stake.dedup(confirmed))
+    report.not_confirmed = doubted
+    report.verdict = verdict.of(report)

@@ -15,8 +15,9 @@ Thresholds:
   copy bandwidth), so nothing is raised there;
 - when the peaks were measured while other processes held the CPUs the roofs
   are low and efficiencies read high: the finding still fires below the
-  thresholds, the evidence says `peaks_contended` and its `doubts`
-  (model.PEAKS_CONTENDED_DOUBT) halve its confidence (stake.py);
+  thresholds, and the evidence says `peaks_contended`. That is no doubt on
+  it: against the real, higher roofs the kernel is further below them still
+  (in "3" reports it was doubted, model.PEAKS_CONTENDED_DOUBT);
 - operators without a meaningful work model (random number generation,
   sorting, allocation, views: opkinds.no_verdict says which and why) get no
   verdict, even from a report written before the efficiency layer withheld it;
@@ -59,7 +60,7 @@ from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.findings.threads import oversubscribed
 from diagnose.opkinds import no_verdict
-from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, Report, RooflineRow, Stake
+from diagnose.report.model import Finding, Report, RooflineRow, Stake
 
 HOT_SHARE_PCT = 10.0
 MIN_US_PER_CALL = 20.0
@@ -168,7 +169,7 @@ def low_efficiency(report: Report) -> list[Finding]:
             suggestion=_suggestion(report, op),
             layer="efficiency",
             stake=operator_stake(report, share),
-            doubts=fault_doubts + ([PEAKS_CONTENDED_DOUBT] if eff.peaks.contended else []),
+            doubts=fault_doubts,  # contended peaks make it read higher: a reading below the thresholds holds
         ))
     out.extend(_counter_findings(report))
     return out

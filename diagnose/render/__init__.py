@@ -60,6 +60,8 @@ class Picture:
 
 
 PICTURES = (
+    # the step budget (diagnose/budget.py): named missing under operators, whose pass makes its kernels slice
+    Picture("budget.png", "operators", "budget_png", lambda r: r.step_budget),
     Picture("threads.png", "threads", "threads_png", lambda r: r.threads.timeline if r.threads else None),
     Picture("flamegraph.png", "operators", "flame_png", lambda r: r.stacks),
     Picture("roofline.png", "efficiency", "roofline_png",

@@ -38,6 +38,31 @@ def budget_line(report: Report) -> str | None:
     return f"{b.unit} {duration(b.step_s)}: " + ", ".join(parts)
 
 
+def verdict_line(report: Report) -> str | None:
+    """The verdict (findings/verdict.py) in one line, None when the report was not judged."""
+    return report.verdict.text if report.verdict else None
+
+
+NOT_CONFIRMED_HEAD = "Not confirmed: results the tool doubts itself (not findings; re-measure before acting)"
+
+
+def not_confirmed_lines(report: Report, indent: str) -> list[str]:
+    """Each result the tool doubts (report.not_confirmed): its kind and title, then at `indent` why it is doubted
+    and the command that re-measures it."""
+    out = []
+    for n in report.not_confirmed:
+        f = n.finding
+        out += [f"{f.kind}: {f.title}", f"{indent}doubted: {'; '.join(f.doubts)}"]
+        if n.reproduce:
+            out.append(f"{indent}re-measure: {n.reproduce}{reproduce_where(n.reproduce)}")
+    return out
+
+
+def reproduce_where(command: str) -> str:
+    """Where a re-measuring command runs: a reproducer script's path is relative to the report's folder."""
+    return " (from the report's folder)" if command.startswith("python ") else ""
+
+
 def us(value: float) -> str:
     return duration(value / 1e6)
 
@@ -472,6 +497,18 @@ def hot_modules(report: Report, limit: int = 8) -> list[tuple[str, str, int, flo
     total = m.total_cpu_us or 1.0
     out = [(p or "(outermost)", c, len(v), 100 * sum(v) / total) for (p, c), v in groups.items()]
     return sorted(out, key=lambda g: -g[3])[:limit]
+
+
+def budget_modules(report: Report, limit: int = 8) -> list[tuple[str, float]]:
+    """The modules whose own operators take most of the step (hot_modules, instances summed), each as
+    (label, share of the step 0-1): its share of operator time times the step budget's kernels slice. Empty
+    without a kernels slice, or with fewer than two module groups (a bar per module says nothing then)."""
+    b = report.step_budget
+    kernels = next((s for s in b.slices if s.name == "kernels"), None) if b else None
+    hot = hot_modules(report, limit)
+    if kernels is None or len(hot) < 2:
+        return []
+    return [(f"{path} ({cls}{f' x{n}' if n > 1 else ''})", pct / 100 * kernels.share) for path, cls, n, pct in hot]
 
 
 def also_label(piece: Finding) -> str:

@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any, Callable, Iterable
 
-from diagnose.render import distributed, fmt
+from diagnose.render import distributed, fmt, plots
 from diagnose.report import memory as memory_views
 from diagnose.report import io as report_io
 from diagnose.report.model import Finding, OperatorSummary, Peaks, Report, Threads
@@ -203,17 +203,60 @@ def _verdict(report: Report) -> str:
         head = (f'<p class="summary">{len(fs)} finding{"s" if len(fs) != 1 else ""}: {parts}. '
                 f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
                 f"line are one finding.</p>")
+    verdict = fmt.verdict_line(report)
+    if verdict:  # healthy or not, with its numbers (findings/verdict.py)
+        healthy = "healthy" if report.verdict.healthy else "unhealthy"
+        head = f'<p class="verdict {healthy}" id="verdict-line"><b>Verdict:</b> {_e(verdict)}</p>' + head
     budget = fmt.budget_line(report)
     if budget:  # where a step's time goes, before the findings (diagnose/budget.py)
         memory = ' <a href="#memory">memory →</a>' if report.memory else ""  # the allocator slice's bytes
-        head = f'<p class="budget"><b>Step budget:</b> {_e(budget)}{memory}</p>' + head
+        head = f'<p class="budget"><b>Step budget:</b> {_e(budget)}{memory}</p>' + _budget_bars(report) + head
     ranks = ""
     observations = report.distributed.observations if report.distributed else []
     if observations:  # a torchrun job's straggler and collectives (distributed/view.py), beside the findings
         ranks = ('<div class="also"><div class="label">across the ranks</div><ul>' + "".join(
             f'<li>{_badge(o.severity)} <b>{_e(o.kind)}</b>: {_e(o.title)} '
             f'<a href="#ranks">ranks</a></li>' for o in observations) + "</ul></div>")
-    return head + ranks + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1))
+    return head + ranks + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1)) + _not_confirmed(report)
+
+
+def _budget_bars(report: Report) -> str:
+    """The step budget as one stacked bar (each slice's width its share of the step, its basis on hover), then
+    a bar per module (fmt.budget_modules) when the model has several; budget.png draws the same."""
+    b = report.step_budget
+    segments = "".join(
+        f'<div class="seg" data-slice="{_e(s.name)}" data-share="{s.share:.4f}" style="width:{100 * s.share:.2f}%;'
+        f'background:{plots.SLICE_COLOURS.get(s.name, "#8c959f")}" title="{_e(s.name)} {100 * s.share:.1f}%: '
+        f'{_e(s.basis)}">{_e(s.name) if s.share >= 0.08 else ""}</div>'
+        for s in b.slices if s.share > 0)
+    out = f'<div class="budgetbar" id="budget-bar" aria-label="step budget">{segments}</div>'
+    modules = fmt.budget_modules(report)
+    if modules:
+        top = max(share for _, share in modules) or 1.0
+        rows = "".join(f'<div class="modbar"><span class="name" title="{_e(label)}">{_e(label)}</span>'
+                       f'<span class="bar"><span style="width:{100 * share / top:.1f}%"></span></span>'
+                       f'<span class="num">{100 * share:.1f}%</span></div>' for label, share in modules)
+        out += (f'<details class="modbars" id="budget-modules" open><summary>the {b.unit} by module (each '
+                f"module's own operators)</summary>{rows}</details>")
+    return out
+
+
+def _not_confirmed(report: Report) -> str:
+    """Results the tool doubts itself (report.not_confirmed): below the findings, each with why and the command
+    that re-measures it."""
+    if not report.not_confirmed:
+        return ""
+    items = []
+    for n in report.not_confirmed:
+        f = n.finding
+        where = f" at {_code(f.location)}" if f.location else ""
+        again = (f'<div>re-measure: {_code(n.reproduce)}{_e(fmt.reproduce_where(n.reproduce))}</div>'
+                 if n.reproduce else "")
+        items.append(f'<li><b>{_e(f.kind)}</b>{where}: {_e(f.title)}'
+                     f'<div class="muted">doubted: {_e("; ".join(f.doubts))}</div>{again}</li>')
+    return (f'<div class="unconfirmed" id="not-confirmed"><h3>Not confirmed</h3><p>Results the tool doubts '
+            f"itself: not findings, never ranked among them. Re-measure before acting.</p>"
+            f'<ul>{"".join(items)}</ul></div>')
 
 
 # ------------------------------------------------------------------------------------------ ranks
@@ -679,6 +722,15 @@ article.finding h3{margin:6px 0 4px;font-size:15.5px}
 .stake{display:flex;align-items:center;gap:8px;font-size:12.5px;color:var(--muted);margin:4px 0}
 .stake .bar{width:160px;height:8px;background:var(--bg);border:1px solid var(--line);border-radius:4px;overflow:hidden}
 .stake .bar div{height:100%;background:var(--accent)}
+.budgetbar{display:flex;height:26px;border:1px solid var(--line);border-radius:6px;overflow:hidden;margin:6px 0 8px}
+.budgetbar .seg{height:100%;color:#fff;font-size:12px;line-height:26px;text-align:center;overflow:hidden;white-space:nowrap}
+.modbars{margin:4px 0 10px}.modbar{display:flex;align-items:center;gap:8px;font-size:12.5px;margin:2px 0}
+.modbar .name{width:380px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.modbar .bar{flex:0 0 240px;height:9px;background:var(--bg);border:1px solid var(--line);border-radius:4px;overflow:hidden}
+.modbar .bar span{display:block;height:100%;background:#4c78a8}
+.verdict{font-size:15px}.verdict.healthy{color:var(--ok);font-weight:600}
+.unconfirmed{margin-top:18px;padding:8px 14px;border:1px dashed var(--line);border-radius:8px;color:#424a53}
+.unconfirmed h3{margin-top:4px}.unconfirmed li{margin:6px 0}
 .also{margin-top:8px;padding:6px 10px;background:var(--bg);border-radius:6px}
 .also ul{margin:4px 0;padding-left:18px}.also li{margin:4px 0}
 .label{font-size:11px;text-transform:uppercase;letter-spacing:.06em;color:var(--muted);font-weight:600}

@@ -32,6 +32,9 @@ def render(report: Report) -> str:
     budget = fmt.budget_line(report)
     if budget:  # where a step's time goes, first (diagnose/budget.py)
         out += [f"**Step budget:** {budget}", ""]
+    verdict = fmt.verdict_line(report)
+    if verdict:  # healthy or not, with its numbers (findings/verdict.py)
+        out += [f"**Verdict:** {verdict}", ""]
     out.append(f"**{fmt.outcome_line(report)}**")
     if report.run.traceback:
         out += ["", "```", *report.run.traceback, report.run.error or "", "```"]
@@ -53,6 +56,15 @@ def render(report: Report) -> str:
     else:
         out.append("No findings: nothing crossed a threshold.")
     out.append("")
+    if report.not_confirmed:
+        out += [f"### {fmt.NOT_CONFIRMED_HEAD}", ""]
+        for n in report.not_confirmed:
+            f = n.finding
+            out += [f"- **{f.kind}**{f' at `{f.location}`' if f.location else ''}: {_cell(f.title)}",
+                    f"  - doubted: {_cell('; '.join(f.doubts))}"]
+            if n.reproduce:
+                out.append(f"  - re-measure: {_code(n.reproduce)}{fmt.reproduce_where(n.reproduce)}")
+        out.append("")
 
     out += ["## Operators", ""]
     layer = report.layers.get("operators")

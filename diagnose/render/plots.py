@@ -1,4 +1,5 @@
-"""PNG pictures drawn from the report (never from a profiler): threads.png, roofline.png.
+"""PNG pictures drawn from the report (never from a profiler): threads.png, roofline.png, memory.png,
+flamegraph.png, budget.png.
 
 matplotlib with the Agg backend (no display needed); each function returns
 None when it drew the picture, else the reason it could not.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from diagnose.render import fmt
 from diagnose.report.model import Report, RooflineRow, ThreadProcess
 
 MAX_PROCESSES_DRAWN = 6  # the rest are summed into "other processes"
@@ -275,6 +277,62 @@ def memory_png(report: Report, path: str) -> str | None:
     verdict = ("grows through the window (" + " and ".join("RSS" if x == "rss" else "torch's bytes" for x in grows)
                + ")") if grows else "no growth through the window"
     top.set_title(f"Memory of {report.target.script} over the window's steps: {verdict}", fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+# one colour per step-budget slice (diagnose/budget.py ORDER), shared with report.html's bar
+SLICE_COLOURS = {"kernels": "#4c78a8", "dispatch": "#f58518", "python": "#e45756", "native": "#b279a2",
+                 "data": "#72b7b2", "allocator": "#eeca3b", "waiting": "#9d755d", "unexplained": "#bab0ac"}
+
+
+def budget_png(report: Report, path: str) -> str | None:
+    """budget.png: the step budget as one stacked bar (each slice's share of the uninstrumented median step),
+    and below it a bar per module (the top modules' own operators as a share of the step) when the model has
+    several."""
+    b = report.step_budget
+    if b is None or not b.slices:
+        return "no step budget (nothing timed the step)"
+    try:
+        plt = _pyplot()
+    except ImportError as exc:
+        return f"matplotlib is not importable ({exc}); pip install matplotlib"
+    modules = fmt.budget_modules(report)
+    fig, axes = plt.subplots(2 if modules else 1, 1, figsize=(10, 2.4 + 0.32 * len(modules)), squeeze=False,
+                             gridspec_kw={"height_ratios": [1.3, max(1, len(modules)) * 0.45]} if modules else None,
+                             constrained_layout=True)
+    ax = axes[0][0]
+    left = 0.0
+    for s in b.slices:
+        width = max(0.0, s.share) * 100
+        if not width:
+            continue
+        ax.barh(0, width, left=left, color=SLICE_COLOURS.get(s.name, "grey"), edgecolor="white",
+                label=f"{s.name} {100 * s.share:.0f}%")
+        if width >= 6:
+            ax.text(left + width / 2, 0, f"{s.name}\n{100 * s.share:.0f}%", ha="center", va="center", fontsize=8,
+                    color="white" if s.name in ("kernels", "python", "native", "waiting") else "black")
+        left += width
+    ax.set_xlim(0, max(100.0, left))
+    ax.set_yticks([])
+    ax.set_xlabel(f"share of the uninstrumented median {b.unit} (%)")
+    over = f"; the slices over-count by {-100 * b.unexplained_share:.0f}%" if b.unexplained_share < 0 else ""
+    ax.set_title(f"Step budget of {report.target.script}: {b.unit} {fmt.duration(b.step_s)}{over}", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=min(8, len(b.slices)), fontsize=8,
+              frameon=False)
+    if modules:
+        mx = axes[1][0]
+        labels = [label if len(label) <= 60 else "…" + label[-59:] for label, _ in modules]
+        shares = [100 * share for _, share in modules]
+        mx.barh(range(len(modules)), shares, color=SLICE_COLOURS["kernels"], alpha=0.8)
+        mx.set_yticks(range(len(modules)), labels, fontsize=8)
+        mx.invert_yaxis()
+        for i, v in enumerate(shares):
+            mx.text(v, i, f" {v:.1f}%", va="center", fontsize=8)
+        mx.set_xlim(0, max(shares) * 1.15)
+        mx.set_xlabel(f"share of the {b.unit} in each module's own operators (its kernels)")
+        mx.grid(True, axis="x", alpha=0.3)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None

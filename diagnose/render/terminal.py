@@ -20,6 +20,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
     budget = fmt.budget_line(report)
     if budget:  # where a step's time goes, first (diagnose/budget.py)
         out.append(f"step budget: {budget}")
+    verdict = fmt.verdict_line(report)
+    if verdict:  # healthy or not, with its numbers (findings/verdict.py)
+        out.append(f"verdict: {verdict}")
     out.append(fmt.outcome_line(report))
     if report.run.traceback:
         out.append(f"  at {report.run.traceback[-1]}")
@@ -66,6 +69,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
                                  more=lambda n: f"  ... {n} more in the report")
     else:
         out.append("Findings: none")
+    if report.not_confirmed:
+        lines = fmt.not_confirmed_lines(report, indent="      ")
+        out += ["", fmt.NOT_CONFIRMED_HEAD] + [line if line.startswith(" ") else f"  {line}" for line in lines]
     statuses = ", ".join(f"{name} {s.status}" + (f" ({fmt.short_reason(s.reason)})" if s.reason and s.status != "ok" else "")
                          for name, s in report.layers.items())
     if statuses:

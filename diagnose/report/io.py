@@ -2,7 +2,7 @@
 
 `to_dict` turns the dataclasses into plain JSON data; `from_json_data` rebuilds
 them from type hints, so the model stays the one place the fields are named.
-MIGRATIONS turns each older version into the next ("1" -> "2" -> "3"), so a
+MIGRATIONS turns each older version into the next ("1" -> "2" -> "3" -> "4"), so a
 file of any version is read as the current one.
 """
 
@@ -91,8 +91,33 @@ def _v2_finding(finding: dict) -> dict:
     return new
 
 
+def _v3_to_v4(data: dict) -> dict:
+    """"3" -> "4": a finding with `doubts` (the tool doubts its own measurement) leaves `findings` for
+    `not_confirmed`; the undoubted findings merged into it (`also`) stay findings, at its place in the order,
+    and a doubted piece merged into a confirmed finding leaves its `also`. The command that re-measures one is
+    its micro-benchmark's reproducer when it has one, else null ("3" did not record it). `verdict` is null:
+    a "3" report was not judged healthy or not."""
+    findings, doubted = [], []
+    for f in data.get("findings") or []:
+        also = f.get("also") or []
+        kept = [a for a in also if not a.get("doubts")]
+        pieces = [dict(a, also=[]) for a in also if a.get("doubts")]
+        if f.get("doubts"):
+            pieces.insert(0, dict(f, also=[]))
+            findings += [dict(a, also=[]) for a in kept]
+        else:
+            findings.append(dict(f, also=kept))
+        doubted += [{"finding": p, "reproduce": _v3_reproduce(p)} for p in pieces]
+    return dict(data, schema_version="4", findings=findings, not_confirmed=doubted, verdict=None)
+
+
+def _v3_reproduce(finding: dict) -> str | None:
+    script = (finding.get("evidence") or {}).get("reproducer")
+    return f"python {script}" if script else None
+
+
 # version -> function turning that version's dict into the next version's
-MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {"1": _v1_to_v2, "2": _v2_to_v3}
+MIGRATIONS: dict[str, typing.Callable[[dict], dict]] = {"1": _v1_to_v2, "2": _v2_to_v3, "3": _v3_to_v4}
 
 
 def to_dict(obj: Any) -> Any:

@@ -30,6 +30,12 @@ migration to io.MIGRATIONS):
         rule's own measurements. io._v2_to_v3 reads "2" files.
         memory (growth per step, projection, what keeps it alive, the peak)
         added later (additive: no version bump; null in older reports).
+  "4" - results the tool doubts itself (a finding with `doubts`: a noisy or
+        contended micro-benchmark, a flat large GEMM, roofs measured under
+        load) leave `findings` for `not_confirmed` (NotConfirmed: the finding
+        and the command that re-measures it); `verdict` (healthy or not, with
+        the numbers) added. io._v3_to_v4 moves a "3" report's doubted
+        findings; its verdict is null (not judged).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 SEVERITIES = ("high", "medium", "low")
 LAYER_STATUSES = ("ok", "skipped", "failed")
@@ -570,6 +576,42 @@ class Finding:
     # other layers' findings at the same line (and library line), merged into this one: each as its rule raised
     # and settled it, at this location, with no `also` of its own
     also: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class NotConfirmed:
+    """A result the tool doubts itself (findings/verdict.py): a finding whose measurement may be wrong (its
+    `doubts`), listed below the findings and never ranked among them, with the command that re-measures it."""
+
+    finding: Finding  # as its rule raised and settled it; its `doubts` say why it is not confirmed
+    # the command that re-measures it (a reproducer script runs from the report's folder); None: not recorded
+    # (a report of schema "3" without a reproducer for it)
+    reproduce: str | None
+
+
+@dataclass
+class KernelAtRoof:
+    """One of the step's top kernels against this machine's roofs (its efficiency layer roofline row)."""
+
+    op: str  # aten::mm
+    input_shapes: list[list[Any]]
+    share_pct: float  # of operator self CPU time (the roofline row's)
+    efficiency_pct: float  # achieved rate as a share of the roof at its arithmetic intensity
+    bound: str | None  # "compute" or "memory"
+
+
+@dataclass
+class Verdict:
+    """The report's answer in one sentence, and the numbers it rests on (findings/verdict.py). Healthy: the
+    step budget's kernels take most of the step, its top kernels run near this machine's roofs, and no
+    finding is medium or higher."""
+
+    healthy: bool
+    text: str  # the sentence the renderers print first, after the step budget
+    kernels_share: float | None  # the step budget's kernels slice (0-1); None: no budget or no operator pass
+    kernels: list[KernelAtRoof] = field(default_factory=list)  # the top kernels with an efficiency, largest first
+    findings_above_low: int = 0  # confirmed findings of severity medium or high
+    unmet: list[str] = field(default_factory=list)  # what a healthy verdict needs and this run lacks, in words
 
 
 @dataclass
@@ -1618,7 +1660,11 @@ class Report:
     step_budget: StepBudget | None = None
     # where memory goes, whether it grows, what keeps it alive (None: no step window was measured)
     memory: Memory | None = None
+    # the answer in one sentence: healthy or not, with its numbers (findings/verdict.py); None: not judged
+    verdict: Verdict | None = None
     findings: list[Finding] = field(default_factory=list)  # the diagnosis (diagnose/findings/), most important first
+    # results the tool doubts itself (a finding with `doubts`), below the findings and never among them
+    not_confirmed: list[NotConfirmed] = field(default_factory=list)
     artifacts: dict[str, str] = field(default_factory=dict)  # file key -> name of each file written beside report.json
     # this report format's version (SCHEMA_VERSION; older ones are migrated by report/io.py)
     schema_version: str = SCHEMA_VERSION

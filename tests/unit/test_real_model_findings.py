@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose import findings
+from diagnose import budget, findings
 from diagnose.findings.python import step_at_roofs
 from diagnose.report import io
 
@@ -16,7 +16,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "findings"
 
 def derived(name: str):
     report = io.load(str(DATA / f"{name}_window_report.json"))
-    report.findings = findings.derive(report)
+    report.step_budget = budget.of(report)
+    findings.judge(report)
     return report
 
 
@@ -31,8 +32,9 @@ def test_gpt2_generate_is_framework_overhead_first():
     assert first.severity in ("medium", "high") and first.evidence["fraction"] < 0.25
     assert first.evidence["us_per_operator_call"] <= 100 and first.location == "examples/gpt2_generate.py:42"
     assert "cache_implementation" in first.suggestion and "torch.compile" in first.suggestion
-    # the lm_head GEMV is named for its shape, with its module and library line, not as a slow kernel
-    lm = next(f for f in r.findings if f.kind == "sequential_operator")
+    # the lm_head GEMV is named for its shape, with its module and library line, not as a slow kernel; its
+    # micro-benchmark was noisy in this recording, so it is not confirmed (listed apart, with its reproducer)
+    lm = next(f for f in r.findings + [n.finding for n in r.not_confirmed] if f.kind == "sequential_operator")
     assert lm.evidence["cause"] == "skinny_matmul" and lm.place.module == "lm_head (Linear)"
     assert lm.place.library_line.startswith("transformers/models/gpt2/modeling_gpt2.py:")
     assert "the kernel is sequential" not in lm.suggestion and "batch several sequences" in lm.suggestion

@@ -32,7 +32,7 @@ def test_round_trip(tmp_path):
     path = tmp_path / "report.json"
     report_io.save(sample(), str(path))
     text = path.read_text()
-    assert text.lstrip().startswith('{\n "schema_version": "3"')
+    assert text.lstrip().startswith('{\n "schema_version": "4"')
     loaded = report_io.load(str(path))
     assert loaded == sample()
     assert report_io.to_dict(loaded) == json.loads(text)
@@ -74,11 +74,11 @@ V1_REPORTS = [p for p in COMMITTED_REPORTS if '"schema_version": "1"' in p.read_
 
 
 def test_committed_v1_reports_are_v1():
-    # the recordings below stay in "1" (and one in "2") on purpose: they are what the migrations are tested on;
-    # recordings added since are in the current version
+    # the recordings below stay in "1" (and one in "2", most later ones in "3") on purpose: they are what the
+    # migrations are tested on; recordings added since are in the current version
     assert len(V1_REPORTS) >= 10
-    assert {"1", "2"} <= {json.loads(p.read_text())["schema_version"] for p in COMMITTED_REPORTS} \
-        <= {"1", "2", SCHEMA_VERSION}
+    assert {"1", "2", "3"} <= {json.loads(p.read_text())["schema_version"] for p in COMMITTED_REPORTS} \
+        <= {"1", "2", "3", SCHEMA_VERSION}
 
 
 def _with_merged(findings: list[Finding]) -> list[Finding]:
@@ -88,8 +88,11 @@ def _with_merged(findings: list[Finding]) -> list[Finding]:
 @pytest.mark.parametrize("path", COMMITTED_REPORTS, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_every_committed_report_loads_through_the_migrations(path):
     report = report_io.load(str(path))
-    assert report.schema_version == SCHEMA_VERSION == "3"
-    # a v3 round trip is exact: nothing of an older version survives that "3" would write differently
+    assert report.schema_version == SCHEMA_VERSION == "4"
+    # doubted results are not findings: "4" lists them apart (_v3_to_v4)
+    assert not any(f.doubts for f in _with_merged(report.findings))
+    assert all(n.finding.doubts and not n.finding.also for n in report.not_confirmed)
+    # a v4 round trip is exact: nothing of an older version survives that "3" would write differently
     again = report_io.from_json_data(json.loads(report_io.dumps(report)))
     assert again == report
     assert report_io.to_dict(again) == report_io.to_dict(report)
@@ -114,7 +117,11 @@ def test_a_v2_findings_ranking_keys_move_into_typed_fields():
                                "evidence": {"share_pct": 50.0, "compute_kernel": True, "observation": True,
                                             "time_at_stake_pct": 25.0, "time_at_stake_basis": "share",
                                             "confidence": 1.0}}]}}]}
-    (f,) = report_io.from_json_data(v2).findings
+    report = report_io.from_json_data(v2)
+    # doubted, it is not a finding in "4": the hot_operator merged into it is, and it is not confirmed
+    (n,) = report.not_confirmed
+    f = n.finding
+    assert n.reproduce is None  # no reproducer in its evidence: "3" did not record a command
     assert f.evidence == {"share_pct": 40.0, "peaks_contended": True}  # the rule's own measurements stay
     assert f.stake == Stake(25.0, basis, upper_bound=True, confidence=0.25, confidence_why=why)
     assert f.stake.expected_pct == 6.25
@@ -122,12 +129,30 @@ def test_a_v2_findings_ranking_keys_move_into_typed_fields():
     assert f.place == Place("lm_head (Linear)", "Linear", "lib.py:9")
     assert (f.rule_severity, f.severity_basis, f.severity_from, f.observation) == (
         "low", "under 5%", "hot_operator (operators)", None)
-    # a merged finding is a finding at the same line, its ranking typed too
-    assert f.also == [Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:3",
+    # a merged finding is a finding at the same line, its ranking typed too; it stays a finding in "4"
+    assert f.also == [] and report.findings == [Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:3",
                               {"share_pct": 50.0, "compute_kernel": True}, "s2", "operators",
                               stake=Stake(25.0, "share", confidence=1.0), observation=True)]
-    # "1" had the same findings: it reaches "3" through "2"
-    assert report_io.from_json_data(dict(v2, schema_version="1")).findings == [f]
+    # "1" had the same findings: it reaches "4" through "2" and "3"
+    assert report_io.from_json_data(dict(v2, schema_version="1")) == report
+
+
+def test_a_v3_doubted_finding_is_not_confirmed_and_its_undoubted_pieces_stay_findings():
+    def finding(kind, doubts=(), also=(), reproducer=None):
+        return {"kind": kind, "severity": "low", "title": kind, "op": "aten::mm", "location": "m.py:3",
+                "evidence": {"reproducer": reproducer} if reproducer else {}, "suggestion": "s", "layer": "x",
+                "doubts": list(doubts), "also": list(also)}
+
+    v3 = {"schema_version": "3", "target": {"script": "m.py"}, "findings": [
+        finding("python_overhead"),
+        finding("sequential_operator", ["noisy"], [finding("hot_operator")], reproducer="reproducers/01_mm.py"),
+        finding("low_efficiency", also=[finding("sequential_operator", ["contended"])])]}
+    report = report_io.from_json_data(v3)
+    assert [f.kind for f in report.findings] == ["python_overhead", "hot_operator", "low_efficiency"]
+    assert report.findings[2].also == []
+    assert [(n.finding.kind, n.finding.doubts, n.reproduce) for n in report.not_confirmed] == [
+        ("sequential_operator", ["noisy"], "python reproducers/01_mm.py"), ("sequential_operator", ["contended"], None)]
+    assert report.verdict is None  # a "3" report was not judged
 
 
 @pytest.mark.parametrize("fmt", ["terminal", "md", "json"])
@@ -139,7 +164,7 @@ def test_diagnose_load_renders_every_committed_report(fmt, capsys):
         out, err = capsys.readouterr()
         assert out.strip() and not err, (path, err)
         if fmt == "json":
-            assert json.loads(out)["schema_version"] == "3"
+            assert json.loads(out)["schema_version"] == "4"
 
 
 def test_every_committed_report_renders_as_html():
