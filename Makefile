@@ -1,5 +1,6 @@
 # Two entry points, both from a fresh clone:
-#   make demo   install everything, then diagnose the bundled MLP example
+#   make demo   install everything, then diagnose a bundled example with a typical problem (a Python loop
+#               over a batch's rows); examples/mlp.py is the healthy control
 #   make test   install everything, then run the test suite
 VENV   ?= .venv
 PYTHON ?= python3
@@ -25,7 +26,7 @@ install: $(BIN)/python
 	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 
 demo: install
-	$(BIN)/diagnose examples/mlp.py
+	$(BIN)/diagnose examples/python_row_loop.py
 
 test: install
 	@[ -x /usr/bin/chromium ] || { echo "installing chromium (the HTML report's browser test)"; \

@@ -1,4 +1,4 @@
-"""A small MLP training loop: the bundled example for `make demo`.
+"""A small MLP training loop: the healthy control (`make demo` diagnoses examples/python_row_loop.py).
 
 Run it plainly (python examples/mlp.py --steps 30) or under diagnose:
     diagnose examples/mlp.py -- --steps 30

@@ -1,4 +1,4 @@
-"""Planted problem: normalising a batch one row at a time in a Python loop.
+"""Planted problem: normalising a batch one row at a time in a Python loop (what `make demo` diagnoses).
 
 Each row costs four tiny operators (mean, std, sub, div) and a Python
 iteration; the work itself is microseconds. A good diagnosis:

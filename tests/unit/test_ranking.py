@@ -246,7 +246,7 @@ def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_st
 
 
 def test_the_same_operator_at_other_shapes_lends_neither_its_severity_nor_its_stake():
-    # examples/mlp.py:30 (the demo): a low sequential_operator on mm at [1024,256],[256,512] (14% of the
+    # examples/mlp.py:30 (the control): a low sequential_operator on mm at [1024,256],[256,512] (14% of the
     # operators) merged with a hot_operator on mm at [1024,256],[256,1024] showed that one's 26.7% at stake
     seq = Finding("sequential_operator", "low", "mm flat", "aten::mm", "mlp.py:30",
                   {"input_shapes": [[1024, 256], [256, 512]]}, "s", "microbench", stake=Stake(11.2, ""))
