@@ -226,7 +226,7 @@ def test_output_with_earlier_report_needs_force(script, tmp_path):
     assert (out / "report.json").read_text() == "earlier"
     forced = run_cli(str(target), "--force", *RUNNER_ONLY, outdir=out)
     assert forced.code == 0, forced.stderr
-    assert forced.report["schema_version"] == "3"
+    assert forced.report["schema_version"] == "4"
     assert (out / "notes.txt").read_text() == "user file"
 
 

@@ -26,7 +26,7 @@ def test_report_files_and_contract_fields(mlp_script_run):
     for name in ("report.json", "report.md", "trace.json"):
         assert (run.outdir / name).is_file(), name
     r = run.report
-    assert r["schema_version"] == "3"
+    assert r["schema_version"] == "4"
     assert r["target"] == {"script": "examples/mlp.py", "argv": ["--steps", "5"], "mode": "script",
                            "function": None, "warmup": None, "iters": None}
     assert r["machine"]["usable_cpus"] >= 1
@@ -37,6 +37,29 @@ def test_report_files_and_contract_fields(mlp_script_run):
     assert r["artifacts"]["trace"] == "trace.json"
     for key in ("operators", "python_hotspots", "threads", "microbenchmarks", "findings", "artifacts"):
         assert key in r
+
+
+def test_the_verdict_and_what_is_not_confirmed_follow_from_the_report(mlp_script_run):
+    # structure only (whether the control is healthy is this machine's, and its load's): the verdict's numbers
+    # are the budget's and the roofline's, and a doubted result is never a finding
+    r, out = mlp_script_run.report, mlp_script_run.stdout
+    v = r["verdict"]
+    kernels = next(s for s in r["step_budget"]["slices"] if s["name"] == "kernels")
+    assert v["kernels_share"] == kernels["share"]
+    placed = sorted((o for o in r["efficiency"]["operators"] if o["efficiency_pct"] is not None),
+                    key=lambda o: -o["share_pct"])[:3]
+    assert [(k["op"], k["input_shapes"]) for k in v["kernels"]] == [(o["name"], o["input_shapes"]) for o in placed]
+    loud = [f for f in r["findings"] if f["severity"] in ("medium", "high")]
+    assert v["findings_above_low"] == len(loud) and v["healthy"] == (not v["unmet"])
+    assert v["healthy"] == (kernels["share"] >= 0.7 and not loud and all(k["efficiency_pct"] >= 25 for k in v["kernels"]))
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("diagnose examples/mlp.py"))
+    assert lines[head + 1].startswith("step budget: ") and lines[head + 2] == f"verdict: {v['text']}"
+    assert not any(p["doubts"] for f in r["findings"] for p in [f, *f["also"]])
+    for n in r["not_confirmed"]:
+        assert n["finding"]["doubts"] and n["reproduce"] and n["reproduce"] in out
+    png = (mlp_script_run.outdir / "budget.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and r["artifacts"]["budget_png"] == "budget.png"
 
 
 def test_operator_rows_carry_shapes_flops_and_user_lines(mlp_script_run):
