@@ -221,11 +221,13 @@ def _verdict(report: Report) -> str:
 
 
 def _budget_bars(report: Report) -> str:
-    """The step budget as one stacked bar (each slice's width its share of the step, its basis on hover), then
-    a bar per module (fmt.budget_modules) when the model has several; budget.png draws the same."""
+    """The step budget as one stacked bar (each slice's width its share of the step, its basis on hover; when the
+    slices over-count, unexplained is negative and the bar is their sum), then a bar per module
+    (fmt.budget_modules) when the model has several; budget.png draws the same."""
     b = report.step_budget
+    scale = 1 / max(1.0, sum(s.share for s in b.slices if s.share > 0))
     segments = "".join(
-        f'<div class="seg" data-slice="{_e(s.name)}" data-share="{s.share:.4f}" style="width:{100 * s.share:.2f}%;'
+        f'<div class="seg" data-slice="{_e(s.name)}" data-share="{s.share:.4f}" style="width:{100 * s.share * scale:.2f}%;'
         f'background:{plots.SLICE_COLOURS.get(s.name, "#8c959f")}" title="{_e(s.name)} {100 * s.share:.1f}%: '
         f'{_e(s.basis)}">{_e(s.name) if s.share >= 0.08 else ""}</div>'
         for s in b.slices if s.share > 0)

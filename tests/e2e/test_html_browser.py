@@ -144,3 +144,26 @@ def test_the_filter_hides_rows_by_name_and_shape(page):
     assert 0 < visible.count() < total and all("[1000,64]" in t for t in visible.all_inner_texts())
     page.fill("#op-filter", "")
     assert visible.count() == total
+
+
+def test_the_step_budget_bar_and_the_verdict_lead_the_page(page, gated_run):
+    r = gated_run.report
+    bar = page.locator("#budget-bar")
+    assert bar.is_visible()
+    # each slice's width is its share of the step; when the slices over-count (unexplained negative) the bar is
+    # their sum
+    drawn = page.eval_on_selector_all("#budget-bar .seg", "els => els.map(e => [e.dataset.slice, "
+                                      "e.getBoundingClientRect().width])")
+    shares = {s["name"]: s["share"] for s in r["step_budget"]["slices"] if s["share"] > 0}
+    assert [name for name, _ in drawn] == list(shares)
+    width = (bar.bounding_box()["width"] - 2) / max(1.0, sum(shares.values()))  # inside its 1px border
+    for name, w in drawn:
+        assert abs(w - width * shares[name]) <= 1.5, (name, w, width, shares[name])
+    verdict = page.locator("#verdict-line")
+    assert verdict.is_visible() and verdict.inner_text() == f"Verdict: {r['verdict']['text']}"
+    above = page.evaluate("() => document.querySelector('#budget-bar').getBoundingClientRect().top"
+                          " < document.querySelector('#finding-1').getBoundingClientRect().top")
+    assert above
+    if r["not_confirmed"]:  # below every finding, each with its command
+        box = page.locator("#not-confirmed")
+        assert box.is_visible() and all(n["reproduce"] in box.inner_text() for n in r["not_confirmed"])
