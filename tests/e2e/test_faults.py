@@ -162,7 +162,7 @@ def test_three_forced_runs_into_one_directory_leave_one_report(tmp_path):
         assert run.code == 0, (i, run.stderr)
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["notes.txt", "report.json", "report.md", "report.html", "trace.json", "reproducers",
-                            "flamegraph.png", "stacks.folded", "memory.png"]), names
+                            "flamegraph.png", "stacks.folded", "memory.png", "budget.png"]), names
     reproducers = sorted(p.name for p in (out / "reproducers").iterdir())
     assert len(reproducers) == 1 and reproducers[0].endswith(".py")  # not nested, not piled up
     assert (out / "notes.txt").read_text() == "mine"
