@@ -252,7 +252,8 @@ def test_the_gemv_decoder_is_named_for_its_shape_not_as_a_sequential_kernel(tmp_
                   outdir=tmp_path / "r")
     assert run.code == 0, run.stderr[-2000:]
     r = run.report
-    gemv = [f for f in r["findings"] if f["kind"] == "sequential_operator"]
+    # a finding, or not confirmed when its micro-benchmark was noisy or contended (doubted): it names the shape
+    gemv = [f for f in r["findings"] + [n["finding"] for n in r["not_confirmed"]] if f["kind"] == "sequential_operator"]
     assert all("the kernel is sequential" not in f["suggestion"] for f in gemv)
     # whether the GEMV scales is the machine's: flat on the 2-CPU EPYC this was planted on (1.0-1.1x),
     # 2.0x on a Xeon with AMX. Flat, the finding names the shape; scaling, there is nothing to find.

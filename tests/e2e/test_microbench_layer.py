@@ -26,7 +26,9 @@ def test_sort_is_a_sequential_operator_at_its_line_with_measured_times(sort_run)
     sort_rows = [m for m in r["microbenchmarks"] if m["op"] == "aten::sort"]
     assert sorted(m["threads"] for m in sort_rows) == [1, 2]
     assert sort_rows[0]["input_shapes"][0] == [4000000]
-    (f,) = [f for f in r["findings"] if f["kind"] == "sequential_operator" and f["op"] == "aten::sort"]
+    # a finding, or not confirmed when a neighbour's load made its measurement noisy or contended (doubted)
+    found = r["findings"] + [n["finding"] for n in r["not_confirmed"]]
+    (f,) = [f for f in found if f["kind"] == "sequential_operator" and f["op"] == "aten::sort"]
     assert f["location"] == f"examples/sequential_sort.py:{line_of(SORT, 'torch.sort(')}"
     e = f["evidence"]
     assert e["median_us_1_thread"] > 50_000 and e["median_us_2_threads"] > 50_000  # a 4M sort: tens of ms at least
