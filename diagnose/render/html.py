@@ -203,14 +203,16 @@ def _verdict(report: Report) -> str:
         head = (f'<p class="summary">{len(fs)} finding{"s" if len(fs) != 1 else ""}: {parts}. '
                 f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
                 f"line are one finding.</p>")
-    verdict = fmt.verdict_line(report)
-    if verdict:  # healthy or not, with its numbers (findings/verdict.py)
-        healthy = "healthy" if report.verdict.healthy else "unhealthy"
-        head = f'<p class="verdict {healthy}" id="verdict-line"><b>Verdict:</b> {_e(verdict)}</p>' + head
     budget = fmt.budget_line(report)
+    verdict = fmt.verdict_line(report)
+    lead = ""
     if budget:  # where a step's time goes, before the findings (diagnose/budget.py)
         memory = ' <a href="#memory">memory →</a>' if report.memory else ""  # the allocator slice's bytes
-        head = f'<p class="budget"><b>Step budget:</b> {_e(budget)}{memory}</p>' + _budget_bars(report) + head
+        lead += f'<p class="budget"><b>Step budget:</b> {_e(budget)}{memory}</p>' + _budget_bar(report)
+    if verdict:  # healthy or not, with its numbers (findings/verdict.py)
+        healthy = "healthy" if report.verdict.healthy else "unhealthy"
+        lead += f'<p class="verdict {healthy}" id="verdict-line"><b>Verdict:</b> {_e(verdict)}</p>'
+    head = lead + (_module_bars(report) if budget else "") + head
     ranks = ""
     observations = report.distributed.observations if report.distributed else []
     if observations:  # a torchrun job's straggler and collectives (distributed/view.py), beside the findings
@@ -220,10 +222,9 @@ def _verdict(report: Report) -> str:
     return head + ranks + "".join(_finding(report, i, f) for i, f in enumerate(fs, 1)) + _not_confirmed(report)
 
 
-def _budget_bars(report: Report) -> str:
+def _budget_bar(report: Report) -> str:
     """The step budget as one stacked bar (each slice's width its share of the step, its basis on hover; when the
-    slices over-count, unexplained is negative and the bar is their sum), then a bar per module
-    (fmt.budget_modules) when the model has several; budget.png draws the same."""
+    slices over-count, unexplained is negative and the bar is their sum); budget.png draws the same."""
     b = report.step_budget
     scale = 1 / max(1.0, sum(s.share for s in b.slices if s.share > 0))
     segments = "".join(
@@ -231,16 +232,21 @@ def _budget_bars(report: Report) -> str:
         f'background:{plots.SLICE_COLOURS.get(s.name, "#8c959f")}" title="{_e(s.name)} {100 * s.share:.1f}%: '
         f'{_e(s.basis)}">{_e(s.name) if s.share >= 0.08 else ""}</div>'
         for s in b.slices if s.share > 0)
-    out = f'<div class="budgetbar" id="budget-bar" aria-label="step budget">{segments}</div>'
+    return f'<div class="budgetbar" id="budget-bar" aria-label="step budget">{segments}</div>'
+
+
+def _module_bars(report: Report) -> str:
+    """A bar per module (fmt.budget_modules: each module's own operators as a share of the step) when the model
+    has several, as below budget.png's stacked bar."""
     modules = fmt.budget_modules(report)
-    if modules:
-        top = max(share for _, share in modules) or 1.0
-        rows = "".join(f'<div class="modbar"><span class="name" title="{_e(label)}">{_e(label)}</span>'
-                       f'<span class="bar"><span style="width:{100 * share / top:.1f}%"></span></span>'
-                       f'<span class="num">{100 * share:.1f}%</span></div>' for label, share in modules)
-        out += (f'<details class="modbars" id="budget-modules" open><summary>the {b.unit} by module (each '
-                f"module's own operators)</summary>{rows}</details>")
-    return out
+    if not modules:
+        return ""
+    top = max(share for _, share in modules) or 1.0
+    rows = "".join(f'<div class="modbar"><span class="name" title="{_e(label)}">{_e(label)}</span>'
+                   f'<span class="bar"><span style="width:{100 * share / top:.1f}%"></span></span>'
+                   f'<span class="num">{100 * share:.1f}%</span></div>' for label, share in modules)
+    return (f'<details class="modbars" id="budget-modules" open><summary>the {_e(report.step_budget.unit)} by '
+            f"module (each module's own operators)</summary>{rows}</details>")
 
 
 def _not_confirmed(report: Report) -> str:
