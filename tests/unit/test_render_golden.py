@@ -5,6 +5,9 @@ a file under tests/golden/:
 
 - `<name>.terminal.txt`: what `diagnose --load REPORT` prints (cli.main, no colour);
 - `<name>.md`: markdown.render(report), which `diagnose --load REPORT --format md` must print too;
+- `<name>.judged.txt`: a recorded report judged again as a run judges it (its step budget, findings, what is
+  not confirmed, the verdict): the verdict line and the not-confirmed list of its terminal summary and
+  report.md (the parts its judgement writes; the budget's own line is tests/unit/test_budget.py's);
 - `<name>.written.txt` and `<name>.written.html`: what output.write_report leaves in an output directory
   for a report as a run hands it over (the pictures' artifacts and "not made" reasons not yet set): the
   files written, report.json's artifacts and each layer's missing, report.md, the summary printed after
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose import cli, output
+from diagnose import budget, cli, findings, output
 from diagnose.render import markdown, terminal
 from diagnose.report import io as report_io
 from diagnose.report.model import FoldedStack
@@ -48,6 +51,12 @@ LOADED = {
     "bert_infer": DATA / "findings" / "bert_infer_window_report.json",
     "ddp_node0": DATA / "distributed" / "node0" / "report.json",
     "row_loop_before_script": DATA / "compare" / "row_loop_before_script.json",
+}
+# judged as a run would (a report of schema "3" has no verdict): healthy (BERT inference), and not, with a
+# doubted micro-benchmark listed as not confirmed (GPT-2 generate)
+JUDGED = {
+    "bert_infer": DATA / "findings" / "bert_infer_window_report.json",
+    "gpt2_generate": DATA / "findings" / "gpt2_generate_window_report.json",
 }
 # what write_report draws: threads.png and roofline.png (node0), a timeline too short to draw with the
 # roofline drawn (row_loop_after), folded stacks added to a real report (flamegraph.png, stacks.folded)
@@ -110,6 +119,25 @@ def test_load_format_json_prints_the_report_as_saved(name, capsys, tmp_path):
     report = report_io.load(str(LOADED[name]))
     report_io.save(report, str(tmp_path / "report.json"))
     assert run_cli(capsys, "--load", str(LOADED[name]), "--format", "json") == (tmp_path / "report.json").read_text()
+
+
+@pytest.mark.parametrize("name", JUDGED)
+def test_the_verdict_and_what_is_not_confirmed_of_a_judged_report(name):
+    report = report_io.load(str(JUDGED[name]))
+    report.step_budget = budget.of(report)
+    findings.judge(report)
+    parts = []
+    for title, text, verdict, unconfirmed in (
+            ("terminal", terminal.render(report), "verdict: ", "Not confirmed: "),
+            ("report.md", markdown.render(report), "**Verdict:** ", "### Not confirmed: ")):
+        lines = text.splitlines()
+        parts.append(f"# {title}")
+        parts += [line for line in lines if line.startswith(verdict)]
+        start = next((i for i, line in enumerate(lines) if line.startswith(unconfirmed)), len(lines))
+        end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(" ")
+                    and not lines[i].startswith("- ")), len(lines))
+        parts += lines[start:end]
+    check(f"{name}.judged.txt", normalise("\n".join(parts) + "\n"))
 
 
 def as_handed_to_write_report(name: str):
