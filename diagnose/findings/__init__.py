@@ -68,12 +68,16 @@ def derive(report: Report) -> list[Finding]:
     """The confirmed findings, most important first (by time at stake x confidence, observations last),
     severities bounded by the stake; one finding per line of code that several layers flagged. Doubted ones
     are left out (judge lists them as not confirmed)."""
-    return stake.rank(stake.dedup(stake.rank(verdict.split(report, settled(report))[0])))
+    return _ranked(verdict.split(settled(report))[0])
+
+
+def _ranked(found: list[Finding]) -> list[Finding]:
+    return stake.rank(stake.dedup(stake.rank(found)))
 
 
 def judge(report: Report) -> None:
     """Judge a measured report (its step budget set): its findings, what is not confirmed, and the verdict."""
-    confirmed, doubted = verdict.split(report, stake.rank(settled(report)))
-    report.findings = stake.rank(stake.dedup(confirmed))
-    report.not_confirmed = doubted
+    confirmed, doubted = verdict.split(settled(report))
+    report.findings = _ranked(confirmed)
+    report.not_confirmed = verdict.not_confirmed(report, stake.rank(doubted))
     report.verdict = verdict.of(report)

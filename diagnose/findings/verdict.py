@@ -61,10 +61,15 @@ def reproduce(report: Report, f: Finding) -> str:
     return f"diagnose probe --refresh && {again}" if PEAKS_CONTENDED_DOUBT in f.doubts else again
 
 
-def split(report: Report, findings: list[Finding]) -> tuple[list[Finding], list[NotConfirmed]]:
-    """(the confirmed findings, the doubted ones as NotConfirmed), each in the order given."""
-    return ([f for f in findings if not f.doubts],
-            [NotConfirmed(finding=f, reproduce=reproduce(report, f)) for f in findings if f.doubts])
+def split(findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(the confirmed findings, the doubted ones), each in the order given: a finding is doubted when its rule
+    doubts the measurement behind it (`doubts`)."""
+    return [f for f in findings if not f.doubts], [f for f in findings if f.doubts]
+
+
+def not_confirmed(report: Report, doubted: list[Finding]) -> list[NotConfirmed]:
+    """The doubted findings as the report lists them: each with the command that re-measures it."""
+    return [NotConfirmed(finding=f, reproduce=reproduce(report, f)) for f in doubted]
 
 
 def _pct_range(values: list[float]) -> str:
