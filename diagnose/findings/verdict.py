@@ -4,9 +4,11 @@ Healthy (`of`, model.Verdict) when all three hold:
 - kernels: the step budget's kernels slice (diagnose/budget.py) is at least KERNELS_MIN_SHARE (70%) of the
   step: the step is spent computing, not in Python, dispatch, the allocator, data or waiting;
 - roofs: each of the TOP_KERNELS (3) roofline rows (the efficiency layer's) with the largest share of operator
-  time that have an efficiency reaches at least efficiency.MEDIUM_BELOW_PCT (25%) of this machine's roof at its
-  intensity: the share below which low_efficiency flags a kernel, and what real kernels reach at awkward shapes
-  (a good fp32 GEMM 60-90% of the probe's square-matrix peak, a streaming kernel 50-90% of copy bandwidth);
+  time that have an efficiency, from calls of at least efficiency.MIN_US_PER_CALL (20 µs: below it the
+  profiler's per-call cost and the kernel's start-up make the ratio noise, so low_efficiency does not judge
+  them either), reaches at least efficiency.MEDIUM_BELOW_PCT (25%) of this machine's roof at its intensity:
+  the share below which low_efficiency flags a kernel, and what real kernels reach at awkward shapes (a good
+  fp32 GEMM 60-90% of the probe's square-matrix peak, a streaming kernel 50-90% of copy bandwidth);
 - findings: no confirmed finding is medium or higher.
 A check without its measurement (no budget, no operator pass, no efficiency layer) is unmet and says why: a
 model is called healthy only on evidence. The verdict is judged on every run (None only in an older report).
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import shlex
 
-from diagnose.findings.efficiency import MEDIUM_BELOW_PCT
+from diagnose.findings.efficiency import MEDIUM_BELOW_PCT, MIN_US_PER_CALL
 from diagnose.findings.stake import SEVERITY_RANK
 from diagnose.render.fmt import shapes as shape_text
 from diagnose.report.model import (
@@ -82,7 +84,8 @@ def of(report: Report) -> Verdict:
     b = report.step_budget
     kernels = next((s for s in b.slices if s.name == "kernels"), None) if b else None
     eff = report.efficiency
-    rows = sorted((o for o in (eff.operators if eff else []) if o.efficiency_pct is not None),
+    rows = sorted((o for o in (eff.operators if eff else [])
+                   if o.efficiency_pct is not None and (o.us_per_call or 0.0) >= MIN_US_PER_CALL),
                   key=lambda o: -o.share_pct)[:TOP_KERNELS]
     top = [KernelAtRoof(op=o.name, input_shapes=o.input_shapes, share_pct=round(o.share_pct, 2),
                         efficiency_pct=round(o.efficiency_pct, 2), bound=o.bound) for o in rows]
