@@ -98,8 +98,8 @@ def of(report: Report) -> Verdict:
         unmet.append(f"kernels are {100 * kernels.share:.0f}% of the {b.unit}, under the "
                      f"{100 * KERNELS_MIN_SHARE:.0f}% a healthy verdict needs")
     if not top:
-        unmet.append("no kernel placed against this machine's roofs (the efficiency layer did not run or placed "
-                     "none)")
+        unmet.append("no kernel placed against this machine's roofs (the efficiency layer did not run, or no "
+                     f"kernel of at least {MIN_US_PER_CALL:g} µs a call has an efficiency)")
     else:
         low = [k for k in top if k.efficiency_pct < NEAR_ROOF_PCT]
         if low:
