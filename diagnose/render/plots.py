@@ -299,10 +299,12 @@ def budget_png(report: Report, path: str) -> str | None:
     except ImportError as exc:
         return f"matplotlib is not importable ({exc}); pip install matplotlib"
     modules = fmt.budget_modules(report)
-    fig, axes = plt.subplots(2 if modules else 1, 1, figsize=(10, 2.4 + 0.32 * len(modules)), squeeze=False,
-                             gridspec_kw={"height_ratios": [1.3, max(1, len(modules)) * 0.45]} if modules else None,
-                             constrained_layout=True)
-    ax = axes[0][0]
+    # fixed axes in inches, not a layout engine: the module labels take the left of their own axes only, and
+    # the budget's bar keeps the whole width
+    bar_h, row_h, gap = 1.9, 0.3, 0.45
+    height = bar_h + (gap + row_h * len(modules) + 0.55 if modules else 0.0)
+    fig = plt.figure(figsize=(10, height))
+    ax = fig.add_axes((0.03, 1 - 1.25 / height, 0.94, 0.8 / height))
     left = 0.0
     for s in b.slices:
         width = max(0.0, s.share) * 100
@@ -322,7 +324,7 @@ def budget_png(report: Report, path: str) -> str | None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=min(8, len(b.slices)), fontsize=8,
               frameon=False)
     if modules:
-        mx = axes[1][0]
+        mx = fig.add_axes((0.42, 0.55 / height, 0.53, row_h * len(modules) / height))
         labels = [label if len(label) <= 60 else "…" + label[-59:] for label, _ in modules]
         shares = [100 * share for _, share in modules]
         mx.barh(range(len(modules)), shares, color=SLICE_COLOURS["kernels"], alpha=0.8)
@@ -331,7 +333,7 @@ def budget_png(report: Report, path: str) -> str | None:
         for i, v in enumerate(shares):
             mx.text(v, i, f" {v:.1f}%", va="center", fontsize=8)
         mx.set_xlim(0, max(shares) * 1.15)
-        mx.set_xlabel(f"share of the {b.unit} in each module's own operators (its kernels)")
+        mx.set_title(f"by module: the share of the {b.unit} in each module's own operators (%)", fontsize=9)
         mx.grid(True, axis="x", alpha=0.3)
     fig.savefig(path, dpi=100)
     plt.close(fig)
