@@ -10,6 +10,8 @@ Healthy (`of`, model.Verdict) when all three hold:
   the share below which low_efficiency flags a kernel, and what real kernels reach at awkward shapes (a good
   fp32 GEMM 60-90% of the probe's square-matrix peak, a streaming kernel 50-90% of copy bandwidth);
 - findings: no confirmed finding is medium or higher.
+When the only findings medium or higher are about the machine rather than the model (MACHINE_KINDS: other
+processes held the CPUs), the model is not judged either way: the line says so and asks for a quiet machine.
 A check without its measurement (no budget, no operator pass, no efficiency layer) is unmet and says why: a
 model is called healthy only on evidence. The verdict is judged on every run (None only in an older report).
 
@@ -37,6 +39,7 @@ from diagnose.report.model import (
 )
 
 KERNELS_MIN_SHARE = 0.70
+MACHINE_KINDS = {"external_contention"}  # findings about the machine the run shared, not about the model
 TOP_KERNELS = 3
 NEAR_ROOF_PCT = MEDIUM_BELOW_PCT
 
@@ -112,8 +115,11 @@ def of(report: Report) -> Verdict:
         text = (f"healthy: kernels {100 * kernels.share:.0f}% of the {b.unit}; the top {len(top)} kernel"
                 f"{'s' if len(top) != 1 else ''} at {_pct_range([k.efficiency_pct for k in top])} of this machine's "
                 f"roofs ({', '.join(dict.fromkeys(k.op for k in top))}); no finding above low")
+    elif loud and all(f.kind in MACHINE_KINDS for f in loud):
+        text = (f"not judged: other processes held this machine's CPUs during the run ({loud[0].kind}); "
+                "re-run on a quiet machine")
     elif loud:
-        first = loud[0]
+        first = next(f for f in loud if f.kind not in MACHINE_KINDS)
         where = f" at {first.location}" if first.location else ""
         text = (f"not healthy: {len(loud)} finding{'s' if len(loud) != 1 else ''} medium or higher, led by "
                 f"{first.kind}{where}")

@@ -112,3 +112,14 @@ def test_a_report_without_a_budget_draws_no_budget_picture(tmp_path):
     r.step_budget = None
     assert plots.budget_png(r, str(tmp_path / "b.png")) == "no step budget (nothing timed the step)"
     assert 'id="budget-bar"' not in html.render(r)
+
+
+def test_a_busy_machine_leaves_the_model_unjudged_and_its_own_finding_leads_the_line():
+    r = judged("bert_infer")
+    busy = dataclasses.replace(r.findings[0], kind="external_contention", severity="high", location=None)
+    r.findings = [busy, *r.findings]
+    v = verdict.of(r)
+    assert not v.healthy and v.text.startswith("not judged: other processes held this machine's CPUs")
+    loud = dataclasses.replace(r.findings[1], kind="python_overhead", severity="medium")
+    r.findings = [busy, loud]
+    assert verdict.of(r).text.startswith("not healthy: 2 findings medium or higher, led by python_overhead")
