@@ -19,6 +19,7 @@ from __future__ import annotations
 from diagnose.findings import (
     budget,
     doctor,
+    dtypes,
     efficiency,
     hangs,
     memory,
@@ -40,6 +41,7 @@ RULES = [
     operators.copy_overhead,
     operators.memory_churn,
     operators.autograd_in_inference,
+    dtypes.dtype,
     python.python_overhead,
     budget.outside_torch,
     threads.oversubscription,

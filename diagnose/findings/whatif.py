@@ -6,11 +6,13 @@ unchanged run's. The time at stake is what it measured, 1 - 1/speedup of the
 step (the interval's low end in the evidence); the suggestion is the code
 change, with torch.compile's one-off cost and break-even beside it. Variants
 that did not win, or whose outputs differ, get no finding: the what-if
-section lists them with why.
+section lists them with why. A float32 win is the dtype finding's stake
+(dtypes.py), not a finding of its own, where that finding is raised.
 """
 
 from __future__ import annotations
 
+from diagnose.findings import dtypes
 from diagnose.report.model import Finding, Report, Stake
 
 
@@ -22,6 +24,8 @@ def what_if(report: Report) -> list[Finding]:
     for v in w.variants:
         if not v.recommended:
             continue
+        if v.name == dtypes.FLOAT32_VARIANT and dtypes.float64_pct(report) >= dtypes.MIN_PCT:
+            continue  # the dtype finding carries it: the cause, its line and this measurement
         t = v.trial
         gain = 100.0 * (1.0 - 1.0 / t.speedup)
         interval = f" (95% interval {t.ci_low:.2f}-{t.ci_high:.2f}x)" if t.ci_low is not None else ""

@@ -413,6 +413,19 @@ class PythonFunction:
 
 
 @dataclass
+class ListInput:
+    """A TensorList input of an operator (torch.cat's, torch.stack's tensors), as the operator pass's source mode
+    saw it at the Python call (layers/operators/recorder.py): the profiler records no shape for such a list."""
+
+    index: int  # its position among the operator's inputs (input_shapes, dtypes)
+    tensors: int  # how many tensors the list held at the row's first call
+    shapes: list[list[int]]  # the shapes of its first tensors (at most recorder.LIST_SHAPES_MAX) at the first call
+    last_tensors: int  # at the row's last call
+    last_shapes: list[list[int]]  # at the last call (the same as `shapes` when they never changed)
+    calls: int = 0  # the calls seen
+
+
+@dataclass
 class OperatorRow:
     name: str  # aten::addmm
     input_shapes: list[list[Any]]  # per input, [] for a scalar or a non-tensor
@@ -446,6 +459,9 @@ class OperatorRow:
     modules: list[ModuleShare] = field(default_factory=list)  # by self time, largest first
     min_self_us: float | None = None  # per call
     max_self_us: float | None = None  # per call: the slowest call's self time
+    # its TensorList inputs (torch.cat's tensors), whose shapes the profiler does not record (input_shapes holds
+    # [] there): as the operator pass's source mode saw them; empty when it has none or they were not seen
+    list_inputs: list[ListInput] = field(default_factory=list)
 
     def where_module(self) -> str | None:
         """The module that ran it, `encoder.layer.*.intermediate.dense (Linear)`: its instances' differing
@@ -674,7 +690,7 @@ class CompileCost:
 class WhatIfVariant:
     """One code change measured on the user's own steps (diagnose/whatif/): the A/B, the outputs, its cost."""
 
-    name: str  # "inference_mode", "channels_last", "bf16", "compile", "flush_denormal"
+    name: str  # "inference_mode", "channels_last", "bf16", "float32", "compile", "flush_denormal"
     why: str  # why it ran: what in the report made it apply, or "asked for (--what-if)"
     trial: Trial  # the interleaved A/B rounds (diagnose/doctor/trials.py): speedup, 95% interval, verdict
     outputs: OutputCheck  # its outputs against the unchanged run's, first round
@@ -694,7 +710,7 @@ class WhatIf:
     unchanged run in interleaved rounds (diagnose/whatif/)."""
 
     requested: list[str] = field(default_factory=list)  # as given: names, or ["auto"]
-    # the variants run, in a fixed order (inference_mode, channels_last, bf16, compile, flush_denormal)
+    # the variants run, in a fixed order (inference_mode, channels_last, bf16, float32, compile, flush_denormal)
     variants: list[WhatIfVariant] = field(default_factory=list)
     skipped: list[WhatIfSkipped] = field(default_factory=list)  # asked for or considered, not run, and why
     estimate_s: float | None = None  # the cost announced before it started
@@ -802,6 +818,21 @@ class OperatorSummary:
     window: str | None = None  # which iterations were recorded, when not all of them
     trace: TraceSummary | None = None  # what trace.json holds of the window; None when the pass gave no trace summary
     ranks: list[int] = field(default_factory=list)  # torchrun: the ranks whose rows are merged (else empty)
+    # the user lines where float64 tensors came from (operator pass, the whole run; the dtype finding's cause)
+    float64_origins: list[Float64Origin] = field(default_factory=list)
+
+
+@dataclass
+class Float64Origin:
+    """A call that made float64 tensors from something that was not float64 (layers/operators/recorder.py): a
+    `.double()` or `.to(torch.float64)`, `torch.from_numpy` / `torch.tensor` of a float64 numpy array, a
+    `dtype=torch.float64` argument, a factory under `torch.set_default_dtype(torch.float64)`, or that call itself."""
+
+    source: str | None  # the user line (file.py:LINE); None outside the user's code
+    how: str  # what made float64 there, in the user's words: ".double()", "torch.from_numpy of a float64 array"
+    calls: int  # how many such calls (a model's .double() converts each parameter: one call each)
+    bytes: int  # the float64 bytes they made
+    parameters: int = 0  # of those calls, conversions of an nn.Parameter (a model cast to float64)
 
 
 @dataclass

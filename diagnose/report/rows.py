@@ -13,7 +13,8 @@ time first (stable: ties keep that order):
   location (the first user function named), `modules` by (module, library
   line) (the first class named), `called_by` by calling operator;
 - the fastest and slowest call: min of `min_self_us`, max of `max_self_us`;
-- the first row's `dtypes` that are not empty; the layout (input strides,
+- the first row's `dtypes` that are not empty; the list inputs (torch.cat's
+  tensors) of the row with most self time that has them; the layout (input strides,
   concrete inputs, contiguous) of the first row that has strides; the first
   row's `work` that is set;
 - derived from the sums: `self_pct` (of all rows' self time), `gflops_per_s`,
@@ -63,6 +64,7 @@ def _summed(parts: list[OperatorRow], all_self_us: float) -> OperatorRow:
     highs = [p.max_self_us for p in parts if p.max_self_us is not None]
     laid = next((p for p in parts if p.input_strides is not None), None)
     work = next((p.work for p in parts if p.work is not None), None)
+    listed = max((p for p in parts if p.list_inputs), key=lambda p: p.self_cpu_us, default=None)
     return OperatorRow(
         name=first.name,
         input_shapes=copy.deepcopy(first.input_shapes),
@@ -88,6 +90,7 @@ def _summed(parts: list[OperatorRow], all_self_us: float) -> OperatorRow:
         modules=modules if top is not None else [],
         min_self_us=round(min(lows), 3) if lows else None,
         max_self_us=round(max(highs), 3) if highs else None,
+        list_inputs=copy.deepcopy(listed.list_inputs) if listed else [],
     )
 
 

@@ -17,6 +17,12 @@ and diagnose's, stay eager):
 - `channels_last`: the module's parameters and buffers converted with
   `module.to(memory_format=torch.channels_last)`, and every 4-D tensor input
   made channels_last before the forward;
+- `float32`: its float64 parameters and buffers made float32 in place (the
+  optimizer keeps the same Parameter objects), float64 tensor inputs made
+  float32 before each forward (the first call's through the pre-hook's
+  returned arguments) and float32 outputs made float64 again, so the code
+  around the model sees what it saw before; the forward runs with float32
+  as the default dtype;
 - `compile`: `torch.compile(forward)` (default mode);
 - `flush_denormal` is not a wrapper: `torch.set_flush_denormal(True)` before
   the script (a runner option the doctor's trial uses too).
@@ -105,7 +111,7 @@ class WhatIfChild:
             logger.addHandler(Keep())
             logger.propagate = False  # kept for the report, not printed into the target's output
 
-    def _on_first_forward(self, module, args) -> None:
+    def _on_first_forward(self, module, args):
         if self.torch.compiler.is_compiling() or set_up(module, sys._getframe(1)):
             return  # torch's set-up code calling a module (quantize_dynamic's observers, jit.trace) is not the model
         self._handle.remove()
@@ -120,6 +126,9 @@ class WhatIfChild:
         if self.hook_note:  # said where the variant's outcome is read (the what-if layer shows `applied`)
             self.applied = f"{self.applied} ({self.hook_note})"
         self.apply_s = time.perf_counter() - t  # torch.compile() imports inductor here
+        if self.variant == "float32" and not self.applied.startswith("failed"):
+            return _cast(self.torch, args, self.torch.float64, self.torch.float32)  # this first call's inputs
+        return None
 
     def _apply(self, module) -> str:
         torch, v = self.torch, self.variant
@@ -130,6 +139,12 @@ class WhatIfChild:
         elif v == "channels_last":
             module.to(memory_format=torch.channels_last)
             module.forward = _channels_last_inputs(torch, module.forward)
+        elif v == "float32":
+            for tensor in (*module.parameters(), *module.buffers()):
+                if tensor.dtype is torch.float64:
+                    tensor.data = tensor.data.float()
+            module.forward = _float32_forward(torch, module.forward)
+            module.register_forward_hook(lambda m, a, output: _cast(torch, output, torch.float32, torch.float64))
         elif v == "compile":
             module.forward = torch.compile(module.forward)
         else:
@@ -185,6 +200,32 @@ def _channels_last_inputs(torch, forward):
     def wrapped(*args, **kwargs):
         return forward(*[convert(a) for a in args], **{k: convert(v) for k, v in kwargs.items()})
     return wrapped
+
+
+def _float32_forward(torch, forward):
+    def wrapped(*args, **kwargs):
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            return forward(*_cast(torch, args, torch.float64, torch.float32),
+                           **_cast(torch, kwargs, torch.float64, torch.float32))
+        finally:
+            torch.set_default_dtype(default)
+    return wrapped
+
+
+def _cast(torch, x, source, target, depth: int = 0):
+    """`x` with its `source`-dtype tensors (in tuples, lists and dicts) made `target`."""
+    if isinstance(x, torch.Tensor):
+        return x.to(target) if x.dtype is source else x
+    if depth > 6:
+        return x
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_cast(torch, v, source, target, depth + 1) for v in x)
+    if isinstance(x, dict):  # in place: transformers' ModelOutput is a dict that cannot be rebuilt from items
+        for k in list(x):
+            x[k] = _cast(torch, x[k], source, target, depth + 1)
+    return x
 
 
 def _tensors(torch, x, depth: int = 0):

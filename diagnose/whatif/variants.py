@@ -12,6 +12,8 @@ compiles already, any model change without a model). Conditions:
 - bf16: the CPU has native bf16 instructions (avx512_bf16 or amx_bf16) and
   fp32 operators take the time; without them autocast emulates bf16 through
   fp32 and is measured only when asked for;
+- float32: float64 operators take >= 10% of operator time (the dtype
+  finding's condition, findings/dtypes.py);
 - compile: a module ran and the script does not compile already
   (report.compile);
 - flush_denormal: subnormal values were found (the doctor's denormals check
@@ -25,22 +27,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diagnose.doctor.environment import LOW_PRECISION
+from diagnose.findings import dtypes
 from diagnose.machine import read_cpu_flags
 from diagnose.report.model import Report, WhatIfSkipped
 
-ORDER = ("inference_mode", "channels_last", "bf16", "compile", "flush_denormal")
+ORDER = ("inference_mode", "channels_last", "bf16", "float32", "compile", "flush_denormal")
 CONV_OPS = ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution",
             "aten::max_pool2d", "aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::adaptive_avg_pool2d",
             "aten::_adaptive_avg_pool2d")
 # outputs must agree within this share of the baseline output's largest magnitude (max |a - b| / max |b|):
 # fp32 variants only reorder arithmetic (compile's fused kernels, channels_last's blocked convolutions, flushed
 # subnormals); bf16 keeps 8 bits of mantissa (a relative step of 2^-8 = 0.4% per rounding), so its tolerance
-# allows a few percent of accumulated rounding and its actual difference is reported beside it
-TOLERANCE = {"inference_mode": 1e-6, "channels_last": 1e-3, "compile": 1e-3, "flush_denormal": 1e-3, "bf16": 5e-2}
+# allows a few percent of accumulated rounding and its actual difference is reported beside it; float32 against
+# float64 keeps 24 bits (2^-24 = 6e-8 a rounding): it is judged as the fp32 variants are, reordered arithmetic
+TOLERANCE = {"inference_mode": 1e-6, "channels_last": 1e-3, "compile": 1e-3, "flush_denormal": 1e-3, "bf16": 5e-2,
+             "float32": 1e-3}
 
 
 # why-nots that a request cannot override: the change would break the run, or there is nothing to change
-IMPOSSIBLE = ("a backward runs", "no 2-D convolution", "your script compiles already", "no nn.Module ran")
+IMPOSSIBLE = ("a backward runs", "no 2-D convolution", "your script compiles already", "no nn.Module ran",
+              "no float64 operator ran")
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,12 @@ class Choice:
     change: str  # the code change it stands for
 
 
-def change_text(name: str, root: str | None, line: str | None) -> str:
+def change_text(name: str, root: str | None, line: str | None, report: Report | None = None) -> str:
     model = f"your {root}" if root else "your model"
+    if name == "float32":
+        where = "; ".join(dtypes.fix(o) for o in (dtypes.origins(report) if report else [])[:3] if o.source)
+        return f"run {model} in float32" + (f": {where}" if where else
+                                            " (`model.float()` and float32 inputs instead of float64)")
     at = f" at {line}" if line else ""
     return {
         "inference_mode": (f"wrap the call of {model}{at} (or the whole inference loop) in "
@@ -101,6 +111,13 @@ def conditions(report: Report, cpuinfo: str = "/proc/cpuinfo") -> dict[str, tupl
     else:
         out["bf16"] = (False, "this CPU has no native bf16 (neither avx512_bf16 nor amx_bf16): autocast would "
                               "emulate it through fp32 (`--what-if bf16` measures it anyway)")
+    pct = dtypes.float64_pct(report)
+    if pct >= dtypes.MIN_PCT:
+        out["float32"] = (True, f"float64 operators take {pct:.0f}% of operator time")
+    elif pct > 0:
+        out["float32"] = (False, f"float64 operators take {pct:.1f}% of operator time, under {dtypes.MIN_PCT:g}%")
+    else:
+        out["float32"] = (False, "no float64 operator ran")
     if report.compile is not None:
         out["compile"] = (False, "your script compiles already (torch.compile ran in the uninstrumented pass)")
     else:
@@ -137,7 +154,7 @@ def choose(report: Report, requested: list[str], cpuinfo: str = "/proc/cpuinfo"
         hard_no = not applies and why.startswith(IMPOSSIBLE)
         if (applies and (auto or asked)) or (asked and not hard_no):
             chosen.append(Choice(name, why if applies else f"asked for (--what-if); {why}",
-                                 change_text(name, root, line)))
+                                 change_text(name, root, line, report)))
         elif auto or asked:
             skipped.append(WhatIfSkipped(name, why))
     return chosen, skipped

@@ -21,8 +21,8 @@ from diagnose.layers.operators import modules, ranks
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
 from diagnose.protocol import PassSpec, iteration_stats
 from diagnose.report import io as report_io
-from diagnose.report.model import Autograd, Doctor, LayerStatus, OperatorMemory, OperatorSummary, ProcessFacts, \
-    RecordingLine, Report, SubnormalScan, TraceSummary
+from diagnose.report.model import Autograd, Doctor, Float64Origin, LayerStatus, OperatorMemory, OperatorSummary, \
+    ProcessFacts, RecordingLine, Report, SubnormalScan, TraceSummary
 
 
 COMPILE_EVENT = "(dynamo_timed)"  # torch.compile's own phases as the profiler names them
@@ -72,6 +72,7 @@ class OperatorsLayer(Layer):
             memory=report_io.typed(OperatorMemory, raw.get("memory") or {}),
             window=raw.get("window"),
             trace=trace,
+            float64_origins=[report_io.typed(Float64Origin, o) for o in raw.get("float64_origins") or []],
         )
         report.modules = modules.build(raw["rows"], seen, raw.get("module_roots") or [])
         report.stacks = modules.stacks(raw["rows"], seen, raw.get("module_roots") or [])

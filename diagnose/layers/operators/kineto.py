@@ -26,15 +26,24 @@ class Label:
     ("" when no module's forward runs; `~` alone is the outermost module itself)."""
 
     @staticmethod
-    def text(user: str | None, library: str | None, module: str | None) -> str:
-        return f"{SOURCE_PREFIX}{user or '?'}\t{library or ''}\t{'' if module is None else '~' + module}"
+    def text(user: str | None, library: str | None, module: str | None, site: int | None = None) -> str:
+        """`site`: a call with list arguments, the recorder's index of its ListSite (a fourth field)."""
+        text = f"{SOURCE_PREFIX}{user or '?'}\t{library or ''}\t{'' if module is None else '~' + module}"
+        return text if site is None else f"{text}\t{site}"
 
     @staticmethod
     def parse(name: str) -> tuple[str | None, str | None, str | None]:
         """(user line, library line, module path) of a label; None where unknown."""
         user, _, rest = name[len(SOURCE_PREFIX):].partition("\t")
         library, _, module = rest.partition("\t")
+        module = module.partition("\t")[0]
         return (None if user == "?" else user), (library or None), (module[1:] if module else None)
+
+    @staticmethod
+    def site(name: str) -> int | None:
+        """The list site of a label (text's `site`), or None."""
+        fields = name.split("\t")
+        return int(fields[3]) if len(fields) > 3 and fields[3].isdigit() else None
 
 _FILTERED_NAMES = frozenset({
     "profiler::_record_function_enter",
@@ -300,7 +309,10 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             continue
         ctx = context[i] or _NO_CONTEXT
         sig = signature[i] = (repr(shapes[i]), repr(dtypes[i]))
-        key = (names[i], sig, ctx, parent_op[i])
+        # an operator with a TensorList input right under a call's label: that call's list site (recorder.py)
+        site = Label.site(names[p]) if p >= 0 and kinds[p] == _SOURCE and "TensorList" in (dtypes[i] or ()) \
+            else None
+        key = (names[i], sig, ctx, parent_op[i], site)
         row = acc_rows.get(key)
         if row is None:
             row = acc_rows[key] = [0, 0.0, 0.0, 0, 0, i, self_us, self_us]
@@ -330,8 +342,10 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             "flops": flop_count,
             "cpu_memory_bytes": mem,
             **_layout(op_event.get(first)),
+            **({"list_site": site} if site is not None else {}),
         }
-        for (name, _, (user, library, module), parent_name), (calls, self_us, total_us, flop_count, mem, first, lo, hi)
+        for (name, _, (user, library, module), parent_name, site), (calls, self_us, total_us, flop_count, mem, first,
+                                                                     lo, hi)
         in acc_rows.items()
     ]
 

@@ -86,20 +86,30 @@ def _source_mode(recorder: "OperatorsRecorder"):
     grad_enabled = torch.is_grad_enabled
     tensor_types = (torch.Tensor, torch.nn.Parameter)
 
+    float64 = torch.float64
+    list_types = (list, tuple)
+
     class SourceMode(TorchFunctionMode):
         """Labels each torch call with the user line that made it, while the recorder records.
 
         Installed for the whole run (prepare/release), so that torch.compile traces the same mode stack
-        from the first call on; inside a compiled region it does nothing.
+        from the first call on; inside a compiled region it does nothing. Outside compiled regions it also
+        notes, the whole run long, the calls that make float64 tensors from something that was not
+        (Float64Origins), and while recording the tensors of list arguments (torch.cat's: list_site).
         """
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if is_compiling() or not recorder.active or getattr(func, "__name__", "") in _NO_OP_CALLS:
                 # is_compiling() first: under dynamo it is a constant, so nothing after it becomes a guard
-                if not is_compiling() and recorder.scanning and getattr(func, "__name__", "") not in _NO_OP_CALLS:
+                if is_compiling():
+                    return func(*args, **kwargs)
+                if recorder.scanning and getattr(func, "__name__", "") not in _NO_OP_CALLS:
                     recorder.scan_inputs(func, args, sys._getframe(1))
-                return func(*args, **kwargs)
+                out = func(*args, **kwargs)
+                if type(out) in tensor_types and out.dtype is float64:
+                    recorder.float64.note(func, args, kwargs, out, sys._getframe(1))
+                return out
             recorder.calls += 1
             if recorder.calls % TRIM_CHECK_EVERY == 0:
                 recorder.trim_heap()
@@ -111,10 +121,128 @@ def _source_mode(recorder: "OperatorsRecorder"):
                 recorder.grad_off_calls += 1
             elif any(type(a) in tensor_types and a.requires_grad for a in args):  # autograd records a node
                 recorder.recording[user] = recorder.recording.get(user, 0) + 1
-            with record_function(Label.text(user, library, tracker.current())):
-                return func(*args, **kwargs)
+            module = tracker.current()
+            site = None
+            for a in args:
+                if type(a) in list_types and a and type(a[0]) in tensor_types:  # a TensorList (torch.cat's)
+                    site = recorder.list_site(func, args, user, library, module)
+                    break
+            with record_function(Label.text(user, library, module, site)):
+                out = func(*args, **kwargs)
+            if type(out) in tensor_types and out.dtype is float64:
+                recorder.float64.note(func, args, kwargs, out, sys._getframe(1))
+            return out
 
     return SourceMode()
+
+
+LIST_SHAPES_MAX = 8  # the tensors of a list argument whose shapes are kept (a cat of a thousand pieces: its first)
+
+
+class ListSite:
+    """The tensors of a call's list arguments (torch.cat's), at its first and last call while recording."""
+
+    __slots__ = ("first", "last", "calls")
+
+    def __init__(self) -> None:
+        self.first: list | None = None
+        self.last: list | None = None
+        self.calls = 0
+
+    def inputs(self, dtypes: list[str]) -> list[dict[str, Any]]:
+        """As the report's ListInput rows, the k-th list argument at the operator's k-th TensorList input."""
+        positions = [i for i, d in enumerate(dtypes or []) if d == "TensorList"]
+        return [{"index": i, "tensors": first[0], "shapes": first[1], "last_tensors": last[0],
+                 "last_shapes": last[1], "calls": self.calls}
+                for i, first, last in zip(positions, self.first or [], self.last or [])]
+
+
+class Float64Origins:
+    """Where float64 tensors come from: calls that made a float64 tensor when none of their tensor inputs was
+    float64 (`.double()`, `.to(torch.float64)`, `torch.tensor` of a float64 numpy array, `dtype=torch.float64`,
+    a factory under the default dtype float64), and the torch functions the source mode does not see
+    (`torch.from_numpy`, `torch.set_default_dtype`: wrapped by `install` for the run). Counted the whole run
+    long (the model is usually cast before the window), per (user line, what made it)."""
+
+    def __init__(self, usercode: UserCode) -> None:
+        self.usercode = usercode
+        self.origins: dict[tuple[str | None, str], list[int]] = {}  # -> [calls, bytes, parameters]
+        self.restore: list[tuple[Any, str, Any]] = []
+
+    def note(self, func, args, kwargs, out, frame) -> None:
+        import torch
+
+        float64 = torch.float64
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.dtype is float64:
+                return  # float64 in, float64 out: not where it came from
+            if type(a) in (list, tuple) and any(isinstance(t, torch.Tensor) and t.dtype is float64 for t in a):
+                return
+        name = getattr(func, "__name__", str(func))
+        how = self._how(torch, name, args, kwargs, frame)
+        if how is not None:
+            self.add(how, frame, out.nbytes, bool(args) and isinstance(args[0], torch.nn.Parameter))
+
+    def add(self, how: str, frame, nbytes: int, parameter: bool = False) -> None:
+        user, _ = self.usercode.locations(frame)
+        entry = self.origins.get((user, how))
+        if entry is None:
+            entry = self.origins[(user, how)] = [0, 0, 0]
+        entry[0] += 1
+        entry[1] += int(nbytes)
+        entry[2] += parameter
+
+    def _how(self, torch, name: str, args, kwargs, frame) -> str | None:
+        """What made float64 here, or None when it is not the user's doing: torch's own code passes a dtype
+        it was given (an optimizer's or autograd's `torch.empty(..., dtype=param.dtype)`), so an explicit
+        dtype or the default dtype counts only in a call the user's own line makes."""
+        if name == "double":
+            return ".double()"
+        if name in ("to", "type"):
+            return f".{name}(torch.float64)"
+        if name in ("tensor", "as_tensor", "asarray") and args and type(args[0]).__module__ == "numpy":
+            return f"torch.{name} of a float64 numpy array"
+        if not self.usercode.is_user(frame.f_code.co_filename):
+            return None
+        if kwargs.get("dtype") is torch.float64:
+            return f"torch.{name}(..., dtype=torch.float64)"
+        if torch.get_default_dtype() is torch.float64:
+            return f"torch.{name} under the default dtype float64 (torch.set_default_dtype)"
+        return f"torch.{name}"
+
+    def install(self) -> None:
+        """Wrap torch.from_numpy and torch.set_default_dtype, which no TorchFunctionMode sees."""
+        import torch
+
+        origins = self
+
+        def from_numpy(array):
+            out = original_from_numpy(array)
+            if out.dtype is torch.float64:
+                origins.add("torch.from_numpy of a float64 array", sys._getframe(1), out.nbytes)
+            return out
+
+        def set_default_dtype(d):
+            if d is torch.float64:
+                origins.add("torch.set_default_dtype(torch.float64)", sys._getframe(1), 0)
+            return original_set_default_dtype(d)
+
+        original_from_numpy, original_set_default_dtype = torch.from_numpy, torch.set_default_dtype
+        for name, wrapper, original in (("from_numpy", from_numpy, original_from_numpy),
+                                        ("set_default_dtype", set_default_dtype, original_set_default_dtype)):
+            wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
+            setattr(torch, name, wrapper)
+            self.restore.append((torch, name, original))
+
+    def uninstall(self) -> None:
+        for owner, name, original in self.restore:
+            setattr(owner, name, original)
+        self.restore = []
+
+    def rows(self) -> list[dict[str, Any]]:
+        """As the report's Float64Origin rows, most bytes first."""
+        return sorted(({"source": user, "how": how, "calls": c, "bytes": b, "parameters": params}
+                       for (user, how), (c, b, params) in self.origins.items()), key=lambda r: -r["bytes"])
 
 
 def _malloc_trim():
@@ -272,6 +400,9 @@ class OperatorsRecorder(Recorder):
         self.scanning = False
         self.input_scan: dict[tuple, list[dict[str, Any]]] = {}  # (call, module, user line, library) -> inputs
         self.scan_scope: str | None = None  # what was scanned; None when no step came before the window
+        self.float64 = Float64Origins(self.usercode)
+        self.list_sites: dict[tuple, int] = {}  # (user line, library line, module, function) -> index
+        self.list_site_rows: list[ListSite] = []
 
     def prepare(self) -> None:
         try:  # torch.compile's C++ kernels get a profiler range each, named after what they fuse
@@ -282,6 +413,7 @@ class OperatorsRecorder(Recorder):
             pass
         if self.options.track_modules:
             self.modules.install()
+        self.float64.install()
         self.mode = _source_mode(self)
         self.mode.__enter__()
 
@@ -290,6 +422,24 @@ class OperatorsRecorder(Recorder):
         if mode is not None:
             mode.__exit__(None, None, None)
         self.modules.uninstall()
+        self.float64.uninstall()
+
+    def list_site(self, func, args: tuple, user, library, module) -> int:
+        """The index of this call's site among those with list arguments (the label carries it to the operator
+        rows, kineto.py), its lists' tensors kept at the first and the last call."""
+        key = (user, library, module, getattr(func, "__name__", ""))
+        index = self.list_sites.get(key)
+        if index is None:
+            index = self.list_sites[key] = len(self.list_site_rows)
+            self.list_site_rows.append(ListSite())
+        site = self.list_site_rows[index]
+        lists = [(len(a), [list(t.shape) for t in a[:LIST_SHAPES_MAX]]) for a in args
+                 if type(a) in (list, tuple) and a and all(hasattr(t, "shape") for t in a[:LIST_SHAPES_MAX])]
+        if site.first is None:
+            site.first = lists
+        site.last = lists
+        site.calls += 1
+        return index
 
     def last_warmup_step(self) -> None:
         self.scanning = True
@@ -447,6 +597,10 @@ class OperatorsRecorder(Recorder):
         if self.spec.distributed is not None:  # a torchrun rank: its collectives (gloo:all_reduce, ...) too
 
             reduced["collectives"] = collectives.summarise(self.results)
+        for row in reduced.get("rows") or []:
+            site = row.pop("list_site", None)
+            if site is not None and site < len(self.list_site_rows):
+                row["list_inputs"] = self.list_site_rows[site].inputs(row["dtypes"])
         attach_work(reduced.get("rows") or [])
         memory = {"memory_profile": self._memory_profile()} if self.spec.memory else {}
         return {
@@ -463,6 +617,7 @@ class OperatorsRecorder(Recorder):
             "input_scan": self.scan_rows(),
             "input_scan_scope": self.scan_scope,
             "module_roots": sorted(set(self.modules.roots.values())),
+            "float64_origins": self.float64.rows(),
         }
 
 
