@@ -116,8 +116,8 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
     p.add_argument("--what-if", metavar="LIST",
                    help="measure code changes on your steps, applied from outside to your outermost nn.Module: "
                         "auto (those that apply) or a comma list of inference_mode, channels_last, bf16, float32, "
-                        "compile, flush_denormal, threads (= --sweep); each in interleaved rounds against the unchanged run, "
-                        "with a 95%% interval and an output check")
+                        "compile, flush_denormal, threads (= --sweep); each in interleaved rounds against the "
+                        "unchanged run, with a 95%% interval and an output check")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
     _layer_options(p)
