@@ -74,7 +74,10 @@ CONTEXT_MIN_US = 20.0
 FAULTS_RATIO, FAULTS_MIN_EXTRA = 2.0, 1000
 
 
-def _shape_text(shapes) -> str:
+def _shape_text(report: Report, op: RooflineRow) -> str:
+    """The shapes as the operator table shows them (a TensorList's tensors, OperatorRow.shapes_shown)."""
+    row = next((r for r in report.operators if r.name == op.name and r.input_shapes == op.input_shapes), None)
+    shapes = row.shapes_shown() if row else op.input_shapes or []
     return ", ".join(str(s).replace(" ", "") for s in shapes if s != []) or "scalars"
 
 
@@ -142,7 +145,7 @@ def low_efficiency(report: Report) -> list[Finding]:
         out.append(Finding(
             kind="low_efficiency",
             severity=severity,
-            title=(f"{op.name} on {_shape_text(op.input_shapes or [])} runs at {pct:.3g}% of this "
+            title=(f"{op.name} on {_shape_text(report, op)} runs at {pct:.3g}% of this "
                    f"machine's roof ({rate}, {op.bound}-bound){where}"),
             op=op.name,
             location=op.source,
@@ -217,7 +220,7 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
                  "then measure again. ")
     return Finding(
         kind="low_efficiency", severity="medium" if share >= HOT_SHARE_PCT else "low", layer="efficiency",
-        title=(f"{op.name} on {_shape_text(op.input_shapes or [])} takes {ratio:.1f}x longer a call in "
+        title=(f"{op.name} on {_shape_text(report, op)} takes {ratio:.1f}x longer a call in "
                f"the model than alone ({context['in_model_us_per_call']:.0f} vs {context['alone_us_per_call']:.0f} "
                f"µs), where it reaches {context['efficiency_pct_alone']:.3g}% of this machine's roof: the context "
                f"slows it, not the kernel{where}{contended}"),

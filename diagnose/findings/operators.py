@@ -69,7 +69,7 @@ from diagnose.findings.suggestions import (
     suggestion_for,
     weight_init_row,
 )
-from diagnose.report.model import Finding, Report, Stake
+from diagnose.report.model import Finding, OperatorRow, Report, Stake
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
 KERNEL_NAME = re.compile(r"^(\w+::\w+|(graph_\d+_)?(cpp|triton)_\w+|\w+_fused_\w+)$")
@@ -87,8 +87,8 @@ AUTOGRAD_MIN_SHARE = 0.5
 AUTOGRAD_MIN_CALLS = 20
 
 
-def _shape_text(shapes) -> str:
-    return ", ".join(str(s) for s in shapes if s != []) or "scalars"
+def _shape_text(row: OperatorRow) -> str:
+    return ", ".join(str(s) for s in row.shapes_shown() if s != []) or "scalars"
 
 
 def _overhead(report: Report) -> float | None:
@@ -119,7 +119,7 @@ def hot_operator(report: Report) -> list[Finding]:
         out.append(Finding(
             kind="hot_operator",
             severity=severity,
-            title=f"{row.name} on {_shape_text(row.input_shapes)} takes {row.self_pct:.0f}% of operator CPU time{where}",
+            title=f"{row.name} on {_shape_text(row)} takes {row.self_pct:.0f}% of operator CPU time{where}",
             op=row.name,
             location=row.source,
             evidence={
@@ -129,6 +129,7 @@ def hot_operator(report: Report) -> list[Finding]:
                 "us_per_call": round(row.self_cpu_us / row.calls, 3) if row.calls else None,
                 "input_shapes": row.input_shapes,
                 "dtypes": row.dtypes,
+                **({"list_inputs": [dataclasses.asdict(li) for li in row.list_inputs]} if row.list_inputs else {}),
                 "gflops_per_s": row.gflops_per_s,
                 "sources": [{"location": s.location, "self_cpu_us": s.self_cpu_us, "calls": s.calls}
                             for s in row.sources[:3]],

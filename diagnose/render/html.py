@@ -304,7 +304,7 @@ def _operators(report: Report) -> str:
     body = []
     for i, r in enumerate(shown):
         dtypes = ",".join(d for d in r.dtypes if d and not d.startswith("Scalar")) or "-"
-        shape = fmt.shapes(r.input_shapes, 80)
+        shape = fmt.shapes(r.shapes_shown(), 80)
         where, library = fmt.module_where(r) or "", fmt.library_where(r) or ""
         search = f"{r.name} {shape} {r.source or ''} {where} {library}".lower()
         per_call = r.self_cpu_us / r.calls if r.calls else 0.0

@@ -82,7 +82,7 @@ def render(report: Report) -> str:
         out.append("|---|---|---|---:|---:|---:|---:|---:|---|---|---|")
         for r in report.operators[:TOP_OPERATORS]:
             out.append("| " + " | ".join([
-                _code(r.name), _code(fmt.shapes(r.input_shapes, 60)), _cell(",".join(d for d in r.dtypes if d) or "-"),
+                _code(r.name), _code(fmt.shapes(r.shapes_shown(), 60)), _cell(",".join(d for d in r.dtypes if d) or "-"),
                 str(r.calls), fmt.us(r.self_cpu_us), f"{r.self_pct:.1f}%", _cell(fmt.per_call(r)),
                 f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", _code(r.source),
                 _cell(fmt.module_where(r) or "-"), _code(fmt.library_where(r)),

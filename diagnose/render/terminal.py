@@ -34,7 +34,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
         rows = [("operator", "input shapes", "calls", "self", "share", "GFLOP/s", "source", "module")]
         for r in ops:
             where = fmt.module_where(r) or "-"
-            rows.append((r.name, fmt.shapes(r.input_shapes, 40), str(r.calls), fmt.us(r.self_cpu_us),
+            rows.append((r.name, fmt.shapes(r.shapes_shown(), 40), str(r.calls), fmt.us(r.self_cpu_us),
                          f"{r.self_pct:.1f}%", f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", r.source or "-",
                          where if len(where) <= 48 else "…" + where[-47:]))
         out += fmt.text_table(rows)

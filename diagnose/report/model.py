@@ -424,6 +424,18 @@ class ListInput:
     last_shapes: list[list[int]]  # at the last call (the same as `shapes` when they never changed)
     calls: int = 0  # the calls seen
 
+    def text(self) -> str:
+        """`[[8,64],[8,64]]`; a dimension that changed between the first and the last call as `first..last`
+        (a buffer grown by torch.cat each step: `[[0..4864,1024],[256,1024]]`); `,…+N` for tensors not kept."""
+        first, last = self.shapes, self.last_shapes
+        if len(first) == len(last) and all(len(a) == len(b) for a, b in zip(first, last)):
+            dims = [[str(d) if d == e else f"{d}..{e}" for d, e in zip(a, b)] for a, b in zip(first, last)]
+        else:  # a list whose length or ranks changed: the last call's
+            dims = [[str(d) for d in b] for b in last]
+        more = self.last_tensors - len(last)
+        text = "[" + ",".join("[" + ",".join(d) + "]" for d in dims) + (f",…+{more}" if more > 0 else "") + "]"
+        return text if self.tensors == self.last_tensors else f"{text} ({self.tensors}..{self.last_tensors} tensors)"
+
 
 @dataclass
 class OperatorRow:
@@ -483,6 +495,13 @@ class OperatorRow:
         path = ".".join(parts)
         cls = f" ({top.module_class})" if top.module_class else ""
         return f"{path}{cls}" + (f" +{len(shares) - len(same)} other" if len(shares) > len(same) else "")
+
+    def shapes_shown(self) -> list[Any]:
+        """input_shapes as a person reads them: each TensorList input (recorded as []) replaced by its tensors'
+        shapes (ListInput.text), or by "[tensors]" when they were not seen, never dropped as a scalar."""
+        lists = {li.index: li for li in self.list_inputs}
+        return [lists[i].text() if i in lists else "[tensors]" if d == "TensorList" else s
+                for i, (s, d) in enumerate(zip(self.input_shapes, [*self.dtypes, *[""] * len(self.input_shapes)]))]
 
     def library_elsewhere(self) -> str | None:
         """The library line that ran most of it, when it is not its own user line."""

@@ -106,6 +106,19 @@ def test_a_torch_cat_buffer_grown_each_step(tmp_path):
     assert "preallocate" in f["suggestion"]
     buffer = next(g for g in r["memory"]["retained"]["groups"] if g["grown_buffer"])
     assert buffer["op"] == "aten::cat" and buffer["source"] == line
+    # the list's real shapes (issue 31), which the profiler records as none: the buffer grows by the 256-row piece
+    # at every call, the piece stays [256, 1024]
+    cat = next(o for o in r["operators"] if o["name"] == "aten::cat" and o["source"] == line)
+    assert cat["dtypes"][0] == "TensorList" and cat["input_shapes"][0] == [], cat
+    (listed,) = cat["list_inputs"]
+    assert listed["index"] == 0 and listed["tensors"] == listed["last_tensors"] == 2 and listed["calls"] == cat["calls"]
+    (first, piece), (last, last_piece) = listed["shapes"], listed["last_shapes"]
+    assert piece == last_piece == [256, 1024] and first[1] == last[1] == 1024, listed
+    assert last[0] - first[0] == 256 * (cat["calls"] - 1), listed
+    shown = f"[[{first[0]}..{last[0]},1024],[256,1024]]"
+    assert shown in (tmp_path / "r" / "report.md").read_text()
+    named = [g for f in r["findings"] for g in (f, *f["also"]) if g["op"] == "aten::cat"]
+    assert named and all(shown in g["title"] and "scalars" not in g["title"] for g in named), named
 
 
 def test_a_clean_training_loop_has_no_memory_growth(tmp_path):
