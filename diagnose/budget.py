@@ -195,7 +195,7 @@ def of(report: Report) -> StepBudget | None:
 
 # which slice a finding's time is part of: its stake can never be larger than that slice
 SLICE_OF = {"hot_operator": ("kernels",), "low_efficiency": ("kernels",), "copy_overhead": ("kernels",),
-            "sequential_operator": ("kernels",), "dtype": ("kernels",),
+            "sequential_operator": ("kernels",), "dtype": ("kernels",), "input_growth": ("kernels",),
             "python_overhead": ("python", "dispatch"), "outside_torch": ("native",), "memory_churn": ("allocator",), "page_faults": ("allocator",),
             "data_wait": ("data",), "autograd_in_inference": ("kernels", "dispatch")}
 

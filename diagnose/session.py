@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from diagnose import markers, output, steps as steps_mod
+from diagnose import markers, output, steps as steps_mod, trends
 from diagnose.config import Config
 from diagnose.distributed import view as distributed_view
 from diagnose.errors import TargetError
@@ -326,6 +326,8 @@ def steps_of(target: Target, config: Config, window: Window, result: PassResult 
         out.window_last = out.window_first + seen.window_steps - 1
         out.data_wait_s = round(sum(seen.data_wait_s), 6) if seen.data_wait_s else None
         out.data_wait_at = seen.data_wait_at
+        out.window_s = [round(x, 6) for x in (result.iteration_s if result else [])]
+        out.drift = trends.drift(out.window_s)
     out.notes = steps_mod.notes(out, seen, result.iteration_s if result else [])
     return out
 

@@ -30,6 +30,7 @@ from diagnose.findings import (
     stake,
     steps,
     threads,
+    trends,
     verdict,
     whatif,
 )
@@ -53,6 +54,8 @@ RULES = [
     doctor.environment,
     whatif.what_if,
     memory.memory_growth,
+    trends.input_growth,
+    trends.step_drift,
 ]
 
 SEVERITY_RANK = stake.SEVERITY_RANK

@@ -139,6 +139,47 @@ class Run:
 
 
 @dataclass
+class TrendSlope:
+    """An ordinary least-squares line through per-step values against the step's index, with its 95% interval
+    (diagnose/trends.line); the later half's slope beside it."""
+
+    per_step: float  # the slope: the value's change a step, in the unit of the values it was fitted to
+    ci_low: float  # the 95% interval's low end
+    ci_high: float  # the 95% interval's high end
+    late_per_step: float | None = None  # the later half of the window's own slope; None: too few steps
+
+
+@dataclass
+class StepDrift:
+    """Step time against the step's index over the window (uninstrumented pass, trends.py)."""
+
+    slope: TrendSlope  # seconds a step
+    median_s: float  # the window's median step
+    change_pct: float  # the line's rise over the window, in percent of the median step
+    drifts: bool  # beyond noise: the interval above 0, a rise of at least trends.DRIFT_MIN_PCT, the later half too
+    verdict: str  # in words, with the numbers
+
+
+@dataclass
+class SiteTrend:
+    """A call site (user line, library line, module, torch function) whose input bytes or time grew step over step
+    in the operator pass's window (trends.py)."""
+
+    source: str | None  # the user line
+    library: str | None  # the library line (inside a library model)
+    module: str | None  # the module whose forward ran it
+    function: str  # the torch function called there: "cat"
+    calls: int  # in the window
+    share_pct: float  # its time (Python call to return, profiler included) of all sites' time, in percent
+    bytes_per_step: list[int] = field(default_factory=list)  # its calls' tensor input bytes, step by step
+    seconds_per_step: list[float] = field(default_factory=list)  # its calls' time, step by step
+    bytes_slope: TrendSlope | None = None  # bytes a step
+    time_slope: TrendSlope | None = None  # seconds a step
+    bytes_grow: bool = False  # the input grows beyond noise (trends.grows)
+    time_grows: bool = False  # its time grows beyond noise
+
+
+@dataclass
 class Steps:
     """Script mode: the steps diagnose found and the window every pass measured (diagnose/steps.py).
 
@@ -160,6 +201,8 @@ class Steps:
     data_wait_s: float | None = None  # window: time inside DataLoader iterators' __next__
     data_wait_at: str | None = None  # "file.py:LINE" that iterates the DataLoader (most of the wait)
     warmup_s: list[float] = field(default_factory=list)  # the skipped steps' times (at most 200), in order
+    window_s: list[float] = field(default_factory=list)  # the window's step times (uninstrumented pass), in order
+    drift: StepDrift | None = None  # step time against the step over the window; None: too few steps
     # how the steps were found and measured: no step found, a window shorter or longer than --steps, ...
     notes: list[str] = field(default_factory=list)
 
@@ -839,6 +882,8 @@ class OperatorSummary:
     ranks: list[int] = field(default_factory=list)  # torchrun: the ranks whose rows are merged (else empty)
     # the user lines where float64 tensors came from (operator pass, the whole run; the dtype finding's cause)
     float64_origins: list[Float64Origin] = field(default_factory=list)
+    # the call sites whose input bytes or time grew step over step in the window (input_growth, step_drift)
+    trends: list[SiteTrend] = field(default_factory=list)
 
 
 @dataclass

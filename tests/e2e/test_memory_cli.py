@@ -117,8 +117,19 @@ def test_a_torch_cat_buffer_grown_each_step(tmp_path):
     assert last[0] - first[0] == 256 * (cat["calls"] - 1), listed
     shown = f"[[{first[0]}..{last[0]},1024],[256,1024]]"
     assert shown in (tmp_path / "r" / "report.md").read_text()
-    named = [g for f in r["findings"] for g in (f, *f["also"]) if g["op"] == "aten::cat"]
+    named = [g for f in r["findings"] for g in (f, *f["also"]) if g["op"] == "aten::cat" and g["kind"] == "hot_operator"]
     assert named and all(shown in g["title"] and "scalars" not in g["title"] for g in named), named
+    # the cat's input grows by the 1 MiB piece a step (exact: the source mode counts the list's bytes), projected
+    # to the script's --steps 1000: quadratic copying, with the fix
+    (growth,) = [g for f in r["findings"] for g in (f, *f["also"]) if g["kind"] == "input_growth"]
+    ev = growth["evidence"]
+    assert growth["location"] == line and growth["op"] == "aten::cat" and ev["function"] == "cat", growth
+    assert ev["bytes_per_step"] == 256 * 1024 * FLOAT and ev["ci_low"] > 0, ev
+    assert ev["total_steps"] == 1000 and ev["projected_ratio"] > 10, ev
+    assert ev["projected_ratio"] == round((ev["input_bytes"][-1] + ev["bytes_per_step"] * (1000 - ev["step_at_window_end"]))
+                                          / ev["mean_input_bytes"], 1), ev
+    assert "1.00 MiB a step (quadratic copying)" in growth["title"] and "step 1000" in growth["title"], growth
+    assert growth["severity"] == "high" and "collect the pieces in a list" in growth["suggestion"], growth
 
 
 def test_a_clean_training_loop_has_no_memory_growth(tmp_path):

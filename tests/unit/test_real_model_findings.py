@@ -85,3 +85,15 @@ def test_a_kernel_slowed_by_oversubscribed_cpus_is_a_symptom_ranked_after_the_ov
     alone = findings.derive(dataclasses.replace(io.load(DATA / "dataloader_contention_report.json"), threads=None))
     [mm] = [p for p in _with_also(alone) if p.op == "aten::mm" and p.evidence.get("cause") == "context"]
     assert mm.stake.pct > 20 and "oversubscription" not in mm.title
+
+
+@pytest.mark.parametrize("name", ["bert_infer", "resnet_train", "gpt2_generate"])
+def test_a_clean_real_model_gets_no_dtype_growth_or_drift(name):
+    """issue 31: fp32 models whose steps do the same work each time (the reports hold their operator rows and
+    step times; no float64 operator, no growing input, no drift)."""
+    r = derived(name)
+    from diagnose.findings.dtypes import float64_pct
+
+    assert float64_pct(r) < 1.0, float64_pct(r)
+    kinds = {g.kind for f in r.findings for g in (f, *f.also)}
+    assert not kinds & {"dtype", "input_growth", "step_drift"}, kinds

@@ -17,10 +17,9 @@ step gives the same slope in both halves.
 
 from __future__ import annotations
 
-import math
-
 from diagnose.report.memory import MIB, mib
 from diagnose.report.model import MemoryGrowth, MemoryProjection, MemorySlope
+from diagnose.trends import line
 
 # below these per step nothing is called growth: torch's live bytes are exact, so 64 KiB; the RSS also moves with
 # glibc's heap (a clean MLP training loop, examples/mlp.py: 0.1-0.6 MiB/step over 20 steps while torch's live
@@ -28,30 +27,6 @@ from diagnose.report.model import MemoryGrowth, MemoryProjection, MemorySlope
 MIN_GROWTH_BYTES_PER_STEP = {"allocator": 64 * 1024, "rss": 512 * 1024}
 LATE_MIN_SHARE = 0.5  # the later half must grow at least half as fast as the whole window
 MIN_READINGS = 4  # a line through fewer readings says nothing
-
-# t(0.975, df) for df = 1..30; above 30 the normal quantile's 1.96 is within 4%
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96 + 2.4 / df
-
-
-def line(ys: list[float]) -> tuple[float, float, float] | None:
-    """(slope, 95% low, 95% high) of ys against 0, 1, 2, ...; None with fewer than 3 points."""
-    n = len(ys)
-    if n < 3:
-        return None
-    mx = (n - 1) / 2
-    my = sum(ys) / n
-    sxx = sum((i - mx) ** 2 for i in range(n))
-    slope = sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sxx
-    resid = sum((y - (my + slope * (i - mx))) ** 2 for i, y in enumerate(ys))
-    se = math.sqrt(resid / (n - 2) / sxx)
-    half = t975(n - 2) * se
-    return slope, slope - half, slope + half
-
 
 def slope_of(readings: list[int]) -> MemorySlope | None:
     whole = line([float(r) for r in readings])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from diagnose import trends
 from diagnose.config import OperatorsOptions
 from diagnose.layers.base import Layer
 from diagnose.layers import memory
@@ -79,6 +80,7 @@ class OperatorsLayer(Layer):
         report.autograd = autograd_summary(raw)
         if outcome.ranks is None:  # one process's allocations (a torchrun pass's ranks are not merged here)
             memory.from_operators(report, raw)
+            report.operator_summary.trends = trends.site_trends(raw.get("sites") or [])
         if raw.get("window"):
             notes.append(raw["window"])
         if raw.get("budget"):

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -88,6 +89,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
 
     float64 = torch.float64
     list_types = (list, tuple)
+    sites = recorder.sites
+    perf_counter = time.perf_counter
 
     class SourceMode(TorchFunctionMode):
         """Labels each torch call with the user line that made it, while the recorder records.
@@ -95,7 +98,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
         Installed for the whole run (prepare/release), so that torch.compile traces the same mode stack
         from the first call on; inside a compiled region it does nothing. Outside compiled regions it also
         notes, the whole run long, the calls that make float64 tensors from something that was not
-        (Float64Origins), and while recording the tensors of list arguments (torch.cat's: list_site).
+        (Float64Origins), and while recording each call site's time and input bytes per step and the tensors
+        of its list arguments (torch.cat's: CallSite).
         """
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -122,13 +126,24 @@ def _source_mode(recorder: "OperatorsRecorder"):
             elif any(type(a) in tensor_types and a.requires_grad for a in args):  # autograd records a node
                 recorder.recording[user] = recorder.recording.get(user, 0) + 1
             module = tracker.current()
-            site = None
-            for a in args:
-                if type(a) in list_types and a and type(a[0]) in tensor_types:  # a TensorList (torch.cat's)
-                    site = recorder.list_site(func, args, user, library, module)
-                    break
-            with record_function(Label.text(user, library, module, site)):
+            key = (user, library, module, getattr(func, "__name__", ""))
+            site = sites.get(key) or recorder.new_site(key)
+            listed = None
+            nbytes = 0
+            try:  # never the script's failure: a tensor without storage (sparse, meta) has no bytes to count
+                for a in args:
+                    kind = type(a)
+                    if kind in tensor_types:
+                        nbytes += a.nbytes
+                    elif kind in list_types and a and type(a[0]) in tensor_types:  # a TensorList (torch.cat's)
+                        listed = site.see_lists(args)
+                        nbytes += sum(t.nbytes for t in a if type(t) in tensor_types)
+            except Exception:  # noqa: BLE001
+                nbytes = 0
+            t0 = perf_counter()
+            with record_function(Label.text(user, library, module, listed)):
                 out = func(*args, **kwargs)
+            site.add(recorder.marks, perf_counter() - t0, nbytes)
             if type(out) in tensor_types and out.dtype is float64:
                 recorder.float64.note(func, args, kwargs, out, sys._getframe(1))
             return out
@@ -136,25 +151,54 @@ def _source_mode(recorder: "OperatorsRecorder"):
     return SourceMode()
 
 
+SITES_MAX = 300  # call sites whose per-step time and bytes the pass hands back (a BERT step has about 200)
 LIST_SHAPES_MAX = 8  # the tensors of a list argument whose shapes are kept (a cat of a thousand pieces: its first)
 
 
-class ListSite:
-    """The tensors of a call's list arguments (torch.cat's), at its first and last call while recording."""
+class CallSite:
+    """One call site while recording (user line, library line, module, torch function): its time and input bytes
+    per step of the window, for the trends (layers/operators/trends.py), and the tensors of its list arguments
+    (torch.cat's) at its first and last call, for the operator rows (the label carries `index` to them)."""
 
-    __slots__ = ("first", "last", "calls")
+    __slots__ = ("first", "index", "key", "last", "list_calls", "steps")
 
-    def __init__(self) -> None:
+    def __init__(self, index: int, key: tuple) -> None:
+        self.index, self.key = index, key
         self.first: list | None = None
         self.last: list | None = None
-        self.calls = 0
+        self.list_calls = 0
+        self.steps: dict[int, list] = {}  # step of the window (0-based) -> [seconds, input bytes, calls]
+
+    def add(self, step: int, seconds: float, nbytes: int) -> None:
+        acc = self.steps.get(step)
+        if acc is None:
+            self.steps[step] = [seconds, nbytes, 1]
+        else:
+            acc[0] += seconds
+            acc[1] += nbytes
+            acc[2] += 1
+
+    def see_lists(self, args: tuple) -> int:
+        lists = [(len(a), [list(t.shape) for t in a[:LIST_SHAPES_MAX]]) for a in args
+                 if type(a) in (list, tuple) and a and all(hasattr(t, "shape") for t in a[:LIST_SHAPES_MAX])]
+        if self.first is None:
+            self.first = lists
+        self.last = lists
+        self.list_calls += 1
+        return self.index
 
     def inputs(self, dtypes: list[str]) -> list[dict[str, Any]]:
         """As the report's ListInput rows, the k-th list argument at the operator's k-th TensorList input."""
         positions = [i for i, d in enumerate(dtypes or []) if d == "TensorList"]
         return [{"index": i, "tensors": first[0], "shapes": first[1], "last_tensors": last[0],
-                 "last_shapes": last[1], "calls": self.calls}
+                 "last_shapes": last[1], "calls": self.list_calls}
                 for i, first, last in zip(positions, self.first or [], self.last or [])]
+
+    def result(self, steps: int) -> dict[str, Any]:
+        """As JSON for the parent: per step of the window, [seconds, input bytes, calls]."""
+        user, library, module, function = self.key
+        return {"source": user, "library": library, "module": module, "function": function,
+                "steps": [self.steps.get(i, [0.0, 0, 0]) for i in range(steps)]}
 
 
 class Float64Origins:
@@ -401,8 +445,8 @@ class OperatorsRecorder(Recorder):
         self.input_scan: dict[tuple, list[dict[str, Any]]] = {}  # (call, module, user line, library) -> inputs
         self.scan_scope: str | None = None  # what was scanned; None when no step came before the window
         self.float64 = Float64Origins(self.usercode)
-        self.list_sites: dict[tuple, int] = {}  # (user line, library line, module, function) -> index
-        self.list_site_rows: list[ListSite] = []
+        self.sites: dict[tuple, CallSite] = {}  # (user line, library line, module, function) -> its site
+        self.site_rows: list[CallSite] = []
 
     def prepare(self) -> None:
         try:  # torch.compile's C++ kernels get a profiler range each, named after what they fuse
@@ -424,22 +468,10 @@ class OperatorsRecorder(Recorder):
         self.modules.uninstall()
         self.float64.uninstall()
 
-    def list_site(self, func, args: tuple, user, library, module) -> int:
-        """The index of this call's site among those with list arguments (the label carries it to the operator
-        rows, kineto.py), its lists' tensors kept at the first and the last call."""
-        key = (user, library, module, getattr(func, "__name__", ""))
-        index = self.list_sites.get(key)
-        if index is None:
-            index = self.list_sites[key] = len(self.list_site_rows)
-            self.list_site_rows.append(ListSite())
-        site = self.list_site_rows[index]
-        lists = [(len(a), [list(t.shape) for t in a[:LIST_SHAPES_MAX]]) for a in args
-                 if type(a) in (list, tuple) and a and all(hasattr(t, "shape") for t in a[:LIST_SHAPES_MAX])]
-        if site.first is None:
-            site.first = lists
-        site.last = lists
-        site.calls += 1
-        return index
+    def new_site(self, key: tuple) -> CallSite:
+        site = self.sites[key] = CallSite(len(self.site_rows), key)
+        self.site_rows.append(site)
+        return site
 
     def last_warmup_step(self) -> None:
         self.scanning = True
@@ -484,6 +516,8 @@ class OperatorsRecorder(Recorder):
         self.profile = self.results = self.budget_note = None
         self.calls = self.grad_off_calls = self.marks = 0
         self.recording.clear()
+        self.sites.clear()
+        self.site_rows.clear()
         self.rss0 = self.rss_trimmed = _rss_bytes()
         sched = None
         iters = self.spec.window.steps if self.spec.mode == "function" and self.spec.window else None
@@ -599,8 +633,8 @@ class OperatorsRecorder(Recorder):
             reduced["collectives"] = collectives.summarise(self.results)
         for row in reduced.get("rows") or []:
             site = row.pop("list_site", None)
-            if site is not None and site < len(self.list_site_rows):
-                row["list_inputs"] = self.list_site_rows[site].inputs(row["dtypes"])
+            if site is not None and site < len(self.site_rows):
+                row["list_inputs"] = self.site_rows[site].inputs(row["dtypes"])
         attach_work(reduced.get("rows") or [])
         memory = {"memory_profile": self._memory_profile()} if self.spec.memory else {}
         return {
@@ -618,7 +652,16 @@ class OperatorsRecorder(Recorder):
             "input_scan_scope": self.scan_scope,
             "module_roots": sorted(set(self.modules.roots.values())),
             "float64_origins": self.float64.rows(),
+            "sites": self._site_results(),
         }
+
+    def _site_results(self) -> list[dict[str, Any]]:
+        """Each call site's time and input bytes per step of the window (CallSite.result), the SITES_MAX with most
+        time; none without at least two steps."""
+        if self.marks < 2 or self.schedule_note:
+            return []
+        busy = sorted(self.site_rows, key=lambda site: -sum(acc[0] for acc in site.steps.values()))
+        return [site.result(self.marks) for site in busy[:SITES_MAX]]
 
 
 WORK_MIN_SHARE = 0.01  # rows with >= 1% of self time get a work estimate (the efficiency layer's hot rows)

@@ -1,0 +1,140 @@
+"""Rules on trends over the window's steps (diagnose/trends.py): input_growth, step_drift.
+
+- input_growth: a call site's tensor input bytes grow step over step
+  (report.operator_summary.trends, `bytes_grow`: the least-squares interval
+  above 0, a rise of at least a tenth of the mean over the window, the
+  later half too) while it takes >= GROWTH_MIN_SHARE_PCT (2%) of the
+  source mode's time: each step does more than the last, so the run's cost
+  is quadratic in its length (`buf = torch.cat([buf, y])` copies every
+  earlier row again). Projected to the script's end when its length is
+  known (report.memory.projection: the `for` loops around the step): the
+  input at the last step over the window's mean, which a call's time follows
+  for a copy. `high` when that reaches PROJECTED_HIGH (10x), else `medium`;
+  `medium` when the length is unknown. Its stake: the site's operator rows'
+  share of operator time in the window (it only grows after it). The
+  suggestion: for cat/stack, collect the pieces in a list and cat once, or
+  preallocate and write into slices; otherwise bound what grows.
+- step_drift: the uninstrumented pass's step time rises over the window
+  (report.steps.drift: the interval above 0, a rise of at least 10% of the
+  median step, the later half too). It names the call sites whose time grew
+  with it (`time_grows`), the largest slope first, at the first of them.
+  Its stake: the window's mean step over its line's first step, the time
+  the drift already costs there (it grows after). `medium`, `high` from a
+  rise of DRIFT_HIGH_PCT (50%) over the window.
+"""
+
+from __future__ import annotations
+
+from diagnose.findings.stake import operator_stake
+from diagnose.trends import DRIFT_MIN_PCT
+from diagnose.report.model import Finding, Report, SiteTrend, Stake
+
+GROWTH_MIN_SHARE_PCT = 2.0
+PROJECTED_HIGH = 10.0
+DRIFT_HIGH_PCT = 50.0
+COPYING = ("cat", "stack", "concat", "concatenate", "hstack", "vstack", "dstack", "column_stack", "row_stack")
+MIB = 1 << 20
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / MIB:.2f} MiB" if abs(nbytes) >= MIB / 10 else f"{nbytes / 1024:.1f} KiB"
+
+
+def _rows_share(report: Report, trend: SiteTrend) -> float:
+    """The share (%) of operator time of the rows run at the site's line (its user line, or library line)."""
+    return sum(s.self_cpu_us for r in report.operators for s in r.sources if s.location == trend.source) * 100.0 / (
+        sum(r.self_cpu_us for r in report.operators) or 1.0)
+
+
+def _op(report: Report, trend: SiteTrend) -> str | None:
+    """The operator the site's function ran (aten::cat for cat) at its line, with most time there."""
+    named = [r for r in report.operators if r.source == trend.source and r.name.split("::")[-1] == trend.function]
+    return named[0].name if named else None
+
+
+def input_growth(report: Report) -> list[Finding]:
+    summary = report.operator_summary
+    out = []
+    for t in summary.trends if summary else []:
+        if not t.bytes_grow or t.share_pct < GROWTH_MIN_SHARE_PCT or t.bytes_slope is None:
+            continue
+        per_step = t.bytes_slope.per_step
+        mean = sum(t.bytes_per_step) / len(t.bytes_per_step)
+        copying = t.function in COPYING
+        projection = report.memory.projection if report.memory else None
+        total = projection.total_steps if projection else None
+        at_end = projection.step_at_window_end if projection else None
+        ratio = None
+        if total and at_end and mean > 0:
+            ratio = (t.bytes_per_step[-1] + per_step * max(0, total - at_end)) / mean
+        where = t.source or t.library or "?"
+        title = (f"{t.function} at {where}: its input grows by {_size(per_step)} a step "
+                 f"({'quadratic copying' if copying else 'each step does more than the last'})")
+        if ratio is not None:
+            title += f"; at the script's step {total} a call will take about {ratio:.0f}x what it takes in the window"
+        if copying:
+            suggestion = (f"{t.function} copies all its inputs into a new tensor, and its input grows every step, so "
+                          "each step copies every earlier step's rows again: collect the pieces in a list and "
+                          f"torch.{t.function} once after the loop, or preallocate the result "
+                          "(`buf = torch.empty(total, ...)`, then `buf[i:i + n] = piece`) and write into its slices.")
+        else:
+            suggestion = ("Its input grows every step, so each step costs more than the last: bound what grows "
+                          "(a fixed-size window, a preallocated buffer, a static cache), or rebuild it less often.")
+        evidence = {
+            "function": t.function, "calls": t.calls, "bytes_per_step": per_step,
+            "ci_low": t.bytes_slope.ci_low, "ci_high": t.bytes_slope.ci_high,
+            "late_bytes_per_step": t.bytes_slope.late_per_step, "input_bytes": t.bytes_per_step,
+            "mean_input_bytes": round(mean), "share_pct": t.share_pct,
+            "threshold_share_pct": GROWTH_MIN_SHARE_PCT,
+            "total_steps": total, "step_at_window_end": at_end,
+            "projected_ratio": round(ratio, 1) if ratio is not None else None,
+        }
+        stake = operator_stake(report, _rows_share(report, t))
+        out.append(Finding(
+            kind="input_growth",
+            severity="high" if ratio is not None and ratio >= PROJECTED_HIGH else "medium",
+            title=title, op=_op(report, t), location=t.source, evidence=evidence, suggestion=suggestion,
+            layer="operators",
+            stake=Stake(pct=stake.pct, basis=stake.basis + " (in the window: it grows after it)"),
+        ))
+    return out
+
+
+def step_drift(report: Report) -> list[Finding]:
+    d = report.steps.drift if report.steps else None
+    if d is None or not d.drifts:
+        return []
+    summary = report.operator_summary
+    growing = sorted((t for t in (summary.trends if summary else []) if t.time_grows and t.time_slope),
+                     key=lambda t: -t.time_slope.per_step)
+    named = "; ".join(f"{t.function} at {t.source or t.library or '?'} (+{t.time_slope.per_step * 1e6:.0f} µs a step)"
+                      for t in growing[:3])
+    n = len(report.steps.window_s)
+    first = d.median_s - d.slope.per_step * (n - 1) / 2  # the line at the window's first step, about
+    excess = 100.0 * (d.median_s - first) / d.median_s if d.median_s else None
+    top = growing[0] if growing else None
+    return [Finding(
+        kind="step_drift",
+        severity="high" if d.change_pct >= DRIFT_HIGH_PCT else "medium",
+        title=(f"Step time rises {d.change_pct:.0f}% over the window's {n} steps "
+               f"({d.slope.per_step * 1e3:+.3g} ms a step, 95% interval {d.slope.ci_low * 1e3:.3g} to "
+               f"{d.slope.ci_high * 1e3:.3g})" + (f": growing at {named}" if named else "")),
+        op=_op(report, top) if top else None,
+        location=top.source if top else None,
+        evidence={
+            "slope_s_per_step": d.slope.per_step, "ci_low": d.slope.ci_low, "ci_high": d.slope.ci_high,
+            "late_slope_s_per_step": d.slope.late_per_step, "median_s": d.median_s, "change_pct": d.change_pct,
+            "threshold_pct": DRIFT_MIN_PCT, "window_s": report.steps.window_s,
+            "growing_sites": [{"source": t.source, "function": t.function, "s_per_step": t.time_slope.per_step,
+                               "share_pct": t.share_pct} for t in growing[:5]],
+        },
+        suggestion=("Something makes each step slower than the last: " + (
+            f"the time grows at {named}; " if named else "no call site's time grew with it in the operator pass "
+            "(a cache that fills, a Python list scanned each step, thermal throttling); ")
+            + "find what grows with the step count and bound it (preallocate, a fixed-size window, clear the "
+              "cache), or the run's cost grows faster than its length."),
+        layer="operators",
+        stake=Stake(pct=round(excess, 2) if excess is not None else None,
+                    basis="the window's median step over its fitted line's first step (uninstrumented pass): "
+                          "what the drift already costs there; it grows after the window"),
+    )]

@@ -1,0 +1,127 @@
+"""Trends over the window's steps (pure functions): step time against the step, and each call site's input
+bytes and time against the step.
+
+- `drift(times)`: the uninstrumented pass's step times (report.steps.window_s)
+  fitted against the step's index by ordinary least squares with a 95%
+  interval (`line`, which the memory layer's growth uses too). The steps *drift* when the
+  interval lies above 0, the line rises by at least DRIFT_MIN_PCT of the
+  median step over the window (a slope that small is what load on a shared
+  machine moves), and the later half of the window rises at least half as
+  fast (a first slow step or two, warm-up, is not drift).
+- `site_trends(sites)`: the operator pass's source mode keeps, per call site
+  (user line, library line, module, torch function), its calls' tensor input
+  bytes and time per step of the window (recorder.CallSite). A site's input
+  *grows* when the same test holds for its bytes (GROW_MIN_PCT: a rise of
+  a tenth of the mean over the window; bytes are exact, so the interval does
+  the rest); its time grows when its interval lies above 0 and it rises by
+  GROW_MIN_PCT, whatever its later half does. Only sites
+  that grow either way are kept (report.operator_summary.trends).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from diagnose.report.model import SiteTrend, StepDrift, TrendSlope
+
+DRIFT_MIN_PCT = 10.0  # the line's rise over the window, of the median step
+GROW_MIN_PCT = 10.0  # a site's bytes or time: the line's rise over the window, of their mean
+LATE_MIN_SHARE = 0.5  # the later half rises at least half as fast as the whole window
+MIN_STEPS = 6  # a line through fewer steps (and a later half of fewer than 3) says nothing
+
+
+# t(0.975, df) for df = 1..30; above 30 the normal quantile's 1.96 is within 4%
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96 + 2.4 / df
+
+
+def line(ys: list[float]) -> tuple[float, float, float] | None:
+    """(slope, 95% low, 95% high) of ys against 0, 1, 2, ...; None with fewer than 3 points."""
+    n = len(ys)
+    if n < 3:
+        return None
+    mx = (n - 1) / 2
+    my = sum(ys) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    slope = sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sxx
+    resid = sum((y - (my + slope * (i - mx))) ** 2 for i, y in enumerate(ys))
+    se = math.sqrt(resid / (n - 2) / sxx)
+    half = t975(n - 2) * se
+    return slope, slope - half, slope + half
+
+
+def slope(values: list[float]) -> TrendSlope | None:
+    whole = line(values)
+    if whole is None:
+        return None
+    late = line(values[len(values) // 2:]) if len(values) >= MIN_STEPS else None
+    return TrendSlope(per_step=whole[0], ci_low=whole[1], ci_high=whole[2],
+                      late_per_step=late[0] if late else None)
+
+
+def rises(fit: TrendSlope | None, steps: int, scale: float, min_pct: float, late: bool = True) -> bool:
+    """Beyond noise (module docstring): the interval above 0, a rise of min_pct of `scale`, and with `late` the
+    later half too."""
+    if fit is None or steps < MIN_STEPS or scale <= 0:
+        return False
+    return (fit.ci_low > 0 and 100.0 * fit.per_step * (steps - 1) / scale >= min_pct
+            and (not late or (fit.late_per_step is not None and fit.late_per_step >= LATE_MIN_SHARE * fit.per_step)))
+
+
+def drift(times: list[float]) -> StepDrift | None:
+    """The window's step times against the step (module docstring); None with fewer than MIN_STEPS."""
+    if len(times) < MIN_STEPS:
+        return None
+    fit = slope(times)
+    median = statistics.median(times)
+    if fit is None or median <= 0:
+        return None
+    change = 100.0 * fit.per_step * (len(times) - 1) / median
+    drifts = rises(fit, len(times), median, DRIFT_MIN_PCT)
+    rate = (f"{fit.per_step * 1e3:+.3g} ms a step [{fit.ci_low * 1e3:.3g} to {fit.ci_high * 1e3:.3g}], "
+            f"{change:+.0f}% of the {median * 1e3:.3g} ms median over {len(times)} steps")
+    if drifts:
+        verdict = f"step time rises {rate}; the later half rises too"
+    elif fit.ci_low > 0 and change >= DRIFT_MIN_PCT:
+        verdict = f"warm-up, not drift: {rate}, but the later half is flat"
+    else:
+        verdict = f"no drift: {rate}"
+    return StepDrift(slope=_rounded(fit), median_s=round(median, 6), change_pct=round(change, 1), drifts=drifts,
+                     verdict=verdict)
+
+
+def site_trends(sites: list[dict[str, Any]]) -> list[SiteTrend]:
+    """The call sites whose input bytes or time grow over the window (module docstring), most time first."""
+    total = sum(acc[0] for site in sites for acc in site["steps"]) or 1.0
+    out = []
+    for site in sites:
+        steps = site["steps"]
+        seconds = [float(acc[0]) for acc in steps]
+        nbytes = [int(acc[1]) for acc in steps]
+        by_bytes, by_time = slope([float(b) for b in nbytes]), slope(seconds)
+        grow = rises(by_bytes, len(steps), statistics.fmean(nbytes) if nbytes else 0.0, GROW_MIN_PCT)
+        # time grows with the drift: the later half is not asked for (the step times established the drift; a
+        # site's time under the profiler also moves with the load, seen halving mid-window on a busy machine)
+        slower = rises(by_time, len(steps), statistics.fmean(seconds) if seconds else 0.0, GROW_MIN_PCT, late=False)
+        if not (grow or slower):
+            continue
+        out.append(SiteTrend(
+            source=site["source"], library=site["library"], module=site["module"], function=site["function"],
+            calls=sum(int(acc[2]) for acc in steps), share_pct=round(100.0 * sum(seconds) / total, 2),
+            bytes_per_step=nbytes, seconds_per_step=[round(x, 7) for x in seconds],
+            bytes_slope=_rounded(by_bytes, 1) if by_bytes else None,
+            time_slope=_rounded(by_time) if by_time else None, bytes_grow=grow, time_grows=slower))
+    out.sort(key=lambda t: -t.share_pct)
+    return out
+
+
+def _rounded(fit: TrendSlope, digits: int = 9) -> TrendSlope:
+    late = fit.late_per_step
+    return TrendSlope(per_step=round(fit.per_step, digits), ci_low=round(fit.ci_low, digits),
+                      ci_high=round(fit.ci_high, digits), late_per_step=round(late, digits) if late is not None else None)
