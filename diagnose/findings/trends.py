@@ -26,8 +26,8 @@
 from __future__ import annotations
 
 from diagnose.findings.stake import operator_stake
-from diagnose.trends import DRIFT_MIN_PCT
 from diagnose.report.model import Finding, Report, SiteTrend, Stake
+from diagnose.trends import DRIFT_MIN_PCT
 
 GROWTH_MIN_SHARE_PCT = 2.0
 PROJECTED_HIGH = 10.0
