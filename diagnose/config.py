@@ -48,6 +48,9 @@ class OperatorsOptions:
         "calls from Python ({default}), or once recording grew the process by 1 GiB", metavar="N", minimum=1,
         what="a number of calls")
     track_modules: bool = True  # which module's forward runs (benchmarks/modules_overhead.py turns it off)
+    # each call site's input bytes and time per step, and its list arguments' shapes (recorder.CallSite; the
+    # trends and list shapes): benchmarks/sites_overhead.py turns it off
+    track_sites: bool = True
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ def _source_mode(recorder: "OperatorsRecorder"):
     float64 = torch.float64
     list_types = (list, tuple)
     sites = recorder.sites
+    track_sites = recorder.options.track_sites
     perf_counter = time.perf_counter
 
     class SourceMode(TorchFunctionMode):
@@ -126,6 +127,9 @@ def _source_mode(recorder: "OperatorsRecorder"):
             elif any(type(a) in tensor_types and a.requires_grad for a in args):  # autograd records a node
                 recorder.recording[user] = recorder.recording.get(user, 0) + 1
             module = tracker.current()
+            if not track_sites:
+                with record_function(Label.text(user, library, module)):
+                    return func(*args, **kwargs)
             key = (user, library, module, getattr(func, "__name__", ""))
             site = sites.get(key) or recorder.new_site(key)
             listed = None
