@@ -119,7 +119,7 @@ def main() -> None:
     text = "\n".join([
         HEADING, "",
         (f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
-        f"{usable_cpus()} usable; {platform.platform()}; Python {platform.python_version()}. "
+        f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}. "
         f"Took {time.monotonic() - started:.0f} s."),
         (f"- One call's site bookkeeping (a dict lookup, its tensor arguments' bytes, two clock reads): "
         f"{per_call_us:.2f} us, median of 200,000; mlp.py's operator pass makes {per_step_calls:.0f} torch calls "
