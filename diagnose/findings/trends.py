@@ -20,11 +20,14 @@
   with it (`time_grows`), the largest slope first, at the first of them.
   Its stake: the window's mean step over its line's first step, the time
   the drift already costs there (it grows after). `medium`, `high` from a
-  rise of DRIFT_HIGH_PCT (50%) over the window.
+  rise of DRIFT_HIGH_PCT (50%) over the window. Doubted when the threads
+  layer saw other processes hold the CPUs (the external_contention rule):
+  their load comes and goes, and the steps may have slowed with it.
 """
 
 from __future__ import annotations
 
+from diagnose.findings import threads
 from diagnose.findings.stake import operator_stake
 from diagnose.report.model import Finding, Report, SiteTrend, Stake
 from diagnose.trends import DRIFT_MIN_PCT
@@ -113,6 +116,11 @@ def step_drift(report: Report) -> list[Finding]:
     first = d.median_s - d.slope.per_step * (n - 1) / 2  # the line at the window's first step, about
     excess = 100.0 * (d.median_s - first) / d.median_s if d.median_s else None
     top = growing[0] if growing else None
+    doubts = []
+    contended = threads.external_contention(report)
+    if contended:  # other processes' load comes and goes: a trend in the step times may be theirs
+        doubts.append(f"other processes held the CPUs during the run ({contended[0].title.split(' while')[0]}): "
+                      "the steps may have slowed with their load, not the script's")
     return [Finding(
         kind="step_drift",
         severity="high" if d.change_pct >= DRIFT_HIGH_PCT else "medium",
@@ -137,4 +145,5 @@ def step_drift(report: Report) -> list[Finding]:
         stake=Stake(pct=round(excess, 2) if excess is not None else None,
                     basis="the window's median step over its fitted line's first step (uninstrumented pass): "
                           "what the drift already costs there; it grows after the window"),
+        doubts=doubts,
     )]
