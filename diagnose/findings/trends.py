@@ -4,14 +4,17 @@
   (report.operator_summary.trends, `bytes_grow`: the least-squares interval
   above 0, a rise of at least a tenth of the mean over the window, the
   later half too) while it takes >= GROWTH_MIN_SHARE_PCT (2%) of the
-  source mode's time: each step does more than the last, so the run's cost
+  source mode's time, at a call in the user's own code (a library's, such
+  as transformers' KV cache, is not the user's to change; its growth shows
+  as step_drift): each step does more than the last, so the run's cost
   is quadratic in its length (`buf = torch.cat([buf, y])` copies every
   earlier row again). Projected to the script's end when its length is
   known (report.memory.projection: the `for` loops around the step): the
   input at the last step over the window's mean, which a call's time follows
   for a copy. `high` when that reaches PROJECTED_HIGH (10x), else `medium`;
-  `medium` when the length is unknown. Its stake: the site's operator rows'
-  share of operator time in the window (it only grows after it). The
+  `medium` when the length is unknown. Its stake: the site's share of the
+  source mode's time (its calls, timed from Python: what the operator share
+  is for an operator) in the window (it only grows after it). The
   suggestion: for cat/stack, collect the pieces in a list and cat once, or
   preallocate and write into slices; otherwise bound what grows.
 - step_drift: the uninstrumented pass's step time rises over the window
@@ -43,12 +46,6 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / MIB:.2f} MiB" if abs(nbytes) >= MIB / 10 else f"{nbytes / 1024:.1f} KiB"
 
 
-def _rows_share(report: Report, trend: SiteTrend) -> float:
-    """The share (%) of operator time of the rows run at the site's line (its user line, or library line)."""
-    return sum(s.self_cpu_us for r in report.operators for s in r.sources if s.location == trend.source) * 100.0 / (
-        sum(r.self_cpu_us for r in report.operators) or 1.0)
-
-
 def _op(report: Report, trend: SiteTrend) -> str | None:
     """The operator the site's function ran (aten::cat for cat) at its line, with most time there."""
     named = [r for r in report.operators if r.source == trend.source and r.name.split("::")[-1] == trend.function]
@@ -61,6 +58,8 @@ def input_growth(report: Report) -> list[Finding]:
     for t in summary.trends if summary else []:
         if not t.bytes_grow or t.share_pct < GROWTH_MIN_SHARE_PCT or t.bytes_slope is None:
             continue
+        if t.source is None or (t.library is not None and t.library != t.source):
+            continue  # inside a library (transformers' KV cache): the call is not the user's to change
         per_step = t.bytes_slope.per_step
         mean = sum(t.bytes_per_step) / len(t.bytes_per_step)
         copying = t.function in COPYING
@@ -92,7 +91,7 @@ def input_growth(report: Report) -> list[Finding]:
             "total_steps": total, "step_at_window_end": at_end,
             "projected_ratio": round(ratio, 1) if ratio is not None else None,
         }
-        stake = operator_stake(report, _rows_share(report, t))
+        stake = operator_stake(report, t.share_pct)
         out.append(Finding(
             kind="input_growth",
             severity="high" if ratio is not None and ratio >= PROJECTED_HIGH else "medium",
