@@ -64,6 +64,17 @@ def _unit(report: Report) -> tuple[str, float, int] | None:
     return None
 
 
+def page_costs(report: Report, costs: CallCosts) -> tuple[float, float, str]:
+    """(µs a fresh page costs when first written, µs to give it back, how they were obtained) at the run's
+    intra-op threads: this machine's probe, else doctor/workload.FAULT_US for both (measured once as a whole)."""
+    page = costs.page(report.machine.intra_op_threads)
+    if page is not None:
+        return page.fault_us, page.free_us, (f"{page.fault_us:g} µs a fault and {page.free_us:g} µs a page given "
+                                             f"back, this machine's probe at {page.threads} thread"
+                                             f"{'s' if page.threads != 1 else ''}")
+    return FAULT_US, 0.0, f"{FAULT_US:g} µs a fault with its free (not measured on this machine)"
+
+
 def of(report: Report) -> StepBudget | None:
     unit = _unit(report)
     if unit is None:
@@ -73,51 +84,81 @@ def of(report: Report) -> StepBudget | None:
     costs = peaks.call_costs if peaks and peaks.call_costs else DEFAULT_COSTS
     notes: list[str] = []
     slices: dict[str, BudgetSlice] = {}
+    # Every slice is measured as a share of its own pass's window (or as counts per step x a measured cost) and
+    # carried over to the uninstrumented median step: the passes run at different moments on a shared machine (a
+    # share survives a drift in pace, a time does not), and the window's mean step is not its median (a step that
+    # waited for data, a collection): `scale` turns the uninstrumented window's mean step into its median.
+    window_s = report.run.wall_s if name != "run" else step_s
+    scale = step_s * n / window_s if window_s else 1.0
 
-    faults = report.run.minor_faults
-    if faults is not None:
-        per = report.faults_per_step()[0] if name != "run" else faults
+    # The allocator: each fresh page is faulted in where it is first written (inside an operator, mostly), and in
+    # a step that does not grow, given back once (glibc munmaps a freed block over its mmap threshold): inside an
+    # operator, or between operators when Python drops a tensor's last reference. The operator pass's memory
+    # records say which share of the bytes were freed where.
+    fault_us, free_us, page_basis = page_costs(report, costs)
+    plain_faults, op_faults = report.faults_per_step()
+    if name == "run":
+        plain_faults, op_faults = report.run.minor_faults, report.run.instrumented_minor_faults
+    mem = report.operator_summary.memory if report.operator_summary else None
+    freed_out = (1.0 - mem.freed_in_operators_bytes / mem.freed_bytes
+                 if mem and mem.freed_bytes and mem.freed_in_operators_bytes is not None else 0.0)
+    fault_s = free_in_s = free_out_s = 0.0
+    if plain_faults is not None:
+        fault_s = plain_faults * fault_us * 1e-6 * scale
+        free_s = plain_faults * free_us * 1e-6 * scale
+        free_in_s, free_out_s = free_s * (1 - freed_out), free_s * freed_out
         slices["allocator"] = BudgetSlice(
-            "allocator", per * FAULT_US * 1e-6, f"{per:,.0f} minor page faults a {name} x {FAULT_US:g} µs a fault "
-            "(fresh pages the allocator hands out, uninstrumented pass)" + (
+            "allocator", fault_s + free_s,
+            f"{plain_faults:,.0f} minor page faults a {name} (fresh pages the allocator hands out, uninstrumented "
+            f"pass) x ({page_basis})" + (f"; {100 * freed_out:.0f}% of the bytes were freed between operators "
+                                         "(Python dropping a tensor's last reference), the rest inside them"
+                                         if free_s else "") + (
                 "; the memory section (report.memory) has the live bytes per step, their growth and what keeps "
                 "them" if report.memory else ""))
 
     ops = report.operator_summary
     op_it = report.run.instrumented_iterations
     op_n = op_it.n if op_it and op_it.n else n
-    # the operator pass's own step: its kernels' share of it is what carries over to the uninstrumented step
-    # (the passes run at different moments on a shared machine; a share survives a drift in pace, a time does not)
-    op_pace = step_s / op_it.median_s if op_it and op_it.median_s and name != "run" else (
-        step_s / report.run.instrumented_wall_s if report.run.instrumented_wall_s else 1.0)
-    if ops and ops.total_self_cpu_us and report.operators:
-        def kernel(self_us: float, calls: int) -> float:
-            """Seconds of a step in the kernels: operator self time less the profiler's fixed part per call."""
-            return max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n) * op_pace
+    op_span, _ = report.recorded_span()
+    if ops and ops.total_self_cpu_us and report.operators and op_span:
+        # the operator pass's own faults (the profiler's records add their own) land in its operators: its
+        # kernels' share is of that pass's step without its allocator time, carried to this step without ours
+        op_alloc_in = (op_faults or 0.0) * (fault_us + free_us * (1 - freed_out)) * 1e-6
+        op_alloc = (op_faults or 0.0) * (fault_us + free_us) * 1e-6
+        op_step = op_span / op_n
+        base_op, base = op_step - op_alloc, step_s - (fault_s + free_in_s + free_out_s)
+
+        def kernel(self_us: float, calls: int, faults_s: float = 0.0) -> float:
+            """Seconds of a step in the kernels: operator self time less the profiler's fixed part per call, less
+            the allocator's time inside them, as a share of the operator pass's step without its allocator time."""
+            own = max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n - faults_s)
+            return own / base_op * max(0.0, base) if base_op > 0 else 0.0
 
         calls = sum(r.calls for r in report.operators)
-        kernel_s = kernel(ops.total_self_cpu_us, calls)
-        carved = min(kernel_s, slices["allocator"].s) if "allocator" in slices else 0.0
-        kept = (kernel_s - carved) / kernel_s if kernel_s else 0.0  # each kernel gives up its part of the faults
+        raw_s = max(0.0, (ops.total_self_cpu_us - calls * costs.profiler_self_us) * 1e-6 / op_n)
+        kernel_s = kernel(ops.total_self_cpu_us, calls, min(op_alloc_in, raw_s))
+        kept = kernel_s / (raw_s / base_op * max(0.0, base)) if raw_s and base_op > 0 and base > 0 else 0.0
         items = [BudgetItem(label=f"{r.name} {fmt.shapes(r.input_shapes, limit=1 << 16)}",
                             s=kernel(r.self_cpu_us, r.calls) * kept, op=r.name, module=r.module, location=r.source)
                  for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
         slices["kernels"] = BudgetSlice(
-            "kernels", kernel_s - carved,
+            "kernels", kernel_s,
             f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
-            f"each of its {calls:,} calls, as a share of that pass's step (x {op_pace:.3g} to this step)"
-            + (", less the page faults (they land inside the operators)" if carved else ""), items)
+            f"each of its {calls:,} calls and less that pass's own allocator time ({op_faults or 0:,.0f} faults a "
+            f"{name}), as a share of its step without that time (x {max(0.0, base) / base_op if base_op > 0 else 0:.3g}"
+            " to this step without ours)", items)
     autograd = report.autograd
     if autograd and autograd.calls:
         s = (autograd.calls * costs.dispatch_us
              + autograd.recording_calls * max(0.0, costs.autograd_dispatch_us - costs.dispatch_us)) * 1e-6 / op_n
         slices["dispatch"] = BudgetSlice(
-            "dispatch", s, f"{autograd.calls / op_n:,.0f} torch calls from Python a {name} x {costs.dispatch_us:g} µs "
-            f"({autograd.recording_calls / op_n:,.0f} recording autograd, {costs.autograd_dispatch_us:g} µs)")
+            "dispatch", s * scale, f"{autograd.calls / op_n:,.0f} torch calls from Python a {name} x "
+            f"{costs.dispatch_us:g} µs ({autograd.recording_calls / op_n:,.0f} recording autograd, "
+            f"{costs.autograd_dispatch_us:g} µs)")
 
     data_s = 0.0
     if report.steps and report.steps.data_wait_s and report.steps.window_steps:
-        data_s = report.steps.data_wait_s / report.steps.window_steps
+        data_s = report.steps.data_wait_s / report.steps.window_steps * scale
         slices["data"] = BudgetSlice("data", data_s, "time inside DataLoader iterators (the step clock)",
                                      [BudgetItem(label=report.steps.data_wait_at or "DataLoader", s=data_s,
                                                  location=report.steps.data_wait_at)] if data_s else [])
@@ -149,13 +190,21 @@ def of(report: Report) -> StepBudget | None:
             python_s, native_s, wait_s = python_s * (1 - share), native_s * (1 - share), wait_s * (1 - share)
             notes.append("the data slice's time was taken out of python, native and waiting in proportion: a "
                          "DataLoader without workers loads inside its iterator, on this thread")
+        # blocks freed between operators were freed by the Python line that dropped them: cProfile booked that
+        # time to the line's function, so it leaves the Python slice for the allocator's
+        freed_python = min(python_s, free_out_s)
+        python_kept = (python_s - freed_python) / python_s if python_s else 0.0
+        python_s -= freed_python
         basis = (f"the call-graph pass's self time, less cProfile's {costs.cprofile_call_us:g} µs on each of its "
                  f"{py.calls:,} calls, as a share of that pass's step (x {py_pace:.3g} to this step)")
         users = [f for f in report.python_hotspots if f.kind == "user"
                  or (f.kind == "library" and _library(f.function, f.location) is None)]
         slices["python"] = BudgetSlice(
-            "python", python_s, basis + " (your functions and other Python code)",
-            [BudgetItem(label=f.function, s=f.self_s * keep / py_n, location=f.location if f.kind == "user" else None)
+            "python", python_s, basis + " (your functions and other Python code)" + (
+                f", less the {1e3 * freed_python:.3g} ms of blocks freed between operators (the allocator's)"
+                if freed_python else ""),
+            [BudgetItem(label=f.function, s=f.self_s * keep / py_n * python_kept,
+                        location=f.location if f.kind == "user" else None)
              for f in sorted(users, key=lambda f: -f.self_s)[:TOP]])
         callers = {}
         for f in sorted(report.python_hotspots, key=lambda f: -f.self_s):

@@ -25,7 +25,7 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   be a hot_operator with a suggestion for what the user wrote.
 - memory_churn: allocations >= 256 MiB in total and >= 1 GiB/s is `low`,
   >= 2 GiB/s `medium`, >= 8 GiB/s `high`, the rate over the span the
-  operator pass recorded (stake.recorded_span: with --iters above
+  operator pass recorded (Report.recorded_span: with --iters above
   --profile-iters only the last iterations are recorded, and allocations
   are counted over those alone). No rate is reported over a span shorter
   than CHURN_MIN_SPAN_S (10 ms, the resolution the report prints seconds
@@ -59,7 +59,7 @@ from collections import defaultdict
 from diagnose.doctor.workload import FAULT_US, fault_share
 from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
-from diagnose.findings.stake import UPPER_BOUND, operator_stake, recorded_span
+from diagnose.findings.stake import UPPER_BOUND, operator_stake
 from diagnose.findings.suggestions import (
     ACTIVATION_CLASSES,
     COPY_LABEL,
@@ -198,7 +198,7 @@ def memory_churn(report: Report) -> list[Finding]:
         return []
     mem = report.operator_summary.memory
     allocated = int(mem.allocated_bytes or 0)
-    wall, span_basis = recorded_span(report)
+    wall, span_basis = report.recorded_span()
     if allocated < CHURN_MIN_BYTES or not wall:
         return []
     operators_s = (report.operator_summary.total_self_cpu_us or 0.0) * 1e-6

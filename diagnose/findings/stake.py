@@ -19,7 +19,7 @@ one scale:
   times `operator_wall_fraction`, the share of the run spent inside torch
   operators (the cProfile pass's torch built-in share when the python layer
   ran, else operator self CPU time over the recorded span of the operator
-  pass, `recorded_span`);
+  pass, `Report.recorded_span`);
 - python_overhead: the function's share of the cProfile pass (that pass
   inflates Python, so this is an upper bound);
 - oversubscription: the throughput the thread sweep measured to gain, as
@@ -92,8 +92,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from diagnose.compare import MIN_FLOOR_PCT
 from diagnose import budget as budget_mod
+from diagnose.compare import MIN_FLOOR_PCT
 from diagnose.report.model import Finding, Report, Stake, StepBudget
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
@@ -115,23 +115,13 @@ def _clamp(x: float) -> float:
     return max(0.0, min(1.0, x))
 
 
-def recorded_span(report: Report) -> tuple[float | None, str]:
-    """(seconds the operator pass recorded, how): in function mode with --iters above --profile-iters only
-    the last iterations are recorded (instrumented_iterations holds just those), so their count times
-    their median; otherwise the operator pass's wall time."""
-    it, iters = report.run.instrumented_iterations, report.target.iters
-    if it and iters and it.n < iters and it.median_s > 0:
-        return it.n * it.median_s, f"{it.n} recorded iterations x their median {it.median_s:.4g} s"
-    return report.run.instrumented_wall_s, "the operator pass's wall time"
-
-
 def operator_wall_fraction(report: Report) -> tuple[float, str]:
     """(share of the run spent in torch operators, 0..1; where that number comes from)."""
     s = report.python_summary
     if s is not None and s.total_s:
         return _clamp(float(s.operator_share)), "operator share x torch built-ins' share of the cProfile pass"
     total_us = report.operator_summary.total_self_cpu_us if report.operator_summary else None
-    span, _ = recorded_span(report)
+    span, _ = report.recorded_span()
     if total_us and span:
         return _clamp(total_us / (span * 1e6)), "operator share x operator self CPU time over the operator pass"
     return 1.0, "operator share (operators assumed to be the whole run)"

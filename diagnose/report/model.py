@@ -29,13 +29,16 @@ migration to io.MIGRATIONS):
         Finding instead of keys of its `evidence`, which keeps only the
         rule's own measurements. io._v2_to_v3 reads "2" files.
         memory (growth per step, projection, what keeps it alive, the peak)
-        added later (additive: no version bump; null in older reports).
+        added later (additive: no version bump; null in older reports);
+        step_budget added later (additive).
   "4" - results the tool doubts itself (a finding with `doubts`: a noisy or
         contended micro-benchmark, a flat large GEMM, roofs measured under
         load) leave `findings` for `not_confirmed` (NotConfirmed: the finding
         and the command that re-measures it); `verdict` (healthy or not, with
         the numbers) added. io._v3_to_v4 moves a "3" report's doubted
-        findings; its verdict is null (not judged).
+        findings; its verdict is null (not judged). The operator pass's
+        freed_in_operators_bytes and the probe's page costs (CallCosts.pages)
+        added later (additive: null or empty in older reports).
 """
 
 from __future__ import annotations
@@ -855,6 +858,9 @@ class OperatorMemory:
     freed_bytes: int = 0  # bytes freed in the window, summed
     # most bytes allocated in the window and alive at once (memory held from before it is not seen)
     peak_live_bytes: int = 0
+    # of freed_bytes, those freed while an operator ran (the rest: between operators, a Python decref dropping a
+    # tensor's last reference); None: not recorded (older reports)
+    freed_in_operators_bytes: int | None = None
 
 
 @dataclass
@@ -993,15 +999,35 @@ class MemoryPeak:
 
 
 @dataclass
+class PageCost:
+    """What a fresh 4 KiB page costs the allocator on this machine, at one thread count (the probe): faulted in on
+    its first write, and given back to the kernel when its block is freed (glibc munmaps blocks over 32 MiB)."""
+
+    threads: int  # torch.set_num_threads while the page was first written
+    fault_us: float  # wall time a page adds to a write that faults it in (fresh block less a warm one, per page)
+    free_us: float  # wall time freeing a written block takes, per page (the decref that drops its last reference)
+
+
+@dataclass
 class CallCosts:
     """What one call costs on this machine, beyond any work (the probe, diagnose/layers/efficiency/probe.py): the
-    step budget's per-call slices (diagnose/budget.py). Medians of tight loops at one thread."""
+    step budget's per-call slices (diagnose/budget.py). Medians of tight loops at one thread; `pages` at 1 and at
+    the usable CPUs."""
 
     dispatch_us: float  # a tiny operator called from Python (torch.add on one-element tensors, grad off)
     autograd_dispatch_us: float  # the same call recording autograd (an input that requires grad, grad on)
     profiler_self_us: float  # that tiny operator's self time as the operator pass records it (its fixed part)
     cprofile_call_us: float  # what cProfile adds to one Python function call (the python pass's per-call cost)
     method: str = ""  # how, in words
+    pages: list[PageCost] = field(default_factory=list)  # per thread count; empty in caches before format 3
+    measure_s: float | None = None  # what measuring all of this took (torch's import not counted)
+
+    def page(self, threads: int | None) -> PageCost | None:
+        """The page cost measured at the most threads <= `threads` (the fewest measured, when all are more)."""
+        if not self.pages:
+            return None
+        fit = [p for p in self.pages if p.threads <= max(threads or 1, 1)]
+        return max(fit, key=lambda p: p.threads) if fit else min(self.pages, key=lambda p: p.threads)
 
 
 @dataclass
@@ -1763,6 +1789,15 @@ class Report:
     artifacts: dict[str, str] = field(default_factory=dict)  # file key -> name of each file written beside report.json
     # this report format's version (SCHEMA_VERSION; older ones are migrated by report/io.py)
     schema_version: str = SCHEMA_VERSION
+
+    def recorded_span(self) -> tuple[float | None, str]:
+        """(seconds the operator pass recorded, how): in function mode with --iters above --profile-iters only
+        the last iterations are recorded (instrumented_iterations holds just those), so their count times
+        their median; otherwise the operator pass's wall time."""
+        it, iters = self.run.instrumented_iterations, self.target.iters
+        if it and iters and it.n < iters and it.median_s > 0:
+            return it.n * it.median_s, f"{it.n} recorded iterations x their median {it.median_s:.4g} s"
+        return self.run.instrumented_wall_s, "the operator pass's wall time"
 
     def faults_per_step(self) -> tuple[float | None, float | None]:
         """Minor page faults per step (or measured call): uninstrumented, and in the operator pass."""

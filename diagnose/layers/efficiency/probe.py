@@ -52,7 +52,7 @@ from diagnose.report.model import Peaks
 from microbench.machine import cpu_snapshot, others_cpus
 
 CACHE_ENV = "DIAGNOSE_CACHE_DIR"
-CACHE_FORMAT = 2  # bump when the file's meaning changes: older files are then re-measured (2: call_costs)
+CACHE_FORMAT = 3  # bump when the file's meaning changes: older files are then re-measured (2: call_costs; 3: pages)
 GEMM_SIZES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 MODES = {
     # target seconds per GEMM call, seconds of repeats, min repeats, array MiB floor
@@ -212,14 +212,48 @@ def measure_memory(torch, threads: int, arrays: tuple, mib: int, settings: dict[
             "iqr_pct": round(max(copy_iqr, triad_iqr), 1), **_contention(before, threads)}
 
 
-def measure_call_costs(torch, calls: int = 4000) -> dict[str, Any]:
+PAGE_BLOCK_MIB = 64  # over glibc's largest mmap threshold (32 MiB): every block is a fresh mmap, munmapped on free
+PAGE_ROUNDS = 3
+
+
+def measure_page_costs(torch, threads: int, rounds: int = PAGE_ROUNDS) -> dict[str, Any]:
+    """What a fresh page costs at `threads` (report.model.PageCost): a PAGE_BLOCK_MIB block allocated and written
+    (fill_) less the same write into a block already written (the faults), and dropping its last reference (the
+    munmap that gives its pages back), per 4 KiB page; medians of `rounds`. About 0.1 s."""
+    torch.set_num_threads(threads)
+    numel, pages = (PAGE_BLOCK_MIB << 20) // 4, (PAGE_BLOCK_MIB << 20) // 4096
+    warm = torch.empty(numel)
+    warm.fill_(1.0)
+    fresh_s, warm_s, free_s = [], [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        block = torch.empty(numel)
+        block.fill_(1.0)
+        fresh_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        del block
+        free_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        warm.fill_(2.0)
+        warm_s.append(time.perf_counter() - t)
+    fault = max(0.0, statistics.median(fresh_s) - statistics.median(warm_s)) / pages * 1e6
+    return {"threads": threads, "fault_us": round(fault, 4), "free_us": round(statistics.median(free_s) / pages * 1e6, 4)}
+
+
+def measure_call_costs(torch, calls: int = 4000, threads: tuple[int, ...] = (1,)) -> dict[str, Any]:
     """What a call costs beyond its work (report.model.CallCosts): tight loops of a tiny operator from Python,
-    plain and recording autograd; its self time under the operator pass's profiler settings; and what cProfile
-    adds to a Python call. About 0.3 s."""
+    plain and recording autograd; its self time under the operator pass's profiler settings; what cProfile
+    adds to a Python call; and a fresh page's fault and free at each of `threads` (measure_page_costs). Leaves
+    torch at one thread. About 0.5 s; the goal is under 1 s (benchmarks/RESULTS.md)."""
     import cProfile
 
-    from torch.profiler import ProfilerActivity, profile
+    # torch.autograd.profiler's profile is the recorder torch.profiler wraps (the same kineto events and self
+    # times); torch.profiler's first start imports torch._inductor (hasattr(torch, "_inductor"), ~1.5 s here)
+    from torch.autograd.profiler import profile
 
+    t0 = time.perf_counter()
+    pages = [measure_page_costs(torch, t) for t in threads]
+    torch.set_num_threads(1)
     x, y = torch.ones(1), torch.ones(1)
     g = torch.ones(1, requires_grad=True)
 
@@ -236,11 +270,10 @@ def measure_call_costs(torch, calls: int = 4000) -> dict[str, Any]:
         dispatch = per_call_us(lambda: torch.add(x, y))
     with torch.enable_grad():
         autograd = per_call_us(lambda: torch.add(g, y))
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True,
-                                   profile_memory=True) as prof:
-        for _ in range(500):
+    with torch.no_grad(), profile(use_cpu=True, record_shapes=True, with_flops=True, profile_memory=True) as prof:
+        for _ in range(200):
             torch.add(x, y)
-    selfs = [e.self_cpu_time_total for e in prof.events() if e.name == "aten::add"]
+    selfs = [e.self_cpu_time_total for e in prof.function_events if e.name == "aten::add"]
 
     def empty() -> None:
         pass
@@ -254,10 +287,13 @@ def measure_call_costs(torch, calls: int = 4000) -> dict[str, Any]:
         profiler.disable()
     return {"dispatch_us": round(dispatch, 3), "autograd_dispatch_us": round(autograd, 3),
             "profiler_self_us": round(statistics.median(selfs), 3) if selfs else 0.0,
-            "cprofile_call_us": round(max(0.0, profiled - plain), 3),
+            "cprofile_call_us": round(max(0.0, profiled - plain), 3), "pages": pages,
+            "measure_s": round(time.perf_counter() - t0, 3),
             "method": f"medians of {calls} calls at 1 thread: torch.add on one-element tensors (grad off, and "
                       "recording autograd), its self time under the operator pass's profiler settings, and an "
-                      "empty Python function with and without cProfile"}
+                      f"empty Python function with and without cProfile; a fresh {PAGE_BLOCK_MIB} MiB block "
+                      "written less a warm one (faults) and freed (munmap), per page, medians of "
+                      f"{PAGE_ROUNDS}"}
 
 
 def machine_usable() -> int:
@@ -286,8 +322,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
             arrays = tuple(torch.ones(numel) for _ in range(3))  # ones(): pages touched before timing
             memory = [measure_memory(torch, t, arrays, mib, settings) for t in thread_counts(usable)]
             del arrays
-        torch.set_num_threads(1)
-        call_costs = measure_call_costs(torch)
+        call_costs = measure_call_costs(torch, threads=tuple(thread_counts(usable)))
     finally:
         torch.set_num_threads(before)
     return {

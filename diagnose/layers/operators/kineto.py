@@ -191,6 +191,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
 
     mem_usage = [0] * n_regular
     covered = [0] * (len(mem_records) + 1)  # +1/-1 marks: records inside some CPU event
+    in_ops = [0] * (len(mem_records) + 1)  # likewise, inside some operator (not a user-line or step label)
     if mem_records:
         for i in range(n_regular):
             if is_cpu[i]:
@@ -200,6 +201,17 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
                     mem_usage[i] = mem_prefix[hi] - mem_prefix[lo]
                     covered[lo] += 1
                     covered[hi] -= 1
+                    if kinds[i] == _OP:
+                        in_ops[lo] += 1
+                        in_ops[hi] -= 1
+    # bytes freed while an operator ran; the rest were freed between operators (a Python decref), which the step
+    # budget's allocator slice takes out of the Python time rather than the kernels' (diagnose/budget.py)
+    depth = freed_in_ops = 0
+    for (_, nbytes, device), mark in zip(mem_records, in_ops):
+        depth += mark
+        if depth and nbytes < 0 and device == cpu_device:
+            freed_in_ops -= nbytes
+    memory["freed_in_operators_bytes"] = freed_in_ops
     top_level_memory = 0
     depth = 0
     for mark in covered[:-1]:
