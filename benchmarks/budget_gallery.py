@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
+from diagnose.machine import cpu_model, usable_cpus
 
 HEADING = "## The step budget on the example gallery"
 SLICES = ("kernels", "dispatch", "python", "native", "data", "allocator", "waiting")
@@ -50,7 +50,7 @@ def run_case(example: str, args: list[str], out: Path) -> dict:
     cmd = [sys.executable, "-m", "diagnose", "-q", "--force", "-o", str(out), f"examples/{example}", "--", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800, env=env)
+    proc = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=1800, env=env)
     took = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{example}: diagnose exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -78,13 +78,13 @@ def _pct(x: float | None) -> str:
 
 def report(rows: list[dict], calibration: list[float], took_s: float) -> str:
     lines = [HEADING, "",
-             f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
-             f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}. Took "
-             f"{took_s:.0f} s.",
-             "- `diagnose examples/X.py` with the default layers; the step budget (`report.step_budget`): each "
-             "slice's share of the uninstrumented median step, the measured slices' sum over the step (target "
-             f"{100 * (1 - TOLERANCE):.0f}-{100 * (1 + TOLERANCE):.0f}%) and the unexplained share (target "
-             f"|unexplained| <= {100 * TOLERANCE:.0f}%).", "",
+             (f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
+              f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}. Took "
+              f"{took_s:.0f} s."),
+             ("- `diagnose examples/X.py` with the default layers; the step budget (`report.step_budget`): each "
+              "slice's share of the uninstrumented median step, the measured slices' sum over the step (target "
+              f"{100 * (1 - TOLERANCE):.0f}-{100 * (1 + TOLERANCE):.0f}%) and the unexplained share (target "
+              f"|unexplained| <= {100 * TOLERANCE:.0f}%)."), "",
              "| example | step | " + " | ".join(SLICES) + " | measured / step | unexplained | ok | first finding |",
              "| --- | ---: | " + " | ".join("---:" for _ in SLICES) + " | ---: | ---: | --- | --- |"]
     for r in rows:
@@ -99,14 +99,14 @@ def report(rows: list[dict], calibration: list[float], took_s: float) -> str:
     lines += ["", "- Verdict: " + ("every example's slices add up within the targets." if not bad else
                                    "outside the targets: " + ", ".join(bad) + "."),
               f"- The per-call and per-page costs came from: {rows[0]['costs'] if rows else '-'}.",
-              f"- Calibration (`probe.measure_call_costs` at 1 thread, in a fresh process, {len(calibration)} runs): "
-              f"median {statistics.median(calibration):.2f} s (min {min(calibration):.2f}, max "
-              f"{max(calibration):.2f}); target <= 1 s. It runs once per machine with the roofs "
-              "(`diagnose probe`) and is cached with them.",
+              (f"- Calibration (`probe.measure_call_costs` at 1 thread, in a fresh process, {len(calibration)} runs): "
+               f"median {statistics.median(calibration):.2f} s (min {min(calibration):.2f}, max "
+               f"{max(calibration):.2f}); target <= 1 s. It runs once per machine with the roofs "
+               "(`diagnose probe`) and is cached with them."),
               "- Findings per example: " + "; ".join(f"{r['example']}: {', '.join(r['kinds']) or 'none'}"
                                                      for r in rows) + ".",
-              "", "- Reproduce: `.venv/bin/python benchmarks/budget_gallery.py --write benchmarks/RESULTS.md` on a "
-                  "quiet machine.", ""]
+              "", ("- Reproduce: `.venv/bin/python benchmarks/budget_gallery.py --write benchmarks/RESULTS.md` on a "
+                   "quiet machine."), ""]
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ finding claims more of the step than the slice its time is part of."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from diagnose import budget, findings
 from diagnose.render import fmt, markdown, terminal
 from diagnose.report import io as report_io
-from diagnose.report.model import CallCosts, Efficiency, Peaks
+from diagnose.report.model import CallCosts, Efficiency, PageCost, Peaks
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPORTS = sorted(p for p in DATA.rglob("*.json") if p.name.endswith("report.json") or "report" in p.name
@@ -73,3 +74,58 @@ def test_the_probes_call_costs_are_used_when_measured_and_defaults_said_otherwis
     report.efficiency.peaks.call_costs = measured
     b = budget.of(report)
     assert b.costs == "probe" and "1 µs of each" in next(s for s in b.slices if s.name == "kernels").basis
+
+
+def _with_costs(report, fault_us=1.0, free_us=0.5):
+    report.efficiency = report.efficiency or Efficiency()
+    report.efficiency.peaks = report.efficiency.peaks or Peaks()
+    report.efficiency.peaks.call_costs = CallCosts(
+        dispatch_us=1.3, autograd_dispatch_us=1.8, profiler_self_us=0.7, cprofile_call_us=0.13, method="probe",
+        pages=[PageCost(threads=1, fault_us=9.0, free_us=9.0), PageCost(threads=2, fault_us=fault_us, free_us=free_us)])
+    return report
+
+
+def _slice(b, name):
+    return next((s for s in b.slices if s.name == name), None)
+
+
+def test_the_page_cost_is_the_one_measured_at_the_runs_threads():
+    costs = _with_costs(_loaded(DATA / "findings" / "resnet_train_window_report.json")).efficiency.peaks.call_costs
+    assert costs.page(2).fault_us == 1.0 and costs.page(8).threads == 2 and costs.page(1).threads == 1
+    assert costs.page(None).threads == 1 and CallCosts(1, 1, 1, 1).page(2) is None
+
+
+def test_blocks_freed_between_operators_are_the_allocators_not_pythons():
+    report = _with_costs(_loaded(DATA / "findings" / "resnet_train_window_report.json"))
+    assert report.machine.intra_op_threads == 2
+    report.run.minor_faults = 20 * 2000  # 2,000 fresh pages a step, in both passes
+    report.run.instrumented_minor_faults = 20 * 2000
+    mem = report.operator_summary.memory
+    mem.freed_in_operators_bytes = mem.freed_bytes  # every block freed inside an operator
+    inside = budget.of(report)
+    mem.freed_in_operators_bytes = 0  # every block freed by Python, between operators
+    between = budget.of(report)
+    scale = inside.step_s * report.run.iterations.n / report.run.wall_s  # the window's mean step -> its median
+    for b in (inside, between):
+        # 2,000 pages x (1 µs to fault in + 0.5 µs to give back), at the run's 2 threads
+        assert _slice(b, "allocator").s == pytest.approx(2000 * 1.5e-6 * scale, rel=1e-3)
+        assert abs(sum(s.s for s in b.slices) - b.step_s) < 1e-6
+    freed = 2000 * 0.5e-6 * scale
+    # freed by Python: cProfile booked the munmaps to the Python that dropped the tensors
+    python_in, python_between = _slice(inside, "python").s, _slice(between, "python").s
+    assert python_between == pytest.approx(max(0.0, python_in - freed), abs=1e-6)
+    assert "freed between operators" in _slice(between, "python").basis
+    assert _slice(between, "kernels").s > _slice(inside, "kernels").s  # no longer taken out of the kernels
+    assert "100% of the bytes were freed between operators" in _slice(between, "allocator").basis
+
+
+def test_the_kernels_are_a_share_of_the_operator_pass_window_not_of_its_median_step():
+    report = _loaded(DATA / "findings" / "resnet_train_window_report.json")
+    before = _slice(budget.of(report), "kernels").share
+    it = report.run.instrumented_iterations
+    report.run.instrumented_iterations = dataclasses.replace(it, median_s=it.median_s / 2)  # a skewed window
+    assert _slice(budget.of(report), "kernels").share == before
+    # operator self time, less the profiler's per call, over that pass's window: carried to the median step
+    calls = sum(r.calls for r in report.operators)
+    own = (report.operator_summary.total_self_cpu_us - calls * budget.DEFAULT_COSTS.profiler_self_us) * 1e-6
+    assert before == pytest.approx(own / report.run.instrumented_wall_s, abs=1e-3)

@@ -57,7 +57,8 @@ def assert_equivalent(fast, ref, fast_trace: Path, ref_trace: Path):
         assert f["total_cpu_us"] == pytest.approx(r["total_cpu_us"], rel=1e-9, abs=1e-6), _key(f)
         assert f["min_self_us"] == pytest.approx(r["min_self_us"], rel=1e-9, abs=1e-6), _key(f)
         assert f["max_self_us"] == pytest.approx(r["max_self_us"], rel=1e-9, abs=1e-6), _key(f)
-    assert fast["memory"] == ref["memory"]
+    # torch's FunctionEvents have no counterpart of the bytes freed inside operators (test_hand_made_events_...)
+    assert {k: v for k, v in fast["memory"].items() if k != "freed_in_operators_bytes"} == ref["memory"]
     assert fast["events"] == ref["events"]
     assert fast["attribution_overhead_us"] == pytest.approx(ref["attribution_overhead_us"], rel=1e-9, abs=1e-6)
     assert {k: v for k, v in fast["trace"].items() if k != "span_s"} == \
@@ -300,4 +301,6 @@ def test_hand_made_events_match_torch(tmp_path, max_events):
     assert ("aten::q", "", None) in rows  # not inside p
     assert ("aten::f2", "", "f.py:1") in rows  # async events are no parents
     assert rows[("[OutOfMemory]", "aten::c", "f.py:1")]["cpu_memory_bytes"] == 1024
-    assert raw["memory"] == {"allocations": 4, "allocated_bytes": 92, "freed_bytes": 36, "peak_live_bytes": 80}
+    # of the 36 bytes freed, the 32 at 40_000 were freed inside aten::a, the 4 at 300_500 inside no operator
+    assert raw["memory"] == {"allocations": 4, "allocated_bytes": 92, "freed_bytes": 36, "peak_live_bytes": 80,
+                             "freed_in_operators_bytes": 32}
