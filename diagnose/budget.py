@@ -34,7 +34,7 @@ from diagnose.report.model import BudgetItem, BudgetSlice, CallCosts, Report, St
 
 # per-call costs when this machine's probe has none: the medians measured on a 2-CPU AMD EPYC (2026-11-25)
 DEFAULT_COSTS = CallCosts(dispatch_us=1.3, autograd_dispatch_us=1.8, profiler_self_us=0.7, cprofile_call_us=0.13,
-                          method="not measured on this machine: a 2-CPU AMD EPYC's medians")
+                          profiler_call_us=1.3, method="not measured on this machine: a 2-CPU AMD EPYC's medians")
 TOP = 5  # contributors listed per slice
 ORDER = ("kernels", "dispatch", "python", "native", "data", "allocator", "waiting", "unexplained")
 LIBRARIES = ("numpy", "scipy", "PIL", "pandas", "tokenizers", "cv2", "sklearn", "librosa", "soundfile", "json",
@@ -125,8 +125,12 @@ def of(report: Report) -> StepBudget | None:
         # kernels' share is of that pass's step without its allocator time, carried to this step without ours
         op_alloc_in = (op_faults or 0.0) * (fault_us + free_us * (1 - freed_out)) * 1e-6
         op_alloc = (op_faults or 0.0) * (fault_us + free_us) * 1e-6
+        calls = sum(r.calls for r in report.operators)
+        # what recording added to that pass's step: the recorder's measured cost per operator call (most of it
+        # between operators, outside their self time) and its own user-line labels (attribution_overhead_us)
+        recording = (calls * (costs.profiler_call_us or 0.0) + (ops.attribution_overhead_us or 0.0)) * 1e-6 / op_n
         op_step = op_span / op_n
-        base_op, base = op_step - op_alloc, step_s - (fault_s + free_in_s + free_out_s)
+        base_op, base = op_step - op_alloc - recording, step_s - (fault_s + free_in_s + free_out_s)
 
         def kernel(self_us: float, calls: int, faults_s: float = 0.0) -> float:
             """Seconds of a step in the kernels: operator self time less the profiler's fixed part per call, less
@@ -134,7 +138,6 @@ def of(report: Report) -> StepBudget | None:
             own = max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n - faults_s)
             return own / base_op * max(0.0, base) if base_op > 0 else 0.0
 
-        calls = sum(r.calls for r in report.operators)
         raw_s = max(0.0, (ops.total_self_cpu_us - calls * costs.profiler_self_us) * 1e-6 / op_n)
         kernel_s = kernel(ops.total_self_cpu_us, calls, min(op_alloc_in, raw_s))
         kept = kernel_s / (raw_s / base_op * max(0.0, base)) if raw_s and base_op > 0 and base > 0 else 0.0
@@ -145,8 +148,9 @@ def of(report: Report) -> StepBudget | None:
             "kernels", kernel_s,
             f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
             f"each of its {calls:,} calls and less that pass's own allocator time ({op_faults or 0:,.0f} faults a "
-            f"{name}), as a share of its step without that time (x {max(0.0, base) / base_op if base_op > 0 else 0:.3g}"
-            " to this step without ours)", items)
+            f"{name}), as a share of its step without that time and without what recording added "
+            f"({1e3 * recording:.3g} ms a {name}: {costs.profiler_call_us or 0:g} µs a call, and its line labels), "
+            f"x {max(0.0, base) / base_op if base_op > 0 else 0:.3g} to this step without our allocator time", items)
     autograd = report.autograd
     if autograd and autograd.calls:
         s = (autograd.calls * costs.dispatch_us

@@ -1019,6 +1019,9 @@ class CallCosts:
     profiler_self_us: float  # that tiny operator's self time as the operator pass records it (its fixed part)
     cprofile_call_us: float  # what cProfile adds to one Python function call (the python pass's per-call cost)
     method: str = ""  # how, in words
+    # wall time the operator pass's recorder adds to that call (with it less without): most of it outside the
+    # operator's self time, between operators; None in caches before format 3
+    profiler_call_us: float | None = None
     pages: list[PageCost] = field(default_factory=list)  # per thread count; empty in caches before format 3
     measure_s: float | None = None  # what measuring all of this took (torch's import not counted)
 

@@ -125,7 +125,9 @@ def test_the_kernels_are_a_share_of_the_operator_pass_window_not_of_its_median_s
     it = report.run.instrumented_iterations
     report.run.instrumented_iterations = dataclasses.replace(it, median_s=it.median_s / 2)  # a skewed window
     assert _slice(budget.of(report), "kernels").share == before
-    # operator self time, less the profiler's per call, over that pass's window: carried to the median step
-    calls = sum(r.calls for r in report.operators)
-    own = (report.operator_summary.total_self_cpu_us - calls * budget.DEFAULT_COSTS.profiler_self_us) * 1e-6
-    assert before == pytest.approx(own / report.run.instrumented_wall_s, abs=1e-3)
+    # operator self time less the profiler's part per call, over that pass's window less what recording added
+    # (the recorder's cost per call, its line labels): carried to the median step
+    calls, costs, ops = sum(r.calls for r in report.operators), budget.DEFAULT_COSTS, report.operator_summary
+    own = (ops.total_self_cpu_us - calls * costs.profiler_self_us) * 1e-6
+    recording = (calls * costs.profiler_call_us + ops.attribution_overhead_us) * 1e-6
+    assert before == pytest.approx(own / (report.run.instrumented_wall_s - recording), abs=1e-3)
