@@ -109,15 +109,21 @@ class UserCode:
         while frame is not None:
             filename = frame.f_code.co_filename
             if library is None:
-                shown = self._library.get(filename, "?")
-                if shown == "?":
-                    shown = self._library[filename] = self._library_name(filename)
+                shown = self.library(filename)
                 if shown is not None:
                     library = f"{shown}:{frame.f_lineno}"
             if self.is_user(filename):
                 return f"{self.display(filename)}:{frame.f_lineno}", library
             frame = frame.f_back
         return None, library
+
+    def library(self, filename: str) -> str | None:
+        """A package's file as library lines name it (transformers/models/bert/modeling_bert.py), None for torch,
+        diagnose and the standard library (the user's file: its display path)."""
+        shown = self._library.get(filename, "?")
+        if shown == "?":
+            shown = self._library[filename] = self._library_name(filename)
+        return shown
 
     def short(self, filename: str) -> str:
         """A file as reports show it: the user's relative to the working directory, an installed package's

@@ -206,7 +206,15 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
     # calls each function makes, per callee: callers are stored on the callee
     tiny: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0])
     large_torch: dict[tuple, float] = defaultdict(float)
+    # a package's function (transformers' forward): its calls into torch that cProfile saw (built-ins, and torch's
+    # Python layers such as nn.Module.__call__), whose operators are at its lines but not in its own time
+    package = {f: usercode.library(f[0]) for f in stats if kinds[f] == "library"}
+    into_torch: dict[tuple, float] = defaultdict(float)
     for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
+        if kinds[callee] == "torch" or (kinds[callee] == "library" and package[callee] is None):
+            for caller, (_n, _c, _t, ct) in callers.items():
+                if package.get(caller):
+                    into_torch[caller] += ct
         if kinds[callee] in ("user", "wait"):  # waiting is not the cost of driving torch from Python
             continue
         for caller, (nc, _cc, _t, ct) in callers.items():  # (nc, cc, tt, ct), as cProfile writes them
@@ -227,6 +235,9 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
             via = _user_caller(func, stats, kinds)
             if via is not None:
                 row.called_from = f"{via[2]} at {_label(via, usercode)[1]}"
+        if package.get(func):
+            row.end_line = spans.end_line(os.path.realpath(func[0]), func[1])
+            row.torch_calls_s = round(into_torch[func], 6)
         if row.kind == "user":
             row.end_line = spans.end_line(os.path.realpath(func[0]), func[1])
             row.loop_overhead_s = round(tt + tiny[func][0], 6)
@@ -299,29 +310,36 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
     pace = pass_pace(summary, report, pass_wall_s)
     summary.operator_pace = round(pace, 3)
     scale *= pace
-    moved = 0.0
+    moved = {"user": 0.0, "library": 0.0}
     for row in rows:
-        if row.kind != "user" or not row.operators_all_s:
+        if row.kind not in moved or not row.operators_all_s:
             continue
         hidden = min(row.self_s, max(0.0, row.operators_all_s * scale - (row.torch_calls_s or 0.0)))
         if hidden <= 0:
             continue
         row.hidden_operator_s = round(hidden, 6)
-        row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden), 6)
-        moved += hidden
-    if moved and summary.total_s:
+        if row.kind == "user":
+            row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden), 6)
+        moved[row.kind] += hidden
+    if sum(moved.values()) and summary.total_s:
         split = summary.split_s
-        split.user = round(max(0.0, split.user - moved), 6)
+        split.user = round(max(0.0, split.user - moved["user"]), 6)
+        split.library = round(max(0.0, split.library - moved["library"]), 6)
+        moved = sum(moved.values())
         split.torch = round(split.torch + moved, 6)
         summary.operator_share = round(split.torch / summary.total_s, 4)
         summary.python_share = round(1 - (split.torch + split.wait) / summary.total_s, 4)
         summary.hidden_operator_s = round(moved, 6)
 
 
-def join_operators(rows: list[PythonFunction], report: Report, spans=None) -> None:
+def join_operators(rows: list[PythonFunction], report: Report, spans=None, usercode: UserCode | None = None) -> None:
     """List, per user function, the operators called from its lines (operator pass); a script's `<module>`
-    holds the lines outside every function of its file (a loop at module scope)."""
+    holds the lines outside every function of its file (a loop at module scope). A package's function
+    (transformers' forward) gets the time of the large operators whose library line is one of its lines, for
+    correct_hidden_operators."""
     spans = spans or FunctionSpans()
+    if usercode is not None:
+        _join_package_operators(rows, report, usercode)
     by_file: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
     for op in report.operators:
         for share in op.sources:
@@ -344,6 +362,23 @@ def join_operators(rows: list[PythonFunction], report: Report, spans=None) -> No
                     row.operators_all_s = (row.operators_all_s or 0.0) + share.self_cpu_us / 1e6
         found.sort(key=lambda o: -o.self_cpu_us)
         row.operators = found[:MAX_OPERATORS_PER_FUNCTION]
+
+
+def _join_package_operators(rows: list[PythonFunction], report: Report, usercode: UserCode) -> None:
+    by_line: dict[str, list[tuple[int, float]]] = defaultdict(list)  # package file -> (line, large operators' s)
+    for op in report.operators:
+        for share in op.modules:
+            path, _, line = (share.library_line or "").rpartition(":")
+            if path and line.isdigit() and share.calls and share.self_cpu_us / share.calls >= TINY_CALL_US:
+                by_line[path].append((int(line), share.self_cpu_us / 1e6))
+    for row in rows:
+        if row.kind != "library" or row.end_line is None:
+            continue
+        path, _, first = row.location.rpartition(":")
+        package = usercode.library(path)
+        if package and package in by_line and first.isdigit():
+            found = sum(s for line, s in by_line[package] if int(first) <= line <= row.end_line)
+            row.operators_all_s = round(found, 6) if found else None
 
 
 def _entry_selector(stats: dict, report: Report, script_path: str, root: list | None = None) -> str | None:
@@ -381,7 +416,7 @@ class PythonLayer(Layer):
         usercode = UserCode(script)
         spans = FunctionSpans()
         rows, summary = hotspots(stats, usercode, spans)
-        join_operators(rows, report, spans)
+        join_operators(rows, report, spans, usercode)
         wall = outcome.result.wall_s if outcome.result else None
         correct_hidden_operators(rows, summary, report, wall)
         summary.wall_s = wall

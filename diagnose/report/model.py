@@ -438,7 +438,7 @@ class PythonFunction:
     cumulative_s: float  # with what it calls
     self_pct: float  # share of the pass's total time
     cumulative_pct: float  # likewise, cumulative
-    end_line: int | None = None  # user functions: last line, to join operator source lines
+    end_line: int | None = None  # user functions and a package's (not torch's): last line, to join operator lines
     # user functions: time it spends itself or in tiny calls (< TINY_CALL_US each) it makes
     # directly, the cost of driving torch one small step at a time from Python
     loop_overhead_s: float | None = None
@@ -447,14 +447,14 @@ class PythonFunction:
     # C built-ins and library code: the user function most of its time was called through ("name at file.py:LINE"
     # of its def), following cProfile's callers; None when no user function is among them
     called_from: str | None = None
-    # user functions: large torch built-ins cProfile saw it call (s); large operators at its
-    # lines per the operator pass (s, that pass's iterations); operator work cProfile booked as
-    # its own time (operator overloads, indexing), already taken out of loop_overhead_s
+    # user functions: large torch built-ins cProfile saw it call (s); a package's function (transformers'
+    # forward): every call into torch cProfile saw, built-ins and torch's Python layers (s)
     torch_calls_s: float | None = None
     # user functions: self time of the large operators (>= TINY_CALL_US a call) at its lines, in the operator
-    # pass's iterations; None: none
+    # pass's iterations; a package's function: those whose library line is one of its lines; None: none
     operators_all_s: float | None = None
-    # user functions: operator work cProfile booked in self_s, moved to python_summary's torch time; None: none
+    # operator work cProfile booked in self_s (operator overloads, indexing: C slots it does not see as calls),
+    # moved to python_summary's torch time, and for user functions out of loop_overhead_s; None: none
     hidden_operator_s: float | None = None
 
 
@@ -920,9 +920,10 @@ class LineOperator:
 class PythonSplit:
     """The call-graph pass's self time by kind of function (PythonFunction.kind), seconds."""
 
-    torch: float = 0.0  # torch built-ins, and operator work cProfile booked to user lines (hidden_operator_s)
+    torch: float = 0.0  # torch built-ins, and operator work cProfile booked to Python lines (hidden_operator_s)
     user: float = 0.0  # the user's functions, less the operator work moved to `torch`
-    library: float = 0.0  # other Python code: torch's Python layers, packages, the standard library
+    library: float = 0.0  # other Python code: torch's Python layers, packages, the standard library (packages' less
+    # the operator work moved to `torch`)
     builtin: float = 0.0  # other C built-ins
     wait: float = 0.0  # built-ins that block: sleep, locks, pipe and socket reads, select/poll, waiting for a child
 
@@ -950,7 +951,8 @@ class PythonSummary:
     # how much slower this pass ran its operators than the operator pass, beyond cProfile's per-call cost
     # (>= 1): the operator-pass times moved into split_s.torch were scaled by it
     operator_pace: float | None = None
-    hidden_operator_s: float | None = None  # operator work moved from user functions' self time to split_s.torch
+    # operator work moved from user and package functions' self time to split_s.torch
+    hidden_operator_s: float | None = None
     wall_s: float | None = None  # this pass's wall time over the measured span
     overhead_ratio: float | None = None  # wall_s / the uninstrumented run.wall_s
     callgraph: CallgraphSettings | None = None  # how callgraph.dot was drawn
