@@ -215,3 +215,42 @@ def test_python_share_without_a_user_function_to_blame_points_at_the_line_whose_
     # with no operator row there is no line to name: the busiest user function it is
     [finding] = python_overhead(dataclasses.replace(report, operators=[]))
     assert finding.location == "gen.py:1"
+
+
+def test_operator_work_hidden_in_a_packages_function_goes_back_to_operators():
+    """transformers' forward adds tensors with `+` (a C slot): that operator's time reads as the forward's own
+    unless the operators at its lines, less the calls into torch cProfile saw, go back to the operators."""
+    import os
+
+    from diagnose.layers.python import correct_hidden_operators
+    from diagnose.report.model import ModuleShare
+
+    bert = pytest.importorskip("transformers.models.bert.modeling_bert")
+    path = os.path.realpath(bert.__file__)
+    usercode, spans = UserCode(__file__), FunctionSpans()
+    first = bert.BertSelfOutput.forward.__code__.co_firstlineno
+    end = spans.end_line(path, first)
+    package = usercode.library(path)
+    assert package == "transformers/models/bert/modeling_bert.py" and end > first + 2
+    row = PythonFunction(function="forward", location=f"{usercode.display(path)}:{first}", kind="library", calls=20,
+                         self_s=1.0, cumulative_s=4.5, self_pct=20.0, cumulative_pct=90.0, end_line=end,
+                         torch_calls_s=3.0)
+
+    def op(name, line, calls, self_us):
+        return OperatorRow(name=name, input_shapes=[], dtypes=[], calls=calls, self_cpu_us=self_us,
+                           total_cpu_us=self_us, self_pct=0.0, source="m.py:9",
+                           modules=[ModuleShare(module="encoder.layer.0.output", module_class="BertSelfOutput",
+                                                library_line=f"{package}:{line}", calls=calls, self_cpu_us=self_us)])
+
+    rep = Report(target=TargetInfo(script="m.py"), operators=[
+        op("aten::addmm", first + 2, 20, 3.0e6),  # self.dense(...) through nn.Linear: a call cProfile saw
+        op("aten::add", first + 3, 20, 0.8e6),  # hidden_states + input_tensor: a slot
+        op("aten::view", first + 3, 20, 20.0),  # tiny: its cost per call is dispatch, not hidden work
+        op("aten::mm", end + 5, 20, 9.0e6),  # another function's line
+    ])
+    join_operators([row], rep, spans, usercode)
+    assert row.operators_all_s == pytest.approx(3.8)
+    summary = PythonSummary(total_s=5.0, split_s=PythonSplit(torch=3.5, library=1.5))
+    correct_hidden_operators([row], summary, rep)
+    assert row.hidden_operator_s == pytest.approx(0.8)  # 3.8 s at its lines, 3.0 s of them in calls it made
+    assert summary.split_s.library == pytest.approx(0.7) and summary.split_s.torch == pytest.approx(4.3)
