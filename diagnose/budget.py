@@ -119,38 +119,6 @@ def of(report: Report) -> StepBudget | None:
     ops = report.operator_summary
     op_it = report.run.instrumented_iterations
     op_n = op_it.n if op_it and op_it.n else n
-    op_span, _ = report.recorded_span()
-    if ops and ops.total_self_cpu_us and report.operators and op_span:
-        # the operator pass's own faults (the profiler's records add their own) land in its operators: its
-        # kernels' share is of that pass's step without its allocator time, carried to this step without ours
-        op_alloc_in = (op_faults or 0.0) * (fault_us + free_us * (1 - freed_out)) * 1e-6
-        op_alloc = (op_faults or 0.0) * (fault_us + free_us) * 1e-6
-        calls = sum(r.calls for r in report.operators)
-        # what recording added to that pass's step: the recorder's measured cost per operator call (most of it
-        # between operators, outside their self time) and its own user-line labels (attribution_overhead_us)
-        recording = (calls * (costs.profiler_call_us or 0.0) + (ops.attribution_overhead_us or 0.0)) * 1e-6 / op_n
-        op_step = op_span / op_n
-        base_op, base = op_step - op_alloc - recording, step_s - (fault_s + free_in_s + free_out_s)
-
-        def kernel(self_us: float, calls: int, faults_s: float = 0.0) -> float:
-            """Seconds of a step in the kernels: operator self time less the profiler's fixed part per call, less
-            the allocator's time inside them, as a share of the operator pass's step without its allocator time."""
-            own = max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n - faults_s)
-            return own / base_op * max(0.0, base) if base_op > 0 else 0.0
-
-        raw_s = max(0.0, (ops.total_self_cpu_us - calls * costs.profiler_self_us) * 1e-6 / op_n)
-        kernel_s = kernel(ops.total_self_cpu_us, calls, min(op_alloc_in, raw_s))
-        kept = kernel_s / (raw_s / base_op * max(0.0, base)) if raw_s and base_op > 0 and base > 0 else 0.0
-        items = [BudgetItem(label=f"{r.name} {fmt.shapes(r.input_shapes, limit=1 << 16)}",
-                            s=kernel(r.self_cpu_us, r.calls) * kept, op=r.name, module=r.module, location=r.source)
-                 for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
-        slices["kernels"] = BudgetSlice(
-            "kernels", kernel_s,
-            f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
-            f"each of its {calls:,} calls and less that pass's own allocator time ({op_faults or 0:,.0f} faults a "
-            f"{name}), as a share of its step without that time and without what recording added "
-            f"({1e3 * recording:.3g} ms a {name}: {costs.profiler_call_us or 0:g} µs a call, and its line labels), "
-            f"x {max(0.0, base) / base_op if base_op > 0 else 0:.3g} to this step without our allocator time", items)
     autograd = report.autograd
     if autograd and autograd.calls:
         s = (autograd.calls * costs.dispatch_us
@@ -223,6 +191,44 @@ def of(report: Report) -> StepBudget | None:
         if split.wait:
             slices["waiting"] = BudgetSlice("waiting", wait_s, "blocking built-ins in the call-graph pass: sleep, "
                                             "locks, pipe and socket reads, waiting for a child")
+    op_span, _ = report.recorded_span()
+    if ops and ops.total_self_cpu_us and report.operators and op_span:
+        # the operator pass's own faults (the profiler's records add their own) land in its operators: its
+        # kernels' share is of that pass's step without its allocator time, carried to this step without ours
+        op_alloc_in = (op_faults or 0.0) * (fault_us + free_us * (1 - freed_out)) * 1e-6
+        op_alloc = (op_faults or 0.0) * (fault_us + free_us) * 1e-6
+        calls = sum(r.calls for r in report.operators)
+        # what recording added to that pass's step, between operators: its user-line labels' self time (the
+        # recorder's work, and the Python, dispatch and frees of the line, which the other slices measured here),
+        # and at least the recorder's measured cost per call for each event it recorded
+        events = max(calls, ops.events or 0)
+        between = sum(slices[k].s for k in ("python", "dispatch") if k in slices) + free_out_s
+        recording = max(events * (costs.profiler_call_us or 0.0) * 1e-6 / op_n,
+                        (ops.attribution_overhead_us or 0.0) * 1e-6 / op_n - between)
+        op_step = op_span / op_n
+        base_op, base = op_step - op_alloc - recording, step_s - (fault_s + free_in_s + free_out_s)
+
+        def kernel(self_us: float, calls: int, faults_s: float = 0.0) -> float:
+            """Seconds of a step in the kernels: operator self time less the profiler's fixed part per call, less
+            the allocator's time inside them, as a share of the operator pass's step without its allocator time."""
+            own = max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n - faults_s)
+            return own / base_op * max(0.0, base) if base_op > 0 else 0.0
+
+        raw_s = max(0.0, (ops.total_self_cpu_us - calls * costs.profiler_self_us) * 1e-6 / op_n)
+        kernel_s = kernel(ops.total_self_cpu_us, calls, min(op_alloc_in, raw_s))
+        kept = kernel_s / (raw_s / base_op * max(0.0, base)) if raw_s and base_op > 0 and base > 0 else 0.0
+        items = [BudgetItem(label=f"{r.name} {fmt.shapes(r.input_shapes, limit=1 << 16)}",
+                            s=kernel(r.self_cpu_us, r.calls) * kept, op=r.name, module=r.module, location=r.source)
+                 for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
+        slices["kernels"] = BudgetSlice(
+            "kernels", kernel_s,
+            f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
+            f"each of its {calls:,} calls and less that pass's own allocator time ({op_faults or 0:,.0f} faults a "
+            f"{name}), as a share of its step without that time and without what recording added "
+            f"({1e3 * recording:.3g} ms a {name}: its line labels' self time less the Python, dispatch and frees "
+            f"measured between operators, at least {costs.profiler_call_us or 0:g} µs for each of its "
+            f"{events / op_n:,.0f} events), "
+            f"x {max(0.0, base) / base_op if base_op > 0 else 0:.3g} to this step without our allocator time", items)
     if not slices:
         return None
     explained = sum(s.s for s in slices.values())
