@@ -62,7 +62,8 @@ def run_case(example: str, args: list[str], out: Path) -> dict:
     return {"example": example, "unit": budget["unit"], "step_s": budget["step_s"], "shares": shares,
             "measured": measured, "unexplained": budget["unexplained_share"], "costs": budget["costs"],
             "first": f"{first['kind']} ({first['severity']}): {first['title']}" if first else "none",
-            "kinds": [f"{f['kind']}:{f['severity']}" for f in report["findings"]], "took_s": took}
+            "kinds": [f"{f['kind']}:{f['severity']}" for f in report["findings"]], "took_s": took,
+            "others": (report.get("threads") or {}).get("others_cpus")}
 
 
 def calibration_s() -> list[float]:
@@ -84,16 +85,18 @@ def report(rows: list[dict], calibration: list[float], took_s: float) -> str:
              ("- `diagnose examples/X.py` with the default layers; the step budget (`report.step_budget`): each "
               "slice's share of the uninstrumented median step, the measured slices' sum over the step (target "
               f"{100 * (1 - TOLERANCE):.0f}-{100 * (1 + TOLERANCE):.0f}%) and the unexplained share (target "
-              f"|unexplained| <= {100 * TOLERANCE:.0f}%)."), "",
-             "| example | step | " + " | ".join(SLICES) + " | measured / step | unexplained | ok | first finding |",
-             "| --- | ---: | " + " | ".join("---:" for _ in SLICES) + " | ---: | ---: | --- | --- |"]
+              f"|unexplained| <= {100 * TOLERANCE:.0f}%). Others' CPUs: what other processes used meanwhile "
+              "(the threads layer; 2 = the whole machine)."), "",
+             "| example | step | " + " | ".join(SLICES) + " | measured / step | unexplained | ok | others' CPUs | "
+             "first finding |",
+             "| --- | ---: | " + " | ".join("---:" for _ in SLICES) + " | ---: | ---: | --- | ---: | --- |"]
     for r in rows:
         ok = abs(r["measured"] - 1) <= TOLERANCE and abs(r["unexplained"]) <= TOLERANCE
         first = r["first"] if len(r["first"]) <= 140 else r["first"][:137] + "..."
         lines.append(f"| {r['example']} | {1e3 * r['step_s']:.2f} ms/{r['unit']} | "
                      + " | ".join(_pct(r["shares"].get(s)) for s in SLICES)
                      + f" | {100 * r['measured']:.0f}% | {100 * r['unexplained']:.1f}% | {'yes' if ok else 'NO'} | "
-                     f"{first.replace('|', '/')} |")
+                     f"{'-' if r['others'] is None else format(r['others'], '.1f')} | {first.replace('|', '/')} |")
     bad = [r["example"] for r in rows
            if abs(r["measured"] - 1) > TOLERANCE or abs(r["unexplained"]) > TOLERANCE]
     lines += ["", "- Verdict: " + ("every example's slices add up within the targets." if not bad else
