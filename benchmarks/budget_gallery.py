@@ -42,8 +42,9 @@ CASES = [  # (example, script arguments)
     ("dataloader_contention.py", []),
 ]
 CALIBRATION_ROUNDS = 5
-CALIBRATION = ("import time, torch; from diagnose.layers.efficiency import probe; torch.set_num_threads(1); "
-               "t = time.perf_counter(); probe.measure_call_costs(torch); print(time.perf_counter() - t)")
+CALIBRATION = ("import time, torch; from diagnose.layers.efficiency import probe; "
+               "threads = tuple(probe.thread_counts(probe.machine_usable())); t = time.perf_counter(); "
+               "probe.measure_call_costs(torch, threads=threads); print(time.perf_counter() - t)")
 
 
 def run_case(example: str, args: list[str], out: Path) -> dict:
@@ -67,7 +68,8 @@ def run_case(example: str, args: list[str], out: Path) -> dict:
 
 
 def calibration_s() -> list[float]:
-    """Seconds measure_call_costs takes in a fresh process at one thread (torch's import not counted)."""
+    """Seconds measure_call_costs takes in a fresh process, as the probe runs it (page costs at 1 and the usable
+    CPUs; torch's import not counted)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return [float(subprocess.run([sys.executable, "-c", CALIBRATION], capture_output=True, text=True, check=True,
                                  env=env, cwd=REPO).stdout.split()[-1]) for _ in range(CALIBRATION_ROUNDS)]
@@ -102,7 +104,8 @@ def report(rows: list[dict], calibration: list[float], took_s: float) -> str:
     lines += ["", "- Verdict: " + ("every example's slices add up within the targets." if not bad else
                                    "outside the targets: " + ", ".join(bad) + "."),
               f"- The per-call and per-page costs came from: {rows[0]['costs'] if rows else '-'}.",
-              (f"- Calibration (`probe.measure_call_costs` at 1 thread, in a fresh process, {len(calibration)} runs): "
+              (f"- Calibration (`probe.measure_call_costs` as the probe runs it, in a fresh process, {len(calibration)} "
+               "runs): "
                f"median {statistics.median(calibration):.2f} s (min {min(calibration):.2f}, max "
                f"{max(calibration):.2f}); target <= 1 s. It runs once per machine with the roofs "
                "(`diagnose probe`) and is cached with them."),
