@@ -104,10 +104,10 @@ def report(rows: list[dict], calibration: list[float], took_s: float) -> str:
     others = [r["others"] for r in rows if r["others"] is not None]
     lines += ["", "- Verdict: " + ("every example's slices add up within the targets." if not bad else
                                    "outside the targets: " + ", ".join(bad) + "."),
-              *([f"- Other processes held {min(others):.1f}-{max(others):.1f} of the {usable_cpus()[0]} usable CPUs "
-                 "during these runs, so the steps are several times their quiet length; each slice is a share "
-                 "measured within its own pass, which is what the targets judge. Run it again on a quiet machine "
-                 "for the steps themselves."] if others and max(others) >= 0.5 else []),
+              *([(f"- Other processes held {min(others):.1f}-{max(others):.1f} of the {usable_cpus()[0]} usable "
+                  "CPUs during these runs, so the steps are several times their quiet length; each slice is a share "
+                  "measured within its own pass, which is what the targets judge. Run it again on a quiet machine "
+                  "for the steps themselves.")] if others and max(others) >= 0.5 else []),
               f"- The per-call and per-page costs came from: {rows[0]['costs'] if rows else '-'}.",
               (f"- Calibration (`probe.measure_call_costs` as the probe runs it, in a fresh process, {len(calibration)} "
                "runs): "
