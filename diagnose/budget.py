@@ -2,25 +2,33 @@
 
 `of(report)` -> model.StepBudget, a pure function of the report (it re-runs on a loaded one). The ground truth is
 the uninstrumented pass's median step (or call; or the whole measured run when the script has no steps). Each
-slice is measured, per step, from the pass that sees it, and corrected by what this machine's probe measured a
-call to cost (model.CallCosts; the efficiency layer's cached peaks):
+slice is measured from the pass that sees it, as a share of that pass's window (passes run at different moments
+on a shared machine, and a window's mean step is not its median) or as counts per step x a cost this machine's
+probe measured (model.CallCosts; the efficiency layer's cached peaks), and carried to the median step:
 
+- allocator: minor page faults per step x (a fresh page's measured fault + the cost of giving it back:
+  CallCosts.page at the run's intra-op threads). In a step that does not grow each fresh page is given back
+  once (glibc munmaps a freed block over its mmap threshold). The operator pass's memory records say which share
+  of the bytes was freed inside operators (that time is in the kernels) and which between them, when Python
+  dropped a tensor's last reference (cProfile booked that to the Python line: it leaves the python slice).
 - kernels: the operator pass's self time, less the profiler's fixed part of every operator call
-  (CallCosts.profiler_self_us x calls) and less the allocator slice (a fault lands inside the operator that
-  first touches the fresh page). The top kernels are listed with their line and module.
+  (profiler_self_us x calls) and less that pass's own allocator time, as a share of that pass's step without
+  its allocator time and without what recording added between operators (its user-line labels' self time less
+  the Python, dispatch and frees measured there, at least profiler_call_us per recorded event); carried to the
+  step without its allocator time. The top kernels are listed with their line and module.
 - dispatch: calling operators from Python: the operator pass's torch calls from Python x dispatch_us, plus the
   ones that recorded autograd x the extra autograd_dispatch_us - dispatch_us.
-- python: the call-graph pass's Python self time (the user's functions and other Python code), less what
-  cProfile added (cprofile_call_us a call), less the data slice's share of it.
+- python: the call-graph pass's Python self time (the user's functions and other Python code; operator work
+  reached through C slots already moved out by layers/python.py), less what cProfile added (cprofile_call_us a
+  call), less the data slice's share of it, less the blocks freed between operators.
 - native: C built-ins outside torch (numpy, PIL, tokenizers, ...), by library, corrected likewise.
 - data: time inside DataLoader iterators (the step clock's data wait).
-- allocator: minor page faults x doctor/workload.FAULT_US.
 - waiting: blocking built-ins cProfile saw (sleep, locks, pipe and socket reads, waiting for a child).
 - unexplained: the step less all of the above, always shown; negative when the slices overlap (then the
   slices are over-counted by that much, and the budget says so).
 
 Without call costs (no efficiency layer, or a cache from before they were measured) the per-call corrections
-use DEFAULT_COSTS and the budget says so. A slice without its pass (no operator or call-graph pass) is absent,
+use DEFAULT_COSTS and a page costs doctor/workload.FAULT_US, and the budget says so. A slice without its pass (no operator or call-graph pass) is absent,
 and its time is in `unexplained`.
 """
 
