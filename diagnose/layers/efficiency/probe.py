@@ -52,7 +52,7 @@ from diagnose.report.model import Peaks
 from microbench.machine import cpu_snapshot, others_cpus
 
 CACHE_ENV = "DIAGNOSE_CACHE_DIR"
-CACHE_FORMAT = 3  # bump when the file's meaning changes: older files are then re-measured (2: call_costs; 3: pages)
+CACHE_FORMAT = 4  # bump when the file's meaning changes: older files are then re-measured (2: call_costs; 3: pages; 4: the fastest loop)
 GEMM_SIZES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 MODES = {
     # target seconds per GEMM call, seconds of repeats, min repeats, array MiB floor
@@ -260,13 +260,13 @@ def measure_call_costs(torch, calls: int = 4000, threads: tuple[int, ...] = (1,)
     g = torch.ones(1, requires_grad=True)
 
     def per_call_us(fn, n: int = calls) -> float:
-        best = []
-        for _ in range(5):  # the median of 5 loops: one busy moment on a shared machine moves one loop
+        loops = []
+        for _ in range(5):  # the fastest of 5 loops, as the page costs: another process only ever adds time
             t = time.perf_counter()
             for _ in range(n // 5):
                 fn()
-            best.append((time.perf_counter() - t) / (n // 5) * 1e6)
-        return statistics.median(best)
+            loops.append((time.perf_counter() - t) / (n // 5) * 1e6)
+        return min(loops)
 
     with torch.no_grad():
         dispatch = per_call_us(lambda: torch.add(x, y))
@@ -293,7 +293,7 @@ def measure_call_costs(torch, calls: int = 4000, threads: tuple[int, ...] = (1,)
             "profiler_call_us": round(max(0.0, recorded - dispatch), 3),
             "cprofile_call_us": round(max(0.0, profiled - plain), 3), "pages": pages,
             "measure_s": round(time.perf_counter() - t0, 3),
-            "method": f"medians of {calls} calls at 1 thread: torch.add on one-element tensors (grad off, and "
+            "method": f"the fastest of 5 loops of {calls // 5} calls at 1 thread: torch.add on one-element tensors (grad off, and "
                       "recording autograd), its self time and its wall time under the operator pass's profiler "
                       f"settings, and an empty Python function with and without cProfile; a fresh {PAGE_BLOCK_MIB} MiB block "
                       "written less a warm one (faults) and freed (munmap), per page, the fastest of "
