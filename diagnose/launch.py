@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from diagnose import protocol
 from diagnose.distributed import collect, launcher
 from diagnose.distributed.collect import RankOutcome
-from diagnose.protocol import DistributedSpec, PassResult, PassSpec
+from diagnose.protocol import ChildResult, DistributedSpec, PassResult, PassSpec
 from diagnose.stall import STACKS_FILE, StallWatch, request_dumps
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class PassOutcome:
     # a stalled pass (diagnose/stall.py): {"idle_s", "stacks": [{"rank", "pid", "text"}]}
     stall: dict[str, Any] | None = None
     tool_induced: bool = False  # stalled under a layer while the uninstrumented pass finished (session.py)
+    children: list[ChildResult] = field(default_factory=list)  # what the processes the target forked recorded
 
     @property
     def raw(self) -> dict[str, Any] | None:
@@ -175,6 +176,7 @@ def run_pass(
         result, ranks = collect.collect(workdir, spec, proc.returncode)
     else:
         result = protocol.read_result(os.path.join(workdir, protocol.RESULT_FILE))
+    children = protocol.read_children(workdir)
     if status is None:
         if result is None:
             status = "crashed"
@@ -187,6 +189,7 @@ def run_pass(
     return PassOutcome(
         name=spec.name, status=status, result=result, returncode=proc.returncode, elapsed_s=elapsed,
         output_tail=[] if passthrough else _tail(log_path), timeout_s=timeout_s, ranks=ranks, stall=stall,
+        children=children,
     )
 
 

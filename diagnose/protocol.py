@@ -22,10 +22,18 @@ from typing import Any
 
 from diagnose.config import DEFAULT_SKIP_STEPS, DEFAULT_STEPS, CallgraphOptions, OperatorsOptions
 from diagnose.report import io as report_io
-from diagnose.report.model import Compile, GraphBreakAt, IterationStats, ProcessFacts, ThreadCall
+from diagnose.report.model import Compile, GraphBreakAt, IterationStats, ProcessFacts, StartedProcess, ThreadCall
 
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
+CHILDREN_DIR = "children"  # a pass's workdir: children/<pid>/ holds what a process the target forked recorded
+
+# The role of a process that ran torch work (ChildResult.role, report.model.ProcessShare.role)
+MAIN = "main"  # the target's own process
+POOL_WORKER = "pool worker"  # a multiprocessing.Pool or ProcessPoolExecutor worker
+DATALOADER_WORKER = "DataLoader worker"
+PROCESS = "process"  # another multiprocessing.Process (torch.multiprocessing.start_processes with fork, ...)
+FORKED_CHILD = "forked child"  # os.fork()
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,20 @@ class Applied:
 
 
 @dataclass
+class ChildResult:
+    """What a process the target forked recorded in an operator pass, in children/<pid>/result.json: written by
+    that process only, atomically, when it ends (runner._ChildPass)."""
+
+    pid: int
+    role: str  # POOL_WORKER, DATALOADER_WORKER, PROCESS, FORKED_CHILD
+    name: str | None = None  # multiprocessing's name for it: "ForkPoolWorker-3"; None: os.fork()
+    ended: str = ""  # how it ended: "os._exit", "SIGTERM", "exit"
+    wall_s: float | None = None  # from its start (the fork) to its end: children are recorded whole
+    raw: dict[str, Any] | None = None  # the operator recorder's data, as PassResult.raw
+    raw_error: str | None = None  # its recorder failed: why
+
+
+@dataclass
 class PassResult:
     """What one pass measured: how the target ended, its timings and steps, and its layer's data."""
 
@@ -235,7 +257,10 @@ class PassResult:
     process: ProcessFacts | None = None  # the uninstrumented pass's readings at the window's end (doctor)
     process_error: str | None = None  # why those readings failed
     rank: RankIdentity | None = None  # a torchrun rank's identity
-    forked: int = 0  # processes the target forked (os.fork, fork Pools, DataLoader workers); their work is theirs
+    forked: int = 0  # processes the target forked (os.fork, fork Pools, DataLoader workers)
+    # Python processes the target started from a fresh interpreter (spawn, forkserver, subprocess): no pass records
+    # them (runner._watch_exec)
+    not_recorded: list[StartedProcess] = field(default_factory=list)
     ranks_reported: int | None = None  # a torchrun pass's merged result: ranks that wrote a result
     memory: MemoryReadings | None = None  # the uninstrumented pass's memory readings at the window's end
 
@@ -285,6 +310,22 @@ def write(obj: PassSpec | PassResult | WhatIfPass, path: str) -> None:
     with open(tmp, "w") as fh:
         json.dump(report_io.to_dict(obj), fh, default=str)
     os.replace(tmp, path)
+
+
+def child_dir(workdir: str, pid: int) -> str:
+    return os.path.join(workdir, CHILDREN_DIR, str(pid))
+
+
+def read_children(workdir: str) -> list[ChildResult]:
+    """The results the target's forked processes wrote in a pass's workdir, by pid (those that died unwritten
+    are not there)."""
+    root = os.path.join(workdir, CHILDREN_DIR)
+    try:
+        names = sorted(os.listdir(root), key=lambda n: int(n) if n.isdigit() else 0)
+    except OSError:
+        return []
+    found = (read_result(os.path.join(root, name, RESULT_FILE), ChildResult) for name in names)
+    return [child for child in found if child is not None]
 
 
 def read_spec(path: str) -> PassSpec:

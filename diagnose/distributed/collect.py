@@ -12,7 +12,7 @@ rank that ran on this node and returns (merged result, ranks):
   pass's workdir (its profile.pstats, ...); and when a rank failed, that
   rank's exit code and error (the earliest failure by the ranks' clocks: the
   others fail because of it). A layer that wants every rank's data reads the
-  ranks (the operators layer sums their rows: layers/operators/ranks.py).
+  ranks (the operators layer sums their rows: layers/operators/processes.py).
 """
 
 from __future__ import annotations

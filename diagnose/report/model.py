@@ -39,6 +39,10 @@ migration to io.MIGRATIONS):
         findings; its verdict is null (not judged). The operator pass's
         freed_in_operators_bytes and the probe's page costs (CallCosts.pages)
         added later (additive: null or empty in older reports).
+        Operator rows' `processes` (the process role and Python thread
+        their calls ran in) and operator_summary's `children` and
+        `not_recorded` (processes the target started) added later
+        (additive: empty in older reports).
 """
 
 from __future__ import annotations
@@ -369,6 +373,18 @@ class SourceShare:
 
 
 @dataclass
+class ProcessShare:
+    """The part of an operator row run in one role of process and one Python thread (layers/operators/)."""
+
+    # main (the target's own process), pool worker (multiprocessing.Pool, ProcessPoolExecutor), DataLoader worker,
+    # process (another multiprocessing.Process), forked child (os.fork()): diagnose/protocol.py's roles
+    role: str
+    thread: str | None  # the Python thread's name ("MainThread", "ThreadPoolExecutor-0_1"); None: one torch started
+    calls: int
+    self_cpu_us: float
+
+
+@dataclass
 class ModuleShare:
     """The part of an operator row run inside one module's forward (or its backward), from one library line."""
 
@@ -520,6 +536,8 @@ class OperatorRow:
     # its TensorList inputs (torch.cat's tensors), whose shapes the profiler does not record (input_shapes holds
     # [] there): as the operator pass's source mode saw them; empty when it has none or they were not seen
     list_inputs: list[ListInput] = field(default_factory=list)
+    # where its calls ran: process role and Python thread, by self time, largest first (every role's processes summed)
+    processes: list[ProcessShare] = field(default_factory=list)
 
     def where_module(self) -> str | None:
         """The module that ran it, `encoder.layer.*.intermediate.dense (Linear)`: its instances' differing
@@ -890,6 +908,9 @@ class OperatorSummary:
     float64_origins: list[Float64Origin] = field(default_factory=list)
     # the call sites whose input bytes or time grew step over step in the window (input_growth, step_drift)
     trends: list[SiteTrend] = field(default_factory=list)
+    children: list[ChildProcess] = field(default_factory=list)  # processes the target forked whose rows are merged
+    # Python processes the target started from a fresh interpreter (spawn, forkserver, subprocess): not recorded
+    not_recorded: list[StartedProcess] = field(default_factory=list)
 
 
 @dataclass
@@ -903,6 +924,27 @@ class Float64Origin:
     calls: int  # how many such calls (a model's .double() converts each parameter: one call each)
     bytes: int  # the float64 bytes they made
     parameters: int = 0  # of those calls, conversions of an nn.Parameter (a model cast to float64)
+
+
+@dataclass
+class ChildProcess:
+    """A process the target forked, recorded by the operator pass from its start to its end."""
+
+    pid: int
+    role: str  # pool worker, DataLoader worker, process, forked child (ProcessShare.role)
+    name: str | None  # multiprocessing's name for it ("ForkPoolWorker-3"); None: os.fork()
+    ended: str  # os._exit, SIGTERM, exit
+    self_cpu_us: float  # its operators' self time
+    error: str | None = None  # its recording failed: why
+
+
+@dataclass
+class StartedProcess:
+    """A Python process the target started from a fresh interpreter, which the operator pass does not record."""
+
+    how: str  # spawn, forkserver (multiprocessing's start methods), subprocess
+    command: str  # its command line, shortened
+    pid: int | None = None
 
 
 @dataclass

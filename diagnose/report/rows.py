@@ -11,7 +11,8 @@ One row per (name, input shapes), in order of first appearance, then most self
 time first (stable: ties keep that order):
 - summed: calls, self and total CPU time, FLOPs, memory; `sources` by
   location (the first user function named), `modules` by (module, library
-  line) (the first class named), `called_by` by calling operator;
+  line) (the first class named), `processes` by (role, thread), `called_by`
+  by calling operator;
 - the fastest and slowest call: min of `min_self_us`, max of `max_self_us`;
 - the first row's `dtypes` that are not empty; the list inputs (torch.cat's
   tensors) of the row with most self time that has them; the layout (input strides,
@@ -32,7 +33,7 @@ import copy
 import json
 from collections.abc import Iterable
 
-from diagnose.report.model import ModuleShare, OperatorRow, SourceShare
+from diagnose.report.model import ModuleShare, OperatorRow, ProcessShare, SourceShare
 
 
 def sum_rows(rows: Iterable[OperatorRow]) -> list[OperatorRow]:
@@ -91,6 +92,7 @@ def _summed(parts: list[OperatorRow], all_self_us: float) -> OperatorRow:
         min_self_us=round(min(lows), 3) if lows else None,
         max_self_us=round(max(highs), 3) if highs else None,
         list_inputs=copy.deepcopy(listed.list_inputs) if listed else [],
+        processes=_processes(parts),
     )
 
 
@@ -117,4 +119,16 @@ def _modules(parts: list[OperatorRow]) -> list[ModuleShare]:
             acc[2] = acc[2] or s.module_class
     return sorted((ModuleShare(module=m, module_class=cls, library_line=lib, calls=c, self_cpu_us=round(us, 3))
                    for (m, lib), (c, us, cls) in by_place.items()),
+                  key=lambda s: (-s.self_cpu_us, -s.calls))
+
+
+def _processes(parts: list[OperatorRow]) -> list[ProcessShare]:
+    by_place: dict[tuple, list] = {}  # (role, thread) -> [calls, self_us]
+    for p in parts:
+        for s in p.processes:
+            acc = by_place.setdefault((s.role, s.thread), [0, 0.0])
+            acc[0] += s.calls
+            acc[1] += s.self_cpu_us
+    return sorted((ProcessShare(role=role, thread=thread, calls=c, self_cpu_us=round(us, 3))
+                   for (role, thread), (c, us) in by_place.items()),
                   key=lambda s: (-s.self_cpu_us, -s.calls))

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from diagnose.layers.operators.kineto import MEMORY_EVENT, SOURCE_PREFIX, Label, _jsonable, source_span
+from diagnose.layers.operators.kineto import MEMORY_EVENT, SOURCE_PREFIX, THREAD_PREFIX, Label, _jsonable, source_span
 
 
 def memory_totals(kineto_events) -> dict[str, int]:
@@ -176,7 +176,7 @@ def _write_chrome_trace(events, path: str, max_events: int) -> dict[str, Any]:
 def _reference_collect(function_events, kineto_events, trace_path: str, max_events: int) -> dict[str, Any]:
     """What reduce_kineto gives, computed the slow way: from `prof.events()` and
     `prof.profiler.kineto_results.events()` (tests only)."""
-    events = list(function_events)
+    events = [e for e in function_events if not e.name.startswith(THREAD_PREFIX)]  # a thread's name, not an event
     rows, attribution_us = _aggregate(events)
     trace = _write_chrome_trace(events, trace_path, max_events)
     return {"rows": rows, "memory": memory_totals(kineto_events), "attribution_overhead_us": attribution_us,

@@ -16,7 +16,7 @@ from diagnose.distributed import collect, launcher
 from diagnose.errors import UsageError
 from diagnose.launch import PassOutcome
 from diagnose.layers.operators import OperatorsLayer
-from diagnose.layers.operators.ranks import merged_raw
+from diagnose.layers.operators.processes import merged_raw
 from diagnose.report.combine import check, combine
 from diagnose.report.distributed import STRAGGLER_LOW_PCT, summarise
 from diagnose.report import io as report_io

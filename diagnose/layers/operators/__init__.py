@@ -5,8 +5,11 @@
   parent operator), plus a Chrome trace capped in size (kineto.py);
 - rows.py and `OperatorsLayer.analyse` (parent side): one row per (operator,
   input shapes) for the report (report/rows.py sums them);
-- ranks.py (parent side, under torchrun): every rank's raw rows and
-  trace.json merged first, so the report's table sums the ranks.
+- processes.py (parent side): under torchrun every rank's raw rows and
+  trace.json, else those of the processes the target forked (each recorded
+  by itself, runner._ChildPass), merged first, so the report's table sums
+  the processes, each row saying in which role of process and which Python
+  thread its calls ran.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from diagnose import trends
 from diagnose.config import OperatorsOptions
 from diagnose.layers.base import Layer
 from diagnose.layers import memory
-from diagnose.layers.operators import modules, ranks
+from diagnose.layers.operators import modules, processes
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
 from diagnose.protocol import PassSpec, iteration_stats
 from diagnose.report import io as report_io
-from diagnose.report.model import Autograd, Doctor, Float64Origin, LayerStatus, OperatorMemory, OperatorSummary, \
+from diagnose.report.model import Autograd, ChildProcess, Doctor, Float64Origin, LayerStatus, OperatorMemory, OperatorSummary, \
     ProcessFacts, RecordingLine, Report, SubnormalScan, TraceSummary
 
 
@@ -41,8 +44,11 @@ class OperatorsLayer(Layer):
 
     def analyse(self, outcome, report: Report, workdir: str) -> LayerStatus:
         _instrumented_run(report, outcome)
-        # under torchrun: every rank's rows and trace.json as one (ranks.py); else the one process's
-        raw = ranks.merged_raw(outcome.ranks, workdir) if outcome.ranks is not None else outcome.raw
+        # under torchrun: every rank's rows and trace.json as one; else the target's process's with its children's
+        if outcome.ranks is not None:
+            raw = processes.merged_raw(outcome.ranks, workdir)
+        else:
+            raw = None if outcome.raw is None else processes.with_children(outcome.raw, outcome.children, workdir)
         if raw is None:
             return LayerStatus("failed", outcome.failure_reason("the operator pass"))
         seen = raw.get("modules") or {}
@@ -74,6 +80,10 @@ class OperatorsLayer(Layer):
             window=raw.get("window"),
             trace=trace,
             float64_origins=[report_io.typed(Float64Origin, o) for o in raw.get("float64_origins") or []],
+            children=[ChildProcess(pid=c.pid, role=c.role, name=c.name, ended=c.ended, error=c.raw_error,
+                                   self_cpu_us=round(sum(r["self_cpu_us"] for r in (c.raw or {}).get("rows") or []), 3))
+                      for c in outcome.children],
+            not_recorded=list(outcome.result.not_recorded) if outcome.result else [],
         )
         report.modules = modules.build(raw["rows"], seen, raw.get("module_roots") or [])
         report.stacks = modules.stacks(raw["rows"], seen, raw.get("module_roots") or [])
@@ -94,10 +104,7 @@ class OperatorsLayer(Layer):
                 )
         if outcome.status != "ok":
             notes.append(f"the target did not finish this pass ({outcome.status}): rows cover what ran before")
-        forked = outcome.result.forked if outcome.result else 0
-        if forked:  # issue 33: the children's operators are not recorded yet; never call them absent
-            notes.append(f"the target forked {forked} process(es) (a Pool, DataLoader workers, os.fork()); the "
-                         "operator pass records its main process only, so their torch work is not in this table")
+        notes += _process_notes(outcome)
         if not rows and raw.get("recorded_calls"):
             # the source mode saw torch calls while the profiler recorded, and the profiler kept none of them
             return LayerStatus("skipped", (
@@ -105,9 +112,43 @@ class OperatorsLayer(Layer):
                 "torch.profiler in the process took the events (one runs at a time), most likely the script's own; "
                 "run it without its profiler, or read that profiler's output"), notes=notes)
         if not rows:
-            return LayerStatus("skipped", "the target's main process ran no torch operators" + (
-                f"; the {forked} process(es) it forked are not recorded" if forked else ""), notes=notes)
+            unseen = len(outcome.result.not_recorded) if outcome.result else 0
+            return LayerStatus("skipped", "the target ran no torch operators in the processes recorded" + (
+                f"; {unseen} Python process(es) it started were not recorded (see the notes)" if unseen else ""),
+                notes=notes)
         return LayerStatus("ok", notes=notes)
+
+
+def _process_notes(outcome) -> list[str]:
+    """What the operator pass recorded of the processes the target started, and what it could not."""
+    notes = []
+    recorded = [c for c in outcome.children if c.raw]
+    forked = outcome.result.forked if outcome.result else 0
+    if forked or recorded:
+        roles: dict[str, int] = {}
+        for child in recorded:
+            roles[child.role] = roles.get(child.role, 0) + 1
+        said = ", ".join(f"{n} {role}(s)" for role, n in roles.items()) or "none of them"
+        missing = max(0, forked - len(recorded))
+        notes.append(f"the target forked {max(forked, len(recorded))} process(es); recorded {said}, each from its "
+                     "start to its end, their rows summed with the main process's (each row's processes say where "
+                     "its calls ran)" + (
+                         f"; {missing} left no recording (killed before they could write it, or still running when "
+                         "the pass ended): their torch work is not here" if missing else ""))
+    failed = [c for c in outcome.children if c.raw_error]
+    if failed:
+        notes.append(f"{len(failed)} forked process(es) could not collect their recording: {failed[0].raw_error}")
+    started = outcome.result.not_recorded if outcome.result else []
+    if started:
+        kinds: dict[str, int] = {}
+        for process in started:
+            kinds[process.how] = kinds.get(process.how, 0) + 1
+        said = ", ".join(f"{n} by {how}" for how, n in kinds.items())
+        notes.append(f"{len(started)} Python process(es) the target started from a fresh interpreter ({said}) are not "
+                     "recorded: diagnose instruments the processes the target forks, not new interpreters; their "
+                     "torch work is not in this table. To see it, start them with the fork method "
+                     "(multiprocessing.get_context('fork')), or run diagnose on the script they run")
+    return notes
 
 
 def is_backward(name: str) -> bool:

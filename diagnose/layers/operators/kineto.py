@@ -17,6 +17,9 @@ import os
 from typing import Any
 
 SOURCE_PREFIX = "diagnose@"  # record_function label of a user call (recorder.py)
+# record_function range a thread opens once when it is first recorded, named after its Python thread
+# (recorder.py): the profiler's thread ids are its own, so this names every event of that thread
+THREAD_PREFIX = "diagnose#thread\t"
 MEMORY_EVENT = "[memory]"
 
 
@@ -129,8 +132,12 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         k_seq, k_fwd_tid = kt.sequence_nr, kt.fwd_thread_id
     add_node = nodes.append
     parsed: dict[str, tuple] = {}
+    thread_names: dict[int, str] = {}  # the profiler's thread id -> the Python thread's name
     for k in events:
         raw = k_name(k)
+        if raw.startswith(THREAD_PREFIX):
+            thread_names[k_tid(k)] = raw[len(THREAD_PREFIX):]
+            continue
         if raw == MEMORY_EVENT:
             mem_records.append((k_start(k), k_nbytes(k), k_device(k)))
             continue
@@ -324,7 +331,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         # an operator with a TensorList input right under a call's label: that call's list site (recorder.py)
         site = Label.site(names[p]) if p >= 0 and kinds[p] == _SOURCE and "TensorList" in (dtypes[i] or ()) \
             else None
-        key = (names[i], sig, ctx, parent_op[i], site)
+        key = (names[i], sig, ctx, parent_op[i], site, threads[i])
         row = acc_rows.get(key)
         if row is None:
             row = acc_rows[key] = [0, 0.0, 0.0, 0, 0, i, self_us, self_us]
@@ -353,10 +360,11 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             "max_self_us": hi,
             "flops": flop_count,
             "cpu_memory_bytes": mem,
+            "thread": thread_names.get(tid),
             **_layout(op_event.get(first)),
             **({"list_site": site} if site is not None else {}),
         }
-        for (name, _, (user, library, module), parent_name, site), (calls, self_us, total_us, flop_count, mem, first,
+        for (name, _, (user, library, module), parent_name, site, tid), (calls, self_us, total_us, flop_count, mem, first,
                                                                      lo, hi)
         in acc_rows.items()
     ]
@@ -371,6 +379,10 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
     args_json: dict[tuple, str] = {}
     with open(trace_path, "w") as fh:
         fh.write('{"traceEvents": [')
+        # Perfetto names each thread's track after the Python thread
+        named = [json.dumps({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+                 for tid, name in sorted(thread_names.items())]
+        fh.write(", ".join(named))
         for c in range(0, len(kept), _TRACE_CHUNK):
             lines = []
             for i in kept[c:c + _TRACE_CHUNK]:
@@ -387,7 +399,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
                         args = args_json[sig] = json.dumps(
                             {"Input Dims": _jsonable(shapes[i]), "Input type": list(dtypes[i] or [])})
                     lines.append(_OP_SPAN % (name_json, start_us[i], dur_us[i], pid, threads[i], args))
-            fh.write((", " if c else "") + ", ".join(lines))
+            fh.write((", " if c or named else "") + ", ".join(lines))
         fh.write('], "displayTimeUnit": "ms"}')
     span_us = (start_us[kept[-1]] - start_us[kept[0]]) if kept else 0
     trace = {"events_written": len(kept), "events_total": len(traced), "truncated": len(traced) > len(kept),

@@ -12,7 +12,10 @@ produced them, kineto.py). From the raw rows this builds:
   outside time are all operator self time.
 - folded stacks, `user line;module;...;operator  self-µs`, the format of
   flamegraph.pl and speedscope: one frame per module from the outermost in,
-  each named `segment: Class` (the root by its class alone).
+  each named `segment: Class` (the root by its class alone). When the
+  operators ran in more than one process role or Python thread, each stack
+  starts with where it ran (`place`): "thread ThreadPoolExecutor-0_1",
+  "pool worker".
 
 A module's parent is the longest proper prefix of its path that is a module
 seen in the window; roots (the outermost module, "", and any other module
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from diagnose.protocol import MAIN
 from diagnose.report.model import FoldedStack, ModuleClassRow, ModuleRow, Modules
 
 MAX_STACKS = 3000  # folded lines kept in the report, by weight
@@ -144,13 +148,26 @@ def stacks(raw_rows: list[dict[str, Any]], seen: dict[str, dict[str, Any]], root
     """Folded stacks: user line; modules from the outermost in; operator, weighted by self time."""
     tree = Tree(seen, roots, {r["module"] for r in raw_rows if r.get("module") is not None})
     weights: dict[tuple[str, ...], float] = defaultdict(float)
+    places = len({(r.get("role"), r.get("thread")) for r in raw_rows}) > 1
     for r in raw_rows:
         if r["self_cpu_us"] <= 0:
             continue
-        frames = [r.get("source") or "(no line of yours)"]
+        frames = [place(r.get("role") or MAIN, r.get("thread"))] if places else []
+        frames.append(r.get("source") or "(no line of yours)")
         if r.get("module") is not None:
             frames += [tree.frame(p) for p in tree.chain(r["module"])]
         frames.append(r["name"])
         weights[tuple(f.replace(";", ",") for f in frames)] += r["self_cpu_us"]
     kept = sorted(weights.items(), key=lambda kv: -kv[1])[:MAX_STACKS]
     return [FoldedStack(frames=list(frames), self_cpu_us=round(us, 3)) for frames, us in kept]
+
+
+def place(role: str, thread: str | None) -> str:
+    """Where operators ran, as a stack's first frame: "main thread", "thread Worker-1", "pool worker"."""
+    if thread is None:
+        thread_name = "a thread of torch's"
+    else:
+        thread_name = "main thread" if thread == "MainThread" else f"thread {thread}"
+    if role == MAIN:
+        return thread_name
+    return role if thread == "MainThread" else f"{role}, {thread_name}"

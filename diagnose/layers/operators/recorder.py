@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -35,7 +36,7 @@ from diagnose.distributed import collectives
 from diagnose.doctor.process import count_subnormals
 from diagnose.layers.base import Recorder
 from diagnose.layers.efficiency.work import estimate
-from diagnose.layers.operators.kineto import SOURCE_PREFIX, Label, reduce_kineto
+from diagnose.layers.operators.kineto import SOURCE_PREFIX, THREAD_PREFIX, Label, reduce_kineto
 from diagnose.modulehooks import set_up
 from diagnose.protocol import PassSpec
 from diagnose.report.model import Work
@@ -86,6 +87,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
     tracker = recorder.modules
     grad_enabled = torch.is_grad_enabled
     tensor_types = (torch.Tensor, torch.nn.Parameter)
+    every_thread = recorder.spec.all_threads
+    get_ident, threads_seen = threading.get_ident, recorder.threads_seen
 
     float64 = torch.float64
     list_types = (list, tuple)
@@ -116,6 +119,8 @@ def _source_mode(recorder: "OperatorsRecorder"):
                     recorder.float64.note(func, args, kwargs, out, sys._getframe(1))
                 return out
             recorder.calls += 1
+            if every_thread and get_ident() not in threads_seen:
+                recorder.mark_thread()
             if recorder.calls % TRIM_CHECK_EVERY == 0:
                 recorder.trim_heap()
                 if recorder.calls % _BUDGET_CHECK_EVERY == 0 and recorder.over_budget():
@@ -451,6 +456,8 @@ class OperatorsRecorder(Recorder):
         self.float64 = Float64Origins(self.usercode)
         self.sites: dict[tuple, CallSite] = {}  # (user line, library line, module, function) -> its site
         self.site_rows: list[CallSite] = []
+        self.threads_seen: set[int] = set()  # Python threads whose name is marked in the profile (mark_thread)
+        self.in_child = False  # recording a process the target forked (restart_in_child)
 
     def prepare(self) -> None:
         try:  # torch.compile's C++ kernels get a profiler range each, named after what they fuse
@@ -524,7 +531,8 @@ class OperatorsRecorder(Recorder):
         self.site_rows.clear()
         self.rss0 = self.rss_trimmed = _rss_bytes()
         sched = None
-        iters = self.spec.window.steps if self.spec.mode == "function" and self.spec.window else None
+        iters = self.spec.window.steps if self.spec.mode == "function" and self.spec.window and not self.in_child \
+            else None
         if iters and iters > self.window:
             # Long loops: record only the last `window` iterations so the
             # trace and the profiler's memory stay bounded.
@@ -546,9 +554,33 @@ class OperatorsRecorder(Recorder):
             experimental_config=_all_threads() if self.spec.all_threads else None,
         )
         self.prof.__enter__()
+        self.threads_seen.clear()
+        self.mark_thread()
         self.modules.calls.clear()
         self.modules.counting = True
         self.active = True
+
+    def mark_thread(self) -> None:
+        """Name the calling thread in the profile (kineto.THREAD_PREFIX): the thread that starts recording, and
+        with every thread recorded, each other thread at its first torch call."""
+        import torch
+
+        self.threads_seen.add(threading.get_ident())
+        with torch.profiler.record_function(THREAD_PREFIX + threading.current_thread().name):
+            pass
+
+    def restart_in_child(self) -> None:
+        """In a process the target forked (runner._ChildPass): record it from here to its end, whole.
+
+        The profile this process inherited is the parent's: stopping it here would reduce all the parent's
+        events in this process (seconds), so it is left as it is, and a fresh one records this process. The
+        source mode and the module hooks are inherited in place and keep labelling its calls."""
+        self.prof = None
+        self.in_child = True
+        self.scanning = False
+        self.input_scan.clear()
+        self.scan_scope = None
+        self.start()
 
     def _memory_profile(self) -> dict[str, Any]:
         """The memory layer's reading of this profile's allocations (layers/memory/retained.py), or
@@ -640,7 +672,8 @@ class OperatorsRecorder(Recorder):
             if site is not None and site < len(self.site_rows):
                 row["list_inputs"] = self.site_rows[site].inputs(row["dtypes"])
         attach_work(reduced.get("rows") or [])
-        memory = {"memory_profile": self._memory_profile()} if self.spec.memory else {}
+        # a forked child's memory is its own, not the step's the memory layer reads
+        memory = {"memory_profile": self._memory_profile()} if self.spec.memory and not self.in_child else {}
         return {
             **memory,
             **reduced,

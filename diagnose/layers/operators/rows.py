@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from diagnose.protocol import MAIN
 from diagnose.report import io as report_io
-from diagnose.report.model import ListInput, ModuleShare, OperatorRow, SourceShare, Work
+from diagnose.report.model import ListInput, ModuleShare, OperatorRow, ProcessShare, SourceShare, Work
 from diagnose.report.rows import sum_rows
 from diagnose.usercode import FunctionSpans
 
@@ -46,6 +47,8 @@ def typed_row(r: dict[str, Any], classes: dict[str, str]) -> OperatorRow:
         min_self_us=r.get("min_self_us"),
         max_self_us=r.get("max_self_us"),
         list_inputs=[report_io.typed(ListInput, x) for x in r.get("list_inputs") or []],
+        processes=[ProcessShare(role=r.get("role") or MAIN, thread=r.get("thread"), calls=r["calls"],
+                                self_cpu_us=r["self_cpu_us"])],
     )
 
 
