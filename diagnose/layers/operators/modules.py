@@ -164,8 +164,8 @@ def stacks(raw_rows: list[dict[str, Any]], seen: dict[str, dict[str, Any]], root
 
 def place(role: str, thread: str | None) -> str:
     """Where operators ran, as a stack's first frame: "main thread", "thread Worker-1", "pool worker"."""
-    if thread is None:
-        thread_name = "a thread of torch's"
+    if thread is None:  # one that called no root module and no torch function from Python while recorded
+        thread_name = "an unnamed thread"
     else:
         thread_name = "main thread" if thread == "MainThread" else f"thread {thread}"
     if role == MAIN:

@@ -562,7 +562,7 @@ class OperatorsRecorder(Recorder):
 
     def mark_thread(self) -> None:
         """Name the calling thread in the profile (kineto.THREAD_PREFIX): the thread that starts recording, and
-        with every thread recorded, each other thread at its first torch call."""
+        with every thread recorded, each other thread at its first torch call or call of a root module."""
         import torch
 
         self.threads_seen.add(threading.get_ident())
@@ -605,6 +605,8 @@ class OperatorsRecorder(Recorder):
         """The label of a root module's call from Python (ModuleTracker)."""
         import torch
 
+        if self.spec.all_threads and threading.get_ident() not in self.threads_seen:
+            self.mark_thread()  # the module hooks are global: a thread the source mode (thread-local) does not see
         user, library = self.usercode.locations(sys._getframe(1))  # torch's and diagnose's frames are skipped
         return torch.profiler.record_function(Label.text(user, library, path))
 
