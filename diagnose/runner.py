@@ -496,13 +496,28 @@ class _ChildPass:
             real_os_exit(code)
 
         os._exit = exit_hook
+        self.sigterm_exit: int | None = None  # SIGTERM ends the child with os._exit(this); None: by the signal
         if sigterm == signal.SIG_DFL:  # the default action, after the recording is written
             signal.signal(signal.SIGTERM, self._terminated)
+        handling = sys.modules.get("torch.utils.data._utils.signal_handling")
+        if handling is not None:
+            real = handling._set_worker_signal_handlers  # noqa: SLF001
+
+            def set_worker_signal_handlers(*args, **kwargs):
+                # a DataLoader worker: torch's SIGTERM handler (C) ends it with _exit(0) when its parent asks, as
+                # at exit with persistent workers; the same here, once the recording is written
+                real(*args, **kwargs)
+                self.sigterm_exit = 0
+                signal.signal(signal.SIGTERM, self._terminated)
+
+            handling._set_worker_signal_handlers = set_worker_signal_handlers  # noqa: SLF001
 
     def _terminated(self, signum, _frame) -> None:
         if self.done:  # arrived as the child was writing on its way out (os._exit): that write ends it
             return
         self.end("SIGTERM")
+        if self.sigterm_exit is not None:
+            self.real_os_exit(self.sigterm_exit)
         signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
         os.kill(os.getpid(), signum)
@@ -548,6 +563,18 @@ def _role() -> tuple[str, str | None]:
     return protocol.PROCESS, name
 
 
+def _end_children() -> None:
+    """What multiprocessing does at the interpreter's exit, which a pass forked from the fork server skips (it
+    leaves by os._exit): terminate its daemonic children (DataLoader workers, Pool workers), join them all. The
+    operator pass's children then write their recordings before the pass ends (_ChildPass)."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        try:
+            util._exit_function()  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - the pass's result is written already
+            pass
+
+
 def _watch_exec(run: Run, owner: int) -> None:
     """Note the Python processes the target starts from a fresh interpreter (multiprocessing's spawn and
     forkserver, subprocess): the operator pass records none of them, and says so (PassResult.not_recorded).
@@ -565,8 +592,10 @@ def _watch_exec(run: Run, owner: int) -> None:
             if os.getpid() == owner and len(run.result.not_recorded) < 100:
                 argv = [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in args or ()]
                 program = os.path.basename(argv[0]) if argv else ""
-                if argv and (os.path.realpath(argv[0]) == executable or program.startswith("python")):
-                    text = " ".join(argv)
+                text = " ".join(argv)
+                # multiprocessing's resource tracker runs no torch: not the user's work
+                if argv and (os.path.realpath(argv[0]) == executable or program.startswith("python")) \
+                        and "multiprocessing.resource_tracker" not in text:
                     how = ("spawn" if "spawn_main" in text else "forkserver" if "multiprocessing.forkserver" in text
                            else "subprocess")
                     run.result.not_recorded.append(StartedProcess(how=how, command=text[:200], pid=pid))
@@ -637,6 +666,8 @@ def main(argv: list[str]) -> int:
         else:
             os._exit = real_os_exit
             run.finish()
+            if spec.forked and hasattr(run.recorder, "restart_in_child"):
+                _end_children()
     sys.stdout.flush()
     sys.stderr.flush()
     if spec.rank is not None and run.ended_after_window:

@@ -112,10 +112,13 @@ class OperatorsLayer(Layer):
                 "torch.profiler in the process took the events (one runs at a time), most likely the script's own; "
                 "run it without its profiler, or read that profiler's output"), notes=notes)
         if not rows:
-            unseen = len(outcome.result.not_recorded) if outcome.result else 0
-            return LayerStatus("skipped", "the target ran no torch operators in the processes recorded" + (
-                f"; {unseen} Python process(es) it started were not recorded (see the notes)" if unseen else ""),
-                notes=notes)
+            unseen = outcome.result is not None and (outcome.result.not_recorded or outcome.result.forked >
+                                                     len([c for c in outcome.children if c.raw]))
+            if unseen:  # never "no torch operators": they may have run where nothing recorded
+                return LayerStatus("skipped", "nothing recorded: the target's own process ran no torch operators, "
+                                   "and processes it started are not recorded (see the notes)", notes=notes)
+            return LayerStatus("skipped", "the target's main process ran no torch operators" + (
+                ", nor did the processes it forked" if outcome.children else ""), notes=notes)
         return LayerStatus("ok", notes=notes)
 
 
@@ -143,11 +146,13 @@ def _process_notes(outcome) -> list[str]:
         kinds: dict[str, int] = {}
         for process in started:
             kinds[process.how] = kinds.get(process.how, 0) + 1
-        said = ", ".join(f"{n} by {how}" for how, n in kinds.items())
-        notes.append(f"{len(started)} Python process(es) the target started from a fresh interpreter ({said}) are not "
-                     "recorded: diagnose instruments the processes the target forks, not new interpreters; their "
-                     "torch work is not in this table. To see it, start them with the fork method "
-                     "(multiprocessing.get_context('fork')), or run diagnose on the script they run")
+        said = ", ".join({"spawn": f"{kinds.get('spawn')} started by multiprocessing's spawn method",
+                          "forkserver": "multiprocessing's fork server and the workers it forks",
+                          "subprocess": f"{kinds.get('subprocess')} subprocess(es) running Python"}[how] for how in kinds)
+        notes.append(f"not recorded: {said}. Each runs a fresh interpreter, and diagnose records the processes the "
+                     "target forks, not new interpreters: their torch work is not in this table. To see it, start "
+                     "them with the fork method (multiprocessing.get_context('fork')), or run diagnose on the "
+                     "script they run")
     return notes
 
 
