@@ -54,14 +54,16 @@ def valid(path: Path) -> dict | None:
 
 def run_case(case: Case, runs: int) -> tuple[list, float, float]:
     t = time.monotonic()
-    plain = subprocess.run([sys.executable, *case.command], cwd=REPO, capture_output=True, text=True, timeout=600)
+    plain = subprocess.run([sys.executable, *case.command], cwd=REPO, capture_output=True, text=True, timeout=600,
+                           check=False)
     plain_s = time.monotonic() - t
     verdicts, took = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as out:
             t = time.monotonic()
             proc = subprocess.run([sys.executable, "-m", "diagnose", "-q", "--microbench-budget", "0", "--force",
-                                   "-o", out, *case.command], cwd=REPO, capture_output=True, text=True, timeout=1800)
+                                   "-o", out, *case.command], cwd=REPO, capture_output=True, text=True, timeout=1800,
+                                  check=False)
             took.append(time.monotonic() - t)
             report = valid(Path(out) / "report.json")
             verdicts.append(judge(case, proc.returncode, proc.stdout, proc.stderr, report,
@@ -71,10 +73,10 @@ def run_case(case: Case, runs: int) -> tuple[list, float, float]:
 
 def table(done: list[tuple[Case, list, float, float]], runs: int) -> str:
     lines = [HEADING, "",
-             f"`benchmarks/process_faults.py --runs {runs}`, {datetime.date.today()}, {cpu_model()} "
-             f"({usable_cpus()} usable CPUs), Python {platform.python_version()}; each case under the default "
-             "layers, judged against its plain run (tests/data/processes/cases.py says what each must show). "
-             "A cell counts the runs that passed.", "",
+             (f"`benchmarks/process_faults.py --runs {runs}`, {datetime.date.today()}, {cpu_model()} "
+              f"({usable_cpus()} usable CPUs), Python {platform.python_version()}; each case under the default "
+              "layers, judged against its plain run (tests/data/processes/cases.py says what each must show). "
+              "A cell counts the runs that passed."), "",
              "| case | " + " | ".join(COLUMNS) + " | plain s | diagnose s | what failed |",
              "| --- | " + " | ".join("---" for _ in COLUMNS) + " | --- | --- | --- |"]
     for case, verdicts, plain_s, diag_s in done:

@@ -460,6 +460,30 @@ def per_call(row) -> str:
     return f"{duration(row.min_self_us / 1e6)} / {mean} / {duration(row.max_self_us / 1e6)}"
 
 
+def places(report: Report) -> str | None:
+    """Where the operator time ran, when not all in the main process's main thread: "pool worker 97% (4
+    processes), main thread 3%"; None otherwise (and for reports from before rows said it)."""
+    by_place: dict[tuple[str, str | None], float] = {}
+    for row in report.operators:
+        for share in row.processes:
+            key = (share.role, share.thread if share.role == "main" else None)
+            by_place[key] = by_place.get(key, 0.0) + share.self_cpu_us
+    if not by_place or list(by_place) == [("main", "MainThread")]:
+        return None
+    total = sum(by_place.values()) or 1.0
+    counts: dict[str, int] = {}
+    for child in (report.operator_summary.children if report.operator_summary else []):
+        counts[child.role] = counts.get(child.role, 0) + 1
+    parts = []
+    for (role, thread), us in sorted(by_place.items(), key=lambda kv: -kv[1]):
+        if role == "main":
+            name = "main thread" if thread == "MainThread" else f"thread {thread}" if thread else "unnamed threads"
+        else:
+            name = role + (f" ({counts[role]} processes)" if counts.get(role, 0) > 1 else "")
+        parts.append(f"{name} {100 * us / total:.0f}%")
+    return ", ".join(parts)
+
+
 def module_where(row) -> str | None:
     return row.where_module()
 

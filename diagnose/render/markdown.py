@@ -89,6 +89,9 @@ def render(report: Report) -> str:
             ]) + " |")
         if len(report.operators) > TOP_OPERATORS:
             out.append(f"\n_{len(report.operators) - TOP_OPERATORS} more rows in report.json._")
+        ran_in = fmt.places(report)
+        if ran_in:  # processes the target forked, or threads other than the main one
+            out += ["", f"Where they ran (each row's `processes` in report.json): {ran_in}."]
         mem = summary.memory
         if mem.allocations:
             out.append("")

@@ -38,6 +38,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
                          f"{r.self_pct:.1f}%", f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-", r.source or "-",
                          where if len(where) <= 48 else "…" + where[-47:]))
         out += fmt.text_table(rows)
+        ran_in = fmt.places(report)
+        if ran_in:
+            out.append(f"  where they ran: {ran_in}")
     out += _modules(report)
     op_layer = report.layers.get("operators")
     if op_layer and op_layer.status != "ok":

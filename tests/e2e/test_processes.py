@@ -46,7 +46,8 @@ def test_each_case_of_the_fault_table_once(tmp_path, case):
 
 def test_a_pool_closed_by_with_prints_what_the_plain_run_prints_and_its_workers_matmuls_are_in_the_table(tmp_path):
     case = BY_NAME["Pool fork, with"]
-    plain = subprocess.run([sys.executable, *case.command], cwd=REPO, capture_output=True, text=True, timeout=120)
+    plain = subprocess.run([sys.executable, *case.command], cwd=REPO, capture_output=True, text=True, timeout=120,
+                           check=False)
     assert plain.returncode == 0 and plain.stdout.strip() == "sum 496", plain
     run = run_cli("--force", "--layers", "operators,threads", *case.command, outdir=tmp_path / "r")
     verdict = judge(case, run.code, run.stdout, run.stderr, run.report, plain=(plain.stdout, plain.stderr))
@@ -86,5 +87,4 @@ def test_a_model_called_from_worker_threads_has_its_operators_recorded_per_threa
     threads = {share["thread"] for o in r["operators"] if o["name"] == "aten::addmm" for share in o["processes"]}
     assert len({t for t in threads if t and t.startswith("ThreadPoolExecutor")}) >= 2, threads
     folded = (tmp_path / "r" / "stacks.folded").read_text().splitlines()
-    assert all(line.startswith("thread ") or line.startswith("main thread") or line.startswith("an unnamed thread")
-               for line in folded), folded[:5]
+    assert all(line.startswith(("thread ", "main thread", "an unnamed thread")) for line in folded), folded[:5]
