@@ -473,7 +473,10 @@ def _disown(run: Run, real_os_exit, interrupted, previous_sigterm) -> None:
     if run.clock is not None:
         run.clock.uninstall()
     run.child = None
-    if run.recorder is not None and hasattr(run.recorder, "restart_in_child"):
+    # Not with every thread recorded: that profile is global, and a fresh one in the child first stops it,
+    # reducing all the parent's events there (measured: minutes for a forked child of a model served from
+    # threads); the operator layer's notes say the children are not recorded then
+    if run.recorder is not None and hasattr(run.recorder, "restart_in_child") and not run.spec.all_threads:
         try:
             run.child = _ChildPass(run.spec, run.recorder, real_os_exit, sigterm)
         except Exception:  # noqa: BLE001 - the child runs unrecorded rather than fail

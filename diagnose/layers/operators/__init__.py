@@ -127,7 +127,11 @@ def _process_notes(outcome) -> list[str]:
     notes = []
     recorded = [c for c in outcome.children if c.raw]
     forked = outcome.result.forked if outcome.result else 0
-    if forked or recorded:
+    if forked and (outcome.result.raw or {}).get("all_threads"):
+        notes.append(f"the target forked {forked} process(es), not recorded: with every thread recorded, the "
+                     "profile a forked process inherits is global, and starting its own would first reduce all the "
+                     "parent's events in it; their torch work is not in this table")
+    elif forked or recorded:
         roles: dict[str, int] = {}
         for child in recorded:
             roles[child.role] = roles.get(child.role, 0) + 1
