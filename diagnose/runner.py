@@ -568,8 +568,9 @@ def _role() -> tuple[str, str | None]:
 
 def _end_children() -> None:
     """What multiprocessing does at the interpreter's exit, which a pass forked from the fork server skips (it
-    leaves by os._exit): terminate its daemonic children (DataLoader workers, Pool workers), join them all. The
-    operator pass's children then write their recordings before the pass ends (_ChildPass)."""
+    leaves by os._exit): run its finalizers (a Pool's semaphores, else the resource tracker warns of leaked ones
+    into the user's output), terminate its daemonic children (DataLoader workers, Pool workers), join them all.
+    The operator pass's children then write their recordings before the pass ends (_ChildPass)."""
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         try:
@@ -669,7 +670,7 @@ def main(argv: list[str]) -> int:
         else:
             os._exit = real_os_exit
             run.finish()
-            if spec.forked and hasattr(run.recorder, "restart_in_child"):
+            if spec.forked:
                 _end_children()
     sys.stdout.flush()
     sys.stderr.flush()
