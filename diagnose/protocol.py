@@ -222,7 +222,7 @@ class Applied:
 @dataclass
 class ChildResult:
     """What a process the target forked recorded in an operator pass, in children/<pid>/result.json: written by
-    that process only, atomically, when it ends (runner._ChildPass)."""
+    that process only, atomically, when it ends (children.ChildPass)."""
 
     pid: int
     role: str  # POOL_WORKER, DATALOADER_WORKER, PROCESS, FORKED_CHILD
@@ -259,7 +259,7 @@ class PassResult:
     rank: RankIdentity | None = None  # a torchrun rank's identity
     forked: int = 0  # processes the target forked (os.fork, fork Pools, DataLoader workers)
     # Python processes the target started from a fresh interpreter (spawn, forkserver, subprocess): no pass records
-    # them (runner._watch_exec)
+    # them (children.watch_exec)
     not_recorded: list[StartedProcess] = field(default_factory=list)
     ranks_reported: int | None = None  # a torchrun pass's merged result: ranks that wrote a result
     memory: MemoryReadings | None = None  # the uninstrumented pass's memory readings at the window's end

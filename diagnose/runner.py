@@ -16,7 +16,9 @@ starts over when a window begins; a script without steps is measured whole.
 The markers observers wait for are in diagnose/markers.py.
 
 It reads a protocol.PassSpec and writes a protocol.PassResult (the fields
-are documented there): only this process writes it, atomically.
+are documented there): only this process writes it, atomically. Nothing of
+it follows a process the target forks (`_disown`); in an operator pass such
+a process records itself (diagnose/children.py).
 
 Under torchrun (the spec has `distributed`), every rank runs this module: it
 works in `rank<RANK>/` under the pass workdir, writes its result.json there
@@ -36,13 +38,13 @@ import time
 import traceback
 from typing import Any
 
-from diagnose import markers, protocol
+from diagnose import children, markers, protocol
 from diagnose.doctor import process as process_facts
 from diagnose.doctor.environment import CpuStat, read_own_cpu_stat
 from diagnose.layers import get as get_layer
 from diagnose.protocol import PassResult, PassSpec, PinnedThreads, PinnedWorkers, TorchInfo, WindowSpec
 from diagnose.report import io as report_io
-from diagnose.report.model import Compile, GraphBreak, ProcessFacts, Recompile, StartedProcess, SubnormalScan, ThreadCall
+from diagnose.report.model import Compile, GraphBreak, ProcessFacts, Recompile, SubnormalScan, ThreadCall
 from diagnose.stall import STACKS_FILE
 from diagnose.steps import StepClock, WindowComplete
 from diagnose.usercode import UserCode
@@ -212,7 +214,7 @@ class Run:
         self.ended_after_window = False
         self.whatif = None  # a what-if pass's variant (diagnose/whatif/child.py)
         self.script_length: tuple[int | None, str] | None = None  # the memory layer's (total steps, how read)
-        self.child: _ChildPass | None = None  # in a process the target forked during an operator pass
+        self.child: children.ChildPass | None = None  # in a process the target forked during an operator pass
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result.exit_code = code
@@ -459,9 +461,8 @@ def _disown(run: Run, real_os_exit, interrupted, previous_sigterm) -> None:
     what it did before the runner (Pool.terminate() ends workers silently, as in a plain run), no stack dump goes
     to the pass's file, the step clock's hooks are gone, and the pass's result is never written from it.
 
-    In an operator pass the child is recorded by a pass of its own (`_ChildPass`), which writes its own file
-    when the child ends: at os._exit (how multiprocessing ends its children), at SIGTERM where the target left
-    the default action (Pool.terminate(), a daemonic child at exit), or when its interpreter exits."""
+    In an operator pass the child is recorded by a pass of its own (children.ChildPass), which writes its own
+    file when it ends."""
     os._exit = real_os_exit
     sigterm = previous_sigterm if signal.getsignal(signal.SIGTERM) is interrupted else signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, sigterm)
@@ -478,138 +479,9 @@ def _disown(run: Run, real_os_exit, interrupted, previous_sigterm) -> None:
     # threads); the operator layer's notes say the children are not recorded then
     if run.recorder is not None and hasattr(run.recorder, "restart_in_child") and not run.spec.all_threads:
         try:
-            run.child = _ChildPass(run.spec, run.recorder, real_os_exit, sigterm)
+            run.child = children.ChildPass(run.spec, run.recorder, real_os_exit, sigterm)
         except Exception:  # noqa: BLE001 - the child runs unrecorded rather than fail
             run.child = None
-
-
-class _ChildPass:
-    """An operator pass's recording of a process the target forked, from the fork to the child's end (the
-    parent's window does not reach it). It writes protocol.ChildResult into children/<pid>/ once, atomically;
-    the parent merges it (layers/operators/processes.py)."""
-
-    def __init__(self, spec: PassSpec, recorder, real_os_exit, sigterm):
-        self.spec, self.recorder, self.real_os_exit = spec, recorder, real_os_exit
-        self.t0 = time.perf_counter()
-        self.done = False
-        recorder.restart_in_child()
-
-        def exit_hook(code):
-            self.end("os._exit")
-            real_os_exit(code)
-
-        os._exit = exit_hook
-        self.sigterm_exit: int | None = None  # SIGTERM ends the child with os._exit(this); None: by the signal
-        if sigterm == signal.SIG_DFL:  # the default action, after the recording is written
-            signal.signal(signal.SIGTERM, self._terminated)
-        handling = sys.modules.get("torch.utils.data._utils.signal_handling")
-        if handling is not None:
-            real = handling._set_worker_signal_handlers  # noqa: SLF001
-
-            def set_worker_signal_handlers(*args, **kwargs):
-                # a DataLoader worker: torch's SIGTERM handler (C) ends it with _exit(0) when its parent asks, as
-                # at exit with persistent workers; the same here, once the recording is written
-                real(*args, **kwargs)
-                self.sigterm_exit = 0
-                signal.signal(signal.SIGTERM, self._terminated)
-
-            handling._set_worker_signal_handlers = set_worker_signal_handlers  # noqa: SLF001
-
-    def _terminated(self, signum, _frame) -> None:
-        if self.done:  # arrived as the child was writing on its way out (os._exit): that write ends it
-            return
-        self.end("SIGTERM")
-        if self.sigterm_exit is not None:
-            self.real_os_exit(self.sigterm_exit)
-        signal.signal(signum, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
-        os.kill(os.getpid(), signum)
-
-    def end(self, how: str) -> None:
-        if self.done:
-            return
-        self.done = True
-        # no SIGTERM while the recording is written (Pool.terminate() right after the worker's own exit): the
-        # default action would end the process half-way
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        pid = os.getpid()
-        role, name = _role()
-        child = protocol.ChildResult(pid=pid, role=role, name=name, ended=how,
-                                     wall_s=time.perf_counter() - self.t0)
-        workdir = protocol.child_dir(self.spec.workdir, pid)
-        try:
-            os.makedirs(workdir, exist_ok=True)
-            self.recorder.stop()
-            child.raw = self.recorder.collect(workdir)
-        except Exception as exc:  # noqa: BLE001 - reported as this child's failure
-            child.raw_error = f"{type(exc).__name__}: {exc}"
-        try:
-            protocol.write(child, os.path.join(workdir, protocol.RESULT_FILE))
-        except OSError:
-            pass
-
-
-def _role() -> tuple[str, str | None]:
-    """This forked process's role (protocol.POOL_WORKER, ...) and multiprocessing's name for it."""
-    worker = sys.modules.get("torch.utils.data._utils.worker")
-    mp = sys.modules.get("multiprocessing")
-    process = mp.current_process() if mp is not None and mp.parent_process() is not None else None
-    name = process.name if process is not None else None
-    if worker is not None and getattr(worker, "_worker_info", None) is not None:
-        return protocol.DATALOADER_WORKER, name
-    if process is None:
-        return protocol.FORKED_CHILD, None
-    target = getattr(process, "_target", None)
-    where = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
-    if where in ("multiprocessing.pool.worker", "concurrent.futures.process._process_worker"):
-        return protocol.POOL_WORKER, name
-    return protocol.PROCESS, name
-
-
-def _end_children() -> None:
-    """What multiprocessing does at the interpreter's exit, which a pass forked from the fork server skips (it
-    leaves by os._exit): run its finalizers (a Pool's semaphores, else the resource tracker warns of leaked ones
-    into the user's output), terminate its daemonic children (DataLoader workers, Pool workers), join them all.
-    The operator pass's children then write their recordings before the pass ends (_ChildPass)."""
-    util = sys.modules.get("multiprocessing.util")
-    if util is not None:
-        try:
-            util._exit_function()  # noqa: SLF001
-        except Exception:  # noqa: BLE001 - the pass's result is written already
-            pass
-
-
-def _watch_exec(run: Run, owner: int) -> None:
-    """Note the Python processes the target starts from a fresh interpreter (multiprocessing's spawn and
-    forkserver, subprocess): the operator pass records none of them, and says so (PassResult.not_recorded).
-    Both start through _posixsubprocess.fork_exec (subprocess holds its own name for it)."""
-    try:
-        import _posixsubprocess
-        import subprocess
-    except ImportError:
-        return
-    executable = os.path.realpath(sys.executable)
-
-    def watched(real):
-        def fork_exec(args, *rest, **kwargs):
-            pid = real(args, *rest, **kwargs)
-            if os.getpid() == owner and len(run.result.not_recorded) < 100:
-                argv = [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in args or ()]
-                program = os.path.basename(argv[0]) if argv else ""
-                text = " ".join(argv)
-                # multiprocessing's resource tracker runs no torch: not the user's work
-                if argv and (os.path.realpath(argv[0]) == executable or program.startswith("python")) \
-                        and "multiprocessing.resource_tracker" not in text:
-                    how = ("spawn" if "spawn_main" in text else "forkserver" if "multiprocessing.forkserver" in text
-                           else "subprocess")
-                    run.result.not_recorded.append(StartedProcess(how=how, command=text[:200], pid=pid))
-            return pid
-
-        return fork_exec
-
-    if getattr(subprocess, "_fork_exec", None) is not None:
-        subprocess._fork_exec = watched(subprocess._fork_exec)  # noqa: SLF001
-    _posixsubprocess.fork_exec = watched(_posixsubprocess.fork_exec)
 
 
 def main(argv: list[str]) -> int:
@@ -642,7 +514,7 @@ def main(argv: list[str]) -> int:
     os.register_at_fork(after_in_child=lambda: _disown(run, real_os_exit, interrupted, previous_sigterm),
                         after_in_parent=lambda: _count_fork(run, owner))
     if spec.instrumented:
-        _watch_exec(run, owner)
+        children.watch_exec(run.result, owner)
     code = 0
     try:
         run.execute()
@@ -671,7 +543,7 @@ def main(argv: list[str]) -> int:
             os._exit = real_os_exit
             run.finish()
             if spec.forked:
-                _end_children()
+                children.end_children()
     sys.stdout.flush()
     sys.stderr.flush()
     if spec.rank is not None and run.ended_after_window:

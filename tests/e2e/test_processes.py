@@ -4,7 +4,7 @@ instrument, and every child's torch work is seen, or said not to be.
 Every forked child used to inherit the runner's os._exit hook and its SIGTERM handler: `with Pool(...)` ends its
 workers with SIGTERM, so each worker printed a KeyboardInterrupt traceback into the user's output and then wrote
 the pass's result file from its own process. Now a forked child records itself from the fork to its end and
-writes its own file (runner._ChildPass); the parent merges them (layers/operators/processes.py). The cases are
+writes its own file (children.ChildPass); the parent merges them (layers/operators/processes.py). The cases are
 the fault table's (tests/data/processes/cases.py), each run once here with the operator pass only;
 benchmarks/process_faults.py runs each five times under the default layers.
 """

@@ -1,5 +1,5 @@
 """The operator pass of a target that forks (issue 33), without running anything: the children's files as the
-runner's _ChildPass writes them, read back (protocol.read_children) and merged with the main process's raw data
+children.ChildPass writes them, read back (protocol.read_children) and merged with the main process's raw data
 through the operators layer, as a run analyses the pass."""
 
 from __future__ import annotations

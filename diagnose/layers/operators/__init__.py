@@ -7,7 +7,7 @@
   input shapes) for the report (report/rows.py sums them);
 - processes.py (parent side): under torchrun every rank's raw rows and
   trace.json, else those of the processes the target forked (each recorded
-  by itself, runner._ChildPass), merged first, so the report's table sums
+  by itself, children.ChildPass), merged first, so the report's table sums
   the processes, each row saying in which role of process and which Python
   thread its calls ran.
 """

@@ -5,7 +5,7 @@ Two cases, one merge:
   rows in its result (`RankOutcome.result.raw`, distributed/collect.py) and its
   trace.json in `rank<R>/` under the pass's workdir (distributed/launcher.py);
 - processes the target forked (`with_children(raw, children, workdir)`): each
-  one recorded itself from its start to its end (runner._ChildPass) and wrote
+  one recorded itself from its start to its end (children.ChildPass) and wrote
   a protocol.ChildResult and its trace.json in `children/<pid>/`; the target's
   own process leads, and every child's rows carry its role (pool worker,
   DataLoader worker, ...) as `role`.

@@ -570,7 +570,7 @@ class OperatorsRecorder(Recorder):
             pass
 
     def restart_in_child(self) -> None:
-        """In a process the target forked (runner._ChildPass): record it from here to its end, whole.
+        """In a process the target forked (children.ChildPass): record it from here to its end, whole.
 
         The profile this process inherited is the parent's: stopping it here would reduce all the parent's
         events in this process (seconds), so it is left as it is, and a fresh one records this process. The
