@@ -74,7 +74,7 @@ def run_case(case: Case, runs: int) -> tuple[list, float, float]:
 def table(done: list[tuple[Case, list, float, float]], runs: int) -> str:
     lines = [HEADING, "",
              (f"`benchmarks/process_faults.py --runs {runs}`, {datetime.date.today()}, {cpu_model()} "
-              f"({usable_cpus()} usable CPUs), Python {platform.python_version()}; each case under the default "
+              f"({usable_cpus()[0]} usable CPUs), Python {platform.python_version()}; each case under the default "
               "layers, judged against its plain run (tests/data/processes/cases.py says what each must show). "
               "A cell counts the runs that passed."), "",
              "| case | " + " | ".join(COLUMNS) + " | plain s | diagnose s | what failed |",
