@@ -205,14 +205,19 @@ def of(report: Report) -> StepBudget | None:
         # kernels' share is of that pass's step without its allocator time, carried to this step without ours
         op_alloc_in = (op_faults or 0.0) * (fault_us + free_us * (1 - freed_out)) * 1e-6
         op_alloc = (op_faults or 0.0) * (fault_us + free_us) * 1e-6
-        calls = sum(r.calls for r in report.operators)
+        # the target's own process: the processes it forked run their operators (and their events and labels)
+        # beside its steps, not in them
+        mains = [(r, *r.in_main_process()) for r in report.operators]
+        all_us = sum(r.self_cpu_us for r in report.operators)
+        main_share = sum(us for _, us, _ in mains) / all_us if all_us else 1.0
+        calls = sum(n for _, _, n in mains)
         # what recording added to that pass's step, between operators: its user-line labels' self time (the
         # recorder's work, and the Python, dispatch and frees of the line, which the other slices measured here),
         # and at least the recorder's measured cost per call for each event it recorded
-        events = max(calls, ops.events or 0)
+        events = max(calls, round((ops.events or 0) * main_share))
         between = sum(slices[k].s for k in ("python", "dispatch") if k in slices) + free_out_s
         recording = max(events * (costs.profiler_call_us or 0.0) * 1e-6 / op_n,
-                        (ops.attribution_overhead_us or 0.0) * 1e-6 / op_n - between)
+                        (ops.attribution_overhead_us or 0.0) * main_share * 1e-6 / op_n - between)
         op_step = op_span / op_n
         base_op, base = op_step - op_alloc - recording, step_s - (fault_s + free_in_s + free_out_s)
 
@@ -222,15 +227,18 @@ def of(report: Report) -> StepBudget | None:
             own = max(0.0, (self_us - calls * costs.profiler_self_us) * 1e-6 / op_n - faults_s)
             return own / base_op * max(0.0, base) if base_op > 0 else 0.0
 
-        raw_s = max(0.0, (ops.total_self_cpu_us - calls * costs.profiler_self_us) * 1e-6 / op_n)
-        kernel_s = kernel(ops.total_self_cpu_us, calls, min(op_alloc_in, raw_s))
+        main_us = ops.total_self_cpu_us * main_share
+        raw_s = max(0.0, (main_us - calls * costs.profiler_self_us) * 1e-6 / op_n)
+        kernel_s = kernel(main_us, calls, min(op_alloc_in, raw_s))
         kept = kernel_s / (raw_s / base_op * max(0.0, base)) if raw_s and base_op > 0 and base > 0 else 0.0
         items = [BudgetItem(label=f"{r.name} {fmt.shapes(r.input_shapes, limit=1 << 16)}",
-                            s=kernel(r.self_cpu_us, r.calls) * kept, op=r.name, module=r.module, location=r.source)
-                 for r in sorted(report.operators, key=lambda r: -r.self_cpu_us)[:TOP]]
+                            s=kernel(us, n) * kept, op=r.name, module=r.module, location=r.source)
+                 for r, us, n in sorted(mains, key=lambda m: -m[1])[:TOP] if us > 0]
         slices["kernels"] = BudgetSlice(
             "kernels", kernel_s,
-            f"operator self time in the operator pass, less the profiler's fixed {costs.profiler_self_us:g} µs of "
+            "operator self time in the operator pass"
+            + (" (the target's own process: its forked processes run beside its steps)" if main_share < 1.0 else "")
+            + f", less the profiler's fixed {costs.profiler_self_us:g} µs of "
             f"each of its {calls:,} calls and less that pass's own allocator time ({op_faults or 0:,.0f} faults a "
             f"{name}), as a share of its step without that time and without what recording added "
             f"({1e3 * recording:.3g} ms a {name}: its line labels' self time less the Python, dispatch and frees "

@@ -539,6 +539,14 @@ class OperatorRow:
     # where its calls ran: process role and Python thread, by self time, largest first (every role's processes summed)
     processes: list[ProcessShare] = field(default_factory=list)
 
+    def in_main_process(self) -> tuple[float, int]:
+        """(self CPU µs, calls) of its calls in the target's own process, any thread: what its steps hold (the
+        processes it forked run beside them); the whole row in a report from before `processes`."""
+        if not self.processes:
+            return self.self_cpu_us, self.calls
+        main = [s for s in self.processes if s.role == "main"]
+        return sum(s.self_cpu_us for s in main), sum(s.calls for s in main)
+
     def where_module(self) -> str | None:
         """The module that ran it, `encoder.layer.*.intermediate.dense (Linear)`: its instances' differing
         indices as `*`; None when it ran outside every module."""
