@@ -293,6 +293,9 @@ class WhatIfPass:
     apply_s: float | None = None  # applying the change (torch.compile() itself)
     compile: Compile | None = None  # torch.compile's counters at the window's end
     graph_breaks: list[GraphBreakAt] = field(default_factory=list)  # dynamo's graph-break log, source as a path
+    # channels_last: tensors the variant changed the layout of (4-D parameters and buffers at its first call, 4-D
+    # inputs at every call); 0: it changed nothing (no 4-D tensor, or all channels-last already)
+    converted: int = 0
 
 
 def iteration_stats(samples: list[float]) -> IterationStats | None:

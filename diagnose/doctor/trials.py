@@ -23,6 +23,13 @@ passes are pooled:
   "slower" mirrors that; anything else is "no gain".
 A script without steps gives one time per pass (its whole run): then there is
 no interval, and every round must agree beyond the floor.
+
+Structural truths come before statistics: a change that provably changes
+nothing on this workload (a NoEffect: an allocator when the steps fault in no
+page, flush_denormal when no subnormal value was seen; the what-if layer adds
+its own, diagnose/whatif/variants.py) is "no gain" with its reason, whatever
+its timings say: on short or noisy steps an A/A pair can pass every test
+above by chance, and a recommendation that cannot be true is worse than none.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from diagnose.doctor.environment import BLAS_VARIABLE_FACT
+from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
-from diagnose.report.model import DoctorCheck, Trial
+from diagnose.report.model import DoctorCheck, NoEffect, Trial
 
 ROUNDS = 3
 BOOTSTRAP_RESAMPLES = 2000
@@ -139,6 +147,29 @@ def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpu
     return variants, notes
 
 
+def no_effect(check: str, checks: list[DoctorCheck]) -> NoEffect | None:
+    """Why a change answering `check` provably changes nothing on this workload, from that check's readings
+    (None: nothing known, or something to change): an allocator when the steps fault in no fresh page (what the
+    allocator settings avoid), flush_denormal when the scans saw no subnormal value."""
+    found = next((c for c in checks if c.name == check), None)
+    if found is None or found.status == "skipped":
+        return None
+    facts = {f.name: f for f in found.facts}
+    if check == "page_faults":
+        per = next((f for name, f in facts.items() if name.startswith(FAULTS_PER)), None)
+        if per is not None and per.value == 0:
+            return NoEffect("no page faults", f"{per.name}: fewer than 1 ({per.source}); the allocator settings "
+                                              "change how freed pages are kept, and no step takes a fresh page")
+    if check == "denormals":
+        seen = facts.get(SUBNORMALS_FACT)
+        scanned = facts.get("values scanned")
+        if seen is not None and seen.value == 0:
+            return NoEffect("no subnormal values", f"0 subnormal values among {scanned.value if scanned else '?'} "
+                                                   "scanned in the weights and inputs; flushing changes only "
+                                                   "arithmetic on subnormals")
+    return None
+
+
 # ---------------------------------------------------------------- statistics
 
 
@@ -170,8 +201,10 @@ def noise_floor(base: list[list[float]]) -> float:
     return math.expm1(statistics.median(logs)) if logs else 0.0
 
 
-def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per_round: list[float]) -> Trial:
-    """Fill the trial's numbers and verdict from the baseline's and the variant's passes (module docstring)."""
+def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per_round: list[float],
+          unchanged: NoEffect | None = None) -> Trial:
+    """Fill the trial's numbers and verdict from the baseline's and the variant's passes (module docstring); a
+    change that provably changes nothing (`unchanged`) is "no gain" before any statistic."""
     trial.baseline_step_s = round(_pooled_median(base), 6)
     trial.variant_step_s = round(_pooled_median(variant), 6)
     trial.speedup = round(trial.baseline_step_s / trial.variant_step_s, 3) if trial.variant_step_s else None
@@ -184,6 +217,8 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
     faster = all(r > 1.0 for r in per_round) and s - 1.0 > floor and (ci is None or ci[0] > 1.0)
     slower = all(r < 1.0 for r in per_round) and 1.0 / s - 1.0 > floor and (ci is None or ci[1] < 1.0)
     trial.verdict = "win" if faster else "slower" if slower else "no gain"
+    if unchanged is not None:
+        trial.verdict, trial.no_effect = "no gain", unchanged
     return trial
 
 
@@ -216,10 +251,12 @@ def pass_name(round_index: int, side: str) -> str:
 
 
 def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
-               baseline: Overrides = Overrides()) -> list[Trial]:
+               baseline: Overrides = Overrides(),
+               unchanged: Callable[[Variant], NoEffect | None] | None = None) -> list[Trial]:
     """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
     times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
-    `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture)."""
+    `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture). `unchanged`:
+    asked after the rounds, why a variant provably changed nothing (what its passes or the report say)."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: list[list[float]] = []
     passes: dict[str, list[list[float]]] = {v.name: [] for v in variants}
@@ -258,7 +295,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
         if not passes[v.name] or not base:
             t.verdict, t.reason = "failed", "no round measured both the baseline and this change"
             continue
-        judge(t, base, passes[v.name], per_round[v.name])
+        judge(t, base, passes[v.name], per_round[v.name], unchanged(v) if unchanged else None)
     return list(trials.values())
 
 

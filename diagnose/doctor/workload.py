@@ -42,6 +42,8 @@ PAGE_FAULT_WARN_PCT = 10.0
 MMAP_THRESHOLD_BYTES = 32 << 20
 SUBNORMAL_WARN_SHARE = 0.01
 PAGE_FAULTS_SOURCE = "/proc/self/stat minflt, uninstrumented pass"
+FAULTS_PER = "minor page faults per "  # + the unit ("step", "call"): the fact the allocator trials' no_effect reads
+SUBNORMALS_FACT = "subnormal values"  # all values scanned below the smallest normal: flush_denormal's no_effect
 
 
 def fault_share(report: Report) -> tuple[str, float, float, float] | None:
@@ -66,7 +68,7 @@ def check_page_faults(report: Report) -> DoctorCheck:
     unit, per, median_s, share = measured
     process = report.doctor.process if report.doctor else None
     allocator = classify(process.libraries).allocator if process and process.libraries else None
-    facts = [Fact(f"minor page faults per {unit}", round(per), "faults", PAGE_FAULTS_SOURCE),
+    facts = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", PAGE_FAULTS_SOURCE),
              Fact("minor page faults per second", round(per / median_s), "faults/s", PAGE_FAULTS_SOURCE),
              Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",
                   f"{FAULT_US:g} µs per fault (diagnose/doctor/workload.py)"),
@@ -107,7 +109,7 @@ def check_denormals(report: Report) -> DoctorCheck:
         return DoctorCheck("denormals", "skipped", f"Nothing to scan: {why or 'no tensors'}.")
     facts = [Fact("tensors scanned", len(scans), "", scope),
              Fact("values scanned", sum(s.scanned for s, _ in scans), "values", "strided sample of large tensors"),
-             Fact("subnormal values", sum(s.subnormal for s, _ in scans), "values", "below torch.finfo(dtype).tiny")]
+             Fact(SUBNORMALS_FACT, sum(s.subnormal for s, _ in scans), "values", "below torch.finfo(dtype).tiny")]
     flagged = sorted(((s, src) for s, src in scans if s.nonzero and s.subnormal / s.nonzero >= SUBNORMAL_WARN_SHARE),
                      key=lambda ss: -ss[0].subnormal)
     for s, src in flagged[:3]:

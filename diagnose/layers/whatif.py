@@ -72,12 +72,16 @@ class WhatIfLayer(Layer):
         variants = [trials_mod.Variant(c.name, "what_if", c.change, overrides=Overrides(
             what_if=WhatIfSpec(c.name, out_dir), flush_denormal=c.name == "flush_denormal")) for c in chosen]
         run = trials_mod.counted(context.rerun, passes, context.on_trial, "what-if")
-        t0 = time.monotonic()
-        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline)}
-        what_if.elapsed_s = round(time.monotonic() - t0, 1)
+
         def pass_info(r: int, side: str) -> WhatIfPass | None:  # what one pass wrote (whatif/child.py), or None
             return protocol.read_result(os.path.join(out_dir, f"{trials_mod.pass_name(r, side)}.json"), WhatIfPass)
 
+        def unchanged(v: trials_mod.Variant):  # a structural truth before any statistic (variants.no_effect)
+            return variants_mod.no_effect(v.name, report, [pass_info(r, v.name) for r in range(rounds)])
+
+        t0 = time.monotonic()
+        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline, unchanged)}
+        what_if.elapsed_s = round(time.monotonic() - t0, 1)
         unchecked = outputs.self_check(pass_info(1, "baseline"))
         reference = pass_info(0, "baseline")
         compared = reference.captured if reference else None
@@ -95,12 +99,6 @@ class WhatIfLayer(Layer):
                                 recommended=trial.verdict == "win" and check.status == "match")
             if c.name == "compile":
                 row.compile = _compile_cost([pass_info(r, c.name) for r in range(rounds)], trial, code)
-                if not row.compile.graphs and trial.verdict != "failed":
-                    # a structural truth before any statistic: nothing was compiled, so nothing changed, whatever
-                    # a noisy A/B says (issue 34: graph_breaks.py was once measured a 'win' this way)
-                    trial.verdict, row.recommended = "no gain", False
-                    trial.reason = ("no compiled graph: dynamo compiled nothing here (every frame ran eagerly), so "
-                                    "torch.compile changes nothing; any measured difference is noise")
             what_if.variants.append(row)
         if unchecked:
             what_if.notes.append(f"outputs not checked: {unchecked}; no variant is recommended without that check")

@@ -249,8 +249,16 @@ def doctor_check_rows(report: Report) -> list[tuple[str, ...]]:
 
 
 def _trial_verdict(t) -> str:
+    if t.no_effect is not None:
+        return f"no gain ({t.no_effect.reason})"
     return {"win": "win: recommended", "no gain": "tried: no gain", "slower": "tried: slower"}.get(
         t.verdict, f"{t.verdict}" + (f" ({t.reason})" if t.reason else ""))
+
+
+def no_effect_line(t) -> str | None:
+    """A trial whose change provably changes nothing here: "REASON: NAME changes nothing here (EVIDENCE)"."""
+    e = t.no_effect
+    return f"{e.reason}: {t.name} changes nothing here ({e.evidence})" if e is not None else None
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
@@ -303,6 +311,8 @@ def what_if_lines(report: Report) -> list[str]:
     for v in w.variants:
         if v.recommended:
             out.append(f"{v.name}: {v.trial.change}")
+        elif v.trial.no_effect is not None:
+            out.append(f"{v.name}: {no_effect_line(v.trial)}")
         elif v.trial.reason:
             out.append(f"{v.name}: {v.trial.verdict}: {v.trial.reason}")
         elif v.outputs.status != "match" and v.outputs.reason and v.trial.verdict != "failed":
@@ -346,6 +356,8 @@ def doctor_lines(report: Report) -> list[str]:
     for t in doctor.trials:
         if t.verdict == "win" and not t.env:
             out.append(f"measured win, a code change: {t.change}")
+        elif t.no_effect is not None:
+            out.append(no_effect_line(t))
     if doctor.launch:
         out.append(f"launch with: {doctor.launch}")
     return out

@@ -43,6 +43,8 @@ migration to io.MIGRATIONS):
         their calls ran in) and operator_summary's `children` and
         `not_recorded` (processes the target started) added later
         (additive: empty in older reports).
+        a trial's no_effect (why its change provably changes nothing here)
+        added later (additive: null in older reports).
 """
 
 from __future__ import annotations
@@ -291,6 +293,18 @@ class DoctorCheck:
 
 
 @dataclass
+class NoEffect:
+    """Why a trial's change provably changes nothing on this workload: a structural fact read from the run, not a
+    timing (diagnose/doctor/trials.py `judge` decides it before any statistic: the trial is then "no gain", never a
+    win, whatever its timings say)."""
+
+    # "no compiled graph", "no tensor converted", "autograd recorded nothing", "no page faults",
+    # "no subnormal values"
+    reason: str
+    evidence: str  # the reading it rests on: "torch._dynamo compiled 0 graphs in each of 3 runs; ..."
+
+
+@dataclass
 class Trial:
     """An A/B of the user's own workload with one change applied from outside (diagnose/doctor/trials.py)."""
 
@@ -308,7 +322,10 @@ class Trial:
     ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
     noise_floor_pct: float | None = None  # same-setting variation between passes
     verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
-    reason: str | None = None  # why skipped or failed, or why a change provably changes nothing ("no gain")
+    reason: str | None = None  # why skipped or failed
+    # why the change provably changes nothing here (then the verdict is "no gain", whatever the timings); None: no
+    # such structural fact, the statistics decide
+    no_effect: NoEffect | None = None
 
 
 @dataclass

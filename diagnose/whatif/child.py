@@ -75,6 +75,7 @@ class WhatIfChild:
         self.applied: str | None = None
         self.diff: OutputDiff | None = None  # against the reference pass's output (outputs.difference)
         self.breaks: list[str] = []  # torch._dynamo's graph-break log records (compile)
+        self.converted = 0  # channels_last: tensors whose layout it changed (protocol.WhatIfPass.converted)
         self._handle = None
         self.hook_note: str | None = None  # the model refused hooks of its own (modulehooks.hook_root)
         self.written = False
@@ -137,8 +138,11 @@ class WhatIfChild:
         elif v == "bf16":
             module.forward = torch.autocast("cpu", dtype=torch.bfloat16)(module.forward)
         elif v == "channels_last":
-            module.to(memory_format=torch.channels_last)
-            module.forward = _channels_last_inputs(torch, module.forward)
+            fmt = torch.channels_last
+            self.converted += sum(1 for t in [*module.parameters(), *module.buffers()]
+                                  if t.dim() == 4 and not t.is_contiguous(memory_format=fmt))
+            module.to(memory_format=fmt)
+            module.forward = self._channels_last_inputs(module.forward)
         elif v == "float32":
             for tensor in (*module.parameters(), *module.buffers()):
                 if tensor.dtype is torch.float64:
@@ -150,6 +154,20 @@ class WhatIfChild:
         else:
             return "nothing to wrap" if v else "baseline"
         return f"{v} applied to {self.root_name}"
+
+    def _channels_last_inputs(self, forward):
+        torch = self.torch
+
+        def convert(x):
+            if isinstance(x, torch.Tensor) and x.dim() == 4:
+                y = x.contiguous(memory_format=torch.channels_last)
+                self.converted += y is not x  # already channels-last: the same tensor back, nothing changed
+                return y
+            return x
+
+        def wrapped(*args, **kwargs):
+            return forward(*[convert(a) for a in args], **{k: convert(v) for k, v in kwargs.items()})
+        return wrapped
 
     def _on_pre(self, module, args, kwargs) -> None:
         self.calls += 1
@@ -188,18 +206,8 @@ class WhatIfChild:
         protocol.write(WhatIfPass(
             variant=self.variant, root=self.root_name, applied=self.applied, calls=self.calls, captured=self.captured,
             diff=self.diff, first_call_s=self.first_call_s, apply_s=self.apply_s, compile=compile_info,
-            graph_breaks=graph_breaks(self.breaks)), os.path.join(self.out_dir, f"{self.pass_name}.json"))
-
-
-def _channels_last_inputs(torch, forward):
-    def convert(x):
-        if isinstance(x, torch.Tensor) and x.dim() == 4:
-            return x.contiguous(memory_format=torch.channels_last)
-        return x
-
-    def wrapped(*args, **kwargs):
-        return forward(*[convert(a) for a in args], **{k: convert(v) for k, v in kwargs.items()})
-    return wrapped
+            graph_breaks=graph_breaks(self.breaks), converted=self.converted),
+            os.path.join(self.out_dir, f"{self.pass_name}.json"))
 
 
 def _float32_forward(torch, forward):

@@ -20,16 +20,28 @@ compiles already, any model change without a model). Conditions:
   warned).
 Every variant but flush_denormal needs an nn.Module: it is applied to the
 outermost one (diagnose/whatif/child.py).
+
+After the rounds, `no_effect` says when a variant that ran provably changed
+nothing (its trial is then "no gain" before any statistic, doctor/trials.py):
+- compile: torch._dynamo compiled no graph in any of its runs (every frame
+  skipped or run eagerly, e.g. after a graph break inside a loop);
+- channels_last: it changed the layout of no tensor (no 4-D parameter or
+  buffer, no 4-D input reached the forward, or all were channels-last);
+- inference_mode: autograd recorded nothing in the operator pass's window
+  (the script runs under no_grad or inference_mode already);
+- flush_denormal: the doctor's scans saw no subnormal value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diagnose.doctor import trials
 from diagnose.doctor.environment import LOW_PRECISION
 from diagnose.findings import dtypes
 from diagnose.machine import read_cpu_flags
-from diagnose.report.model import Report, WhatIfSkipped
+from diagnose.protocol import WhatIfPass
+from diagnose.report.model import NoEffect, Report, WhatIfSkipped
 
 ORDER = ("inference_mode", "channels_last", "bf16", "float32", "compile", "flush_denormal")
 CONV_OPS = ("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution",
@@ -158,3 +170,27 @@ def choose(report: Report, requested: list[str], cpuinfo: str = "/proc/cpuinfo"
         elif auto or asked:
             skipped.append(WhatIfSkipped(name, why))
     return chosen, skipped
+
+
+def no_effect(name: str, report: Report, passes: list[WhatIfPass | None]) -> NoEffect | None:
+    """Why variant `name` provably changed nothing in its runs (`passes`: what each of its passes wrote, round by
+    round; None where a pass wrote nothing), or None (module docstring)."""
+    done = [p for p in passes if p is not None]
+    if name == "compile" and done and all(p.compile is not None and p.compile.error is None and not p.compile.graphs
+                                          for p in done):
+        gave_up = {(b.source, b.reason) for p in done for b in p.graph_breaks if b.skipped}
+        return NoEffect("no compiled graph", f"torch._dynamo compiled 0 graphs in each of the {len(done)} compile "
+                        "runs" + (", having given up on the whole function at a graph break inside a loop" if gave_up
+                                  else "") + ": the model ran eagerly")
+    if name == "channels_last" and done and all(p.converted == 0 and (p.applied or "").startswith(name)
+                                                for p in done):
+        return NoEffect("no tensor converted", f"in each of the {len(done)} channels_last runs no tensor changed "
+                        "layout: the model has no 4-D parameter or buffer, and no 4-D input reached its forward "
+                        "(or all were channels-last already)")
+    a = report.autograd
+    if name == "inference_mode" and a is not None and a.calls and not a.recording_calls:
+        return NoEffect("autograd recorded nothing", f"0 of the {a.calls} torch calls in the operator pass's window "
+                        f"recorded an autograd graph ({a.grad_mode_off_calls} ran under no_grad or inference_mode)")
+    if name == "flush_denormal" and report.doctor is not None:
+        return trials.no_effect("denormals", report.doctor.checks)
+    return None

@@ -89,9 +89,10 @@ def test_graph_breaks_are_listed_with_their_reason_and_line(tmp_path):
     # dynamo compiled no graph (the whole forward runs eagerly): a structural truth decides before any statistic,
     # so a noisy A/B can never call it a win (it once did, on a quiet EPYC: issue 34)
     assert v["compile"]["graphs"] == 0 and v["trial"]["verdict"] == "no gain", v
-    assert "no compiled graph" in v["trial"]["reason"] and not v["recommended"]
+    assert v["trial"]["no_effect"]["reason"] == "no compiled graph" and not v["recommended"], v["trial"]
     text = run_cli("--load", str(tmp_path / "r" / "report.json")).stdout
     assert "graph break at" in text and line in text
+    assert "no compiled graph: compile changes nothing here" in text
 
 
 def test_the_control_gets_no_recommendation_that_was_not_measured(tmp_path):

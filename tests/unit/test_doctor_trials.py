@@ -13,6 +13,8 @@ from diagnose.report.model import (
     Doctor,
     DoctorCheck,
     IterationStats,
+    LayerStatus,
+    NoEffect,
     OperatorRow,
     ProcessFacts,
     Report,
@@ -188,3 +190,60 @@ def test_sides_without_a_launch_environment_all_run_forked():
                                        "trial-1-baseline"]
     assert all(env == {} for _, env, _ in seen)  # {}: the re-run may fork from the fork server
     assert [o.flush_denormal for _, _, o in seen] == [False, True, True, False]
+
+
+def test_a_change_that_provably_changes_nothing_is_no_gain_whatever_the_timings():
+    # an A/A pair can pass every statistical test by chance (issue 34): the structural truth decides first
+    base = [_steps(0.100, seed=i) for i in range(3)]
+    fast = [_steps(0.050, seed=10 + i) for i in range(3)]
+    none = NoEffect("no page faults", "minor page faults per step: fewer than 1")
+    t = T.judge(Trial("jemalloc", "page_faults", "x"), base, fast, [2.0, 2.0, 2.0], unchanged=none)
+    assert t.verdict == "no gain" and t.no_effect == none
+    assert t.speedup > 1.9 and t.ci_low > 1.8  # the timings are still shown, as measured
+    slow = [_steps(0.200, seed=20 + i) for i in range(3)]
+    assert T.judge(Trial("a", "c", "x"), base, slow, [0.5, 0.5, 0.5], unchanged=none).verdict == "no gain"
+    # run_trials asks after the rounds, per variant
+    times = {"baseline": 0.1, "jemalloc": 0.05, "flush_denormal": 0.05}
+
+    def run(name, env, options):
+        return _steps(times[name.split("-", 2)[2]], seed=len(name))
+
+    out = {t.name: t for t in T.run_trials([T.Variant("jemalloc", "page_faults", "j", {"A": "1"}),
+                                            T.flush_denormal_variant()], run,
+                                           unchanged=lambda v: none if v.check == "page_faults" else None)}
+    assert out["jemalloc"].verdict == "no gain" and out["jemalloc"].no_effect == none
+    assert out["flush_denormal"].verdict == "win" and out["flush_denormal"].no_effect is None
+    assert T.launch_line(list(out.values()), "python t.py") is None
+
+
+def test_no_page_faults_and_no_subnormals_seen_are_structural_no_effects():
+    quiet = check_page_faults(_report(faults=5))  # 5 faults over 20 steps: fewer than one a step
+    assert quiet.status == "ok"
+    none = T.no_effect("page_faults", [quiet])
+    assert none is not None and none.reason == "no page faults" and "fewer than 1" in none.evidence
+    assert T.no_effect("page_faults", [check_page_faults(_report(faults=20 * 100))]) is None  # faults: measure
+    assert T.no_effect("page_faults", [check_page_faults(_report(faults=None))]) is None  # not read: unknown
+    r = _report(faults=0)
+    r.doctor.process.subnormal_scope = "parameters and buffers of MLP"
+    r.doctor.process.subnormals = [SubnormalScan("0.weight", [64, 64], "float32", 4096, 4096, 0)]
+    clean = check_denormals(r)
+    none = T.no_effect("denormals", [clean])
+    assert none is not None and none.reason == "no subnormal values" and "4096" in none.evidence
+    r.doctor.process.subnormals[0].subnormal = 3  # a few, below the warning: not provably nothing
+    assert check_denormals(r).status == "ok" and T.no_effect("denormals", [check_denormals(r)]) is None
+    assert T.no_effect("topology", [DoctorCheck("topology", "ok", "s")]) is None
+
+
+def test_a_trial_that_changes_nothing_says_so_in_the_report():
+    from diagnose.render import fmt, markdown, terminal
+
+    r = _report(faults=0)
+    r.layers["doctor"] = LayerStatus("ok")
+    r.doctor.checks = [check_page_faults(r)]
+    r.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", env={"LD_PRELOAD": "j"},
+                             rounds=3, speedup=1.3, ci_low=1.1, ci_high=1.5, noise_floor_pct=5.0, verdict="no gain",
+                             no_effect=T.no_effect("page_faults", r.doctor.checks))]
+    assert fmt.doctor_trial_rows(r)[1][-1] == "no gain (no page faults)"
+    assert "no page faults: jemalloc changes nothing here" in terminal.render(r)
+    assert "no gain (no page faults)" in markdown.render(r)
+    assert not environment(r)  # no finding from it

@@ -6,24 +6,32 @@ from __future__ import annotations
 
 import torch
 
-from diagnose.protocol import OutputDiff, WhatIfPass
+from diagnose import protocol
+from diagnose.doctor import trials
+from diagnose.doctor.workload import check_denormals
+from diagnose.protocol import OutputDiff, WhatIfPass, WhatIfSpec
 from diagnose.findings.whatif import what_if
 from diagnose.report.model import (
     Autograd,
+    Compile,
+    GraphBreakAt,
     DoctorCheck,
     Doctor,
     Modules,
     OperatorRow,
     OutputCheck,
+    ProcessFacts,
     RecordingLine,
     Report,
     Steps,
+    SubnormalScan,
     TargetInfo,
     Trial,
     WhatIf,
     WhatIfVariant,
 )
 from diagnose.whatif import outputs, variants
+from diagnose.whatif.child import WhatIfChild
 
 
 def _cpuinfo(tmp_path, flags: str) -> str:
@@ -149,3 +157,78 @@ def test_the_what_if_table_renders_in_terminal_markdown_and_html():
     page = html.render(r)
     section = page.split('<section id="what_if">', 1)[1].split("</section>", 1)[0]
     assert "<table" in section and "inference_mode" in section and "item() call" in section
+
+
+def test_compile_without_a_compiled_graph_changes_nothing():
+    skipped = GraphBreakAt("Unsupported Tensor.item() call", "/x/graph_breaks.py:38", 1, skipped=True)
+    eager = [WhatIfPass(variant="compile", compile=Compile(frames=2, graphs=0), graph_breaks=[skipped])
+             for _ in range(3)]
+    none = variants.no_effect("compile", _inference_report(), eager)
+    assert none is not None and none.reason == "no compiled graph"
+    assert "0 graphs in each of the 3" in none.evidence and "given up on the whole function" in none.evidence
+    compiled = [*eager[:2], WhatIfPass(variant="compile", compile=Compile(frames=2, graphs=1))]
+    assert variants.no_effect("compile", _inference_report(), compiled) is None  # one run compiled: measure
+    unread = [*eager[:2], WhatIfPass(variant="compile", compile=Compile(error="counters unreadable"))]
+    assert variants.no_effect("compile", _inference_report(), unread) is None  # not known: measure
+    assert variants.no_effect("compile", _inference_report(), [None, None, None]) is None
+
+
+def test_inference_mode_changes_nothing_where_autograd_recorded_nothing():
+    r = _inference_report()
+    assert variants.no_effect("inference_mode", r, []) is None  # 380 recording calls
+    r.autograd.recording_calls, r.autograd.grad_mode_off_calls = 0, 400
+    none = variants.no_effect("inference_mode", r, [])
+    assert none.reason == "autograd recorded nothing" and "0 of the 400 torch calls" in none.evidence
+    r.autograd = None  # the operator pass did not run: nothing known
+    assert variants.no_effect("inference_mode", r, []) is None
+
+
+def test_flush_denormal_changes_nothing_where_no_subnormal_was_seen():
+    r = _inference_report()
+    assert variants.no_effect("flush_denormal", r, []) is None  # no doctor: nothing known
+    r.doctor = Doctor(process=ProcessFacts(subnormal_scope="parameters of Sequential",
+                                           subnormals=[SubnormalScan("0.weight", [8, 8], "float32", 64, 64, 0)]))
+    r.doctor.checks = [check_denormals(r)]
+    assert variants.no_effect("flush_denormal", r, []) == trials.no_effect("denormals", r.doctor.checks)
+    assert variants.no_effect("flush_denormal", r, []).reason == "no subnormal values"
+
+
+def _channels_last_pass(tmp_path, model, x) -> WhatIfPass:
+    """A real channels_last what-if child on `model`, called three times on `x`, as a pass runs it."""
+    tmp_path.mkdir()
+    child = WhatIfChild(torch, WhatIfSpec("channels_last", str(tmp_path)), "trial-0-channels_last")
+    child.install()
+    try:
+        for _ in range(3):
+            model(x)
+    finally:
+        child._handle.remove()
+    child.write(None)  # the file the what-if layer reads back
+    return protocol.read_result(str(tmp_path / "trial-0-channels_last.json"), WhatIfPass)
+
+
+def test_channels_last_that_converts_no_tensor_changes_nothing(tmp_path):
+    mlp = _channels_last_pass(tmp_path / "a", torch.nn.Sequential(torch.nn.Linear(8, 8)), torch.randn(2, 8))
+    assert mlp.applied.startswith("channels_last applied") and mlp.converted == 0
+    none = variants.no_effect("channels_last", _inference_report(), [mlp] * 3)
+    assert none.reason == "no tensor converted" and "no 4-D parameter" in none.evidence
+    cnn = _channels_last_pass(tmp_path / "b", torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)), torch.randn(2, 3, 8, 8))
+    assert cnn.converted == 1 + 2  # the 4-D weight, and the input at the calls with the change applied
+    assert variants.no_effect("channels_last", _inference_report(), [cnn] * 3) is None
+    ready = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).to(memory_format=torch.channels_last)
+    assert _channels_last_pass(tmp_path / "c", conv, ready).converted == 0  # channels-last already
+
+
+def test_a_variant_that_changes_nothing_renders_its_reason():
+    from diagnose.render import fmt, terminal
+    from diagnose.report.model import LayerStatus, NoEffect
+
+    r = Report(target=TargetInfo(script="s.py"))
+    r.layers["what_if"] = LayerStatus("ok")
+    v = _variant("compile", "no gain", "match", 1.4)
+    v.trial.no_effect = NoEffect("no compiled graph", "torch._dynamo compiled 0 graphs in each of the 3 compile runs")
+    r.what_if = WhatIf(requested=["compile"], variants=[v])
+    assert fmt.what_if_rows(r)[1][-1] == "no gain (no compiled graph)"
+    assert "compile: no compiled graph: compile changes nothing here (torch._dynamo compiled 0" in terminal.render(r)
+    assert not what_if(r)
