@@ -11,13 +11,19 @@ are forked from the fork server (torch imported once).
 
 Design (interleaved rounds): each of ROUNDS rounds runs the baseline and
 every variant once, in alternating order (baseline first, then last, ...),
-so drift over time hits every side alike. Per side the step times of all its
-passes are pooled:
-- speedup = median baseline step / median variant step;
+so drift over time hits every side alike. A side's step is the LOWER
+QUARTILE of its step times, not their median: on a shared CPU a step's time
+is its work plus the waits other processes cause it, and the faster quarter
+of the steps keeps the work and drops most of the waits (measured in
+benchmarks/trial_false_wins.py: with medians, a real 1.11x change on 2 ms
+steps of a loaded 2-CPU machine was found in 26 of 40 trials, with the lower
+quartile in 38 of 40, A/A false wins at most 1 of 40 either way). Per side
+the step times of all its passes are pooled:
+- speedup = baseline step / variant step (each the pooled lower quartile);
 - its 95% interval is a seeded bootstrap (BOOTSTRAP_RESAMPLES) that
   resamples steps within each pass, so each pass keeps its weight;
 - the noise floor is the pass-to-pass spread of the baseline itself: the
-  median |log ratio| between its passes' median steps (exp - 1);
+  median |log ratio| between its passes' steps (exp - 1);
 - a variant **wins** (and is recommended) only when the interval lies above 1,
   the speedup exceeds the noise floor, and it was faster in every round;
   "slower" mirrors that; anything else is "no gain".
@@ -173,19 +179,25 @@ def no_effect(check: str, checks: list[DoctorCheck]) -> NoEffect | None:
 # ---------------------------------------------------------------- statistics
 
 
-def _pooled_median(passes: list[list[float]]) -> float:
-    return statistics.median([x for p in passes for x in p])
+def step_of(times: list[float]) -> float:
+    """A side's step from its step times: their lower quartile (module docstring: the work, without most of
+    the waits a shared CPU adds)."""
+    return statistics.quantiles(times, n=4, method="inclusive")[0] if len(times) > 1 else times[0]
+
+
+def _pooled(passes: list[list[float]]) -> float:
+    return step_of([x for p in passes for x in p])
 
 
 def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed: int = 0,
                       resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
-    """Percentile interval of median(base)/median(variant), resampling steps within each pass."""
+    """Percentile interval of step_of(base)/step_of(variant), resampling steps within each pass."""
     if any(len(p) < 2 for p in base + variant):
         return None
     rng = random.Random(seed)
 
     def resample(passes: list[list[float]]) -> float:
-        return statistics.median([x for p in passes for x in rng.choices(p, k=len(p))])
+        return step_of([x for p in passes for x in rng.choices(p, k=len(p))])
 
     ratios = sorted(resample(base) / resample(variant) for _ in range(resamples))
     alpha = 1.0 - CONFIDENCE
@@ -195,8 +207,8 @@ def bootstrap_speedup(base: list[list[float]], variant: list[list[float]], seed:
 
 
 def noise_floor(base: list[list[float]]) -> float:
-    """Pass-to-pass spread of the baseline: exp(median |log ratio| between its passes' medians) - 1."""
-    meds = [statistics.median(p) for p in base if p]
+    """Pass-to-pass spread of the baseline: exp(median |log ratio| between its passes' steps) - 1."""
+    meds = [step_of(p) for p in base if p]
     logs = [abs(math.log(a / b)) for i, a in enumerate(meds) for b in meds[i + 1:] if a > 0 and b > 0]
     return math.expm1(statistics.median(logs)) if logs else 0.0
 
@@ -205,8 +217,8 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
           unchanged: NoEffect | None = None) -> Trial:
     """Fill the trial's numbers and verdict from the baseline's and the variant's passes (module docstring); a
     change that provably changes nothing (`unchanged`) is "no gain" before any statistic."""
-    trial.baseline_step_s = round(_pooled_median(base), 6)
-    trial.variant_step_s = round(_pooled_median(variant), 6)
+    trial.baseline_step_s = round(_pooled(base), 6)
+    trial.variant_step_s = round(_pooled(variant), 6)
     trial.speedup = round(trial.baseline_step_s / trial.variant_step_s, 3) if trial.variant_step_s else None
     floor = noise_floor(base)
     trial.noise_floor_pct = round(100.0 * floor, 1)
@@ -286,7 +298,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
         for v in variants:
             if v.name in got:
                 passes[v.name].append(got[v.name])
-                per_round[v.name].append(statistics.median(got["baseline"]) / statistics.median(got[v.name]))
+                per_round[v.name].append(step_of(got["baseline"]) / step_of(got[v.name]))
     for v in variants:
         t = trials[v.name]
         t.rounds = len(passes[v.name])

@@ -315,8 +315,10 @@ class Trial:
     change: str  # the exact change: a launch line (`LD_PRELOAD=... python train.py`) or a line of code
     env: dict[str, str] = field(default_factory=dict)  # environment the variant ran with
     rounds: int = 0  # rounds of interleaved passes (each round: the baseline and every variant once)
-    baseline_step_s: float | None = None  # median step (or call) time, baseline passes
-    variant_step_s: float | None = None  # median step (or call) time, variant passes
+    # a side's step (or call) time: the lower quartile of its passes' steps (a shared CPU adds waits to some of
+    # them; diagnose/doctor/trials.py), baseline passes
+    baseline_step_s: float | None = None
+    variant_step_s: float | None = None  # the same, variant passes
     speedup: float | None = None  # baseline / variant (>1: the change is faster)
     ci_low: float | None = None  # 95% interval of the speedup
     ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
