@@ -3,12 +3,14 @@
 examples/fresh_temporaries.py faults in fresh 64 MiB temporaries every step (glibc's malloc mmaps them);
 examples/subnormal_weights.py computes with weights in the subnormal range; examples/mlp.py is the control.
 Trials re-run the uninstrumented steps with the change (LD_PRELOAD + MALLOC_CONF, glibc's thresholds,
-torch.set_flush_denormal) in interleaved rounds, so the verdicts are this machine's own.
+torch.set_flush_denormal) in interleaved rounds, so the verdicts are this machine's own: every trial's verdict
+is checked against the numbers it shows (conftest.assert_trial_follows_the_rule), and only jemalloc's win on
+fresh 64 MiB temporaries, a 5x signal, is asserted as a measured outcome.
 """
 
 from __future__ import annotations
 
-from conftest import EXAMPLES, line_of, run_cli
+from conftest import EXAMPLES, assert_trial_follows_the_rule, line_of, run_cli
 
 
 def _diagnose(tmp_path, *args: str) -> tuple[dict, dict, dict]:
@@ -17,6 +19,8 @@ def _diagnose(tmp_path, *args: str) -> tuple[dict, dict, dict]:
     assert run.code == 0, run.stderr[-3000:]
     report = run.report
     doctor = report["doctor"]
+    for t in doctor["trials"]:
+        assert_trial_follows_the_rule(t)
     return report, {c["name"]: c for c in doctor["checks"]}, {t["name"]: t for t in doctor["trials"]}
 
 
@@ -35,10 +39,15 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     assert {"jemalloc", "glibc_malloc_thresholds"} <= set(trials)
     for t in trials.values():
         assert t["check"] == "page_faults" and t["rounds"] == 3 and t["speedup"] and t["ci_low"] is not None
+    # a measured outcome kept because the signal is overwhelming: four fresh 64 MiB temporaries a step are
+    # 32 k page faults the kernel must zero on any CPU; jemalloc measured 5.4x (interval 5.1-5.7x) on an AMD EPYC
+    # and won in every CI run on the Xeon and the EPYCs, so 1.2x leaves a margin of more than 4x
     assert trials["jemalloc"]["verdict"] == "win" and trials["jemalloc"]["ci_low"] > 1.2, trials["jemalloc"]
     # which allocator change wins by most is this machine's call (jemalloc and glibc's thresholds each led in CI)
     best = max((t for t in trials.values() if t["verdict"] == "win"), key=lambda t: t["speedup"])
     assert report["doctor"]["launch"] == best["change"] and "fresh_temporaries.py" in best["change"], (best, report["doctor"])
+    # first by the same margin: its measured stake is 1 - 1/speedup (about 80% of the step) and no other finding
+    # on this script stakes more than the element-wise operators' share it is made of
     first = report["findings"][0]
     assert first["kind"] == "page_faults" and first["layer"] == "doctor", report["findings"][:2]
     assert "measured" in first["stake"]["basis"]
@@ -111,4 +120,5 @@ def test_numpys_blas_pool_beside_torchs_is_found_and_its_variable_tried(tmp_path
     assert one["rounds"] == 3 and one["speedup"] and one["change"].startswith("OPENBLAS_NUM_THREADS=1 python ")
     kinds = [f["kind"] for f in report["findings"]]
     assert ("blas_threads" in kinds) == (one["verdict"] == "win"), (kinds, one)
+
 

@@ -247,3 +247,28 @@ def test_a_trial_that_changes_nothing_says_so_in_the_report():
     assert "no page faults: jemalloc changes nothing here" in terminal.render(r)
     assert "no gain (no page faults)" in markdown.render(r)
     assert not environment(r)  # no finding from it
+
+
+def test_the_doctor_layer_asks_each_trial_whether_its_change_changes_nothing(tmp_path):
+    from diagnose.config import Config
+    from diagnose.layers.base import DerivedContext
+    from diagnose.layers.doctor import DoctorLayer
+    from diagnose.protocol import PassResult
+
+    r = _report(faults=0)  # no fault in the steps: every allocator trial is structurally "no gain"
+    r.doctor.process.subnormal_scope = "parameters and buffers of MLP"
+    r.doctor.process.subnormals = [SubnormalScan("0.weight", [64, 64], "float32", 4096, 4096, 0)]
+    seen = []
+
+    def rerun(name, env, overrides):  # a variant "measured" twice as fast: only structure may stop it
+        seen.append(name)
+        return PassResult(name, iteration_s=_steps(0.1 if name.endswith("baseline") else 0.05, seed=len(seen)))
+
+    ctx = DerivedContext(config=Config(doctor=True), rerun=rerun)
+    assert DoctorLayer().derive(ctx, r, str(tmp_path)).status == "ok"
+    trials = {t.name: t for t in r.doctor.trials}
+    assert trials["glibc_malloc_thresholds"].verdict == "no gain"
+    assert trials["glibc_malloc_thresholds"].no_effect.reason == "no page faults"
+    assert trials["flush_denormal"].no_effect.reason == "no subnormal values"
+    assert trials["bind_threads"].verdict == "win" and trials["bind_threads"].no_effect is None
+    assert r.doctor.launch == trials["bind_threads"].change  # no allocator in the launch line
