@@ -42,14 +42,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks.results import replace_section  # noqa: E402
-from diagnose.config import DEFAULT_SKIP_STEPS, DEFAULT_STEPS  # noqa: E402
-from diagnose.doctor import trials as trials_mod  # noqa: E402
-from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
-from diagnose.protocol import Overrides  # noqa: E402
-from diagnose.report.model import Trial  # noqa: E402
+from benchmarks.results import replace_section
+from diagnose.config import DEFAULT_SKIP_STEPS, DEFAULT_STEPS
+from diagnose.doctor import trials as trials_mod
+from diagnose.machine import cpu_model, usable_cpus
+from diagnose.protocol import Overrides
+from diagnose.report.model import Trial
 
 HEADING = "## Trials: false wins and power"
 PLANTED = 0.15
@@ -107,7 +107,7 @@ class Hog:
     def __init__(self, on: bool):
         self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
 
-    def __enter__(self) -> "Hog":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
@@ -118,7 +118,8 @@ class Hog:
 
 def _busy_cpus() -> tuple[float, float]:
     """(busy jiffies, total jiffies) of the whole machine (/proc/stat)."""
-    parts = [float(x) for x in open("/proc/stat").readline().split()[1:]]
+    with open("/proc/stat") as fh:
+        parts = [float(x) for x in fh.readline().split()[1:]]
     idle = parts[3] + (parts[4] if len(parts) > 4 else 0.0)
     return sum(parts) - idle, sum(parts)
 
@@ -184,6 +185,20 @@ def rejudge(data: dict) -> None:
                 tr["verdicts"][name] = trial.verdict
 
 
+def with_medians(data: dict) -> dict:
+    """The same passes judged by the rule before it took each side's lower quartile: the median step."""
+    import copy
+
+    old = copy.deepcopy(data)
+    step_of = trials_mod.step_of
+    trials_mod.step_of = statistics.median
+    try:
+        rejudge(old)
+    finally:
+        trials_mod.step_of = step_of
+    return old
+
+
 def summary(cond: dict) -> str:
     aa = sum(t["verdicts"]["a_a"] in ("win", "slower") for t in cond["trials"])
     found = sum(t["verdicts"]["planted"] == "win" for t in cond["trials"])
@@ -214,7 +229,10 @@ def _floor(cond: dict) -> float:
 def report(data: dict) -> str:
     rows = []
     met = True
-    for cond in data["conditions"]:
+    before = with_medians(data)["conditions"]
+    for cond, old in zip(data["conditions"], before):
+        old_wins = sum(t["verdicts"]["a_a"] == "win" for t in old["trials"])
+        old_found = sum(t["verdicts"]["planted"] == "win" for t in old["trials"])
         n = len(cond["trials"])
         aa = sum(t["verdicts"]["a_a"] in ("win", "slower") for t in cond["trials"])
         aa_win = sum(t["verdicts"]["a_a"] == "win" for t in cond["trials"])
@@ -225,31 +243,36 @@ def report(data: dict) -> str:
         work = cond["units"] / round(cond["units"] / (1 + data["planted"]))
         rows.append(f"| {cond['step_ms']:g} ms ({step * 1e3:.2f} ms measured) | {work:.3f}x | {'hog on one CPU' if cond['hog'] else 'no hog'} "
                     f"| {cond['busy_cpus']:.2f} | {aa} ({aa_win} win) / {n} | {found} / {n} | {effect:.3f}x "
-                    f"| {100 * _floor(cond):.1f}% | {'met' if ok else 'missed'} |")
+                    f"| {100 * _floor(cond):.1f}% | {'met' if ok else 'missed'} | {old_wins} / {old_found} |")
+    when = (f"- When: {data['when']}; machine: {data['machine']}, {data['cpus']} logical CPUs, {data['usable']} "
+            f"usable; {data['platform']}; Python {data['python']}, torch {data['torch']}. Took {data['took_s']} s.")
+    gain = 1 + data["planted"]
+    method = ("- Method: each trial is one call of `diagnose/doctor/trials.py` `run_trials`, the function the "
+              "doctor's trials and the what-if variants are decided by, with three sides: the baseline, an A/A side "
+              f"(the same step) and a planted side (the same step with its work cut to 1/{gain:.2f}: a real "
+              f"{gain:.2f}x speedup, to the rounding of a whole number of units, shown). Each pass is a real "
+              f"measurement: a fork of a process with torch imported runs {data['window'][0]} warm-up steps and "
+              f"times {data['window'][1]} (the default window); a step is a chain of `tanh(a @ b)` on one thread, "
+              "calibrated to the step size (two threads on this loaded machine made 20 ms steps take 50-800 ms). "
+              f"{data['rounds']} rounds a trial, in the rule's alternating order.")
+    load = ("- \"No hog\" is not a quiet machine: other sessions were working on this 2-CPU machine while it ran "
+            "(busy CPUs below: the whole machine's, this benchmark included, from /proc/stat; the load average "
+            "stayed between 4 and 8). \"Hog\": one more busy process (`python -c \"while True: pass\"`) for the "
+            "whole block.")
+    legend = ("- A/A called = a verdict other than \"no gain\" for the A/A side (win or slower; the wins in "
+              "brackets); found = the planted side called a win. Targets: A/A called a win in at most 1 of 40, the "
+              "planted change found in at least 38 of 40, per condition. Step, planted speedup and noise floor are "
+              "the rule's own (each pass's lower-quartile step; medians over trials). The last column judges the same "
+              "passes with the rule as it was before this benchmark: each side's median step.")
     lines = [
-        HEADING, "",
-        f"- When: {data['when']}; machine: {data['machine']}, {data['cpus']} logical CPUs, {data['usable']} usable; "
-        f"{data['platform']}; Python {data['python']}, torch {data['torch']}. Took {data['took_s']} s.",
-        "- Method: each trial is one call of `diagnose/doctor/trials.py` `run_trials`, the function the doctor's "
-        "trials and the what-if variants are decided by, with three sides: the baseline, an A/A side (the same "
-        f"step) and a planted side (the same step with the work cut to 1/{1 + data['planted']:.2f}: a real {1 + data['planted']:.2f}x speedup). Each pass is a real "
-        f"measurement: a fork of a process with torch imported runs {data['window'][0]} warm-up steps and "
-        f"times {data['window'][1]} (the default window); a step is a chain of `tanh(a @ b)` on one thread, "
-        f"calibrated to the step size (two threads on this loaded machine made 20 ms steps take 50-800 ms). {data['rounds']} rounds a trial, in the rule's alternating order.",
-        "- \"No hog\" is not a quiet machine: three other sessions were working on this 2-CPU machine while it "
-        "ran (busy CPUs below: the whole machine's, this benchmark included, from /proc/stat). \"Hog\": one more "
-        "busy process (`python -c \"while True: pass\"`) for the whole block.",
-        "- A/A called = a verdict other than \"no gain\" for the A/A side (win or slower; the wins in brackets); "
-        "found = the planted side called a win. Targets: A/A called a win in at most 1 of 40, the planted change found in at least "
-        "38 of 40, per condition. Noise floor: the median over trials of the rule's noise floor (the baseline's "
-        "pass-to-pass spread).", "",
-        "| step | planted work ratio | load | busy CPUs | A/A called | planted 1.15x found | planted speedup measured | noise floor | "
-        "targets |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        HEADING, "", when, method, load, legend, "",
+        ("| step | planted work ratio | load | busy CPUs | A/A called | planted 1.15x found | planted speedup "
+         "measured | noise floor | targets | with medians: A/A wins / found |"),
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
         *rows, "",
         f"- Verdict: {'every condition met both targets' if met else 'NOT every condition met its targets'}.", "",
-        "- Reproduce: `.venv/bin/python benchmarks/trial_false_wins.py --write benchmarks/RESULTS.md` "
-        "(`--raw OUT.json` keeps every pass; `--analyse OUT.json` re-judges them with the rule as it is now).", "",
+        ("- Reproduce: `.venv/bin/python benchmarks/trial_false_wins.py --write benchmarks/RESULTS.md` "
+         "(`--raw OUT.json` keeps every pass; `--analyse OUT.json` re-judges them with the rule as it is now)."), "",
     ]
     return "\n".join(lines)
 
