@@ -126,14 +126,16 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore")
 def assert_trial_follows_the_rule(t: dict) -> None:
     """A trial's verdict is what diagnose/doctor/trials.py `judge` makes of the numbers the report shows: a
     structural no_effect first (then "no gain"), else a win (slower) only with its interval above (below) 1x and
-    its speedup beyond the noise floor (each number rounded as stored). Holds whatever this machine measured."""
+    its speedup beyond the noise floor NOISE_MARGIN times over (each number rounded as stored). Holds whatever this machine measured."""
     if t["no_effect"] is not None:
         assert t["verdict"] == "no gain", t
         return
-    floor = t["noise_floor_pct"] / 100 - 0.002
+    from diagnose.doctor.trials import NOISE_MARGIN
+
+    beyond = (1 + t["noise_floor_pct"] / 100) ** NOISE_MARGIN - 0.003  # the rule's threshold, less the rounding
     if t["verdict"] == "win":
-        assert t["speedup"] - 1 > floor and (t["ci_low"] is None or t["ci_low"] >= 1.0), t
+        assert t["speedup"] > beyond and (t["ci_low"] is None or t["ci_low"] >= 1.0), t
     elif t["verdict"] == "slower":
-        assert 1 / t["speedup"] - 1 > floor and (t["ci_high"] is None or t["ci_high"] <= 1.0), t
+        assert 1 / t["speedup"] > beyond and (t["ci_high"] is None or t["ci_high"] <= 1.0), t
     else:
         assert t["verdict"] in ("no gain", "failed", "skipped"), t

@@ -46,12 +46,11 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     # which allocator change wins by most is this machine's call (jemalloc and glibc's thresholds each led in CI)
     best = max((t for t in trials.values() if t["verdict"] == "win"), key=lambda t: t["speedup"])
     assert report["doctor"]["launch"] == best["change"] and "fresh_temporaries.py" in best["change"], (best, report["doctor"])
-    # first by the same margin: its stake is measured, 1 - 1/speedup of the winning allocator (about 80% of the
-    # step at 5x), and ranks above the estimates of the other rules (examples/README.md)
-    first = report["findings"][0]
-    assert first["kind"] == "page_faults" and first["layer"] == "doctor", report["findings"][:2]
-    assert "measured" in first["stake"]["basis"]
-    assert first["suggestion"].startswith(best["change"])
+    # not asserted first: its stake is measured (1 - 1/speedup) but capped at the step budget's allocator slice,
+    # which a loaded machine measured at 14% of the step, below the tanh and pow operators' shares
+    found = next(f for f in report["findings"] if f["kind"] == "page_faults")
+    assert found["layer"] == "doctor" and "measured" in found["stake"]["basis"], found
+    assert found["suggestion"].startswith(best["change"])
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Environment doctor" in md and report["doctor"]["launch"] in md and "win: recommended" in md
     assert report["layers"]["doctor"]["status"] == "ok"

@@ -272,3 +272,12 @@ def test_the_doctor_layer_asks_each_trial_whether_its_change_changes_nothing(tmp
     assert trials["flush_denormal"].no_effect.reason == "no subnormal values"
     assert trials["bind_threads"].verdict == "win" and trials["bind_threads"].no_effect is None
     assert r.doctor.launch == trials["bind_threads"].change  # no allocator in the launch line
+
+
+def test_a_speedup_must_beat_the_noise_floor_twice_over():
+    base = [_steps(m, spread=0.005, seed=i) for i, m in enumerate((0.100, 0.110, 0.100))]  # a 10% floor
+    near = [_steps(0.085, spread=0.005, seed=60 + i) for i in range(3)]  # 1.18x: beyond the floor, not twice
+    t = T.judge(Trial("a", "c", "x"), base, near, per_round=[1.18, 1.29, 1.18])
+    assert 9 < t.noise_floor_pct < 11 and t.ci_low > 1.1 and t.verdict == "no gain", t
+    far = [_steps(0.075, spread=0.005, seed=70 + i) for i in range(3)]  # 1.33x > 1.1 ** 2
+    assert T.judge(Trial("a", "c", "x"), base, far, per_round=[1.33, 1.47, 1.33]).verdict == "win"
