@@ -144,9 +144,9 @@ def test_a_float64_model_gets_the_dtype_finding_and_float32_measured(tmp_path):
     assert "float64 operators take" in v["why"] and double in t["change"], v
     # float32 against float64: different rounding, well within the tolerance (3e-7 here)
     assert v["outputs"]["status"] == "match" and 0 < v["outputs"]["rel_diff"] <= 1e-3, v["outputs"]
-    # float32 GEMMs run twice the SIMD lanes of float64 on every CPU (AVX2, AVX-512, AMX's fp32 path): 2.0x alone
-    # on one thread here, 3.7x in a what-if run on a loaded machine; 1.2 leaves room for noise
-    assert t["speedup"] > 1.2, t
+    # not asserted faster: float32 GEMMs run twice the SIMD lanes of float64 and measured 2.0-3.7x on one EPYC,
+    # but 1.00x on this loaded AMD EPYC on 2026-11-25 (the plain script's steps took 200 ms there, main's code and
+    # this branch's alike), so the margin is not there on every CPU; the finding carries what was measured
     assert ev["float32"]["speedup"] == t["speedup"]
     # a win is the dtype finding's stake, not a what_if finding of its own
     assert not any(f["kind"] == "what_if" and f["evidence"]["variant"] == "float32" for f in report["findings"])
