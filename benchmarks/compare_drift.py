@@ -1,6 +1,10 @@
 """Does `diagnose compare` cry wolf? A/A pairs and a planted 15% slowdown, quiet and under a CPU hog.
 
-    .venv/bin/python benchmarks/compare_drift.py [--rounds 20] [--write benchmarks/RESULTS.md]
+    .venv/bin/python benchmarks/compare_drift.py [--rounds 20] [--keep DIR] [--write benchmarks/RESULTS.md]
+    .venv/bin/python benchmarks/compare_drift.py --analyse DIR [--write benchmarks/RESULTS.md]
+
+--keep DIR keeps every report (DIR/CONDITION-KIND-ROUND/report.json), so that a run stopped part-way can still
+be judged: --analyse DIR judges the rounds DIR holds, complete rounds only.
 
 Each round diagnoses three runs of benchmarks/drift_target.py with `--repeat 3` (the uninstrumented pass only:
 `--layers ,`): BEFORE, AFTER-same (the same script and arguments: an A/A pair) and AFTER-slow (`--work 1.15`: 15%
@@ -56,21 +60,34 @@ def single(report):
     return out
 
 
-def condition(name: str, rounds: int, steps: int, tmp: Path) -> dict:
+WORKS = {"before": 1.0, "same": 1.0, "slow": 1.15}
+
+
+def measure(name: str, rounds: int, steps: int, keep: Path) -> None:
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if name == "hog" else None
     try:
-        reports: dict[str, list] = {"before": [], "same": [], "slow": []}
-        works = {"before": 1.0, "same": 1.0, "slow": 1.15}
         for r in range(rounds):
-            order = list(works)[r % 3:] + list(works)[:r % 3]
+            order = list(WORKS)[r % 3:] + list(WORKS)[:r % 3]
             for key in order:
-                path = diagnose(tmp / f"{name}-{key}-{r}", works[key], steps)
-                reports[key].append(report_io.load(str(path)))
+                diagnose(keep / f"{name}-{key}-{r}", WORKS[key], steps)
             print(f"{name}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
     finally:
         if hog:
             hog.kill()
             hog.wait()
+
+
+def condition(name: str, keep: Path) -> dict | None:
+    """Judge the complete rounds `keep` holds for this condition."""
+    reports: dict[str, list] = {key: [] for key in WORKS}
+    r = 0
+    while all((keep / f"{name}-{key}-{r}" / "report.json").exists() for key in WORKS):
+        for key in WORKS:
+            reports[key].append(report_io.load(str(keep / f"{name}-{key}-{r}" / "report.json")))
+        r += 1
+    if not r:
+        return None
+    rounds = r
     out = {"name": name, "rounds": rounds}
     for label, pick in (("repeat", lambda x: x), ("single", single)):
         aa = [compare.compare_wall(pick(a), pick(b)) for a, b in zip(reports["before"], reports["same"])]
@@ -109,10 +126,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--conditions", default="quiet,hog")
+    p.add_argument("--keep", metavar="DIR", help="keep every report here (default: a temporary directory)")
+    p.add_argument("--analyse", metavar="DIR", help="judge the reports a --keep DIR holds; run nothing")
     p.add_argument("--write", metavar="RESULTS.md")
     args = p.parse_args()
+    names = args.conditions.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        results = [condition(name, args.rounds, args.steps, Path(tmp)) for name in args.conditions.split(",")]
+        keep = Path(args.analyse or args.keep or tmp)
+        if not args.analyse:
+            keep.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                measure(name, args.rounds, args.steps, keep)
+        results = [c for c in (condition(name, keep) for name in names) if c]
     text = table(results)
     print(text)
     if args.write:
