@@ -129,7 +129,11 @@ def test_a_torch_cat_buffer_grown_each_step(tmp_path):
     assert ev["projected_ratio"] == round((ev["input_bytes"][-1] + ev["bytes_per_step"] * (1000 - ev["step_at_window_end"]))
                                           / ev["mean_input_bytes"], 1), ev
     assert "1.00 MiB a step (quadratic copying)" in growth["title"] and "step 1000" in growth["title"], growth
-    assert growth["severity"] == "high" and "collect the pieces in a list" in growth["suggestion"], growth
+    # the rule calls it high (a call at the script's end takes > 10x the window's); the severity shown is then
+    # bounded by the expected time at stake, the cat's share of this run's time, which the machine's load moves
+    assert (growth.get("rule_severity") or growth["severity"]) == "high", growth
+    assert growth["severity"] == "high" or growth["severity_basis"], growth
+    assert "collect the pieces in a list" in growth["suggestion"], growth
 
 
 def test_a_clean_training_loop_has_no_memory_growth(tmp_path):

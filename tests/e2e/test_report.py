@@ -96,7 +96,10 @@ def test_markdown_and_trace_are_usable(mlp_script_run):
     trace = json.loads((mlp_script_run.outdir / "trace.json").read_text())
     names = {e["name"] for e in trace["traceEvents"]}
     assert "aten::addmm" in names and f"examples/mlp.py:{FORWARD}" in names
-    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in trace["traceEvents"])
+    # complete events, and the metadata events that name each recorded thread's track
+    assert all((e["ph"] == "X" and e["dur"] >= 0) or (e["ph"] == "M" and e["name"] == "thread_name")
+               for e in trace["traceEvents"])
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])
 
 
 def test_load_rerenders_without_running(mlp_script_run):
