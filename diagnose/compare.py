@@ -41,8 +41,8 @@ from microbench.stats import ratio_is_real, two_sided_floor
 MIN_FLOOR_PCT = 5.0
 # the run-to-run drift between two single runs of the same script on a shared 2-CPU machine: two A/A runs of
 # examples/mlp.py measured 20% apart (issue 34), three runs under load spread 20%; a change under it is not called
-# without --repeat on both sides. Provisional: benchmarks/compare_drift.py measures it, and its table is not yet
-# written down (benchmarks/RESULTS.md)
+# without --repeat on both sides. Provisional: benchmarks/compare_drift.py's first 8 quiet A/A pairs drifted up to
+# 27.6% (benchmarks/RESULTS.md); the issue's 20 rounds are still to run
 SINGLE_RUN_DRIFT_PCT = 25.0
 OPERATOR_MIN_PCT = 1.0
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
