@@ -269,6 +269,12 @@ class PassResult:
         """The step (or call) times, else the wall time as one sample: what a re-run compares."""
         return list(self.iteration_s) or ([self.wall_s] if self.wall_s else [])
 
+    @property
+    def median_s(self) -> float | None:
+        """The median step (or call), else the wall time: one re-run's figure (a sweep point, a --repeat run)."""
+        samples = self.measured_s
+        return statistics.median(samples) if samples else None
+
 
 @dataclass
 class OutputDiff:

@@ -46,10 +46,10 @@ class RepeatLayer(Layer):
             if context.on_trial:
                 context.on_trial(i - 1, runs - 1, "repeat", f"run {i} of {runs}")
             out = context.rerun(f"repeat-{i}", {}, Overrides())
-            if isinstance(out, str) or not out.measured_s:
+            if isinstance(out, str) or out.median_s is None:
                 repeats.failed += 1
                 continue
-            repeats.medians_s.append(round(statistics.median(out.measured_s), 9))
+            repeats.medians_s.append(round(out.median_s, 9))
         repeats.spread_pct = spread_pct(repeats.medians_s)
         if len(repeats.medians_s) < 2:
             return LayerStatus("failed", f"none of the {runs - 1} re-run(s) measured a time")

@@ -194,7 +194,7 @@ class SweepLayer(Layer):
             pinned = out.applied.dataloader_workers
             if workers is not None and not (pinned and pinned.target_asked_for):
                 return None  # no DataLoader was built in this run: the point did not measure what it claims
-            return statistics.median(out.iteration_s) if out.iteration_s else out.wall_s
+            return out.median_s
 
         threads = report.threads = report.threads or Threads()
         workers = threads.dataloader_workers
