@@ -47,6 +47,8 @@ class WindowSpec:
     steps: int = DEFAULT_STEPS  # --steps
     min_window_s: float = 0.0  # the window lasts at least this long (the first pass: steps.MIN_WINDOW_S)
     stop_after_window: bool = True  # end the target once the window is measured (script mode)
+    find_loop: bool = False  # the first pass: look for the script's main loop if no other detector fires
+    loop: str | None = None  # the passes after it: count this loop's iterations ("line 12", StepsSeen.loop)
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class PassSpec:
 class StepsSeen:
     """What the step clock saw in one pass (steps.StepClock.result)."""
 
-    detector: str | None = None  # mark_step, optimizer, forward; None: no step found
+    detector: str | None = None  # mark_step, optimizer, forward, loop; None: no step found
+    loop: str | None = None  # the loop detector's loop in the script ("line 12"; diagnose/loops.py)
     detail: str | None = None  # "Adam.step()", "BertModel forward", "diagnose.mark_step() at train.py:40"
     steps_seen: int = 0  # steps the script ran (of the detector that counted them)
     setup_s: float | None = None  # workload start to step 1's start

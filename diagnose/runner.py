@@ -38,7 +38,7 @@ import time
 import traceback
 from typing import Any
 
-from diagnose import children, markers, protocol
+from diagnose import children, loops, markers, protocol
 from diagnose.doctor import process as process_facts
 from diagnose.doctor.environment import CpuStat, read_own_cpu_stat
 from diagnose.layers import get as get_layer
@@ -291,12 +291,26 @@ class Run:
         if self.recorder is not None and hasattr(self.recorder, "step_boundary") and self.spec.memory:
             self.clock.on_step = self.recorder.step_boundary  # the operator pass marks each step in its profile
         self.clock.install(torch)
+        probed = loops.probe(script, only=window.loop) if window and (window.loop or window.find_loop) else None
+        finder = None
+        if probed is not None and window.loop:  # the first pass counted this loop's iterations: count them too
+            site = probed.sites[0]
+            self.clock.arm_loop(lambda: loops.arm(probed, site, self.clock, late=False))
+        elif probed is not None:  # no steps known yet: look for the main loop while no other detector fires
+            finder = loops.Finder(probed, self.clock)
+            finder.start()
         # a pass that knows the script has steps records only the window; others record from the start
         self._start(record=full_run or not self.spec.expect_steps)
         try:
-            runpy.run_path(script, run_name="__main__")
+            if probed is not None:
+                loops.run(probed)
+            else:
+                runpy.run_path(script, run_name="__main__")
         except WindowComplete:
             self.ended_after_window = True  # the window is measured: the target ends here, like a normal exit
+        finally:
+            if finder is not None:
+                finder.stop()
         self._stop_clock()
 
     def _start(self, record: bool) -> None:
@@ -364,8 +378,11 @@ class Run:
         try:
             after = read_own_cpu_stat()
             clock = self.clock
+            frame = clock.loop_frame if clock else None  # the loop detector's loop: its variables hold the weights
             subnormals, scope = process_facts.scan_subnormals(clock._root if clock else None,  # noqa: SLF001
-                                                              clock.last_inputs if clock else ())
+                                                              clock.last_inputs if clock else (),
+                                                              loops.variables(frame) if frame is not None else [],
+                                                              clock.detail if frame is not None else None)
             libraries = process_facts.libraries()
             self.result.process = ProcessFacts(
                 libraries=libraries, blas_pools=process_facts.blas_pools(libraries, self.spec.forked),

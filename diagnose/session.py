@@ -76,7 +76,7 @@ class Window:
             return cls(WindowSpec(config.skip_steps, config.steps, stop_after_window=False), fixed=True)
         if config.full_run:
             return cls(None)
-        return cls(WindowSpec(config.skip_steps, config.steps, min_window_s=steps_mod.MIN_WINDOW_S))
+        return cls(WindowSpec(config.skip_steps, config.steps, min_window_s=steps_mod.MIN_WINDOW_S, find_loop=True))
 
     def empty(self, result: PassResult | None) -> bool:
         """The window began and the script ended before its first step was over."""
@@ -90,7 +90,11 @@ class Window:
         seen = result.steps if result else None
         if self.spec is None or seen is None or not seen.window_began or not seen.window_steps:
             return Window(None, expect_steps=False)
-        return Window(WindowSpec(self.spec.skip, max(1, seen.window_steps), min_window_s=0.0), expect_steps=True)
+        # the same steps as the first pass's window: with the loop detector it may have begun after --skip-steps,
+        # at the first iteration after the loop was found (diagnose/loops.py)
+        skip = seen.window_first - 1 if seen.window_first else self.spec.skip
+        return Window(WindowSpec(skip, max(1, seen.window_steps), min_window_s=0.0, loop=seen.loop),
+                      expect_steps=True)
 
 
 @dataclass

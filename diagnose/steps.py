@@ -17,7 +17,10 @@ over from a lower one as long as the window has not begun):
    (quantize_dynamic's observers, jit.trace, export) or a model being
    calibrated for quantisation is not the outermost one, and a module that refuses hooks of its own (a TorchScript module) is
    counted through the global hooks instead, with a note
-   (diagnose/modulehooks.py): the instrumentation never makes the script fail.
+   (diagnose/modulehooks.py): the instrumentation never makes the script fail;
+0. `loop` - when none of these fires, each iteration of the script's main
+   loop (diagnose/loops.py: the first pass samples the main thread to find
+   it; the later passes count that loop from the start).
 
 Step i runs from the end of step i-1 to the end of step i; step 1 starts when
 the outermost module is first called (or at the first mark_step/optimizer
@@ -52,7 +55,7 @@ from diagnose.protocol import StepsSeen, WindowSpec
 if TYPE_CHECKING:
     from diagnose.distributed.window import WindowAgreement
 
-PRECEDENCE = {"forward": 1, "optimizer": 2, "mark_step": 3}
+PRECEDENCE = {"loop": 0, "forward": 1, "optimizer": 2, "mark_step": 3}
 # the first pass's window lasts at least this long: the thread findings need 0.5 s of samples
 MIN_WINDOW_S = 1.0
 TOO_FINE_S = 1e-4  # a step shorter than this (100 µs) is probably not the script's loop iteration
@@ -119,6 +122,13 @@ class StepClock:
         self.rss_bytes: list[int] = []
         self.on_step: Callable[[], None] | None = None  # after each window step's boundary, before the window ends
         self.optimizers: dict[int, Any] = {}  # id -> weak reference of each optimizer whose step() ended a step
+        # the loop detector (diagnose/loops.py): its loop, whether a step of it is open, when the finder first saw
+        # it run, and (uninstrumented pass) its frame, whose tensors the doctor scans for subnormal values
+        self.loop: str | None = None
+        self._loop_open = False
+        self._loop_seen_at: float | None = None
+        self.loop_frame = None
+        self._window_first: int | None = None
 
     # ------------------------------------------------------------ wiring
 
@@ -227,6 +237,50 @@ class StepClock:
             self.optimizers[id(optimizer)] = weakref.ref(optimizer)
         self.boundary("optimizer", None, detail=f"{type(optimizer).__name__}.step()")
 
+    # ------------------------------------------------------------ the loop detector (diagnose/loops.py)
+
+    def arm_loop(self, arm: Callable[[], None], seen_at: float | None = None) -> bool:
+        """Let a loop's probes count the steps (`arm` swaps them in), unless another detector fired first. From
+        the loop finder's thread, or at the start of a pass told which loop (WindowSpec.loop)."""
+        with self._lock:
+            if self.detector is not None:
+                return False
+            self._loop_seen_at = seen_at
+            arm()
+            return True
+
+    def loop_iteration(self, number: int, detail: str, key: str, frame) -> None:
+        """Iteration `number` (from the loop's first) of the armed loop begins: it ends the open step, or opens
+        one (the first armed iteration, or the loop running again after its exit)."""
+        with self._lock:
+            if self._loop_open:
+                self._boundary("loop", None, detail)
+                return
+            if self.detector is None:
+                self.detector, self.detail, self.loop = "loop", detail, key
+            elif self.detector != "loop":  # a higher detector took over: its boundaries count
+                self.ignored["loop"] = self.ignored.get("loop", 0) + 1
+                return
+            if self.keep_inputs and self.loop_frame is None:
+                self.loop_frame = frame
+            now = self.clock()
+            if self.first_start is None:  # armed late: the loop began about when the finder first saw it
+                self.first_start = self._loop_seen_at if number > 1 and self._loop_seen_at else now
+            self.count = max(self.count, number - 1)  # iterations begun before it was armed: steps not timed
+            self.last_end = now  # the step begins here
+            self._data_wait = 0.0
+            self._loop_open = True
+            w = self.window
+            if self.began_at is None and w is not None and self.count >= w.skip:
+                self._begin(now)
+
+    def loop_exit(self) -> None:
+        """The armed loop ended (its exit probe): the open step ends."""
+        with self._lock:
+            if self._loop_open and self.detector == "loop":
+                self._loop_open = False
+                self._boundary("loop", None, self.detail)
+
     # ------------------------------------------------------------ boundaries
 
     def boundary(self, detector: str, frame, detail: str | None = None) -> None:
@@ -293,6 +347,7 @@ class StepClock:
 
     def _begin(self, now: float) -> None:
         self.began_at = now
+        self._window_first = self.count + 1
         self._data_wait = 0.0
         if self.on_begin:
             self.on_begin()
@@ -309,7 +364,7 @@ class StepClock:
 
     def result(self) -> StepsSeen:
         batch = max(self.batch_sizes, key=lambda k: self.batch_sizes[k]) if self.batch_sizes else None
-        first = (self.window.skip + 1) if self.window and self.began_at is not None else None
+        first = self._window_first if self.window and self.began_at is not None else None
         return StepsSeen(
             detector=self.detector, detail=self.detail, steps_seen=self.count,
             setup_s=(self.first_start - self.t_workload) if self.first_start is not None else None,
@@ -321,7 +376,7 @@ class StepClock:
             if self.began_at is not None else None,
             stopped_target=self._stopping, switches=list(self.switches), ignored=dict(self.ignored),
             off_main_thread=self.off_main_thread, hook_notes=list(self.hook_notes),
-            set_up_calls=dict(self.set_up_calls), rss_bytes=list(self.rss_bytes))
+            set_up_calls=dict(self.set_up_calls), rss_bytes=list(self.rss_bytes), loop=self.loop)
 
 
 class _Restore:
@@ -371,11 +426,16 @@ def notes(steps, seen: StepsSeen, iteration_s: list[float]) -> list[str]:
                    f"quantisation: {called}) were not taken for the script's model")
     if steps.detector is None:
         if not steps.full_run:
-            out.append("no step found (no optimizer.step(), no nn.Module call, no diagnose.mark_step()): every "
-                       "pass measured the whole run, and the operator pass stops recording at its event budget")
+            out.append("no step found (no optimizer.step(), no nn.Module call, no diagnose.mark_step(), and no loop "
+                       "of the script running when it was sampled): every pass measured the whole run, and the "
+                       "operator pass stops recording at its event budget")
         return out
     if steps.full_run:
         return out
+    if steps.detector == "loop":
+        out.append(f"no optimizer.step(), nn.Module call or diagnose.mark_step() ended a step: the steps are the "
+                   f"iterations of {steps.detail}, the loop the script was running when its main thread was "
+                   "sampled (diagnose.mark_step() at the end of the loop body marks them exactly)")
     if steps.window_first is None:
         out.append(f"the script ran {steps.steps_seen} steps, not more than --skip-steps {steps.skip_steps}: "
                    "there was no window to measure, so every pass measured the whole run, warm-up included")

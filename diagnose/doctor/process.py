@@ -56,13 +56,15 @@ def blas_pools(paths: list[str], forked: bool) -> dict[str, bool]:
     return out
 
 
-def _tensors(root: Any, inputs: tuple) -> list[tuple[str, Any]]:
+def _tensors(root: Any, inputs: tuple, variables: list[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
     import torch
 
     out: list[tuple[str, Any]] = []
     if root is not None:
         out += list(root.named_parameters()) + list(root.named_buffers())
     out += [(f"input {i}", t) for i, t in enumerate(inputs)]
+    seen = {id(t) for _, t in out}
+    out += [(n, t) for n, t in variables if id(t) not in seen and not seen.add(id(t))]
     out = [(n, t) for n, t in out if _scannable(t, torch)]
     out.sort(key=lambda nt: -nt[1].numel())
     return out[:SCAN_MAX_TENSORS]
@@ -91,18 +93,22 @@ def count_subnormals(t: Any) -> dict[str, Any] | None:
             "nonzero": nonzero, "subnormal": sub}
 
 
-def scan_subnormals(root: Any, inputs: tuple) -> tuple[list[dict[str, Any]], str]:
-    """Subnormal counts of the outermost module's parameters, buffers and last inputs; and the scope scanned."""
+def scan_subnormals(root: Any, inputs: tuple, variables: list[tuple[str, Any]] = (),
+                    loop: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Subnormal counts of the outermost module's parameters, buffers and last inputs, or (no module) of the
+    tensors in the step loop's variables (diagnose/loops.py); and the scope scanned."""
     import torch
 
-    if root is None and not inputs:
-        return [], "no outermost module was seen (function mode, or no nn.Module ran): nothing scanned"
+    if root is None and not inputs and not variables:
+        return [], ("no outermost module was seen and no loop's variables were read (function mode, or no step "
+                    "found): nothing scanned")
     rows = []
     with torch.no_grad():
-        for name, t in _tensors(root, inputs):
+        for name, t in _tensors(root, inputs, variables):
             counted = count_subnormals(t)
             if counted:
                 rows.append({"tensor": name, **counted})
-    what = (f"parameters and buffers of {type(root).__name__}" if root is not None else "") + \
-        (" and " if root is not None and inputs else "") + ("the tensor inputs of its last forward" if inputs else "")
-    return rows, what
+    parts = ([f"parameters and buffers of {type(root).__name__}"] if root is not None else []) + \
+        (["the tensor inputs of its last forward"] if inputs else []) + \
+        ([f"the tensors in the variables of {loop or 'the step loop'}"] if variables else [])
+    return rows, " and ".join(parts)

@@ -83,6 +83,23 @@ def test_mark_step_ends_the_steps_of_any_loop(tmp_path):
     assert _calls(run.report, "aten::tanh") == n and _calls(run.report, "aten::mm") == n
 
 
+def test_a_functional_model_s_loop_iterations_are_its_steps(tmp_path):
+    # no nn.Module, no torch.optim: the first pass samples the main thread and takes the loop it runs, the passes
+    # after it count that loop's iterations from the start (diagnose/loops.py)
+    run = run_cli("--layers", "operators", "examples/functional_mlp.py", "--", "--steps", "200",
+                  outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr
+    st = run.report["steps"]
+    line = line_of(EXAMPLES / "functional_mlp.py", "    for step in range(args.steps):")
+    assert st["detector"] == "loop" and f"examples/functional_mlp.py:{line}" in st["detail"], st
+    assert any("the steps are the iterations of the loop at" in n for n in st["notes"])
+    n = st["window_last"] - st["window_first"] + 1
+    assert st["window_first"] >= 6 and n >= 20 and st["ended_target"]
+    # the operator pass recorded exactly the first pass's window: one ReLU and its backward a step
+    assert _calls(run.report, "aten::relu") == _calls(run.report, "aten::threshold_backward") == n
+    assert "done" not in run.stdout  # each pass ended the script once its window was measured
+
+
 def test_mark_step_is_a_no_op_outside_diagnose():
     import subprocess
     import sys

@@ -1,0 +1,349 @@
+"""The `loop` step detector: steps are the iterations of the script's main loop (child side).
+
+A script with no optimizer, no nn.Module and no diagnose.mark_step() (numerical
+code, a functional model, a loop of tensor operations at module scope) still
+has a loop that does its work. The first pass finds it and the passes after it
+count its iterations:
+
+- **Probes.** The target script is compiled from its syntax tree with a probe
+  call, `__diagnose_loops__[i]()`, first in the body of each candidate loop
+  (iteration start) and right after it (the loop's exit). Line numbers are
+  unchanged, and nothing else in the script is. Candidates are the `for` and
+  `while` loops of the script file itself, at module scope or in its functions
+  and methods, whose body makes a call; not the loops of a generator (a data
+  source, not the work), of a decorated function (torch.compile, jit.script,
+  a custom wrapper), or of a class deriving from a `Module` (a model's
+  forward, which torch.compile may trace). An idle probe is a C-level counter,
+  `itertools.count().__next__`, ~40 ns an iteration
+  (benchmarks/loop_steps.py measures it).
+- **Discovery (the first pass).** If no other detector has fired, a sampling
+  thread reads the main thread's stack every SAMPLE_S. Once the loop at the
+  bottom of the stack has run DISCOVER_S, it takes that loop, then descends
+  to an inner loop on the stack while that inner loop holds at least
+  DESCEND_SHARE of the outer one's samples and its iterations last at least
+  steps.TOO_FINE_S (so that an epoch loop gives way to its batch loop, but a
+  step's per-row Python loop does not). The chosen loop's probes then call the
+  step clock; its counter says how many iterations had begun, so step numbers
+  count from the loop's first iteration in every pass. The sampler stops.
+- **The passes after it** get the loop (WindowSpec.loop) and probe that loop
+  only, armed from the start, and their window begins at the first pass's
+  window step (session.Window.after_first).
+
+Step i runs from the start of iteration i to the start of iteration i + 1, or
+to the loop's exit; the time between an exit and the loop's next start (a
+function with the loop called again) belongs to no step.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from diagnose.steps import StepClock
+
+TABLE = "__diagnose_loops__"  # the probes' table in the script's globals
+SAMPLE_S = 0.002  # the discovery sampler's period
+DISCOVER_S = 0.25  # the outermost loop has run this long before the loop is chosen
+DESCEND_SHARE = 0.9  # an inner loop holding this share of the outer loop's samples is the step
+MIN_SAMPLES = 20  # in the outermost loop, before choosing
+COMPILED = re.compile(r"compile|jit|script|trace|export|dynamo|optimize|numba", re.I)  # decorators that compile what they wrap
+
+
+@dataclass(frozen=True)
+class LoopSite:
+    """One candidate loop of the script (its probes are table[2 * index] and table[2 * index + 1])."""
+
+    index: int
+    line: int  # the `for`/`while` line
+    end_line: int  # the loop's last line
+    scope: tuple[str, int]  # (co_name, co_firstlineno) of the code object holding it
+    header: str  # the loop's first line, stripped ("for _ in range(args.steps):")
+
+    @property
+    def key(self) -> str:
+        """Names the loop across passes (WindowSpec.loop)."""
+        return f"line {self.line}"
+
+
+@dataclass
+class Probed:
+    """The script's code with its probes, and the loops they mark."""
+
+    code: Any  # the compiled module
+    path: str
+    sites: list[LoopSite]
+    table: list[Callable[[], Any]]
+
+
+def probe(path: str, only: str | None = None) -> Probed | None:
+    """The script compiled with probes in its candidate loops (only the loop named `only`, when given), or None
+    when it cannot be parsed or has no candidate loop (the caller runs it as it is)."""
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        tree = ast.parse(source, filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    lines = source.decode("utf-8", "replace").splitlines()
+    finder = _Candidates(tree)
+    chosen = [c for c in finder.found if only is None or f"line {c[0].lineno}" == only]
+    if not chosen:
+        return None
+    sites = []
+    for index, (loop, scope) in enumerate(chosen):
+        sites.append(LoopSite(index, loop.lineno, loop.end_lineno or loop.lineno, scope,
+                              lines[loop.lineno - 1].strip() if loop.lineno <= len(lines) else ""))
+        _insert(loop, index, finder.parents)
+    ast.fix_missing_locations(tree)
+    try:
+        code = compile(tree, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):  # pragma: no cover - a tree ast.parse made compiles
+        return None
+    table: list[Callable[[], Any]] = []
+    for _ in sites:
+        table += [itertools.count().__next__, int]  # idle: count iterations begun; exit: nothing
+    return Probed(code, path, sites, table)
+
+
+def started(table: list, site: LoopSite) -> int:
+    """Iterations of `site` begun while its probe was idle."""
+    return _value(table[2 * site.index])
+
+
+def _value(counter: Callable[[], Any]) -> int:
+    """An idle probe's count: the next value of the itertools.count it is the __next__ of (0 once armed)."""
+    match = re.match(r"count\((\d+)\)", repr(getattr(counter, "__self__", None)))
+    return int(match.group(1)) if match else 0
+
+
+def run(probed: Probed, run_name: str = "__main__") -> dict[str, Any]:
+    """Run the probed script as runpy.run_path runs a script file (the same globals, sys.argv[0] and
+    sys.modules['__main__']); its globals at the end."""
+    import runpy
+
+    runner = getattr(runpy, "_run_module_code", None)
+    if runner is None:  # pragma: no cover - every CPython runpy since 3.4 has it
+        globals_ = {"__name__": run_name, "__file__": probed.path, TABLE: probed.table}
+        exec(probed.code, globals_)
+        return globals_
+    return runner(probed.code, {TABLE: probed.table}, run_name, pkg_name="", script_name=probed.path)
+
+
+# ------------------------------------------------------------------ arming
+
+
+def arm(probed: Probed, site: LoopSite, clock: "StepClock", late: bool) -> None:
+    """Make `site`'s probes call the step clock. `late`: iterations may have begun already (discovery);
+    the first call reads how many from the idle counter, so step numbers count from the loop's first
+    iteration."""
+    counter = probed.table[2 * site.index]
+    detail = f"the loop at {_rel(probed.path)}:{site.line} ({site.header})"
+    begun: list[int] = []
+
+    def iteration() -> None:
+        if not begun:
+            begun.append(_value(counter) if late else 0)
+        begun[0] += 1
+        clock.loop_iteration(begun[0], detail, site.key, sys._getframe(1))  # noqa: SLF001 - the loop's frame
+
+    # the exit probe first: an exit before the first armed iteration then closes nothing
+    probed.table[2 * site.index + 1] = clock.loop_exit
+    probed.table[2 * site.index] = iteration
+
+
+def variables(frame) -> list[tuple[str, Any]]:
+    """The tensors a loop's frame holds in its variables, and in its lists, tuples and dicts of them (one level
+    down): what the doctor scans for subnormal values where no module holds the weights."""
+    import torch
+
+    out: list[tuple[str, Any]] = []
+    for name, value in list(frame.f_locals.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, torch.Tensor):
+            out.append((name, value))
+        elif isinstance(value, (list, tuple)):
+            out += [(f"{name}[{i}]", v) for i, v in enumerate(value[:64]) if isinstance(v, torch.Tensor)]
+        elif isinstance(value, dict):
+            out += [(f"{name}[{k!r}]", v) for k, v in list(value.items())[:64] if isinstance(v, torch.Tensor)]
+    return out
+
+
+# ------------------------------------------------------------------ discovery
+
+
+class Finder:
+    """The first pass's sampler: picks the loop (see the module docstring), arms it, and stops."""
+
+    def __init__(self, probed: Probed, clock: "StepClock", main_ident: int | None = None,
+                 sample_s: float = SAMPLE_S, discover_s: float = DISCOVER_S):
+        self.probed = probed
+        self.clock = clock
+        self.main = main_ident if main_ident is not None else threading.main_thread().ident
+        self.sample_s, self.discover_s = sample_s, discover_s
+        self.by_scope: dict[tuple[str, int], list[LoopSite]] = {}
+        for s in probed.sites:
+            self.by_scope.setdefault(s.scope, []).append(s)
+        self.samples: list[tuple[float, tuple[int, ...]]] = []  # (time, active loops, outermost first)
+        self.first_seen: dict[int, tuple[float, int]] = {}  # loop -> (time, iterations begun) when first sampled
+        self.chosen: LoopSite | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="diagnose-loop-finder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def active(self, frame) -> tuple[int, ...]:
+        """The candidate loops running in the main thread's stack, outermost first."""
+        found: list[int] = []
+        path = self.probed.path
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename == path:
+                sites = self.by_scope.get((code.co_name, code.co_firstlineno))
+                if sites:
+                    line = frame.f_lineno
+                    inner = [s.index for s in sites if s.line <= line <= s.end_line]
+                    found = sorted(inner, key=lambda i: self.probed.sites[i].line) + found
+            frame = frame.f_back
+        return tuple(found)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.sample_s):
+            if self.clock.detector is not None:  # another detector found the steps
+                return
+            frame = sys._current_frames().get(self.main)  # noqa: SLF001 - the stack of the main thread
+            if frame is None:
+                return
+            now = time.perf_counter()
+            loops = self.active(frame)
+            del frame
+            if not loops:
+                continue
+            self.samples.append((now, loops))
+            for i in loops:
+                if i not in self.first_seen:
+                    self.first_seen[i] = (now, started(self.probed.table, self.probed.sites[i]))
+            site = self.choose(now)
+            if site is not None:
+                self.chosen = site
+                self.clock.arm_loop(lambda site=site: arm(self.probed, site, self.clock, late=True),
+                                    seen_at=self.first_seen[site.index][0])
+                return
+
+    def choose(self, now: float) -> LoopSite | None:
+        """The loop to take, once the outermost running loop has run discover_s (None: keep sampling)."""
+        chain = self.samples[-1][1]
+        outer = chain[0]
+        since, _ = self.first_seen[outer]
+        window = [loops for t, loops in self.samples if t >= since and loops and loops[0] == outer]
+        if now - since < self.discover_s or len(window) < MIN_SAMPLES:
+            return None
+        sites = self.probed.sites
+        pick = outer
+        for inner in chain[1:]:
+            held = sum(1 for loops in window if inner in loops)
+            outer_held = sum(1 for loops in window if pick in loops)
+            t0, n0 = self.first_seen[inner]
+            begun = started(self.probed.table, sites[inner]) - n0
+            per_iteration = (now - t0) / begun if begun > 0 else float("inf")
+            from diagnose.steps import TOO_FINE_S
+
+            if held < DESCEND_SHARE * outer_held or per_iteration < TOO_FINE_S:
+                break
+            pick = inner
+        return sites[pick]
+
+
+# ------------------------------------------------------------------ the syntax tree
+
+
+class _Candidates(ast.NodeVisitor):
+    """The candidate loops (module docstring), each with the (co_name, co_firstlineno) of its code object."""
+
+    def __init__(self, tree: ast.Module):
+        self.found: list[tuple[ast.For | ast.While, tuple[str, int]]] = []
+        self.parents: dict[int, tuple[ast.AST, str]] = {}  # id(loop) -> (the node whose list holds it, the field)
+        for node in ast.walk(tree):
+            for name, value in ast.iter_fields(node):
+                if isinstance(value, list):
+                    for child in value:
+                        if isinstance(child, (ast.For, ast.While)):
+                            self.parents[id(child)] = (node, name)
+        self._scope: list[tuple[str, int] | None] = [("<module>", 1)]
+        self.visit(tree)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        skip = (self._scope[-1] is None or isinstance(node, ast.AsyncFunctionDef) or _is_generator(node)
+                or any(COMPILED.search(ast.unparse(d)) for d in node.decorator_list))
+        self._scope.append(None if skip else (node.name, first))
+        self.generic_visit(node)
+        self._scope.pop()
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        module = any("Module" in ast.unparse(b) for b in node.bases)
+        self._scope.append(None if module else ("<class>", node.lineno))  # its methods get scopes of their own
+        self.generic_visit(node)
+        self._scope.pop()
+
+    def _loop(self, node: ast.For | ast.While) -> None:
+        scope = self._scope[-1]
+        if scope is not None and scope[0] != "<class>" and id(node) in self.parents and _calls(node):
+            self.found.append((node, scope))
+        self.generic_visit(node)
+
+    visit_For = _loop
+    visit_While = _loop
+
+
+def _calls(loop: ast.For | ast.While) -> bool:
+    """The loop's body makes a call (a loop of bare arithmetic is never a step, and its probe would cost most)."""
+    return any(isinstance(n, ast.Call) for stmt in loop.body for n in ast.walk(stmt))
+
+
+def _is_generator(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _insert(loop: ast.For | ast.While, index: int, parents: dict[int, tuple[ast.AST, str]]) -> None:
+    """`__diagnose_loops__[2i]()` first in the loop's body, `__diagnose_loops__[2i + 1]()` right after it,
+    both on the loop's own line."""
+    def call(slot: int) -> ast.Expr:
+        node = ast.Expr(ast.Call(ast.Subscript(ast.Name(TABLE, ast.Load()), ast.Constant(slot), ast.Load()), [], []))
+        return ast.copy_location(node, loop)
+
+    loop.body.insert(0, call(2 * index))
+    parent, field = parents[id(loop)]
+    body = getattr(parent, field)
+    body.insert(body.index(loop) + 1, call(2 * index + 1))
+
+
+def _rel(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
