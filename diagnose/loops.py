@@ -20,11 +20,14 @@ count its iterations:
   thread reads the main thread's stack every SAMPLE_S. Once the loop at the
   bottom of the stack has run DISCOVER_S, it takes that loop, then descends
   to an inner loop on the stack while that inner loop holds at least
-  DESCEND_SHARE of the outer one's samples and its iterations last at least
-  steps.TOO_FINE_S (so that an epoch loop gives way to its batch loop, but a
-  step's per-row Python loop does not). The chosen loop's probes then call the
-  step clock; its counter says how many iterations had begun, so step numbers
-  count from the loop's first iteration in every pass. The sampler stops.
+  DESCEND_SHARE of the outer one's samples, its iterations last at least
+  steps.TOO_FINE_S and it runs at least EPOCH_RATIO iterations per outer
+  one: an epoch loop gives way to its batch loop, but neither a step's
+  per-row Python loop nor its loop over layers or repeats is taken (it
+  samples for up to MAX_DISCOVER_S to count that ratio). The chosen loop's
+  probes then call the step clock; its counter says how many iterations had
+  begun, so step numbers count from the loop's first iteration in every
+  pass. The sampler stops.
 - **The passes after it** get the loop (WindowSpec.loop) and probe that loop
   only, armed from the start, and their window begins at the first pass's
   window step (session.Window.after_first).
@@ -46,13 +49,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from diagnose.steps import TOO_FINE_S
+
 if TYPE_CHECKING:
     from diagnose.steps import StepClock
 
 TABLE = "__diagnose_loops__"  # the probes' table in the script's globals
 SAMPLE_S = 0.002  # the discovery sampler's period
 DISCOVER_S = 0.25  # the outermost loop has run this long before the loop is chosen
-DESCEND_SHARE = 0.9  # an inner loop holding this share of the outer loop's samples is the step
+DESCEND_SHARE = 0.9  # an inner loop holding this share of the outer loop's samples may be the step
+EPOCH_RATIO = 20  # ... when it runs at least this many iterations per iteration of the outer loop
+MAX_DISCOVER_S = 3.0  # sample at most this long to tell an epoch loop from a step loop
 MIN_SAMPLES = 20  # in the outermost loop, before choosing
 COMPILED = re.compile(r"compile|jit|script|trace|export|dynamo|optimize|numba", re.I)  # decorators that compile what they wrap
 
@@ -146,17 +153,9 @@ def arm(probed: Probed, site: LoopSite, clock: "StepClock", late: bool) -> None:
     iteration."""
     counter = probed.table[2 * site.index]
     detail = f"the loop at {_rel(probed.path)}:{site.line} ({site.header})"
-    begun: list[int] = []
-
-    def iteration() -> None:
-        if not begun:
-            begun.append(_value(counter) if late else 0)
-        begun[0] += 1
-        clock.loop_iteration(begun[0], detail, site.key, sys._getframe(1))  # noqa: SLF001 - the loop's frame
-
     # the exit probe first: an exit before the first armed iteration then closes nothing
     probed.table[2 * site.index + 1] = clock.loop_exit
-    probed.table[2 * site.index] = iteration
+    probed.table[2 * site.index] = clock.loop_probe(detail, site.key, (lambda: _value(counter)) if late else int)
 
 
 def variables(frame) -> list[tuple[str, Any]]:
@@ -184,11 +183,11 @@ class Finder:
     """The first pass's sampler: picks the loop (see the module docstring), arms it, and stops."""
 
     def __init__(self, probed: Probed, clock: "StepClock", main_ident: int | None = None,
-                 sample_s: float = SAMPLE_S, discover_s: float = DISCOVER_S):
+                 sample_s: float = SAMPLE_S, discover_s: float = DISCOVER_S, max_discover_s: float = MAX_DISCOVER_S):
         self.probed = probed
         self.clock = clock
         self.main = main_ident if main_ident is not None else threading.main_thread().ident
-        self.sample_s, self.discover_s = sample_s, discover_s
+        self.sample_s, self.discover_s, self.max_discover_s = sample_s, discover_s, max_discover_s
         self.by_scope: dict[tuple[str, int], list[LoopSite]] = {}
         for s in probed.sites:
             self.by_scope.setdefault(s.scope, []).append(s)
@@ -243,25 +242,31 @@ class Finder:
                 return
 
     def choose(self, now: float) -> LoopSite | None:
-        """The loop to take, once the outermost running loop has run discover_s (None: keep sampling)."""
+        """The loop to take (None: keep sampling). The outermost running loop once it has run discover_s, or an
+        inner loop of it that holds nearly all its time, has iterations of a step's length, and runs at least
+        EPOCH_RATIO iterations per iteration of the outer one (an epoch's batches, not a step's layers or repeats);
+        until that ratio can be told, for at most max_discover_s, it keeps sampling."""
         chain = self.samples[-1][1]
         outer = chain[0]
         since, _ = self.first_seen[outer]
         window = [loops for t, loops in self.samples if t >= since and loops and loops[0] == outer]
         if now - since < self.discover_s or len(window) < MIN_SAMPLES:
             return None
-        sites = self.probed.sites
+        sites, table = self.probed.sites, self.probed.table
         pick = outer
         for inner in chain[1:]:
             held = sum(1 for loops in window if inner in loops)
-            outer_held = sum(1 for loops in window if pick in loops)
-            t0, n0 = self.first_seen[inner]
-            begun = started(self.probed.table, sites[inner]) - n0
-            per_iteration = (now - t0) / begun if begun > 0 else float("inf")
-            from diagnose.steps import TOO_FINE_S
-
-            if held < DESCEND_SHARE * outer_held or per_iteration < TOO_FINE_S:
+            if held < DESCEND_SHARE * sum(1 for loops in window if pick in loops):
                 break
+            t0, n0 = self.first_seen[inner]
+            inner_n = started(table, sites[inner]) - n0
+            if inner_n <= 0 or (now - t0) / inner_n < TOO_FINE_S:
+                break  # finer than a step (a per-row loop), or not one iteration seen yet
+            outer_n = started(table, sites[pick]) - self.first_seen[pick][1]
+            if outer_n < 2 and inner_n < EPOCH_RATIO and now - since < self.max_discover_s:
+                return None  # neither a few outer iterations nor an epoch's worth of inner ones yet
+            if inner_n < EPOCH_RATIO * max(outer_n, 1):
+                break  # a loop inside each step
             pick = inner
         return sites[pick]
 

@@ -129,6 +129,11 @@ class StepClock:
         self._loop_seen_at: float | None = None
         self.loop_frame = None
         self._window_first: int | None = None
+        # the loop probe's fast path: iteration starts that are plain boundaries (no callback, no decision) are
+        # only stamped, and replayed through _boundary before anything reads the steps (`flush`). `fast` holds
+        # how many more may be stamped, and a time before which any may be (the stretched window's end)
+        self.stamps: list[float] = []
+        self.fast: list[float] = [0, float("-inf")]
 
     # ------------------------------------------------------------ wiring
 
@@ -164,6 +169,8 @@ class StepClock:
         clock = self
 
         def timed_next(it):
+            if clock.stamps:  # the loop's stamped boundaries first: this wait belongs to the step after them
+                clock.flush()
             t = clock.clock()
             try:
                 return real(it)
@@ -249,37 +256,92 @@ class StepClock:
             arm()
             return True
 
-    def loop_iteration(self, number: int, detail: str, key: str, frame) -> None:
-        """Iteration `number` (from the loop's first) of the armed loop begins: it ends the open step, or opens
-        one (the first armed iteration, or the loop running again after its exit)."""
+    def loop_probe(self, detail: str, key: str, begun: Callable[[], int]) -> Callable[[], None]:
+        """The armed loop's iteration probe (diagnose/loops.py). `begun()`: the iterations begun before it was
+        armed. Its fast path stamps a plain boundary in ~0.1 µs; the rest goes through loop_iteration."""
+        stamps, fast, now_ = self.stamps, self.fast, self.clock
+        append = stamps.append
+        first: list[int] = []
+
+        def iteration() -> None:
+            t = now_()
+            if fast[0] > 0:
+                fast[0] -= 1
+                append(t)
+            elif t < fast[1]:
+                append(t)
+            else:
+                if not first:
+                    first.append(begun())
+                self.loop_iteration(t, first[0] + 1, detail, key, sys._getframe(1))
+
+        return iteration
+
+    def loop_iteration(self, now: float, number: int, detail: str, key: str, frame) -> None:
+        """An iteration of the armed loop begins at `now` (`number`: its number from the loop's first, read when
+        the loop opens): it ends the open step, or opens one (the first armed iteration, or the loop running
+        again after its exit)."""
         with self._lock:
+            self._flush()
             if self._loop_open:
-                self._boundary("loop", None, detail)
-                return
-            if self.detector is None:
-                self.detector, self.detail, self.loop = "loop", detail, key
-            elif self.detector != "loop":  # a higher detector took over: its boundaries count
+                self._boundary("loop", None, detail, now)
+            elif self.detector is None or self.detector == "loop":
+                self._open_loop(now, number, detail, key, frame)
+            else:  # a higher detector took over: its boundaries count
                 self.ignored["loop"] = self.ignored.get("loop", 0) + 1
-                return
-            if self.keep_inputs and self.loop_frame is None:
-                self.loop_frame = frame
-            now = self.clock()
-            if self.first_start is None:  # armed late: the loop began about when the finder first saw it
-                self.first_start = self._loop_seen_at if number > 1 and self._loop_seen_at else now
-            self.count = max(self.count, number - 1)  # iterations begun before it was armed: steps not timed
-            self.last_end = now  # the step begins here
-            self._data_wait = 0.0
-            self._loop_open = True
-            w = self.window
-            if self.began_at is None and w is not None and self.count >= w.skip:
-                self._begin(now)
+            self._plain_ahead()
+
+    def _open_loop(self, now: float, number: int, detail: str, key: str, frame) -> None:
+        self.detector, self.detail, self.loop = "loop", detail, key
+        if self.keep_inputs and self.loop_frame is None:
+            self.loop_frame = frame
+        if self.first_start is None:  # armed late: the loop began about when the finder first saw it
+            self.first_start = self._loop_seen_at if number > 1 and self._loop_seen_at else now
+        self.count = max(self.count, number - 1)  # iterations begun before it was armed: steps not timed
+        self.last_end = now  # the step begins here
+        self._data_wait = 0.0
+        self._loop_open = True
+        w = self.window
+        if self.began_at is None and w is not None and self.count >= w.skip:
+            self._begin(now)
 
     def loop_exit(self) -> None:
         """The armed loop ended (its exit probe): the open step ends."""
         with self._lock:
+            self._flush()
             if self._loop_open and self.detector == "loop":
                 self._loop_open = False
+                self.fast[0], self.fast[1] = 0, float("-inf")
                 self._boundary("loop", None, self.detail)
+
+    def flush(self) -> None:
+        """Replay the stamped loop boundaries (before the steps are read)."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.stamps:
+            stamps = self.stamps[:]
+            self.stamps.clear()
+            for t in stamps:
+                self._boundary("loop", None, self.detail, t)
+
+    def _plain_ahead(self) -> None:
+        """How many of the loop's next boundaries are plain (none begins or ends the window, calls back, reads
+        the RSS or waits for data), and before when any is: the fast path stamps those."""
+        left, until = 0, float("-inf")
+        w = self.window
+        if self.detector == "loop" and self._loop_open and not self._stopping and w is not None:
+            if self.began_at is None:  # warm-up: plain up to the boundary before the last skipped step's
+                left = max(0, w.skip - (2 if self.on_last_warmup else 1) - self.count)
+            elif self.ended_at is None:
+                if self.on_step is None and self.read_rss is None:
+                    left = max(0, w.steps - 1 - self.window_steps)
+                    if self.agreement is None and w.min_window_s > 0:
+                        until = self.began_at + w.min_window_s
+            else:
+                left = 1 << 62
+        self.fast[0], self.fast[1] = left, until
 
     # ------------------------------------------------------------ boundaries
 
@@ -289,8 +351,8 @@ class StepClock:
         with self._lock:
             self._boundary(detector, frame, detail)
 
-    def _boundary(self, detector: str, frame, detail: str | None) -> None:
-        now = self.clock()
+    def _boundary(self, detector: str, frame, detail: str | None, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
         if self.detector != detector:
             if self.detector is not None and PRECEDENCE[detector] < PRECEDENCE[self.detector]:
                 self.ignored[detector] = self.ignored.get(detector, 0) + 1
@@ -363,6 +425,7 @@ class StepClock:
     # ------------------------------------------------------------ result
 
     def result(self) -> StepsSeen:
+        self.flush()
         batch = max(self.batch_sizes, key=lambda k: self.batch_sizes[k]) if self.batch_sizes else None
         first = self._window_first if self.window and self.began_at is not None else None
         return StepsSeen(

@@ -196,7 +196,7 @@ class Steps:
     the window's wall time is `run.wall_s`.
     """
 
-    detector: str | None = None  # optimizer, forward, mark_step; None: no step found (the whole run is measured)
+    detector: str | None = None  # optimizer, forward, mark_step, loop; None: no step found (the whole run is measured)
     detail: str | None = None  # e.g. "SGD.step()", "BertModel forward", "diagnose.mark_step() at train.py:40"
     steps_seen: int = 0  # steps the uninstrumented pass ran (up to the window's end when it ended the target there)
     skip_steps: int = 0  # requested: --skip-steps

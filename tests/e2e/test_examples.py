@@ -35,10 +35,13 @@ CASES = [
     ("contiguous_copies.py", [], "copy_overhead",
      lambda f: f["location"] in (_line("contiguous_copies.py", "copy 1"), _line("contiguous_copies.py", "copy 2"))
      and f["severity"] == "high"),
-    ("sequential_sort.py", ["--microbench-budget", "20"], "sequential_operator",
+    # six steps of ~0.4 s: --skip-steps 1 gives the loop detector's window five of them (the thread findings need 0.5 s)
+    ("sequential_sort.py", ["--microbench-budget", "20", "--skip-steps", "1"], "sequential_operator",
      lambda f: f["op"] == "aten::sort" and f["location"] == _line("sequential_sort.py", "torch.sort(")),
-    ("allocation_churn.py", [], "memory_churn",
-     lambda f: f["evidence"]["allocated_bytes"] > 4 << 30 and f["evidence"]["turnover"] >= 20),
+    # six steps of ~0.86 GiB each: the window is steps 2-6 (the loop detector's steps; --skip-steps 1 leaves a
+    # span long enough for a rate), 4.2 GiB
+    ("allocation_churn.py", ["--skip-steps", "1"], "memory_churn",
+     lambda f: f["evidence"]["allocated_bytes"] > 3 << 30 and f["evidence"]["turnover"] >= 20),
 ]
 # the churn's rate (its severity) depends on how busy the machine is; its hot element-wise
 # operators may outrank it, which is also a right diagnosis

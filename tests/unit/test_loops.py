@@ -204,9 +204,9 @@ def _feed(finder: loops.Finder, chain_share: float, iterations: tuple[int, int],
             finder.probed.table[2 * index]()
 
 
-def test_the_finder_descends_to_an_inner_loop_that_holds_nearly_all_the_time(tmp_path):
+def test_the_finder_descends_from_an_epoch_loop_to_its_batch_loop(tmp_path):
     finder = _finder(tmp_path, NEST)
-    _feed(finder, 0.97, iterations=(1, 50))  # a batch loop of 20 ms iterations in an epoch loop
+    _feed(finder, 0.97, iterations=(1, 50))  # 20 ms batches, and no epoch finished yet
     assert finder.choose(1.0).line == 3
 
 
@@ -220,6 +220,21 @@ def test_the_finder_keeps_the_outer_loop_when_the_inner_one_is_part_of_the_step(
     finder = _finder(tmp_path, NEST)
     _feed(finder, 0.6, iterations=(20, 100))
     assert finder.choose(1.0).line == 2
+
+
+def test_the_finder_keeps_a_step_whose_inner_loop_holds_its_time(tmp_path):
+    # examples/allocation_churn.py: six repeats inside each step hold 95% of it, but the step loop itself
+    # went round three times: six inner iterations an outer one is a step's loop, not an epoch's
+    finder = _finder(tmp_path, NEST)
+    _feed(finder, 0.95, iterations=(3, 18))
+    assert finder.choose(1.0).line == 2
+
+
+def test_the_finder_keeps_sampling_until_it_can_tell_an_epoch_from_a_step(tmp_path):
+    finder = _finder(tmp_path, NEST)
+    _feed(finder, 0.97, iterations=(1, 5))  # one outer iteration begun, five inner ones: not known yet
+    assert finder.choose(1.0) is None
+    assert finder.choose(loops.MAX_DISCOVER_S + 0.1).line == 2  # out of time: 5 a step is not an epoch
 
 
 def test_the_finder_waits_until_the_loop_has_run_long_enough(tmp_path):
