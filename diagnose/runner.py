@@ -36,6 +36,7 @@ import signal
 import sys
 import time
 import traceback
+import types
 from typing import Any
 
 from diagnose import children, loops, markers, protocol
@@ -105,23 +106,86 @@ def _pin_threads(torch, n: int) -> PinnedThreads:
     return PinnedThreads(value=n, ignored_calls=ignored)
 
 
-def _record_thread_calls(torch, script: str, cwd: str) -> list[ThreadCall]:
-    """Uninstrumented pass: note where the target sets its thread counts (for the threads findings).
+MAX_THREAD_CALLS = 20  # targets set their thread counts a handful of times; a loop that sets them is cut here
+
+
+def _record_thread_calls(torch, usercode: UserCode, calls: list[ThreadCall]) -> None:
+    """Uninstrumented pass: note in `calls` where the target sets its thread counts (for the threads findings):
+    torch.set_num_threads / set_num_interop_threads, and the DataLoaders it builds with workers.
 
     One dict lookup per call, which targets make a handful of times; forked
     children (DataLoader workers) are not recorded.
     """
-    usercode, owner, calls = UserCode(script, cwd), os.getpid(), []
+    owner = os.getpid()
     for name in ("set_num_threads", "set_num_interop_threads"):
         real = getattr(torch, name)
 
         def recorded(k: int, _real=real, _name=name) -> None:
-            if os.getpid() == owner and len(calls) < 20:
+            if os.getpid() == owner and len(calls) < MAX_THREAD_CALLS:
                 calls.append(ThreadCall(_name, k, usercode.location(sys._getframe(1))))
             _real(k)
 
         setattr(torch, name, recorded)
-    return calls
+    from torch.utils.data import DataLoader
+
+    real_init = DataLoader.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        workers = args[5] if len(args) > 5 else kwargs.get("num_workers", 0)
+        if os.getpid() == owner and isinstance(workers, int) and workers > 0 and len(calls) < MAX_THREAD_CALLS:
+            calls.append(ThreadCall("DataLoader", workers, usercode.location(sys._getframe(1))))
+        real_init(self, *args, **kwargs)
+
+    DataLoader.__init__ = init
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sizes its intra-op pool from these at import
+
+
+def _imported_torch(namespace: dict[str, Any]) -> bool:
+    """Whether a module's globals hold anything of torch's (`import torch`, `from torch import nn`, ...)."""
+    for value in namespace.values():
+        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str) and (name == "torch" or name.startswith("torch.")):
+            return True
+    return False
+
+
+def _follow_thread_variables(torch, usercode: UserCode, calls: list[ThreadCall] | None) -> None:
+    """The target's own OMP_NUM_THREADS / MKL_NUM_THREADS assignments (`os.environ[...] = ...`, os.putenv).
+
+    This process imports torch before the target runs, and torch sizes its intra-op pool from these
+    variables when it is imported: a script that sets one before its own `import torch` runs that many
+    threads under plain Python, and would not here. An audit hook on os.putenv (which every os.environ
+    assignment calls) sees the assignment and the line that made it, exactly; a source search for the
+    variable's name could not tell an assignment that ran from one in a branch that did not. When the
+    user's code making it holds nothing of torch yet, the count is applied with torch.set_num_threads, as
+    plain Python's import would; with `calls` (the uninstrumented pass) the assignment is recorded. The
+    hook cannot be removed and sees every audited event (sys._getframe, open, import), each then costing
+    about 0.15 us more; a torch operator raises none. Forked children (DataLoader workers) are left alone.
+    """
+    real, owner = torch.set_num_threads, os.getpid()
+    wanted = {name.encode(): name for name in THREAD_VARIABLES}
+
+    def hook(event: str, args: tuple) -> None:
+        if event != "os.putenv" or os.getpid() != owner:
+            return
+        key = args[0].encode() if isinstance(args[0], str) else args[0]
+        name = wanted.get(key)
+        if name is None:
+            return
+        value = args[1].decode(errors="replace") if isinstance(args[1], bytes) else str(args[1])
+        frame = sys._getframe(1)
+        while frame is not None and not usercode.is_user(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None or not value.strip().isdigit() or int(value) < 1:
+            return
+        if not _imported_torch(frame.f_globals):
+            real(int(value))
+        if calls is not None and len(calls) < MAX_THREAD_CALLS:
+            calls.append(ThreadCall(name, int(value), usercode.location(frame)))
+
+    sys.addaudithook(hook)
 
 
 def compile_info() -> Compile | None:
@@ -234,8 +298,12 @@ class Run:
         overrides, applied = spec.overrides, self.result.applied
         if overrides.intra_op_threads:
             applied.intra_op_threads = _pin_threads(torch, overrides.intra_op_threads)
-        elif spec.layer is None:
-            self.result.thread_calls = _record_thread_calls(torch, spec.script, spec.cwd or os.getcwd())
+        else:  # the target's own thread settings: followed in every pass, recorded in the uninstrumented one
+            usercode = UserCode(spec.script, spec.cwd or os.getcwd())
+            calls = self.result.thread_calls if spec.layer is None else None
+            _follow_thread_variables(torch, usercode, calls)  # first: it applies a count with torch's own call
+            if calls is not None:
+                _record_thread_calls(torch, usercode, calls)
         if overrides.flush_denormal:  # a doctor trial (diagnose/doctor/trials.py)
             applied.flush_denormal = bool(torch.set_flush_denormal(True))
         if overrides.what_if is not None:  # a what-if pass (diagnose/whatif/): seeded, the variant applied

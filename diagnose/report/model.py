@@ -309,9 +309,11 @@ class Trial:
     """An A/B of the user's own workload with one change applied from outside (diagnose/doctor/trials.py)."""
 
     # "jemalloc", "tcmalloc", "glibc_malloc_thresholds", "flush_denormal", "bind_threads", "quota_threads",
-    # "blas_one_thread"; in what_if.variants the variant's name
+    # "blas_one_thread", "intra_op_threads"; in what_if.variants the variant's name
     name: str
-    check: str  # the DoctorCheck whose suggestion it measures ("page_faults", "denormals")
+    # the DoctorCheck whose suggestion it measures ("page_faults", "denormals"); for intra_op_threads the threads
+    # finding whose recommended count it measures ("undersubscription", "oversubscription")
+    check: str
     change: str  # the exact change: a launch line (`LD_PRELOAD=... python train.py`) or a line of code
     env: dict[str, str] = field(default_factory=dict)  # environment the variant ran with
     rounds: int = 0  # rounds of interleaved passes (each round: the baseline and every variant once)
@@ -1586,10 +1588,13 @@ class EnvSetting:
 
 @dataclass
 class ThreadCall:
-    """The target's own call that set a thread count (uninstrumented pass, runner._record_thread_calls)."""
+    """The target's own line that set a thread count (uninstrumented pass, runner._record_thread_calls and
+    runner._follow_thread_variables)."""
 
-    call: str  # set_num_threads or set_num_interop_threads
-    threads: int  # the count it passed
+    # set_num_threads or set_num_interop_threads (torch's calls); OMP_NUM_THREADS or MKL_NUM_THREADS (an
+    # assignment to the variable in code, os.environ[...] = or os.putenv); DataLoader (one built with workers)
+    call: str
+    threads: int  # the count it passed: threads, or for a DataLoader its num_workers
     location: str | None = None  # file.py:LINE in the user's code
 
 
