@@ -4,7 +4,8 @@ A trial runs the uninstrumented pass (the same window of steps as every
 other pass, or function mode's measured calls) with the change: an
 environment at launch (LD_PRELOAD and MALLOC_CONF for an allocator, glibc's
 malloc thresholds) or a runner option (torch.set_flush_denormal(True)
-before the script). Nothing is changed in the user's environment beyond
+before the script; an intra-op thread count pinned whatever the script asks
+for, the one-point trial of a threads finding's recommended setting). Nothing is changed in the user's environment beyond
 those passes. All sides start alike: every pass is a fresh interpreter, the
 baseline's too, when a variant needs an environment at launch; otherwise all
 are forked from the fork server (torch imported once).
@@ -69,6 +70,9 @@ LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 # glibc: serve every allocation under 1 GB from the heap, and never trim it back to the kernel
 GLIBC_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+# the name of the one-point trial of a configured intra-op count (thread_count_variant): findings/threads.py reads
+# it back into the undersubscription or oversubscription finding it answers
+THREAD_TRIAL = "intra_op_threads"
 INSTALL_ALLOCATORS = "apt-get install libjemalloc2 libgoogle-perftools4 (Debian/Ubuntu)"
 
 
@@ -133,6 +137,14 @@ def quota_threads_variant(command: str, quota_cpus: float) -> Variant:
 def blas_threads_variant(command: str, variable: str) -> Variant:
     env = {variable: "1"}
     return Variant("blas_one_thread", "blas_threads", _launch(env, command), env)
+
+
+def thread_count_variant(check: str, threads: int) -> Variant:
+    """The one-point trial of a configured intra-op count (`check`: the threads finding it answers,
+    findings/threads.configured_threads_fix): the pass pins `threads` whatever the target asks for
+    (runner._pin_threads), as a thread sweep's point does."""
+    return Variant(THREAD_TRIAL, check, f"torch.set_num_threads({threads})",
+                   overrides=Overrides(intra_op_threads=threads))
 
 
 def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpus: float | None = None,

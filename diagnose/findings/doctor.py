@@ -15,11 +15,16 @@ topology, low_precision):
   (A separate BLAS pool is tried: its thread variable set to 1.)
 - a warning whose trials all failed to win gets no finding: the doctor
   section lists it as tried, with no gain.
+- the thread-count trial (check undersubscription or oversubscription) gets
+  none here: it measures the threads finding's fix, and that finding carries
+  it (findings/threads.py).
 """
 
 from __future__ import annotations
 
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake
+
+THREAD_FINDINGS = ("undersubscription", "oversubscription")  # kinds whose trials findings/threads.py reads
 
 
 def _facts(check: DoctorCheck | None) -> dict:
@@ -32,7 +37,9 @@ def environment(report: Report) -> list[Finding]:
         return []
     checks = {c.name: c for c in doctor.checks}
     out = []
-    names = list(dict.fromkeys([c.name for c in doctor.checks] + [t.check for t in doctor.trials]))
+    # the thread-count trial answers a threads finding, which reads it (findings/threads.py)
+    names = list(dict.fromkeys([c.name for c in doctor.checks] + [t.check for t in doctor.trials
+                                                                 if t.check not in THREAD_FINDINGS]))
     for name in names:
         check = checks.get(name)
         tried = [t for t in doctor.trials if t.check == name]

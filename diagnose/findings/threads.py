@@ -1,7 +1,8 @@
 """Rules on the threads layer: oversubscription, undersubscription, external_contention.
 
-They read only `report.threads` (layers/threads/analysis.py), `report.machine`
-and `report.run`, so they re-run on a loaded report.json. Nothing is raised
+They read only `report.threads` (layers/threads/analysis.py), `report.machine`,
+`report.run` and the doctor's thread-count trial (`report.doctor.trials`), so
+they re-run on a loaded report.json. Nothing is raised
 for a recording shorter than MIN_DURATION_S or without its measures.
 
 Thresholds (2-CPU measurements, docs/measurements.md: healthy runs had a run-queue
@@ -17,12 +18,14 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   recommendation (threads.sweep) is quoted when present; when the sweep
   measured less than SWEEP_NEGLIGIBLE_PCT throughput to gain over the
   configured setting the severity drops to `low` (the queueing is real, its
-  cost here is not). For one process, `location` is the target's own
-  set_num_threads call that asked for more threads than usable CPUs
-  (recorded by the runner). When the compute processes are torchrun ranks
-  (report.distributed, matched by pid), the split is usable // ranks on the
-  node, given per rank, and `location` is the rank's own set_num_threads
-  call that asked for more than that.
+  cost here is not). For one process, `location` is the target's own line
+  that asked for more threads than usable CPUs (threads.thread_calls,
+  recorded by the runner: its last set_num_threads, else OMP_NUM_THREADS /
+  MKL_NUM_THREADS assigned in code). When the compute processes are torchrun
+  ranks (report.distributed, matched by pid), the split is usable // ranks on
+  the node, given per rank, and `location` is the rank's own set_num_threads
+  call that asked for more than that. Beside DataLoader workers, `location`
+  is the DataLoader built with them.
 - external_contention: others_cpus (machine busy minus the tree and the
   sampler) >= max(0.5, 0.25 x usable) while the tree's wait share >= 0.1:
   `high` at >= 0.33, `medium` at >= 0.2, else `low`. Raised whether or not
@@ -36,7 +39,18 @@ wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
   the usable CPUs (raise it) and at least half the CPUs sit idle, else
   `low` (the work itself is serial: Python, small ops), then marked an
   observation (`observation`, see stake.py): the python and
-  operators findings name the serial work's cause.
+  operators findings name the serial work's cause. With the setting below
+  the usable CPUs, `location` is the target's line that set it (as above).
+
+Measured fix (`configured_threads_fix`): when undersubscription (setting
+below the usable CPUs) or one process's oversubscription (setting above
+them) is raised, the doctor layer tries torch.set_num_threads(usable CPUs)
+on the steps (doctor/trials.thread_count_variant, THREAD_TRIAL). The finding
+reads that trial back: a win makes its stake the measured 1 - 1/speedup of
+the step (no longer an upper bound, and before the sweep's figure); no gain
+or slower makes its stake 0 and its severity `low`, saying the fix was not
+confirmed here; a failed trial leaves the estimate above. The trial follows
+the doctor's statistics (lower-quartile step, NOISE_MARGIN, 95% interval).
 """
 
 from __future__ import annotations
@@ -44,8 +58,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from diagnose.doctor.trials import THREAD_TRIAL
 from diagnose.findings.stake import UPPER_BOUND
-from diagnose.report.model import Finding, Report, Stake, ThreadProcess, Threads
+from diagnose.report.model import (
+    Finding,
+    Report,
+    Stake,
+    ThreadCall,
+    ThreadProcess,
+    Threads,
+    Trial,
+)
 
 WAIT_SHARE_MEDIUM = 0.2
 WAIT_SHARE_HIGH = 0.33
@@ -90,6 +113,63 @@ def _sweep_note(t: Threads) -> str:
     if not rec or not rec.code:
         return " `diagnose threads --sweep` measures the best setting."
     return f" Measured by the thread sweep: {rec.code} ({rec.env}) is within 5% of the best throughput."
+
+
+THREAD_COUNT_CALLS = ("set_num_threads", "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what sets the intra-op count
+
+
+def cause_call(t: Threads, kinds: tuple[str, ...], wrong) -> ThreadCall | None:
+    """The target's last line among `kinds` (ThreadCall.call) whose count `wrong(count)` holds, with a location;
+    torch.set_num_threads wins over a variable (it overrides what the variable set at import)."""
+    calls = [c for c in t.thread_calls if c.call in kinds and c.location and wrong(c.threads)]
+    direct = [c for c in calls if c.call == "set_num_threads"]
+    return (direct or calls)[-1] if calls else None
+
+
+def configured_threads_fix(report: Report) -> tuple[str, int] | None:
+    """(finding kind, intra-op threads to try) when undersubscription or oversubscription is raised and its
+    cause is the intra-op count the target configured: below the usable CPUs while they sit idle, or above them
+    in one process. The doctor's one-point trial measures that setting; None: no such finding or cause."""
+    t = report.threads
+    intra = report.machine.intra_op_threads
+    if t is None or intra is None:
+        return None
+    usable = _usable(report, t)
+    if undersubscribed(report) and intra < usable:
+        return "undersubscription", usable
+    if oversubscribed(report) is not None and intra > usable and len(_compute_processes(t)) <= 1:
+        return "oversubscription", usable
+    return None
+
+
+def thread_trial(report: Report, kind: str) -> Trial | None:
+    """The doctor's trial of the thread count `kind`'s finding recommends, None when none ran."""
+    trials = report.doctor.trials if report.doctor else []
+    return next((x for x in trials if x.check == kind and x.name == THREAD_TRIAL), None)
+
+
+def _trial_evidence(trial: Trial) -> dict[str, Any]:
+    return {"name": trial.name, "change": trial.change, "verdict": trial.verdict, "rounds": trial.rounds,
+            "baseline_step_s": trial.baseline_step_s, "variant_step_s": trial.variant_step_s,
+            "speedup": trial.speedup, "ci_low": trial.ci_low, "ci_high": trial.ci_high,
+            "noise_floor_pct": trial.noise_floor_pct, "reason": trial.reason}
+
+
+def _measured_stake(trial: Trial) -> tuple[Stake, str] | None:
+    """The finding's stake from its trial (a win: 1 - 1/speedup of the step; otherwise no gain measured), and a
+    clause for its title; None when the trial measured nothing (failed or skipped)."""
+    if trial.verdict not in ("win", "no gain", "slower") or not trial.speedup:
+        return None
+    interval = f", 95% interval {trial.ci_low:.2f}-{trial.ci_high:.2f}x" if trial.ci_low is not None else ""
+    how = f"{trial.rounds} interleaved rounds on your own steps"
+    if trial.verdict == "win":
+        return (Stake(pct=round(100.0 * (1.0 - 1.0 / trial.speedup), 1),
+                      basis=f"measured: 1 - 1/speedup of the step with {trial.change}, {how}{interval}"),
+                f"; measured {trial.speedup:.2f}x faster per step with {trial.change}{interval}")
+    said = "slower" if trial.verdict == "slower" else "no gain beyond the noise"
+    return (Stake(pct=0.0, basis=(f"measured: {trial.change} gave {said} ({trial.speedup:.2f}x{interval}; noise "
+                                  f"floor {trial.noise_floor_pct}%), {how}")),
+            f"; but {trial.change} measured {said} here ({trial.speedup:.2f}x{interval})")
 
 
 def _severity(share: float, medium: float, high: float, low: float | None = None) -> str | None:
@@ -202,14 +282,35 @@ def oversubscription(report: Report) -> list[Finding]:
     location = None
     if evidence["cause"] == "one_process" or evidence.get("ranks"):
         limit = usable if evidence["cause"] == "one_process" else evidence["fair_share_threads"]
-        calls = [c for c in t.thread_calls if c.call == "set_num_threads" and c.threads > limit and c.location]
-        if calls:  # the target's own call that asked for more threads than CPUs
-            location = calls[-1].location
-            evidence["set_num_threads_call"] = dataclasses.asdict(calls[-1])
+        # a rank's own variable is torchrun's to set: only its set_num_threads call is the rank's line
+        kinds = THREAD_COUNT_CALLS if evidence["cause"] == "one_process" else ("set_num_threads",)
+        call = cause_call(t, kinds, lambda n: n > limit)
+        if call is not None:  # the target's own line that asked for more threads than CPUs
+            location = call.location
+            evidence["thread_call"] = dataclasses.asdict(call)
+    elif evidence["cause"] == "dataloader_workers":
+        call = cause_call(t, ("DataLoader",), lambda n: n > 0)
+        if call is not None:  # the DataLoader whose workers compete with the main pool
+            location = call.location
+            evidence["thread_call"] = dataclasses.asdict(call)
     rec = t.sweep.recommendation if t.sweep else None
     gain = rec.gain_vs_configured_pct if rec else None
     stake = Stake(pct=round(100 * share, 1), basis=f"run-queue wait share ({UPPER_BOUND})", upper_bound=True)
-    if gain is not None:
+    trial = thread_trial(report, "oversubscription")
+    measured_stake = _measured_stake(trial) if trial else None
+    if trial is not None:
+        evidence["trial"] = _trial_evidence(trial)
+    if measured_stake is not None:  # measured on the steps, with an interval: it comes before the sweep's figure
+        stake, clause = measured_stake
+        title += clause
+        if gain is not None:
+            evidence["sweep_gain_pct"] = gain
+        if trial.verdict != "win":
+            severity = "low"
+            suggestion = (f"The measured cost is small for this workload: {trial.change} measured no gain on your "
+                          f"steps (trial {trial.verdict}); fix it when convenient, since threads queueing for CPUs "
+                          f"also slow everything else on the machine. " + suggestion)
+    elif gain is not None:
         evidence["sweep_gain_pct"] = gain
         # throughput gained -> wall time saved
         stake = Stake(pct=round(max(0.0, 100 * (1 - 1 / (1 + gain / 100))), 1),
@@ -260,10 +361,23 @@ def external_contention(report: Report) -> list[Finding]:
     )]
 
 
-def undersubscription(report: Report) -> list[Finding]:
+@dataclasses.dataclass(frozen=True)
+class Idle:
+    """What the undersubscription rule measured when it fires."""
+
+    usable: int
+    cpu_used: float
+    idle: float  # usable CPUs - cpu_used
+    busy_share: float
+    machine_busy: float | None
+    wait_share: float
+
+
+def undersubscribed(report: Report) -> Idle | None:
+    """The idle usable CPUs of a CPU-bound run, when they make an undersubscription finding (module docstring)."""
     t = report.threads
     if t is None or not _measured(t) or t.cpu_used is None or t.busy_share is None:
-        return []
+        return None
     usable = _usable(report, t)
     cpu_used = float(t.cpu_used)
     idle = usable - cpu_used
@@ -277,37 +391,66 @@ def undersubscription(report: Report) -> list[Finding]:
     share = float(t.runqueue_wait_share)
     if busy_share < UNDER_MIN_BUSY_SHARE or idle < UNDER_MIN_IDLE_CPUS or machine_idle < UNDER_MIN_IDLE_CPUS \
             or share >= WAIT_SHARE_MEDIUM:
+        return None
+    return Idle(usable, cpu_used, idle, busy_share, machine_busy, share)
+
+
+def undersubscription(report: Report) -> list[Finding]:
+    measured = undersubscribed(report)
+    if measured is None:
         return []
+    t = report.threads
+    usable, cpu_used, idle, share = measured.usable, measured.cpu_used, measured.idle, measured.wait_share
     intra = report.machine.intra_op_threads
     compute = _compute_processes(t)
     active = sum(_active(p) for p in compute)
     configured_low = intra is not None and intra < usable
     severity = "medium" if configured_low and idle / usable >= UNDER_MEDIUM_IDLE_SHARE else "low"
+    evidence: dict[str, Any] = {
+        "cpu_used": cpu_used, "usable_cpus": usable, "idle_cpus": round(idle, 3),
+        "threshold_idle_cpus": UNDER_MIN_IDLE_CPUS, "busy_share": measured.busy_share,
+        "threshold_busy_share": UNDER_MIN_BUSY_SHARE, "machine_busy_cpus": measured.machine_busy,
+        "runqueue_wait_share": share, "mean_runnable": t.mean_runnable,
+        "intra_op_threads": intra, "active_threads": active,
+        "share_pct": round(100 * idle / usable, 1),
+        "processes": _process_evidence(compute), "method": t.method}
+    title = (f"CPU-bound but using {cpu_used:.1f} of {usable} usable CPUs: {idle:.1f} CPUs sat idle"
+             + (f" with {intra} intra-op thread{'s' if intra != 1 else ''}" if intra is not None else ""))
+    stake = Stake(pct=round(100 * idle / usable, 1), upper_bound=True,
+                  basis=f"idle usable CPUs' share (perfect scaling, {UPPER_BOUND})")
+    location = None
     if configured_low:
+        call = cause_call(t, THREAD_COUNT_CALLS, lambda n: n < usable)
+        if call is not None:  # the target's own line that asked for fewer threads than CPUs
+            location = call.location
+            evidence["thread_call"] = dataclasses.asdict(call)
+        what = (f"torch.set_num_threads({call.threads}) at {call.location}" if call and call.call == "set_num_threads"
+                else f"{call.call}={call.threads} set at {call.location}" if call else None)
         suggestion = (f"The work is CPU-bound but torch runs {intra} intra-op thread{'s' if intra != 1 else ''} "
-                      f"on {usable} usable CPUs: torch.set_num_threads({usable}) (or remove the smaller "
-                      f"OMP_NUM_THREADS / set_num_threads value), then check the speed-up."
-                      + _sweep_note(t))
+                      f"on {usable} usable CPUs" + (f" ({what})" if what else "")
+                      + f": torch.set_num_threads({usable}) (or remove the smaller "
+                      f"OMP_NUM_THREADS / set_num_threads value).")
+        trial = thread_trial(report, "undersubscription")
+        measured_stake = _measured_stake(trial) if trial else None
+        if trial is not None:
+            evidence["trial"] = _trial_evidence(trial)
+        if measured_stake is not None:
+            stake, clause = measured_stake
+            title += clause
+            if trial.verdict != "win":
+                severity = "low"
+                suggestion = (f"Not confirmed on this machine: {trial.change} measured no gain on your steps "
+                              f"(trial {trial.verdict}). " + suggestion + _sweep_note(t))
+        else:
+            suggestion += " Check the speed-up." + _sweep_note(t)
     else:
         suggestion = ("The busy thread is serial work that torch's pool does not spread: Python between "
                       "operators, or operators too small to parallelise. Batch more work per operator, move "
                       "data preparation into DataLoader workers, or run independent work in parallel processes "
                       "(see the python and operators sections).")
     return [Finding(
-        kind="undersubscription", severity=severity,
-        title=(f"CPU-bound but using {cpu_used:.1f} of {usable} usable CPUs: {idle:.1f} CPUs sat idle"
-               + (f" with {intra} intra-op thread{'s' if intra != 1 else ''}" if intra is not None else "")),
-        op=None, location=None,
-        evidence={"cpu_used": cpu_used, "usable_cpus": usable, "idle_cpus": round(idle, 3),
-                  "threshold_idle_cpus": UNDER_MIN_IDLE_CPUS, "busy_share": busy_share,
-                  "threshold_busy_share": UNDER_MIN_BUSY_SHARE, "machine_busy_cpus": machine_busy,
-                  "runqueue_wait_share": share, "mean_runnable": t.mean_runnable,
-                  "intra_op_threads": intra, "active_threads": active,
-                  "share_pct": round(100 * idle / usable, 1),
-                  "processes": _process_evidence(compute), "method": t.method},
-        suggestion=suggestion, layer="threads",
-        stake=Stake(pct=round(100 * idle / usable, 1), upper_bound=True,
-                    basis=f"idle usable CPUs' share (perfect scaling, {UPPER_BOUND})"),
+        kind="undersubscription", severity=severity, title=title, op=None, location=location,
+        evidence=evidence, suggestion=suggestion, layer="threads", stake=stake,
         # serial work (Python, small operators) leaves the CPUs idle: a consequence the python
         # and operators findings name the cause of, not a setting to fix
         observation=not configured_low,

@@ -7,7 +7,9 @@ thread recording's CPUs, the operator rows) and this machine's cpuinfo and
 sysfs, so they cost nothing. Trials re-run the uninstrumented workload over
 the same window of steps (diagnose/doctor/trials.py says how the sides start
 alike): by default only for a check that warned, with `--doctor` every trial
-this machine can run.
+this machine can run; and when the threads findings are raised from the
+target's own intra-op count (findings/threads.configured_threads_fix), a
+one-point trial of the recommended count, which those findings' stake reads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shlex
 
 from diagnose.doctor import checks as run_checks
 from diagnose.doctor import trials as trials_mod
+from diagnose.findings.threads import configured_threads_fix
 from diagnose.layers.base import DerivedContext, Layer
 from diagnose.report.model import Doctor, LayerStatus, Report
 
@@ -44,6 +47,9 @@ class DoctorLayer(Layer):
         variants, notes = trials_mod.variants_for(doctor.checks, command, every=context.config.doctor,
                                                   quota_cpus=report.machine.cgroup_cpu_limit)
         status.notes += notes
+        fix = configured_threads_fix(report)
+        if fix is not None:  # undersubscription / oversubscription from the target's own thread count
+            variants.append(trials_mod.thread_count_variant(*fix))
         if not variants:
             return status
         if context.rerun is None or report.run.interrupted:

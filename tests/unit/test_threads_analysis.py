@@ -7,17 +7,21 @@ below are exact for these files; re-recording means updating EXPECTED.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from diagnose.doctor.trials import THREAD_TRIAL
+from diagnose.findings import doctor as doctor_rules
 from diagnose.findings import threads as rules
 from diagnose.layers.threads import environment, recording
 from diagnose.layers.threads.analysis import TIMELINE_MAX_POINTS, analyse, pool_of, role_of
 from diagnose.layers.threads.recording import Process
 from diagnose.report import io as report_io
-from diagnose.report.model import (Machine, Report, Sweep, SweepRecommendation, TargetInfo, ThreadCall, Threads)
+from diagnose.report.model import (Doctor, Machine, Report, Sweep, SweepRecommendation, TargetInfo, ThreadCall,
+                                   Threads, Trial)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "threads"
 USABLE = 2
@@ -287,7 +291,7 @@ def test_one_process_finding_points_at_the_targets_set_num_threads_line():
     ]
     (f,) = findings(rep)
     assert f.location == "model.py:12"
-    assert f.evidence["set_num_threads_call"] == {"call": "set_num_threads", "threads": 8, "location": "model.py:12"}
+    assert f.evidence["thread_call"] == {"call": "set_num_threads", "threads": 8, "location": "model.py:12"}
     assert report_for("threads8", intra=8).threads.thread_calls == []
     (plain,) = findings(report_for("threads8", intra=8))
     assert plain.location is None
@@ -347,6 +351,106 @@ def test_undersubscription_thresholds(changes, expected):
     t = threads_of(**{"mean_runnable": 1.0, "runqueue_wait_share": 0.0, "cpu_used": 1.0,
                         "machine_busy_cpus": 1.02, "busy_share": 0.95, **changes})
     assert kinds(with_threads(t, intra=1)) == expected
+
+
+def one_idle_cpu(calls: list[ThreadCall] | None = None, trial: Trial | None = None, intra: int = 1) -> Report:
+    """A CPU-bound run on one of 2 idle CPUs (undersubscription), with the target's thread calls and trial."""
+    t = threads_of(mean_runnable=1.0, runqueue_wait_share=0.0, cpu_used=1.0, machine_busy_cpus=1.02,
+                   busy_share=0.95, thread_calls=[dataclasses.asdict(c) for c in calls or []])
+    rep = with_threads(t, intra=intra)
+    if trial is not None:
+        rep.doctor = Doctor(trials=[trial])
+    return rep
+
+
+def thread_trial(verdict: str, speedup: float, ci: tuple[float, float] | None = (1.6, 1.9),
+                 check: str = "undersubscription") -> Trial:
+    return Trial(name=THREAD_TRIAL, check=check, change="torch.set_num_threads(2)", rounds=3, verdict=verdict,
+                 baseline_step_s=0.040, variant_step_s=round(0.040 / speedup, 6), speedup=speedup,
+                 ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None, noise_floor_pct=2.0)
+
+
+def test_undersubscription_points_at_the_line_that_set_one_thread():
+    calls = [ThreadCall("OMP_NUM_THREADS", 1, "train.py:3"), ThreadCall("set_num_threads", 1, "train.py:9"),
+             ThreadCall("set_num_interop_threads", 1, "train.py:10")]
+    (f,) = rules.undersubscription(one_idle_cpu(calls))
+    assert f.location == "train.py:9"  # torch.set_num_threads overrides what the variable set at import
+    assert f.evidence["thread_call"] == {"call": "set_num_threads", "threads": 1, "location": "train.py:9"}
+    assert "torch.set_num_threads(1) at train.py:9" in f.suggestion
+    # the variable alone, set in code before `import torch`
+    (g,) = rules.undersubscription(one_idle_cpu([ThreadCall("OMP_NUM_THREADS", 1, "train.py:3")]))
+    assert g.location == "train.py:3" and "OMP_NUM_THREADS=1 set at train.py:3" in g.suggestion
+    # a call that asked for the usable CPUs is not the cause; serial work has no line to point at
+    (h,) = rules.undersubscription(one_idle_cpu([ThreadCall("set_num_threads", 2, "train.py:9")]))
+    assert h.location is None
+    (serial,) = rules.undersubscription(one_idle_cpu([ThreadCall("set_num_threads", 2, "train.py:9")], intra=2))
+    assert serial.location is None and serial.observation
+
+
+def test_without_a_trial_the_stake_stays_the_perfect_scaling_bound():
+    (f,) = rules.undersubscription(one_idle_cpu())
+    assert f.stake.upper_bound and "perfect scaling" in f.stake.basis and f.severity == "medium"
+    assert "trial" not in f.evidence
+
+
+def test_a_winning_trial_sets_the_measured_stake():
+    (f,) = rules.undersubscription(one_idle_cpu(trial=thread_trial("win", 1.8)))
+    assert not f.stake.upper_bound
+    assert f.stake.pct == round(100 * (1 - 1 / 1.8), 1)
+    assert f.stake.basis.startswith("measured: 1 - 1/speedup of the step with torch.set_num_threads(2), 3 "
+                                    "interleaved rounds") and "95% interval 1.60-1.90x" in f.stake.basis
+    assert "measured 1.80x faster per step with torch.set_num_threads(2)" in f.title
+    assert f.evidence["trial"]["verdict"] == "win" and f.evidence["trial"]["speedup"] == 1.8
+    assert f.severity == "medium"
+
+
+@pytest.mark.parametrize("verdict, speedup, said", [("no gain", 1.02, "no gain beyond the noise"),
+                                                    ("slower", 0.6, "slower")])
+def test_a_trial_without_gain_says_so_and_lowers_the_finding(verdict, speedup, said):
+    (f,) = rules.undersubscription(one_idle_cpu(trial=thread_trial(verdict, speedup, ci=(0.5, 1.1))))
+    assert f.severity == "low" and f.stake.pct == 0.0 and not f.stake.upper_bound
+    assert f.stake.basis.startswith(f"measured: torch.set_num_threads(2) gave {said}")
+    assert f"torch.set_num_threads(2) measured {said} here" in f.title
+    assert f.suggestion.startswith("Not confirmed on this machine")
+
+
+def test_a_failed_trial_keeps_the_bound_and_is_shown():
+    failed = Trial(name=THREAD_TRIAL, check="undersubscription", change="torch.set_num_threads(2)",
+                   verdict="failed", reason="the pass measured no step")
+    (f,) = rules.undersubscription(one_idle_cpu(trial=failed))
+    assert f.stake.upper_bound and f.evidence["trial"]["reason"] == "the pass measured no step"
+
+
+def test_configured_threads_fix_names_the_setting_to_try():
+    assert rules.configured_threads_fix(one_idle_cpu()) == ("undersubscription", 2)
+    assert rules.configured_threads_fix(one_idle_cpu(intra=2)) is None  # serial work: nothing to set
+    assert rules.configured_threads_fix(report_for("threads8", intra=8)) == ("oversubscription", 2)
+    assert rules.configured_threads_fix(report_for("threads8", intra=2)) is None  # not the intra-op count
+    assert rules.configured_threads_fix(report_for("dataloader", intra=2)) is None
+    assert rules.configured_threads_fix(report_for("healthy")) is None
+
+
+def test_oversubscription_takes_its_trial_and_its_line():
+    rep = report_for("threads8", intra=8)
+    rep.threads.thread_calls = [ThreadCall("OMP_NUM_THREADS", 8, "model.py:2")]
+    rep.doctor = Doctor(trials=[thread_trial("win", 1.25, check="oversubscription")])
+    (f,) = findings(rep)
+    assert f.location == "model.py:2" and f.stake.pct == 20.0 and "measured 1.25x faster" in f.title
+    rep.doctor = Doctor(trials=[thread_trial("no gain", 1.01, ci=(0.9, 1.1), check="oversubscription")])
+    (g,) = findings(rep)
+    assert g.severity == "low" and g.stake.pct == 0.0
+
+
+def test_dataloader_oversubscription_points_at_the_dataloader():
+    rep = report_for("dataloader")
+    rep.threads.thread_calls = [ThreadCall("DataLoader", 2, "train.py:20")]
+    (f,) = [f for f in findings(rep) if f.kind == "oversubscription"]
+    assert f.evidence["cause"] == "dataloader_workers" and f.location == "train.py:20"
+
+
+def test_the_doctor_leaves_the_thread_trial_to_the_threads_finding():
+    rep = one_idle_cpu(trial=thread_trial("win", 1.8))
+    assert doctor_rules.environment(rep) == []
 
 
 # ---------------------------------------------------------------- environment audit
