@@ -166,7 +166,7 @@ def _measured_stake(trial: Trial) -> tuple[Stake, str] | None:
         return (Stake(pct=round(100.0 * (1.0 - 1.0 / trial.speedup), 1),
                       basis=f"measured: 1 - 1/speedup of the step with {trial.change}, {how}{interval}"),
                 f"; measured {trial.speedup:.2f}x faster per step with {trial.change}{interval}")
-    said = "slower" if trial.verdict == "slower" else "no gain beyond the noise"
+    said = "a slower step" if trial.verdict == "slower" else "no gain beyond the noise"
     return (Stake(pct=0.0, basis=(f"measured: {trial.change} gave {said} ({trial.speedup:.2f}x{interval}; noise "
                                   f"floor {trial.noise_floor_pct}%), {how}")),
             f"; but {trial.change} measured {said} here ({trial.speedup:.2f}x{interval})")
@@ -307,8 +307,9 @@ def oversubscription(report: Report) -> list[Finding]:
             evidence["sweep_gain_pct"] = gain
         if trial.verdict != "win":
             severity = "low"
-            suggestion = (f"The measured cost is small for this workload: {trial.change} measured no gain on your "
-                          f"steps (trial {trial.verdict}); fix it when convenient, since threads queueing for CPUs "
+            suggestion = (f"The measured cost is small for this workload: {trial.change} measured "
+                          f"{'a slower step' if trial.verdict == 'slower' else 'no gain'} on your steps; fix it when "
+                          f"convenient, since threads queueing for CPUs "
                           f"also slow everything else on the machine. " + suggestion)
     elif gain is not None:
         evidence["sweep_gain_pct"] = gain
@@ -439,8 +440,9 @@ def undersubscription(report: Report) -> list[Finding]:
             title += clause
             if trial.verdict != "win":
                 severity = "low"
-                suggestion = (f"Not confirmed on this machine: {trial.change} measured no gain on your steps "
-                              f"(trial {trial.verdict}). " + suggestion + _sweep_note(t))
+                suggestion = (f"Not confirmed on this machine: {trial.change} measured "
+                              f"{'a slower step' if trial.verdict == 'slower' else 'no gain'} on your steps. "
+                              + suggestion + _sweep_note(t))
         else:
             suggestion += " Check the speed-up." + _sweep_note(t)
     else:

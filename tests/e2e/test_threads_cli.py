@@ -12,7 +12,9 @@ import os
 
 import pytest
 
-from conftest import EXAMPLES, line_of, run_cli
+from conftest import EXAMPLES, assert_trial_follows_the_rule, line_of, run_cli
+from diagnose.findings import threads as rules
+from diagnose.report import io as report_io
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 USABLE = len(os.sched_getaffinity(0))
@@ -81,6 +83,47 @@ def test_several_processes_each_with_a_full_pool(tmp_path):
     f = _kinds(r)["oversubscription"]
     assert f["evidence"]["cause"] == "several_processes"
     assert f"set_num_threads({max(1, USABLE // 2)})" in f["suggestion"]
+
+
+@needs_few_cpus
+def test_one_thread_in_a_training_loop_is_undersubscription_at_its_line_with_the_fix_measured(tmp_path):
+    # the threads layer and the doctor only, on a short window (the pass stretches it to 1 s of ~30 ms steps):
+    # the baseline, then 3 rounds of the script as it is against torch.set_num_threads(usable CPUs)
+    run = run_cli("--layers", "threads,doctor", "--skip-steps", "3", "--steps", "10",
+                  "examples/one_thread_train.py", "--", "--steps", "40", outdir=tmp_path / "r", timeout=400)
+    assert run.code == 0, run.stderr[-3000:]
+    r = run.report
+    line = f"examples/one_thread_train.py:{line_of(EXAMPLES / 'one_thread_train.py', 'set_num_threads(1)  #')}"
+    assert {"call": "set_num_threads", "threads": 1, "location": line} in r["threads"]["thread_calls"]
+    assert r["machine"]["intra_op_threads"] == 1
+    f = _kinds(r).get("undersubscription")
+    # raised exactly when the rule's conditions hold on this run's numbers: other processes using the idle CPU
+    # (this machine is shared) keep it silent, and then there is nothing more to check
+    loaded = report_io.load(str(tmp_path / "r" / "report.json"))
+    assert (f is not None) == (rules.undersubscribed(loaded) is not None), (f, r["threads"]["machine_busy_cpus"])
+    if f is None:
+        pytest.skip(f"the idle CPU was busy with other processes: machine_busy_cpus "
+                    f"{r['threads']['machine_busy_cpus']} of {USABLE}, no undersubscription to measure")
+    assert f["location"] == line and f["evidence"]["thread_call"]["location"] == line
+    trials = [t for t in r["doctor"]["trials"] if t["name"] == "intra_op_threads"]
+    assert len(trials) == 1, r["doctor"]["trials"]
+    t = trials[0]
+    assert t["check"] == "undersubscription" and t["change"] == f"torch.set_num_threads({USABLE})"
+    assert_trial_follows_the_rule(t)
+    assert f["evidence"]["trial"]["speedup"] == t["speedup"] and f["evidence"]["trial"]["verdict"] == t["verdict"]
+    # the stake follows from the trial's numbers, whatever this machine measured
+    stake = f["stake"]
+    if t["verdict"] == "win":
+        assert stake["pct"] == round(100 * (1 - 1 / t["speedup"]), 1) and not stake["upper_bound"], stake
+        assert stake["basis"].startswith("measured: 1 - 1/speedup of the step with torch.set_num_threads(")
+        assert f"measured {t['speedup']:.2f}x faster per step" in f["title"]
+    elif t["verdict"] in ("no gain", "slower"):
+        assert stake["pct"] == 0.0 and not stake["upper_bound"] and f["severity"] == "low", (stake, f["severity"])
+        assert stake["basis"].startswith("measured:") and f["suggestion"].startswith("Not confirmed")
+    else:  # failed: the rule's own estimate stays, and why is shown
+        assert stake["upper_bound"] and f["evidence"]["trial"]["reason"], f
+    # the doctor makes no finding of its own from it
+    assert not any(g["layer"] == "doctor" and g["kind"] == "undersubscription" for g in r["findings"])
 
 
 def test_a_well_configured_model_raises_no_thread_alarm(tmp_path):

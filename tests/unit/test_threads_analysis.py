@@ -405,7 +405,7 @@ def test_a_winning_trial_sets_the_measured_stake():
 
 
 @pytest.mark.parametrize("verdict, speedup, said", [("no gain", 1.02, "no gain beyond the noise"),
-                                                    ("slower", 0.6, "slower")])
+                                                    ("slower", 0.6, "a slower step")])
 def test_a_trial_without_gain_says_so_and_lowers_the_finding(verdict, speedup, said):
     (f,) = rules.undersubscription(one_idle_cpu(trial=thread_trial(verdict, speedup, ci=(0.5, 1.1))))
     assert f.severity == "low" and f.stake.pct == 0.0 and not f.stake.upper_bound
