@@ -155,6 +155,10 @@ def _trial_evidence(trial: Trial) -> dict[str, Any]:
             "noise_floor_pct": trial.noise_floor_pct, "reason": trial.reason}
 
 
+def _outcome(trial: Trial) -> str:
+    return "made your steps slower" if trial.verdict == "slower" else "gained nothing beyond the noise on your steps"
+
+
 def _measured_stake(trial: Trial) -> tuple[Stake, str] | None:
     """The finding's stake from its trial (a win: 1 - 1/speedup of the step; otherwise no gain measured), and a
     clause for its title; None when the trial measured nothing (failed or skipped)."""
@@ -307,10 +311,9 @@ def oversubscription(report: Report) -> list[Finding]:
             evidence["sweep_gain_pct"] = gain
         if trial.verdict != "win":
             severity = "low"
-            suggestion = (f"The measured cost is small for this workload: {trial.change} measured "
-                          f"{'a slower step' if trial.verdict == 'slower' else 'no gain'} on your steps; fix it when "
-                          f"convenient, since threads queueing for CPUs "
-                          f"also slow everything else on the machine. " + suggestion)
+            suggestion = (f"The measured cost is small for this workload: {trial.change} {_outcome(trial)}; fix it "
+                          f"when convenient, since threads queueing for CPUs also slow everything else on the "
+                          f"machine. " + suggestion)
     elif gain is not None:
         evidence["sweep_gain_pct"] = gain
         # throughput gained -> wall time saved
@@ -440,8 +443,7 @@ def undersubscription(report: Report) -> list[Finding]:
             title += clause
             if trial.verdict != "win":
                 severity = "low"
-                suggestion = (f"Not confirmed on this machine: {trial.change} measured "
-                              f"{'a slower step' if trial.verdict == 'slower' else 'no gain'} on your steps. "
+                suggestion = (f"Not confirmed on this machine: {trial.change} {_outcome(trial)}. "
                               + suggestion + _sweep_note(t))
         else:
             suggestion += " Check the speed-up." + _sweep_note(t)
