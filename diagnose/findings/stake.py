@@ -22,11 +22,14 @@ one scale:
   pass, `Report.recorded_span`);
 - python_overhead: the function's share of the cProfile pass (that pass
   inflates Python, so this is an upper bound);
-- oversubscription: the throughput the thread sweep measured to gain, as
-  wall time saved (1 - 1/(1 + gain)), else the run-queue wait share (an
-  upper bound);
-- external_contention: the run-queue wait share; undersubscription: the
-  idle usable CPUs' share (perfect scaling, an upper bound); memory_churn:
+- undersubscription and oversubscription from the target's own thread
+  count: what the doctor's one-point trial of the recommended count measured
+  (1 - 1/speedup of the step; 0 when it found no gain), findings/threads.py;
+- oversubscription otherwise: the throughput the thread sweep measured to
+  gain, as wall time saved (1 - 1/(1 + gain)), else the run-queue wait share
+  (an upper bound);
+- external_contention: the run-queue wait share; undersubscription without
+  a trial: the idle usable CPUs' share (perfect scaling, an upper bound); memory_churn:
   the fresh pages it faults in per step at 1 µs a fault (the doctor's
   page_faults estimate); without steps the run's faults over its wall time
   (an upper bound); without a fault count the time of the operators that
