@@ -523,6 +523,9 @@ def notes(steps, seen: StepsSeen, iteration_s: list[float]) -> list[str]:
         out.append(f"no optimizer.step(), nn.Module call or diagnose.mark_step() ended a step: the steps are the "
                    f"iterations of {steps.detail}, the loop the script was running when its main thread was "
                    "sampled (diagnose.mark_step() at the end of the loop body marks them exactly)")
+        if steps.window_first is not None and steps.window_first > steps.skip_steps + 1:
+            out.append(f"the loop was found during its step {steps.window_first - 1}: the window begins at step "
+                       f"{steps.window_first}, later than --skip-steps {steps.skip_steps} asks, in every pass")
     if steps.window_first is None:
         out.append(f"the script ran {steps.steps_seen} steps, not more than --skip-steps {steps.skip_steps}: "
                    "there was no window to measure, so every pass measured the whole run, warm-up included")
