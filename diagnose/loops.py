@@ -11,9 +11,9 @@ count its iterations:
   unchanged, and nothing else in the script is. Candidates are the `for` and
   `while` loops of the script file itself, at module scope or in its functions
   and methods, whose body makes a call; not the loops of a generator (a data
-  source, not the work), of a decorated function (torch.compile, jit.script,
-  a custom wrapper), or of a class deriving from a `Module` (a model's
-  forward, which torch.compile may trace). An idle probe is a C-level counter,
+  source, not the work), of a function decorated or called to be compiled
+  (`@torch.compile`, `torch.compile(step)`, jit.script, numba), or of a class
+  deriving from a `Module` (a model's forward, which torch.compile may trace). An idle probe is a C-level counter,
   `itertools.count().__next__`, ~40 ns an iteration
   (benchmarks/loop_steps.py measures it).
 - **Discovery (the first pass).** If no other detector has fired, a sampling
@@ -286,13 +286,16 @@ class _Candidates(ast.NodeVisitor):
                     for child in value:
                         if isinstance(child, (ast.For, ast.While)):
                             self.parents[id(child)] = (node, name)
+        # functions the script hands to a compiler by name (`torch.compile(step)`): dynamo would trace the probe
+        self.compiled = {node.args[0].id for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+                         and isinstance(node.args[0], ast.Name) and COMPILED.search(ast.unparse(node.func))}
         self._scope: list[tuple[str, int] | None] = [("<module>", 1)]
         self.visit(tree)
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         skip = (self._scope[-1] is None or isinstance(node, ast.AsyncFunctionDef) or _is_generator(node)
-                or any(COMPILED.search(ast.unparse(d)) for d in node.decorator_list))
+                or node.name in self.compiled or any(COMPILED.search(ast.unparse(d)) for d in node.decorator_list))
         self._scope.append(None if skip else (node.name, first))
         self.generic_visit(node)
         self._scope.pop()

@@ -56,6 +56,15 @@ SCRIPT = textwrap.dedent('''\
             return x
 
 
+    def rolled(x):
+        for _ in range(2):                 # handed to torch.compile by name below: not a candidate
+            x = torch.cos(x)
+        return x
+
+
+    fast_rolled = torch.compile(rolled)
+
+
     class Trainer:
         def fit(self, n):
             while n > 0:                   # a plain class's method: a candidate
