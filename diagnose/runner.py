@@ -359,9 +359,12 @@ class Run:
         if self.recorder is not None and hasattr(self.recorder, "step_boundary") and self.spec.memory:
             self.clock.on_step = self.recorder.step_boundary  # the operator pass marks each step in its profile
         self.clock.install(torch)
-        probed = loops.probe(script, only=window.loop) if window and (window.loop or window.find_loop) else None
+        hint = window.loop if window else None
+        # the first pass looks for the main loop (with --full-run too: its steps are still counted)
+        find = window.find_loop if window else self.spec.expect_steps is None
+        probed = loops.probe(script, only=hint) if hint or find else None
         finder = None
-        if probed is not None and window.loop:  # the first pass counted this loop's iterations: count them too
+        if probed is not None and hint:  # the first pass counted this loop's iterations: count them too
             site = probed.sites[0]
             self.clock.arm_loop(lambda: loops.arm(probed, site, self.clock, late=False))
         elif probed is not None:  # no steps known yet: look for the main loop while no other detector fires

@@ -47,6 +47,7 @@ class Row:
     # first pass's window then lasts at least 1 s, longer than these six tiny steps: the script still runs to its
     # end in the pass whose output is shown)
     mode: list[str] = field(default_factory=lambda: ["--full-run"])
+    detector: str = "forward"  # the step detector expected
 
 
 def _notes(r: dict) -> str:
@@ -122,6 +123,7 @@ def _compiled(r: dict) -> None:
     assert any(o["module_class"].endswith("(compiled)") for o in r["operators"] if o["module_class"])
 
 
+FUNCTIONAL_LOOP = line_of(REPO / "examples" / "functional_mlp.py", "    for step in range(args.steps):")
 ROWS = {
     "jit.script": Row("jit_script.py", "RecursiveScriptModule forward", check=_scripted),
     "jit.load": Row("jit_load.py", "RecursiveScriptModule forward", check=_scripted),
@@ -150,6 +152,14 @@ ROWS = {
     "torch.func.functional_call": Row("functional_call.py", "MLP forward", step_line="return self.fc2"),
     "overridden __call__": Row("overridden_call.py", "Linear forward", step_line="return self.fc2",
                                check=_overridden),
+    # no nn.Module, no torch.optim: the steps are the loop's iterations (diagnose/loops.py), with --full-run too;
+    # its two large GEMMs run one at the forward's line, one at loss.backward()'s, about evenly: the attribution is
+    # checked on the forward's ReLU
+    "functional model, no nn.Module": Row("examples/functional_mlp.py",
+                                          f"the loop at examples/functional_mlp.py:{FUNCTIONAL_LOOP} "
+                                          "(for step in range(args.steps):)",
+                                          gemm="aten::relu", args=["--steps", "40"], steps=40, detector="loop",
+                                          step_line="return F.relu(x @ w1 + b1) @ w2 + b2"),
 }
 
 
@@ -192,7 +202,7 @@ def test_row_runs_as_plainly_and_is_diagnosed_for_what_it_is(name, tmp_path, req
     assert r["run"]["exit_code"] == 0 and not r["run"]["error"], r["run"]
     # steps found
     st = r["steps"]
-    assert (st["detector"], st["detail"], st["steps_seen"]) == ("forward", row.detail, row.steps), st
+    assert (st["detector"], st["detail"], st["steps_seen"]) == (row.detector, row.detail, row.steps), st
     if row.check:
         row.check(r)
     if not row.operators:
