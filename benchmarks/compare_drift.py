@@ -93,12 +93,12 @@ def condition(name: str, keep: Path) -> dict | None:
         aa = [compare.compare_wall(pick(a), pick(b)) for a, b in zip(reports["before"], reports["same"])]
         ab = [compare.compare_wall(pick(a), pick(b)) for a, b in zip(reports["before"], reports["slow"])]
         out[label] = {
-            "aa_regressions": sum(1 for w in aa if w["direction"] == "slower"),
-            "aa_any_call": sum(1 for w in aa if w["direction"] != "same"),
-            "ab_found": sum(1 for w in ab if w["direction"] == "slower"),
-            "aa_abs_change": sorted(abs(w["change_pct"]) for w in aa),
-            "ab_change": sorted(w["change_pct"] for w in ab),
-            "floors": [w["noise_floor_pct"] for w in aa + ab],
+            "aa_regressions": sum(1 for w in aa if w.direction == "slower"),
+            "aa_any_call": sum(1 for w in aa if w.direction != "same"),
+            "ab_found": sum(1 for w in ab if w.direction == "slower"),
+            "aa_abs_change": sorted(abs(w.change_pct) for w in aa),
+            "ab_change": sorted(w.change_pct for w in ab),
+            "floors": [w.noise_floor_pct for w in aa + ab],
         }
     out["spreads"] = [r.run.repeats.spread_pct for rs in reports.values() for r in rs if r.run.repeats]
     out["step_ms"] = statistics.median(r.run.repeats.medians_s[0] * 1000 for r in reports["before"])

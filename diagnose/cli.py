@@ -33,7 +33,7 @@ from diagnose.layers.efficiency import probe
 from diagnose.render import PRINTABLE, RENDERERS, terminal
 from diagnose.render import compare as compare_render
 from diagnose.render.progress import TerminalProgress
-from diagnose.report import combine
+from diagnose.report import combine, comparison
 from diagnose.report import io as report_io
 from diagnose.target import Target, parse_target_spec
 from diagnose.whatif.variants import ORDER
@@ -252,8 +252,6 @@ def _gate(report, fail_on: str | None, code: int) -> int:
 
 
 def _compare(argv: list[str]) -> int:
-    import json
-
     p = _Parser(prog="diagnose compare",
                 description="What changed between two runs: wall time with each side's noise, findings gone "
                             "or new, operator times per shape. Runs nothing.")
@@ -271,14 +269,14 @@ def _compare(argv: list[str]) -> int:
         raise UsageError("--noise-floor wants a percentage >= 0")
     result = compare.compare(report_io.load(args.before), report_io.load(args.after), args.noise_floor)
     if args.format == "json":
-        sys.stdout.write(json.dumps(result, indent=1, allow_nan=False, default=str) + "\n")
+        sys.stdout.write(comparison.dumps(result) + "\n")
     elif args.format == "md":
         sys.stdout.write(compare_render.markdown(result))
     else:
         sys.stdout.write(compare_render.terminal(result))
     limit = args.fail_on_regression
-    if limit is not None and result["regression_pct"] > limit:
-        print(f"diagnose: compare: wall time {result['regression_pct']:+.1f}% (outside the noise) is above "
+    if limit is not None and result.regression_pct > limit:
+        print(f"diagnose: compare: wall time {result.regression_pct:+.1f}% (outside the noise) is above "
               f"--fail-on-regression {limit:g}; exit {int(ExitCode.GATE)}", file=sys.stderr)
         return ExitCode.GATE
     return ExitCode.OK

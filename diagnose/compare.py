@@ -1,7 +1,8 @@
 """What changed between two reports (`diagnose compare BEFORE.json AFTER.json`).
 
-Pure: `compare(before, after)` reads two Report objects and returns plain
-JSON data; it runs nothing and renders nothing (render/compare.py does).
+Pure: `compare(before, after)` reads two Report objects and returns a
+Comparison (report/comparison.py: the typed result and its JSON form); it
+runs nothing and renders nothing (render/compare.py does).
 
 Noise rule, the one `microbench compare` uses (microbench.stats): a ratio
 after/before is a real change only outside 1 ± floor. A run's steps give its
@@ -32,9 +33,20 @@ outside the noise, else 0: the CI gate (--fail-on-regression) reads it.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 from diagnose.render.fmt import duration
+from diagnose.report.comparison import (
+    ComparedRun,
+    Comparison,
+    Direction,
+    FindingChange,
+    OperatorComparison,
+    OperatorDelta,
+    WallComparison,
+    WallSide,
+)
 from diagnose.report.model import Finding, Report
 from microbench.stats import ratio_is_real, two_sided_floor
 
@@ -53,7 +65,7 @@ def _label(report: Report) -> str:
     return f"{t.script}:{t.function}" if t.function else t.script
 
 
-def wall_side(report: Report) -> dict[str, Any] | None:
+def wall_side(report: Report) -> WallSide | None:
     """The wall time one report measured, with its within-run noise (None: a single run without steps) and its
     runs' medians (runs_s: --repeat; None: one run)."""
     run = report.run
@@ -65,12 +77,12 @@ def wall_side(report: Report) -> dict[str, Any] | None:
         basis = f"median of {it.n} iterations, IQR/median"
         if runs:
             basis = f"median of {len(runs)} runs' medians ({it.n} iterations in the first), IQR/median of the first"
-        return {"seconds": seconds, "unit": "iteration", "noise_pct": round(100 * it.iqr_over_median, 2),
-                "n": it.n, "basis": basis, "runs_s": runs, "drift_pct": rep.spread_pct if runs else None}
+        return WallSide(seconds=seconds, unit="iteration", noise_pct=round(100 * it.iqr_over_median, 2), n=it.n,
+                        basis=basis, runs_s=runs, drift_pct=rep.spread_pct if runs else None)
     if run.wall_s:
-        return {"seconds": statistics.median(runs) if runs else run.wall_s, "unit": "run", "noise_pct": None,
-                "n": len(runs) if runs else 1, "runs_s": runs, "drift_pct": rep.spread_pct if runs else None,
-                "basis": f"median of {len(runs)} runs" if runs else "one run (script mode): noise not measured"}
+        return WallSide(seconds=statistics.median(runs) if runs else run.wall_s, unit="run", noise_pct=None,
+                        n=len(runs) if runs else 1, runs_s=runs, drift_pct=rep.spread_pct if runs else None,
+                        basis=f"median of {len(runs)} runs" if runs else "one run (script mode): noise not measured")
     return None
 
 
@@ -79,21 +91,21 @@ def _separate(a: list[float], b: list[float], slower: bool) -> bool:
     return min(b) > max(a) if slower else max(b) < min(a)
 
 
-def _floor(a: dict[str, Any], b: dict[str, Any], min_floor_pct: float) -> tuple[float, str, bool]:
+def _floor(a: WallSide, b: WallSide, min_floor_pct: float) -> tuple[float, str, bool]:
     """(the floor as a fraction, how it was obtained, whether run-to-run drift was measured on both sides)."""
     within = None
-    if a["noise_pct"] is not None and b["noise_pct"] is not None:
-        within = two_sided_floor(a["noise_pct"] / 100, b["noise_pct"] / 100, min_floor_pct / 100)
-        within_basis = f"within-run IQR/median {a['noise_pct']:.1f}% and {b['noise_pct']:.1f}%"
+    if a.noise_pct is not None and b.noise_pct is not None:
+        within = two_sided_floor(a.noise_pct / 100, b.noise_pct / 100, min_floor_pct / 100)
+        within_basis = f"within-run IQR/median {a.noise_pct:.1f}% and {b.noise_pct:.1f}%"
     else:
         within_basis = "within-run noise unknown (a script without steps)"
-    if a["runs_s"] and b["runs_s"]:
-        drift = (a["drift_pct"] + b["drift_pct"]) / 200
+    if a.runs_s and b.runs_s:
+        drift = (a.drift_pct + b.drift_pct) / 200
         floor = max(within or 0.0, drift, min_floor_pct / 100)
-        return floor, (f"run-to-run: {len(a['runs_s'])} and {len(b['runs_s'])} runs (--repeat) spread "
-                       f"{a['drift_pct']:.1f}% and {b['drift_pct']:.1f}%; {within_basis}; at least "
+        return floor, (f"run-to-run: {len(a.runs_s)} and {len(b.runs_s)} runs (--repeat) spread "
+                       f"{a.drift_pct:.1f}% and {b.drift_pct:.1f}%; {within_basis}; at least "
                        f"{min_floor_pct:g}%"), True
-    singles = [n for n, side in (("BEFORE", a), ("AFTER", b)) if not side["runs_s"]]
+    singles = [n for n, side in (("BEFORE", a), ("AFTER", b)) if not side.runs_s]
     who = "both sides are single runs" if len(singles) == 2 else f"{singles[0]} is a single run"
     floor = max(within or 0.0, SINGLE_RUN_DRIFT_PCT / 100, min_floor_pct / 100)
     return floor, (f"{who}, so their run-to-run drift is not measured: changes under {100 * floor:.0f}% are not "
@@ -101,32 +113,30 @@ def _floor(a: dict[str, Any], b: dict[str, Any], min_floor_pct: float) -> tuple[
                    "shared machine); run both sides with --repeat 3 for a floor from their own drift"), False
 
 
-def _verdict_of(ratio: float, floor: float) -> tuple[bool, str]:
+def _verdict_of(ratio: float, floor: float) -> tuple[bool, Direction]:
     real = ratio > 0 and ratio_is_real(ratio, floor)
     return real, ("same" if not real else "faster" if ratio < 1 else "slower")
 
 
-def compare_wall(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> dict[str, Any]:
+def compare_wall(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> WallComparison:
     a, b = wall_side(before), wall_side(after)
-    out: dict[str, Any] = {"before": a, "after": b}
     if a is None or b is None:
         missing = " and ".join(name for name, side in (("BEFORE", a), ("AFTER", b)) if side is None)
-        out.update(ratio=None, speedup=None, change_pct=None, noise_floor_pct=None, significant=False,
-                   direction="unknown", noise_basis=f"{missing} has no wall time (the target failed or the "
-                                                    "baseline pass did not run)")
-        return out
-    ratio = b["seconds"] / a["seconds"]
+        return WallComparison(before=a, after=b, ratio=None, speedup=None, change_pct=None, noise_floor_pct=None,
+                              significant=False, direction="unknown",
+                              noise_basis=f"{missing} has no wall time (the target failed or the baseline pass "
+                                          "did not run)")
+    ratio = b.seconds / a.seconds
     floor, basis, measured = _floor(a, b, min_floor_pct)
     significant, direction = _verdict_of(ratio, floor)
-    if significant and measured and min(len(a["runs_s"]), len(b["runs_s"])) >= 3 \
-            and not _separate(a["runs_s"], b["runs_s"], direction == "slower"):
+    if significant and measured and min(len(a.runs_s), len(b.runs_s)) >= 3 \
+            and not _separate(a.runs_s, b.runs_s, direction == "slower"):
         significant, direction = False, "same"
         basis += "; the runs overlap, so the change is not called"
-    out.update(ratio=round(ratio, 4), speedup=round(1 / ratio, 4) if ratio else None,
-               change_pct=round(100 * (ratio - 1), 2), noise_floor_pct=round(100 * floor, 2),
-               noise_basis=basis, significant=significant, direction=direction,
-               unit=a["unit"] if a["unit"] == b["unit"] else "run", drift_measured=measured)
-    return out
+    return WallComparison(before=a, after=b, ratio=round(ratio, 4), speedup=round(1 / ratio, 4) if ratio else None,
+                          change_pct=round(100 * (ratio - 1), 2), noise_floor_pct=round(100 * floor, 2),
+                          noise_basis=basis, significant=significant, direction=direction,
+                          unit=a.unit if a.unit == b.unit else "run", drift_measured=measured)
 
 
 def _per_unit(report: Report) -> tuple[float, str]:
@@ -141,7 +151,25 @@ def _op_key(name: str, shapes: Any) -> tuple[str, str]:
     return name, repr(shapes)
 
 
-def compare_operators(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> dict[str, Any]:
+@dataclass
+class _Sums:
+    """One (operator, input shapes)'s rows on one side, summed per unit while they are gathered."""
+
+    us: float = 0.0  # self CPU time, microseconds
+    pct: float = 0.0  # share of operator time, percent
+    calls: float = 0
+
+
+@dataclass
+class _OpRows:
+    name: str
+    input_shapes: list[list[Any]]
+    source: str | None = None  # the first row's that has one, BEFORE's rows first
+    sides: dict[str, _Sums] = field(default_factory=dict)  # "before"/"after" -> sums; absent: not on that side
+
+
+def compare_operators(before: Report, after: Report,
+                      min_floor_pct: float = MIN_FLOOR_PCT) -> OperatorComparison:
     (na, unit_a), (nb, unit_b) = _per_unit(before), _per_unit(after)
     noise = [r.run.instrumented_iterations.iqr_over_median if r.run.instrumented_iterations else None
              for r in (before, after)]
@@ -152,54 +180,67 @@ def compare_operators(before: Report, after: Report, min_floor_pct: float = MIN_
         floor = two_sided_floor(noise[0], noise[1], min_floor_pct / 100)
         basis = (f"mean of both operator passes' IQR/median per iteration ({100 * noise[0]:.1f}% and "
                  f"{100 * noise[1]:.1f}%), at least {min_floor_pct:g}%")
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    gathered: dict[tuple[str, str], _OpRows] = {}
     for side, report, n in (("before", before, na), ("after", after, nb)):
         for r in report.operators:
-            row = rows.setdefault(_op_key(r.name, r.input_shapes), {
-                "name": r.name, "input_shapes": r.input_shapes, "before_us": None, "after_us": None,
-                "before_pct": None, "after_pct": None, "before_calls": None, "after_calls": None, "source": None})
-            row[f"{side}_us"] = round((row[f"{side}_us"] or 0.0) + r.self_cpu_us / n, 3)
-            row[f"{side}_pct"] = round((row[f"{side}_pct"] or 0.0) + r.self_pct, 3)
-            row[f"{side}_calls"] = (row[f"{side}_calls"] or 0) + round(r.calls / n, 3)
-            row["source"] = row["source"] or r.source
+            row = gathered.setdefault(_op_key(r.name, r.input_shapes), _OpRows(r.name, r.input_shapes))
+            sums = row.sides.setdefault(side, _Sums())
+            sums.us = round(sums.us + r.self_cpu_us / n, 3)
+            sums.pct = round(sums.pct + r.self_pct, 3)
+            sums.calls = sums.calls + round(r.calls / n, 3)
+            row.source = row.source or r.source
     out = []
-    for row in rows.values():
-        if max(row["before_pct"] or 0.0, row["after_pct"] or 0.0) < OPERATOR_MIN_PCT:
+    for row in gathered.values():
+        sa, sb = row.sides.get("before"), row.sides.get("after")
+        if max(sa.pct if sa else 0.0, sb.pct if sb else 0.0) < OPERATOR_MIN_PCT:
             continue
-        a, b = row["before_us"], row["after_us"]
+        a, b = sa and sa.us, sb and sb.us
         if a is None:
-            row.update(ratio=None, status="new")
+            ratio, status = None, "new"
         elif b is None:
-            row.update(ratio=None, status="gone")
+            ratio, status = None, "gone"
         else:
-            ratio = b / a if a > 0 else float("inf")
-            row.update(ratio=round(ratio, 4) if a > 0 else None,
-                       status=_verdict_of(ratio, floor)[1] if a > 0 else "new")
-        row["delta_us"] = round((b or 0.0) - (a or 0.0), 3)
-        out.append(row)
-    out.sort(key=lambda r: -abs(r["delta_us"]))
+            real = b / a if a > 0 else float("inf")
+            ratio, status = (round(real, 4), _verdict_of(real, floor)[1]) if a > 0 else (None, "new")
+        out.append(OperatorDelta(name=row.name, input_shapes=row.input_shapes, before_us=a, after_us=b,
+                                 before_pct=sa and sa.pct, after_pct=sb and sb.pct,
+                                 before_calls=sa and sa.calls, after_calls=sb and sb.calls, source=row.source,
+                                 ratio=ratio, status=status, delta_us=round((b or 0.0) - (a or 0.0), 3)))
+    out.sort(key=lambda r: -abs(r.delta_us))
     unit = unit_a if unit_a == unit_b else "run"
     total = {side: round(sum(r.self_cpu_us for r in rep.operators) / n, 3) if rep.operators else None
              for side, rep, n in (("before", before, na), ("after", after, nb))}
-    return {"unit": unit, "noise_floor_pct": round(100 * floor, 2), "noise_basis": basis, "rows": out,
-            "total_before_us": total["before"], "total_after_us": total["after"],
-            "comparable": unit_a == unit_b}
+    return OperatorComparison(unit=unit, noise_floor_pct=round(100 * floor, 2), noise_basis=basis, rows=out,
+                              total_before_us=total["before"], total_after_us=total["after"],
+                              comparable=unit_a == unit_b)
 
 
-def _flat(findings: list[Finding]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, eq=False)  # matched by identity: two equal pieces are still two findings
+class _Piece:
+    """A finding, or a finding merged into it, at the finding's line."""
+
+    kind: str
+    severity: str
+    op: str | None
+    location: str | None
+    title: str
+    stake_pct: float | None  # Finding.stake.pct
+
+
+def _flat(findings: list[Finding]) -> list[_Piece]:
     """Every finding, and the findings merged into it (at its line)."""
     out = []
     for f in findings:
         for piece in [f, *f.also]:
-            out.append({"kind": piece.kind, "severity": piece.severity, "op": piece.op, "location": f.location,
-                        "title": piece.title, "time_at_stake_pct": piece.stake.pct if piece.stake else None})
+            out.append(_Piece(kind=piece.kind, severity=piece.severity, op=piece.op, location=f.location,
+                              title=piece.title, stake_pct=piece.stake.pct if piece.stake else None))
     return out
 
 
-def compare_findings(before: Report, after: Report) -> list[dict[str, Any]]:
+def compare_findings(before: Report, after: Report) -> list[FindingChange]:
     left, right = _flat(before.findings), _flat(after.findings)
-    pairs: list[tuple[dict | None, dict | None]] = []
-    for key in (lambda f: (f["kind"], f["op"], f["location"]), lambda f: (f["kind"], f["op"])):
+    pairs: list[tuple[_Piece | None, _Piece | None]] = []
+    for key in (lambda f: (f.kind, f.op, f.location), lambda f: (f.kind, f.op)):
         for f in list(left):
             match = next((g for g in right if key(g) == key(f)), None)
             if match is not None:
@@ -214,16 +255,16 @@ def compare_findings(before: Report, after: Report) -> list[dict[str, Any]]:
         elif b is None:
             status = "gone"
         else:
-            ra, rb = SEVERITY_RANK.get(a["severity"], 3), SEVERITY_RANK.get(b["severity"], 3)
+            ra, rb = SEVERITY_RANK.get(a.severity, 3), SEVERITY_RANK.get(b.severity, 3)
             status = "same" if ra == rb else "worse" if rb < ra else "better"
         ref = b or a
-        out.append({"kind": ref["kind"], "op": ref["op"], "status": status,
-                    "before_severity": a and a["severity"], "after_severity": b and b["severity"],
-                    "before_location": a and a["location"], "after_location": b and b["location"],
-                    "before_stake_pct": a and a["time_at_stake_pct"], "after_stake_pct": b and b["time_at_stake_pct"],
-                    "title": ref["title"]})
+        out.append(FindingChange(kind=ref.kind, op=ref.op, status=status,
+                                 before_severity=a and a.severity, after_severity=b and b.severity,
+                                 before_location=a and a.location, after_location=b and b.location,
+                                 before_stake_pct=a and a.stake_pct, after_stake_pct=b and b.stake_pct,
+                                 title=ref.title))
     order = {"new": 0, "worse": 1, "gone": 2, "better": 3, "same": 4}
-    out.sort(key=lambda r: (order[r["status"]], SEVERITY_RANK.get(r["after_severity"] or r["before_severity"], 3)))
+    out.sort(key=lambda r: (order[r.status], SEVERITY_RANK.get(r.after_severity or r.before_severity, 3)))
     return out
 
 
@@ -272,42 +313,39 @@ def _times(seconds: float, unit: str) -> str:
     return f"{duration(seconds)}{' per iteration' if unit == 'iteration' else ''}"
 
 
-def verdict(wall: dict[str, Any], findings: list[dict[str, Any]]) -> str:
-    counts = {s: sum(1 for f in findings if f["status"] == s) for s in ("gone", "new", "worse", "better")}
+def verdict(wall: WallComparison, findings: list[FindingChange]) -> str:
+    counts = {s: sum(1 for f in findings if f.status == s) for s in ("gone", "new", "worse", "better")}
     tail = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     tail = f"; findings: {tail}" if tail else ""
-    if wall["direction"] == "unknown":
-        return f"cannot compare wall times: {wall['noise_basis']}{tail}"
-    a, b = wall["before"], wall["after"]
-    unit = wall.get("unit", "run")
-    span = f"{_times(a['seconds'], unit)} -> {_times(b['seconds'], unit)}"
-    floor = f"noise floor ±{wall['noise_floor_pct']:.1f}%"
-    if not wall.get("drift_measured"):
+    if wall.direction == "unknown":
+        return f"cannot compare wall times: {wall.noise_basis}{tail}"
+    a, b = wall.before, wall.after
+    unit = wall.unit or "run"
+    span = f"{_times(a.seconds, unit)} -> {_times(b.seconds, unit)}"
+    floor = f"noise floor ±{wall.noise_floor_pct:.1f}%"
+    if not wall.drift_measured:
         floor += "; single runs: run-to-run drift not measured (--repeat 3 on both sides measures it)"
-    if wall["direction"] == "faster":
-        return f"the fix helped: wall time {wall['speedup']:.2f}x lower ({span}), outside the noise ({floor}){tail}"
-    if wall["direction"] == "slower":
-        return (f"regression: wall time {wall['ratio']:.2f}x higher (+{wall['change_pct']:.1f}%, {span}), "
+    if wall.direction == "faster":
+        return f"the fix helped: wall time {wall.speedup:.2f}x lower ({span}), outside the noise ({floor}){tail}"
+    if wall.direction == "slower":
+        return (f"regression: wall time {wall.ratio:.2f}x higher (+{wall.change_pct:.1f}%, {span}), "
                 f"outside the noise ({floor}){tail}")
-    if not wall.get("drift_measured"):
-        return (f"no verdict: wall time {wall['change_pct']:+.1f}% ({span}); two single runs cannot call a change "
-                f"under {wall['noise_floor_pct']:.0f}% ({floor}){tail}")
-    return f"no significant change: wall time {wall['change_pct']:+.1f}% ({span}), within the noise ({floor}){tail}"
+    if not wall.drift_measured:
+        return (f"no verdict: wall time {wall.change_pct:+.1f}% ({span}); two single runs cannot call a change "
+                f"under {wall.noise_floor_pct:.0f}% ({floor}){tail}")
+    return f"no significant change: wall time {wall.change_pct:+.1f}% ({span}), within the noise ({floor}){tail}"
 
 
-def compare(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> dict[str, Any]:
-    """Everything that changed from `before` to `after`, as plain JSON data."""
+def _run(report: Report) -> ComparedRun:
+    return ComparedRun(target=_label(report), mode=report.target.mode, started_at=report.run.started_at)
+
+
+def compare(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> Comparison:
+    """Everything that changed from `before` to `after` (comparison.dumps writes it as JSON)."""
     wall = compare_wall(before, after, min_floor_pct)
     findings = compare_findings(before, after)
-    regression = wall["change_pct"] if wall["direction"] == "slower" else 0.0
-    return {
-        "before": {"target": _label(before), "mode": before.target.mode, "started_at": before.run.started_at},
-        "after": {"target": _label(after), "mode": after.target.mode, "started_at": after.run.started_at},
-        "wall": wall,
-        "operators": compare_operators(before, after, min_floor_pct),
-        "findings": findings,
-        "notes": _notes(before, after),
-        "verdict": verdict(wall, findings),
-        "regression_pct": regression,
-        "min_floor_pct": min_floor_pct,
-    }
+    regression = wall.change_pct if wall.direction == "slower" else 0.0
+    return Comparison(before=_run(before), after=_run(after), wall=wall,
+                      operators=compare_operators(before, after, min_floor_pct), findings=findings,
+                      notes=_notes(before, after), verdict=verdict(wall, findings), regression_pct=regression,
+                      min_floor_pct=min_floor_pct)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from diagnose import compare
 from diagnose.layers import repeat as layers_repeat
 from diagnose.render import compare as render
-from diagnose.report import io
+from diagnose.report import comparison, io
 from diagnose.report.model import (
     Finding,
     IterationStats,
@@ -60,36 +61,36 @@ def finding(kind, severity, op=None, location="m.py:3", also=(), pct=10.0):
 
 def test_the_planted_fix_helped_outside_the_noise():
     cmp = compare.compare(load("row_loop_before"), load("row_loop_after"))
-    wall = cmp["wall"]
-    before, after = wall["before"], wall["after"]
-    assert before["unit"] == after["unit"] == "iteration" and before["n"] == after["n"] == 20
-    assert wall["speedup"] == pytest.approx(before["seconds"] / after["seconds"], rel=1e-3)
-    assert wall["speedup"] > 5 and wall["direction"] == "faster" and wall["significant"]
+    wall = cmp.wall
+    before, after = wall.before, wall.after
+    assert before.unit == after.unit == "iteration" and before.n == after.n == 20
+    assert wall.speedup == pytest.approx(before.seconds / after.seconds, rel=1e-3)
+    assert wall.speedup > 5 and wall.direction == "faster" and wall.significant
     # single runs: the floor is the mean of both sides' IQR/median, never below the drift between single runs
-    assert wall["noise_floor_pct"] == pytest.approx(
-        max(compare.SINGLE_RUN_DRIFT_PCT, (before["noise_pct"] + after["noise_pct"]) / 2), abs=0.01)
-    assert cmp["verdict"].startswith(f"the fix helped: wall time {wall['speedup']:.2f}x lower")
-    assert "outside the noise" in cmp["verdict"] and cmp["regression_pct"] == 0.0
-    gone = {(f["kind"], f["status"]) for f in cmp["findings"]}
+    assert wall.noise_floor_pct == pytest.approx(
+        max(compare.SINGLE_RUN_DRIFT_PCT, (before.noise_pct + after.noise_pct) / 2), abs=0.01)
+    assert cmp.verdict.startswith(f"the fix helped: wall time {wall.speedup:.2f}x lower")
+    assert "outside the noise" in cmp.verdict and cmp.regression_pct == 0.0
+    gone = {(f.kind, f.status) for f in cmp.findings}
     assert ("python_overhead", "gone") in gone
-    rows = {(r["name"], repr(r["input_shapes"])): r for r in cmp["operators"]["rows"]}
-    assert rows[("aten::mean", "[[64], []]")]["status"] == "gone"
-    assert cmp["operators"]["unit"] == "iteration"
+    rows = {(r.name, repr(r.input_shapes)): r for r in cmp.operators.rows}
+    assert rows[("aten::mean", "[[64], []]")].status == "gone"
+    assert cmp.operators.unit == "iteration"
 
 
 def test_the_same_pair_the_other_way_round_is_a_regression():
     cmp = compare.compare(load("row_loop_after"), load("row_loop_before"))
-    assert cmp["wall"]["direction"] == "slower" and cmp["regression_pct"] > 100
-    assert cmp["verdict"].startswith("regression: wall time") and "outside the noise" in cmp["verdict"]
-    assert ("python_overhead", "new") in {(f["kind"], f["status"]) for f in cmp["findings"]}
+    assert cmp.wall.direction == "slower" and cmp.regression_pct > 100
+    assert cmp.verdict.startswith("regression: wall time") and "outside the noise" in cmp.verdict
+    assert ("python_overhead", "new") in {(f.kind, f.status) for f in cmp.findings}
 
 
 def test_script_mode_says_the_noise_is_unknown():
     cmp = compare.compare(load("row_loop_before_script"), load("row_loop_after_script"))
-    wall = cmp["wall"]
-    assert wall["before"]["noise_pct"] is None and wall["unit"] == "run"
-    assert wall["noise_floor_pct"] == compare.SINGLE_RUN_DRIFT_PCT and "noise unknown" in wall["noise_basis"]
-    assert "single runs: run-to-run drift not measured" in cmp["verdict"] and wall["direction"] == "faster"
+    wall = cmp.wall
+    assert wall.before.noise_pct is None and wall.unit == "run"
+    assert wall.noise_floor_pct == compare.SINGLE_RUN_DRIFT_PCT and "noise unknown" in wall.noise_basis
+    assert "single runs: run-to-run drift not measured" in cmp.verdict and wall.direction == "faster"
 
 
 # ------------------------------------------------------------------------------- the noise rule
@@ -100,8 +101,8 @@ def test_single_runs_call_nothing_under_their_unmeasured_drift(after, direction)
     """Two single A/A runs of examples/mlp.py measured 20% apart on a shared machine: without --repeat nothing
     under SINGLE_RUN_DRIFT_PCT (25%) is called, and the verdict says two single runs cannot call it."""
     wall = compare.compare_wall(rep(1.0), rep(after))
-    assert wall["direction"] == direction and wall["significant"] == (direction != "same")
-    assert wall["noise_floor_pct"] == compare.SINGLE_RUN_DRIFT_PCT and not wall["drift_measured"]
+    assert wall.direction == direction and wall.significant == (direction != "same")
+    assert wall.noise_floor_pct == compare.SINGLE_RUN_DRIFT_PCT and not wall.drift_measured
     if direction == "same":
         assert compare.verdict(wall, []).startswith("no verdict: ") and "two single runs cannot call" in \
             compare.verdict(wall, [])
@@ -109,28 +110,28 @@ def test_single_runs_call_nothing_under_their_unmeasured_drift(after, direction)
 
 def test_repeated_runs_set_the_floor_from_their_own_drift():
     quiet = compare.compare_wall(rep(runs=[1.0, 1.01, 0.99]), rep(runs=[1.15, 1.16, 1.14]))
-    assert quiet["drift_measured"] and quiet["noise_floor_pct"] == 5.0  # 2% spreads: the 5% minimum
-    assert quiet["direction"] == "slower" and quiet["change_pct"] == pytest.approx(15.0)
+    assert quiet.drift_measured and quiet.noise_floor_pct == 5.0  # 2% spreads: the 5% minimum
+    assert quiet.direction == "slower" and quiet.change_pct == pytest.approx(15.0)
     assert compare.verdict(quiet, []).startswith("regression: wall time 1.15x higher")
     drifting = compare.compare_wall(rep(runs=[1.0, 1.3, 0.9]), rep(runs=[1.15, 1.4, 1.0]))
-    assert drifting["noise_floor_pct"] == pytest.approx((40 + 40 / 1.15) / 2, abs=0.1)  # mean of the spreads
-    assert drifting["direction"] == "same" and compare.verdict(drifting, []).startswith("no significant change")
+    assert drifting.noise_floor_pct == pytest.approx((40 + 40 / 1.15) / 2, abs=0.1)  # mean of the spreads
+    assert drifting.direction == "same" and compare.verdict(drifting, []).startswith("no significant change")
 
 
 def test_overlapping_runs_are_not_a_change():
     """Three runs a side: a median ratio outside the floor, but one AFTER run is faster than a BEFORE run."""
     wall = compare.compare_wall(rep(runs=[1.0, 1.01, 1.2]), rep(runs=[1.25, 1.26, 1.1]))
-    assert wall["ratio"] > 1 + wall["noise_floor_pct"] / 100  # outside the floor...
-    assert wall["direction"] == "same" and "overlap" in wall["noise_basis"]  # ...but not separated
+    assert wall.ratio > 1 + wall.noise_floor_pct / 100  # outside the floor...
+    assert wall.direction == "same" and "overlap" in wall.noise_basis  # ...but not separated
 
 
 def test_noisy_iterations_widen_the_floor():
     noisy = compare.compare_wall(rep(1.0, iqr_pct=30), rep(1.15, iqr_pct=30))
-    assert noisy["noise_floor_pct"] == pytest.approx(30.0) and noisy["direction"] == "same"
+    assert noisy.noise_floor_pct == pytest.approx(30.0) and noisy.direction == "same"
     cmp = compare.compare(rep(1.0, iqr_pct=30), rep(1.15, iqr_pct=30))
-    assert cmp["verdict"].startswith("no verdict: wall time +15.0%") and cmp["regression_pct"] == 0.0
+    assert cmp.verdict.startswith("no verdict: wall time +15.0%") and cmp.regression_pct == 0.0
     noisy = compare.compare_wall(rep(runs=[1.0, 1.0, 1.0], iqr_pct=30), rep(runs=[1.15, 1.15, 1.15], iqr_pct=30))
-    assert noisy["noise_floor_pct"] == pytest.approx(30.0) and noisy["direction"] == "same"  # repeats or not
+    assert noisy.noise_floor_pct == pytest.approx(30.0) and noisy.direction == "same"  # repeats or not
 
 
 def test_differing_arguments_and_windows_are_named():
@@ -138,7 +139,7 @@ def test_differing_arguments_and_windows_are_named():
     b.target.argv = ["--batch", "64"]
     a.steps, b.steps = Steps(steps=20, window_first=6, window_last=25), Steps(steps=300, window_first=6,
                                                                              window_last=30)
-    notes = compare.compare(a, b)["notes"]
+    notes = compare.compare(a, b).notes
     assert any(n.startswith("the script's arguments differs: none before, --batch 64 after") for n in notes)
     assert any(n.startswith("--steps differs: 20 before, 300 after") for n in notes)
     assert any(n.startswith("the window of steps differs: 6-25 before, 6-30 after") for n in notes)
@@ -148,7 +149,7 @@ def test_a_side_without_a_wall_time_cannot_be_compared():
     broken = rep(1.0)
     broken.run.wall_s = None
     cmp = compare.compare(rep(1.0), broken)
-    assert cmp["wall"]["direction"] == "unknown" and cmp["verdict"].startswith("cannot compare wall times: AFTER")
+    assert cmp.wall.direction == "unknown" and cmp.verdict.startswith("cannot compare wall times: AFTER")
 
 
 # ------------------------------------------------------------------------- operators and findings
@@ -157,8 +158,8 @@ def test_operators_per_shape_matched_gone_and_new():
     before = rep(1.0, ops=[("aten::mm", [[64, 64], [64, 64]], 1000.0), ("aten::add", [[64]], 500.0),
                            ("aten::tiny", [[1]], 1.0)])
     after = rep(0.5, ops=[("aten::mm", [[64, 64], [64, 64]], 400.0), ("aten::mm", [[128, 64], [64, 64]], 300.0)])
-    rows = compare.compare_operators(before, after)["rows"]
-    got = [(r["name"], r["input_shapes"], r["status"], r["ratio"]) for r in rows]
+    rows = compare.compare_operators(before, after).rows
+    got = [(r.name, r.input_shapes, r.status, r.ratio) for r in rows]
     assert got == [("aten::mm", [[64, 64], [64, 64]], "faster", 0.4), ("aten::add", [[64]], "gone", None),
                    ("aten::mm", [[128, 64], [64, 64]], "new", None)]  # tiny: under 1% on both sides
 
@@ -170,12 +171,12 @@ def test_findings_gone_new_worse_and_a_moved_line():
     after = rep(findings=[finding("copy_overhead", "high", "aten::copy_", "m.py:22"),
                           finding("oversubscription", "high", None, None)])
     cmp = compare.compare_findings(before, after)
-    got = {(f["kind"], f["status"], f["before_severity"], f["after_severity"]) for f in cmp}
+    got = {(f.kind, f.status, f.before_severity, f.after_severity) for f in cmp}
     assert got == {("python_overhead", "gone", "high", None), ("hot_operator", "gone", "medium", None),
                    ("copy_overhead", "worse", "medium", "high"), ("oversubscription", "new", None, "high")}
     # a merged finding is compared at its finding's line, with its own stake
-    (merged,) = [f for f in cmp if f["kind"] == "hot_operator"]
-    assert (merged["before_location"], merged["before_stake_pct"]) == ("m.py:10", 7.0)
+    (merged,) = [f for f in cmp if f.kind == "hot_operator"]
+    assert (merged.before_location, merged.before_stake_pct) == ("m.py:10", 7.0)
 
 
 # ---------------------------------------------------------------------------------------- renderers
@@ -183,10 +184,62 @@ def test_findings_gone_new_worse_and_a_moved_line():
 def test_terminal_and_markdown_lead_with_the_verdict_and_carry_the_noise():
     cmp = compare.compare(load("row_loop_before"), load("row_loop_after"))
     text = render.terminal(cmp)
-    assert text.splitlines()[2] == cmp["verdict"]
+    assert text.splitlines()[2] == cmp.verdict
     assert "IQR ±" in text and "gone" in text and "python_overhead" in text
     md = render.markdown(cmp)
     assert md.startswith("# diagnose compare: `examples/fix/row_loop_before.py:step`")
-    assert f"**{cmp['verdict']}**" in md
+    assert f"**{cmp.verdict}**" in md
     assert "| operator | input shapes | before /iter | after /iter | after/before | source |" in md
     assert "| `aten::mean` | `[64]` |" in md and "| gone |" in md
+
+
+# ------------------------------------------------------------------------------------ the JSON form
+
+# the keys `diagnose compare --format json` wrote while compare returned plain dicts, recorded from that code:
+# CI scripts read them, so the typed result must write exactly these (docs/compare.md lists them)
+JSON_KEYS = {
+    "": {"before", "after", "wall", "operators", "findings", "notes", "verdict", "regression_pct", "min_floor_pct"},
+    "before": {"target", "mode", "started_at"},
+    "wall": {"before", "after", "ratio", "speedup", "change_pct", "noise_floor_pct", "noise_basis", "significant",
+             "direction", "unit", "drift_measured"},
+    "wall.before": {"seconds", "unit", "noise_pct", "n", "basis", "runs_s", "drift_pct"},
+    "operators": {"unit", "noise_floor_pct", "noise_basis", "rows", "total_before_us", "total_after_us",
+                  "comparable"},
+    "operators.rows[]": {"name", "input_shapes", "before_us", "after_us", "before_pct", "after_pct", "before_calls",
+                         "after_calls", "source", "ratio", "status", "delta_us"},
+    "findings[]": {"kind", "op", "status", "before_severity", "after_severity", "before_location", "after_location",
+                   "before_stake_pct", "after_stake_pct", "title"},
+}
+# a side without a wall time: `wall` never had a unit or drift_measured then
+JSON_KEYS_NO_WALL = JSON_KEYS["wall"] - {"unit", "drift_measured"}
+
+
+def _keys(data: dict) -> dict[str, set[str]]:
+    return {"": set(data), "before": set(data["before"]), "wall": set(data["wall"]),
+            "wall.before": set(data["wall"]["before"]), "operators": set(data["operators"]),
+            "operators.rows[]": set().union(*(set(r) for r in data["operators"]["rows"])),
+            "findings[]": set().union(*(set(f) for f in data["findings"]))}
+
+
+@pytest.mark.parametrize("before, after", [("row_loop_before", "row_loop_after"),
+                                           ("row_loop_before_script", "row_loop_after_script")])
+def test_json_keeps_the_keys_scripts_read_and_reads_back_as_the_same_comparison(before, after):
+    cmp = compare.compare(load(before), load(after))
+    data = json.loads(comparison.dumps(cmp))
+    assert data["operators"]["rows"] and data["findings"]  # every level is present to check
+    assert _keys(data) == JSON_KEYS
+    assert set(data["after"]) == JSON_KEYS["before"] and set(data["wall"]["after"]) == JSON_KEYS["wall.before"]
+    # every row and finding has them all, not only their union
+    assert all(set(r) == JSON_KEYS["operators.rows[]"] for r in data["operators"]["rows"])
+    assert all(set(f) == JSON_KEYS["findings[]"] for f in data["findings"])
+    assert io.typed(comparison.Comparison, data) == cmp  # the JSON is the whole result, through its types
+
+
+def test_json_of_a_side_without_a_wall_time_keeps_its_old_keys():
+    broken = rep(1.0)
+    broken.run.wall_s = None
+    cmp = compare.compare(rep(1.0), broken)
+    data = json.loads(comparison.dumps(cmp))
+    assert set(data["wall"]) == JSON_KEYS_NO_WALL and data["wall"]["after"] is None
+    assert data["wall"]["direction"] == "unknown" and data["regression_pct"] == 0.0
+    assert io.typed(comparison.Comparison, data) == cmp
