@@ -107,7 +107,9 @@ def test_graph_breaks_are_listed_with_their_reason_and_line(tmp_path):
 
 
 def test_the_control_gets_no_recommendation_that_was_not_measured(tmp_path):
-    report, variants = _what_if(tmp_path, "--what-if", "auto", "examples/mlp.py", "--", "--steps", "40")
+    # 2 warm-up steps and 8 measured ones, which the script's own --steps 10 ends: every pass the same short run
+    report, variants = _what_if(tmp_path, "--what-if", "auto", "--skip-steps", "2", "--steps", "8", "examples/mlp.py",
+                                "--", "--steps", "10")
     skipped = {s["name"]: s["reason"] for s in report["what_if"]["skipped"]}
     assert "break training" in skipped["inference_mode"]  # a backward runs
     assert "NCHW" in skipped["channels_last"] and "subnormal" in skipped["flush_denormal"]
@@ -122,8 +124,9 @@ def test_a_float64_model_gets_the_dtype_finding_and_float32_measured(tmp_path):
     from diagnose.report import io as report_io
     from diagnose.whatif import variants as variants_mod
 
+    # the script's own --steps 12 ends each pass with the window (else the first pass stretches it to 1 s)
     report, variants = _what_if(tmp_path, "--what-if", "float32", "--skip-steps", "2", "--steps", "10",
-                                "examples/float64_train.py")
+                                "examples/float64_train.py", "--", "--steps", "12")
     typed = report_io.from_json_data(report)
     # `auto` runs float32 because the dtype finding's condition holds (named here to skip bf16 and compile)
     assert "float32" in [c.name for c in variants_mod.choose(typed, ["auto"])[0]]
