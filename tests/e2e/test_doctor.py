@@ -61,8 +61,9 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
 
 
 def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_it_wins(tmp_path):
+    # the script's own --steps 10 ends the window after 8 steps (else stretched to 1 s in the first pass)
     report, checks, trials = _diagnose(tmp_path, "--layers", "doctor", "--skip-steps", "2", "--steps", "8",
-                                       "examples/subnormal_weights.py")
+                                       "examples/subnormal_weights.py", "--", "--steps", "10")
     den = checks["denormals"]
     assert den["status"] == "warn" and "0.weight [1024, 1024]" in den["summary"], den
     assert "Sequential" in report["doctor"]["process"]["subnormal_scope"]
@@ -112,8 +113,10 @@ def test_subnormal_weights_in_a_loop_without_modules_are_found_and_tried(tmp_pat
 
 
 def test_numpys_blas_pool_beside_torchs_is_found_and_its_variable_tried(tmp_path):
+    # the script's own --steps 10 ends the window after 8 steps of ~10 ms (else stretched to 1 s, ~100 steps, in
+    # each of the seven passes): the check reads the pool's state at the window's end, the trial's rule any length
     report, checks, trials = _diagnose(tmp_path, "--layers", "doctor", "--skip-steps", "2", "--steps", "8",
-                                       "examples/numpy_beside_torch.py")
+                                       "examples/numpy_beside_torch.py", "--", "--steps", "10")
     blas = checks["blas_threads"]
     assert blas["status"] == "warn", blas  # numpy's OpenBLAS started its pool in the (forked) pass
     facts = {f["name"]: f["value"] for f in blas["facts"]}
