@@ -20,7 +20,8 @@ DIAGNOSE = [sys.executable, "-m", "diagnose"]
 # (pytest-xdist, `-m parallel_safe -n 2`) and everything else alone, after them. Findings about threads,
 # trials, sweeps, micro-benchmarks, rooflines and the planted examples measure this machine and stay serial,
 # and so does the HTML test: it asserts its run's first finding, which a neighbour's load turned into
-# external_contention (seen when it ran beside test_report.py).
+# external_contention (seen when it ran beside test_report.py). A test of a serial file whose assertions are
+# structural (attribution, files, notes, exit codes) carries @pytest.mark.parallel_safe itself.
 PARALLEL_SAFE = {"unit", "test_bad_input.py", "test_faults.py", "test_report.py", "test_compare_cli.py",
                  "test_vtune_cli.py", "test_microbench_cli.py", "test_steps_cli.py", "test_processes.py",
                  "test_compat.py", "test_memory_cli.py"}

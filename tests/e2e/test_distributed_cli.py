@@ -114,6 +114,8 @@ def test_ranks_at_their_fair_share_do_not_oversubscribe(fair):
     assert r["threads"]["compute_processes"] == 2
 
 
+# the exit code, the failed rank and its error: nothing here depends on how busy the CPUs are
+@pytest.mark.parallel_safe
 def test_a_failing_rank_is_named_and_the_report_is_still_written(tmp_path):
     run = run_cli("threads", "--nproc-per-node", "2", "--timeout", "120", DDP, "--", "--steps", "8",
                   "--threads", "fair", "--fail-rank", "1", outdir=tmp_path / "r")
@@ -126,6 +128,8 @@ def test_a_failing_rank_is_named_and_the_report_is_still_written(tmp_path):
     assert "rank 1 failed first" in run.stdout
 
 
+# rejected before anything runs
+@pytest.mark.parallel_safe
 @pytest.mark.parametrize("args, needle", [
     (["--nproc-per-node", "0", DDP], "--nproc-per-node wants a number of ranks >= 1"),
     (["--torchrun-args", "--nnodes 2", DDP], "--torchrun-args goes with --nproc-per-node"),
@@ -137,6 +141,8 @@ def test_bad_distributed_options_are_one_line_errors(args, needle, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+# committed reports: nothing runs
+@pytest.mark.parallel_safe
 def test_merge_combines_per_node_reports(tmp_path):
     run = _merge(*NODES, outdir=tmp_path / "m")
     assert run.code == 0, run.stderr
@@ -150,6 +156,7 @@ def test_merge_combines_per_node_reports(tmp_path):
     assert_one_line_error(again, 2, "--force")
 
 
+@pytest.mark.parallel_safe
 def test_merge_of_different_jobs_is_a_one_line_error(tmp_path):
     data = json.loads(Path(NODES[1]).read_text())
     data["target"]["script"] = "examples/other.py"

@@ -49,6 +49,7 @@ def test_reproducer_is_standalone_plain_torch(sort_run):
     assert "## Micro-benchmarks" in md and "reproducers/" in md
 
 
+@pytest.mark.parallel_safe  # no micro-benchmark runs: nothing measured
 def test_budget_zero_turns_the_layer_off(tmp_path):
     run = run_cli("examples/sequential_sort.py:step", "--warmup", "0", "--iters", "1",
                   "--layers", "operators,microbench", "--microbench-budget", "0", outdir=tmp_path / "r")
