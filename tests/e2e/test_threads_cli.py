@@ -175,13 +175,6 @@ def test_a_run_too_short_to_judge_says_so_instead_of_staying_silent(tmp_path):
     assert f"note: {note}" in run.stdout and note in (tmp_path / "r" / "report.md").read_text()
 
 
-def test_threads_layer_is_skipped_when_its_pass_is_not_run(tmp_path):
-    run = run_cli("callgraph", "examples/mlp.py", outdir=tmp_path / "r")
-    assert run.code == 0, run.stderr
-    assert "threads" not in run.report["layers"] or run.report["layers"]["threads"]["status"] == "skipped"
-
-
-
 @needs_few_cpus
 def test_sweep_pins_the_dataloader_workers_and_recommends_a_count(tmp_path):
     # the example's DataLoader asks for 2 workers; every worker point must have reached it (a point whose
