@@ -5,16 +5,16 @@ config with random weights (HF_HUB_OFFLINE=1: nothing is downloaded). Each is di
 layers) and checked for what examples/README.md says its diagnosis must and must not say, and for
 attribution inside the library: module paths, library lines, module totals, folded stacks.
 
-BERT is diagnosed over a short window: the default 5 warm-up steps, then 8 measured ones, which the
-script's own --steps 13 ends (else the first pass stretches the window to 1 s, 20 steps or more, and every
-later pass measures as many; 18 s -> 11 s here, both runs without trials). The warm-up stays the
-default's: BERT's page faults sit near the 10% of the step that starts the allocator trials (5,000-5,700 a
-step, 8.9-11%, in runs here over either window), so the trials may run or not, and a shorter warm-up is one
-more thing that could tip them. 8 steps give the memory layer the readings it needs to tell growth that
-continues from warm-up (layers/memory/growth.py wants 8 for its later half). ResNet keeps the default window: the
-same short window measured 11,800 faults a step (18% of it) in one run against 7,650 (8.5%) over the
-default one, above the 10% that starts the allocator trials, nine fresh interpreters that cost far more
-than the window saves (122 s against 24 s here; one run each, so not a rate).
+BERT is diagnosed over a short window: the default 5 warm-up steps, then 8 measured ones, which the script's
+own --steps 13 ends (else the first pass stretches the window to 1 s, 20 steps or more, and every later pass
+measures as many; 18 s -> 11 s here, both runs without trials). The warm-up stays the default's: BERT's page
+faults sit near the 10% of the step that starts the allocator trials (5,000-5,700 a step, 8.9-11%, in runs
+here over either window), so the trials may run or not, and a shorter warm-up is one more thing that could
+tip them. 8 steps give the memory layer the readings it needs to tell growth that continues from warm-up
+(layers/memory/growth.py wants 8 for its later half). ResNet keeps the default window: the same short window
+measured 11,800 faults a step (18% of it) in one run against 7,650 (8.5%) over the default one, above the
+10% that starts the allocator trials, nine fresh interpreters that cost far more than the window saves
+(122 s against 24 s here; one run each, so not a rate).
 """
 
 from __future__ import annotations
