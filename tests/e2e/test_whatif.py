@@ -154,6 +154,10 @@ def test_a_float64_model_gets_the_dtype_finding_and_float32_measured(tmp_path):
     # a win is the dtype finding's stake, not a what_if finding of its own
     assert not any(f["kind"] == "what_if" and f["evidence"]["variant"] == "float32" for f in report["findings"])
     if v["recommended"]:
-        assert dtype["stake"]["pct"] == round(100 * (1 - 1 / t["speedup"]), 1), dtype["stake"]
+        # the measured gain, unless it exceeds the step budget's slice its time is part of (stake.bound caps it
+        # and says so: 91.5% of kernels against a measured 96.6% was seen)
+        gain = round(100 * (1 - 1 / t["speedup"]), 1)
+        assert dtype["stake"]["pct"] == gain or (dtype["stake"]["pct"] < gain
+                                                 and "at most the step budget's" in dtype["stake"]["basis"]), dtype
     else:
         assert "--what-if float32 measured" in dtype["stake"]["basis"], dtype["stake"]
