@@ -61,6 +61,7 @@ MIN_WINDOW_S = 1.0
 TOO_FINE_S = 1e-4  # a step shorter than this (100 µs) is probably not the script's loop iteration
 KEPT_WARMUP_STEPS = 200  # per-step times kept for the skipped steps (the warm-up picture)
 MAX_WINDOW_STEP_TIMES = 100_000  # per-step times kept for the window (a --full-run of a long job)
+STAMP_BATCH = 4096  # the loop probe's stamped boundaries between two replays (bounds the stamps kept)
 
 
 class WindowComplete(BaseException):
@@ -267,10 +268,8 @@ class StepClock:
         def iteration() -> None:
             nonlocal left
             t = now_()
-            if left:
+            if left and t < until:
                 left -= 1
-                append(t)
-            elif t < until:
                 append(t)
             else:
                 if not first:
@@ -318,7 +317,7 @@ class StepClock:
             self._flush()
             if self._loop_open and self.detector == "loop":
                 self._loop_open = False
-                self._set_fast(0, float("-inf"))
+                self._set_fast(0, float("inf"))
                 self._boundary("loop", None, self.detail)
 
     def flush(self) -> None:
@@ -352,20 +351,20 @@ class StepClock:
 
     def _plain_ahead(self) -> None:
         """How many of the loop's next boundaries are plain (none begins or ends the window, calls back, reads
-        the RSS or waits for data), and before when any is: the fast path stamps those."""
-        left, until = 0, float("-inf")
+        the RSS or waits for data), and before when: the fast path stamps those, at most STAMP_BATCH at a time."""
+        left, until = 0, float("inf")
         w = self.window
         if self.detector == "loop" and self._loop_open and not self._stopping and w is not None:
             if self.began_at is None:  # warm-up: plain up to the boundary before the last skipped step's
-                left = max(0, w.skip - (2 if self.on_last_warmup else 1) - self.count)
+                left = w.skip - (2 if self.on_last_warmup else 1) - self.count
             elif self.ended_at is None:
                 if self.on_step is None and self.read_rss is None:
-                    left = max(0, w.steps - 1 - self.window_steps)
-                    if self.agreement is None and w.min_window_s > 0:
-                        until = self.began_at + w.min_window_s
+                    left = w.steps - 1 - self.window_steps
+                    if left <= 0 and self.agreement is None:  # stretched to min_window_s: plain until then
+                        left, until = STAMP_BATCH, self.began_at + w.min_window_s
             else:
-                left = 1 << 62
-        self._set_fast(left, until)
+                left = STAMP_BATCH
+        self._set_fast(max(0, min(left, STAMP_BATCH)), until)
 
     # ------------------------------------------------------------ boundaries
 

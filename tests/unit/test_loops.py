@@ -250,3 +250,19 @@ def test_the_finder_waits_until_the_loop_has_run_long_enough(tmp_path):
     finder = _finder(tmp_path, NEST)
     _feed(finder, 0.6, iterations=(20, 100))
     assert finder.choose(0.1) is None  # 0.1 s after the loop was first seen: keep sampling
+
+
+def test_a_full_run_keeps_at_most_a_batch_of_stamps(tmp_path):
+    from diagnose.steps import STAMP_BATCH
+
+    probed, clock, now = _armed(tmp_path, "import time\nfor i in range(10):\n    time.sleep(0)\n",
+                                WindowSpec(skip=0, steps=1 << 62, stop_after_window=False), late=False)
+    assert clock.arm_loop(lambda: loops.arm(probed, probed.sites[0], clock, late=False))
+    most = 0
+    for k in range(3 * STAMP_BATCH):
+        now.t = k * 1e-3
+        probed.table[0]()
+        most = max(most, len(clock.stamps))
+    seen = clock.result()
+    assert 0 < most <= STAMP_BATCH and seen.window_steps == 3 * STAMP_BATCH - 1
+    assert seen.step_s == pytest.approx([1e-3] * (3 * STAMP_BATCH - 1))
