@@ -135,7 +135,7 @@ def probe_cost(n: int = 200_000) -> tuple[float, float]:
                 clock.arm_loop(lambda: loops.arm(probed, probed.sites[0], clock, late=False))
             if mode == "slow":
                 clock.read_rss = lambda: 0  # a per-step action: every boundary takes the slow path
-            g = {loops.TABLE: probed.table, "N": n}
+            g = {loops.TABLE: probed.table, loops.NEXT: next, "N": n}
             t = time.perf_counter()
             exec(probed.code, g)  # noqa: S102 - the benchmark's own loop
             return (time.perf_counter() - t) / n
@@ -171,7 +171,7 @@ def in_process(tiny: str, n: int = 60_000, rounds: int = 12) -> tuple[float, flo
             if arm == "armed":
                 probed = loops.probe(tiny)
                 clock.arm_loop(lambda p=probed, c=clock: loops.arm(p, p.sites[0], c, late=False))
-                g[loops.TABLE], code = probed.table, probed.code
+                g[loops.TABLE], g[loops.NEXT], code = probed.table, next, probed.code
             t = time.perf_counter()
             import contextlib
             import io
@@ -215,7 +215,7 @@ def main() -> None:
         inside = in_process(tiny)
     fast_ns, slow_ns = probe_cost()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"## The loop step detector's cost (first pass; issue 29: <= 2% of the step)", "",
+    lines = ["## The loop step detector's cost (first pass; issue 29: <= 2% of the step)", "",
              f"{stamp}; {cpu_model()}, {usable_cpus()[0]} usable CPUs, Python {platform.python_version()}; "
              f"`benchmarks/loop_steps.py --rounds {args.rounds}` (fresh interpreters, ABBA order; the load average "
              f"was {os.getloadavg()[0]:.2f} at the end).", "",

@@ -6,16 +6,22 @@ has a loop that does its work. The first pass finds it and the passes after it
 count its iterations:
 
 - **Probes.** The target script is compiled from its syntax tree with a probe
-  call, `__diagnose_loops__[i]()`, first in the body of each candidate loop
-  (iteration start) and right after it (the loop's exit). Line numbers are
+  first in the body of each candidate loop (iteration start),
+  `__diagnose_next__(__diagnose_loops__[3i], 1) and __diagnose_loops__[3i + 1]()`,
+  and a call `__diagnose_loops__[3i + 2]()` right after it (the loop's exit). Line numbers are
   unchanged, and nothing else in the script is. Candidates are the `for` and
   `while` loops of the script file itself, at module scope or in its functions
   and methods, whose body makes a call; not the loops of a generator (a data
   source, not the work), of a function decorated or called to be compiled
   (`@torch.compile`, `torch.compile(step)`, jit.script, numba), or of a class
-  deriving from a `Module` (a model's forward, which torch.compile may trace). An idle probe is a C-level counter,
-  `itertools.count().__next__`, ~40 ns an iteration
-  (benchmarks/loop_steps.py measures it).
+  deriving from a `Module` (a model's forward, which torch.compile may trace).
+  A probe is C calls only while it has nothing to decide: idle, `next()` of
+  an iterator that counts the iterations and yields 0; armed, `next()` of an
+  iterator that stamps the time into the step clock's list (`perf_counter`,
+  `list.append`) for as many iterations as are plain boundaries
+  (steps.StepClock._plain_ahead). When it runs out, `next()` gives 1 and the
+  Python call behind `and` does the rest (benchmarks/loop_steps.py measures
+  both).
 - **Discovery (the first pass).** If no other detector has fired, a sampling
   thread reads the main thread's stack every SAMPLE_S. Once the loop at the
   bottom of the stack has run DISCOVER_S, it takes that loop, then descends
@@ -41,13 +47,14 @@ from __future__ import annotations
 
 import ast
 import itertools
+import operator
 import os
 import re
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from diagnose.steps import TOO_FINE_S
 
@@ -55,6 +62,7 @@ if TYPE_CHECKING:
     from diagnose.steps import StepClock
 
 TABLE = "__diagnose_loops__"  # the probes' table in the script's globals
+NEXT = "__diagnose_next__"  # builtins.next, under a name the script cannot shadow
 SAMPLE_S = 0.002  # the discovery sampler's period
 DISCOVER_S = 0.25  # the outermost loop has run this long before the loop is chosen
 DESCEND_SHARE = 0.9  # an inner loop holding this share of the outer loop's samples may be the step
@@ -66,7 +74,7 @@ COMPILED = re.compile(r"compile|jit|script|trace|export|dynamo|optimize|numba", 
 
 @dataclass(frozen=True)
 class LoopSite:
-    """One candidate loop of the script (its probes are table[2 * index] and table[2 * index + 1])."""
+    """One candidate loop of the script (its probe's entries are table[3 * index] to table[3 * index + 2])."""
 
     index: int
     line: int  # the `for`/`while` line
@@ -87,7 +95,8 @@ class Probed:
     code: Any  # the compiled module
     path: str
     sites: list[LoopSite]
-    table: list[Callable[[], Any]]
+    table: list[Any]  # per loop: the iterator next() steps, the Python call when it runs out, the exit call
+    counters: list[Any]  # per loop: the itertools.count of its iterations begun while idle
 
 
 def probe(path: str, only: str | None = None) -> Probed | None:
@@ -114,20 +123,21 @@ def probe(path: str, only: str | None = None) -> Probed | None:
         code = compile(tree, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError):  # pragma: no cover - a tree ast.parse made compiles
         return None
-    table: list[Callable[[], Any]] = []
-    for _ in sites:
-        table += [itertools.count().__next__, int]  # idle: count iterations begun; exit: nothing
-    return Probed(code, path, sites, table)
+    table: list[Any] = []
+    counters = [itertools.count() for _ in sites]
+    for counter in counters:  # idle: count the iterations begun (yielding 0, so the call is never made); exit: nothing
+        table += [map(operator.mul, counter, itertools.repeat(0)), int, int]
+    return Probed(code, path, sites, table, counters)
 
 
-def started(table: list, site: LoopSite) -> int:
+def started(probed: Probed, site: LoopSite) -> int:
     """Iterations of `site` begun while its probe was idle."""
-    return _value(table[2 * site.index])
+    return _value(probed.counters[site.index])
 
 
-def _value(counter: Callable[[], Any]) -> int:
-    """An idle probe's count: the next value of the itertools.count it is the __next__ of (0 once armed)."""
-    match = re.match(r"count\((\d+)\)", repr(getattr(counter, "__self__", None)))
+def _value(counter: Any) -> int:
+    """An itertools.count's next value, read without advancing it."""
+    match = re.match(r"count\((\d+)\)", repr(counter))
     return int(match.group(1)) if match else 0
 
 
@@ -138,24 +148,32 @@ def run(probed: Probed, run_name: str = "__main__") -> dict[str, Any]:
 
     runner = getattr(runpy, "_run_module_code", None)
     if runner is None:  # pragma: no cover - every CPython runpy since 3.4 has it
-        globals_ = {"__name__": run_name, "__file__": probed.path, TABLE: probed.table}
+        globals_ = {"__name__": run_name, "__file__": probed.path, TABLE: probed.table, NEXT: next}
         exec(probed.code, globals_)
         return globals_
-    return runner(probed.code, {TABLE: probed.table}, run_name, pkg_name="", script_name=probed.path)
+    return runner(probed.code, {TABLE: probed.table, NEXT: next}, run_name, pkg_name="", script_name=probed.path)
 
 
 # ------------------------------------------------------------------ arming
 
 
 def arm(probed: Probed, site: LoopSite, clock: "StepClock", late: bool) -> None:
-    """Make `site`'s probes call the step clock. `late`: iterations may have begun already (discovery);
-    the first call reads how many from the idle counter, so step numbers count from the loop's first
-    iteration."""
-    counter = probed.table[2 * site.index]
+    """Make `site`'s probe count the steps on the step clock. `late`: iterations may have begun already
+    (discovery); the first call reads how many from the idle counter, so step numbers count from the loop's
+    first iteration."""
+    table, at, counter = probed.table, 3 * site.index, probed.counters[site.index]
     detail = f"the loop at {_rel(probed.path)}:{site.line} ({site.header})"
-    # the exit probe first: an exit before the first armed iteration then closes nothing
-    probed.table[2 * site.index + 1] = clock.loop_exit
-    probed.table[2 * site.index] = clock.loop_probe(detail, site.key, (lambda: _value(counter)) if late else int)
+    append, now = clock.stamps.append, clock.clock
+
+    def stamp(n: int) -> None:
+        """The next n iterations only stamp their start, in C: perf_counter, then list.append (which gives None)."""
+        table[at] = itertools.islice(map(append, iter(now, None)), n)
+
+    slow = clock.loop_probe(detail, site.key, (lambda: _value(counter)) if late else int, stamp)
+    # the exit first: an exit before the first armed iteration then closes nothing
+    table[at + 2] = clock.loop_exit
+    table[at + 1] = slow
+    table[at] = iter(())  # run out: the next iteration makes the Python call
 
 
 def variables(frame) -> list[tuple[str, Any]]:
@@ -233,7 +251,7 @@ class Finder:
             self.samples.append((now, loops))
             for i in loops:
                 if i not in self.first_seen:
-                    self.first_seen[i] = (now, started(self.probed.table, self.probed.sites[i]))
+                    self.first_seen[i] = (now, started(self.probed, self.probed.sites[i]))
             site = self.choose(now)
             if site is not None:
                 self.chosen = site
@@ -252,17 +270,17 @@ class Finder:
         window = [loops for t, loops in self.samples if t >= since and loops and loops[0] == outer]
         if now - since < self.discover_s or len(window) < MIN_SAMPLES:
             return None
-        sites, table = self.probed.sites, self.probed.table
+        sites = self.probed.sites
         pick = outer
         for inner in chain[1:]:
             held = sum(1 for loops in window if inner in loops)
             if held < DESCEND_SHARE * sum(1 for loops in window if pick in loops):
                 break
             t0, n0 = self.first_seen[inner]
-            inner_n = started(table, sites[inner]) - n0
+            inner_n = started(self.probed, sites[inner]) - n0
             if inner_n <= 0 or (now - t0) / inner_n < TOO_FINE_S:
                 break  # finer than a step (a per-row loop), or not one iteration seen yet
-            outer_n = started(table, sites[pick]) - self.first_seen[pick][1]
+            outer_n = started(self.probed, sites[pick]) - self.first_seen[pick][1]
             if outer_n < 2 and inner_n < EPOCH_RATIO and now - since < self.max_discover_s:
                 return None  # neither a few outer iterations nor an epoch's worth of inner ones yet
             if inner_n < EPOCH_RATIO * max(outer_n, 1):
@@ -337,16 +355,17 @@ def _is_generator(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def _insert(loop: ast.For | ast.While, index: int, parents: dict[int, tuple[ast.AST, str]]) -> None:
-    """`__diagnose_loops__[2i]()` first in the loop's body, `__diagnose_loops__[2i + 1]()` right after it,
-    both on the loop's own line."""
-    def call(slot: int) -> ast.Expr:
-        node = ast.Expr(ast.Call(ast.Subscript(ast.Name(TABLE, ast.Load()), ast.Constant(slot), ast.Load()), [], []))
-        return ast.copy_location(node, loop)
+    """`__diagnose_next__(__diagnose_loops__[3i], 1) and __diagnose_loops__[3i + 1]()` first in the loop's body,
+    `__diagnose_loops__[3i + 2]()` right after it, both on the loop's own line."""
+    def entry(slot: int) -> ast.Subscript:
+        return ast.Subscript(ast.Name(TABLE, ast.Load()), ast.Constant(slot), ast.Load())
 
-    loop.body.insert(0, call(2 * index))
+    step = ast.BoolOp(ast.And(), [ast.Call(ast.Name(NEXT, ast.Load()), [entry(3 * index), ast.Constant(1)], []),
+                                  ast.Call(entry(3 * index + 1), [], [])])
+    loop.body.insert(0, ast.copy_location(ast.Expr(step), loop))
     parent, field = parents[id(loop)]
     body = getattr(parent, field)
-    body.insert(body.index(loop) + 1, call(2 * index + 1))
+    body.insert(body.index(loop) + 1, ast.copy_location(ast.Expr(ast.Call(entry(3 * index + 2), [], [])), loop))
 
 
 def _rel(path: str) -> str:

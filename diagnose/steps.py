@@ -132,9 +132,9 @@ class StepClock:
         self._window_first: int | None = None
         # the loop probe's fast path: iteration starts that are plain boundaries (no callback, no decision) are
         # only stamped, and replayed through _boundary before anything reads the steps (`flush`); `_set_fast`
-        # tells the probe how many more may be stamped, and before when any may be (the stretched window's end)
+        # tells the probe how many more may be stamped
         self.stamps: list[float] = []
-        self._set_fast: Callable[[int, float], None] = lambda n, before: None
+        self._set_fast: Callable[[int], None] = lambda n: None
 
     # ------------------------------------------------------------ wiring
 
@@ -257,30 +257,21 @@ class StepClock:
             arm()
             return True
 
-    def loop_probe(self, detail: str, key: str, begun: Callable[[], int]) -> Callable[[], None]:
-        """The armed loop's iteration probe (diagnose/loops.py). `begun()`: the iterations begun before it was
-        armed. Its fast path stamps a plain boundary (how many more may be stamped, and before when any may be:
-        set by _plain_ahead); the rest goes through loop_iteration."""
-        now_, append = self.clock, self.stamps.append
-        left, until = 0, float("-inf")
+    def loop_probe(self, detail: str, key: str, begun: Callable[[], int],
+                   stamp: Callable[[int], None]) -> Callable[[], None]:
+        """The armed loop's Python call (diagnose/loops.py), made when its C fast path has run out. `begun()`:
+        the iterations begun before it was armed; `stamp(n)`: let the next n iterations only stamp their start
+        into `stamps` (how many: _plain_ahead)."""
+        now_ = self.clock
         first: list[int] = []
 
         def iteration() -> None:
-            nonlocal left
             t = now_()
-            if left and t < until:
-                left -= 1
-                append(t)
-            else:
-                if not first:
-                    first.append(begun())
-                self.loop_iteration(t, first[0] + 1, detail, key, sys._getframe(1))
+            if not first:
+                first.append(begun())
+            self.loop_iteration(t, first[0] + 1, detail, key, sys._getframe(1))
 
-        def set_fast(n: int, before: float) -> None:
-            nonlocal left, until
-            left, until = n, before
-
-        self._set_fast = set_fast
+        self._set_fast = stamp
         return iteration
 
     def loop_iteration(self, now: float, number: int, detail: str, key: str, frame) -> None:
@@ -317,7 +308,7 @@ class StepClock:
             self._flush()
             if self._loop_open and self.detector == "loop":
                 self._loop_open = False
-                self._set_fast(0, float("inf"))
+                self._set_fast(0)
                 self._boundary("loop", None, self.detail)
 
     def flush(self) -> None:
@@ -351,8 +342,10 @@ class StepClock:
 
     def _plain_ahead(self) -> None:
         """How many of the loop's next boundaries are plain (none begins or ends the window, calls back, reads
-        the RSS or waits for data), and before when: the fast path stamps those, at most STAMP_BATCH at a time."""
-        left, until = 0, float("inf")
+        the RSS or waits for data): the probe only stamps those, at most STAMP_BATCH at a time. While the window
+        is stretched to min_window_s, half the steps that fit in the time left at the longest of the last
+        steps' pace, so that the boundary ending the window is never stamped."""
+        left = 0
         w = self.window
         if self.detector == "loop" and self._loop_open and not self._stopping and w is not None:
             if self.began_at is None:  # warm-up: plain up to the boundary before the last skipped step's
@@ -360,11 +353,13 @@ class StepClock:
             elif self.ended_at is None:
                 if self.on_step is None and self.read_rss is None:
                     left = w.steps - 1 - self.window_steps
-                    if left <= 0 and self.agreement is None:  # stretched to min_window_s: plain until then
-                        left, until = STAMP_BATCH, self.began_at + w.min_window_s
+                    if left <= 0 and self.agreement is None and self.step_s:
+                        time_left = self.began_at + w.min_window_s - (self.last_end or self.began_at)
+                        pace = max(self.step_s[-8:])
+                        left = int(time_left / pace / 2) if pace > 0 and time_left > 0 else 0
             else:
                 left = STAMP_BATCH
-        self._set_fast(max(0, min(left, STAMP_BATCH)), until)
+        self._set_fast(max(0, min(left, STAMP_BATCH)))
 
     # ------------------------------------------------------------ boundaries
 

@@ -106,7 +106,7 @@ def test_a_probed_script_runs_as_written_and_its_idle_probes_count_iterations(sc
     probed = loops.probe(script)
     monkeypatch.setattr(sys, "argv", [script])
     assert loops.run(probed)["RESULT"] == ("__main__", True, 0)
-    assert [loops.started(probed.table, s) for s in probed.sites] == [3, 2, 4, 5]
+    assert [loops.started(probed, s) for s in probed.sites] == [3, 2, 4, 5]
 
 
 def test_line_numbers_are_unchanged(tmp_path):
@@ -131,6 +131,16 @@ def test_only_names_one_loop_and_a_script_without_candidates_is_not_probed(scrip
     assert loops.probe(str(broken)) is None
 
 
+def _iterate(probed: loops.Probed, index: int = 0) -> None:
+    """What the probe first in a loop's body does (loops._insert)."""
+    next(probed.table[3 * index], 1) and probed.table[3 * index + 1]()
+
+
+def _leave(probed: loops.Probed, index: int = 0) -> None:
+    """What the probe after a loop does."""
+    probed.table[3 * index + 2]()
+
+
 class _Clock:
     def __init__(self):
         self.t = 0.0
@@ -153,13 +163,13 @@ def test_a_loop_armed_late_numbers_its_steps_from_its_first_iteration(tmp_path):
                                 WindowSpec(skip=2, steps=3, stop_after_window=False), late=True)
     site = probed.sites[0]
     for _ in range(4):  # four iterations begin while the probe is idle
-        probed.table[0]()
+        _iterate(probed)
     assert clock.arm_loop(lambda: loops.arm(probed, site, clock, late=True), seen_at=0.0)
     for k in range(5, 11):  # iterations 5..10, 10 ms each; then the loop's exit
         now.t = k * 0.01
-        probed.table[0]()
+        _iterate(probed)
     now.t = 0.11
-    probed.table[1]()
+    _leave(probed)
     seen = clock.result()
     assert seen.detector == "loop" and seen.loop == "line 2" and "loop.py:2 (for i in range(10):)" in seen.detail
     # iteration 5's start ends step 4, which began before the probe was armed: untimed; the window
@@ -176,9 +186,9 @@ def test_an_exit_ends_the_step_and_a_new_run_of_the_loop_opens_one(tmp_path):
     for start in (0.0, 1.0):  # the function holding the loop runs twice, 0.5 s apart
         for k in range(3):
             now.t = start + 0.1 * k
-            probed.table[0]()
+            _iterate(probed)
         now.t = start + 0.3
-        probed.table[1]()
+        _leave(probed)
     seen = clock.result()
     assert seen.window_first == 1 and seen.steps_seen == 6
     assert seen.step_s == pytest.approx([0.1] * 6)  # the gap between the loop's two runs is in no step
@@ -210,7 +220,7 @@ def _feed(finder: loops.Finder, chain_share: float, iterations: tuple[int, int],
     finder.first_seen = {0: (0.0, 0), 1: (0.0, 0)}
     for index, begun in enumerate(iterations):
         for _ in range(begun):
-            finder.probed.table[2 * index]()
+            _iterate(finder.probed, index)
 
 
 def test_the_finder_descends_from_an_epoch_loop_to_its_batch_loop(tmp_path):
@@ -261,7 +271,7 @@ def test_a_full_run_keeps_at_most_a_batch_of_stamps(tmp_path):
     most = 0
     for k in range(3 * STAMP_BATCH):
         now.t = k * 1e-3
-        probed.table[0]()
+        _iterate(probed)
         most = max(most, len(clock.stamps))
     seen = clock.result()
     assert 0 < most <= STAMP_BATCH and seen.window_steps == 3 * STAMP_BATCH - 1
