@@ -124,9 +124,9 @@ def probe(path: str, only: str | None = None) -> Probed | None:
     except (SyntaxError, ValueError):  # pragma: no cover - a tree ast.parse made compiles
         return None
     table: list[Any] = []
-    counters = [itertools.count() for _ in sites]
-    for counter in counters:  # idle: count the iterations begun (yielding 0, so the call is never made); exit: nothing
-        table += [map(operator.mul, counter, itertools.repeat(0)), int, int]
+    counters = [itertools.count(1) for _ in sites]
+    for counter in counters:  # idle: count the iterations begun (yielding False, so no call is made); exit: nothing
+        table += [map(operator.not_, counter), int, int]
     return Probed(code, path, sites, table, counters)
 
 
@@ -136,9 +136,9 @@ def started(probed: Probed, site: LoopSite) -> int:
 
 
 def _value(counter: Any) -> int:
-    """An itertools.count's next value, read without advancing it."""
+    """How many values an itertools.count(1) gave, read without advancing it."""
     match = re.match(r"count\((\d+)\)", repr(counter))
-    return int(match.group(1)) if match else 0
+    return int(match.group(1)) - 1 if match else 0
 
 
 def run(probed: Probed, run_name: str = "__main__") -> dict[str, Any]:
