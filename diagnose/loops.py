@@ -50,9 +50,11 @@ import itertools
 import operator
 import os
 import re
+import runpy
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,15 +145,9 @@ def _value(counter: Any) -> int:
 
 def run(probed: Probed, run_name: str = "__main__") -> dict[str, Any]:
     """Run the probed script as runpy.run_path runs a script file (the same globals, sys.argv[0] and
-    sys.modules['__main__']); its globals at the end."""
-    import runpy
-
-    runner = getattr(runpy, "_run_module_code", None)
-    if runner is None:  # pragma: no cover - every CPython runpy since 3.4 has it
-        globals_ = {"__name__": run_name, "__file__": probed.path, TABLE: probed.table, NEXT: next}
-        exec(probed.code, globals_)
-        return globals_
-    return runner(probed.code, {TABLE: probed.table, NEXT: next}, run_name, pkg_name="", script_name=probed.path)
+    sys.modules['__main__']: run_path's own helper, given the probed code); its globals at the end."""
+    return runpy._run_module_code(probed.code, {TABLE: probed.table, NEXT: next}, run_name,  # noqa: SLF001
+                                  pkg_name="", script_name=probed.path)
 
 
 # ------------------------------------------------------------------ arming
@@ -209,7 +205,10 @@ class Finder:
         self.by_scope: dict[tuple[str, int], list[LoopSite]] = {}
         for s in probed.sites:
             self.by_scope.setdefault(s.scope, []).append(s)
-        self.samples: list[tuple[float, tuple[int, ...]]] = []  # (time, active loops, outermost first)
+        self.chain: tuple[int, ...] = ()  # the loops running at the last sample, outermost first
+        # per outermost loop, in how many samples with it outermost each loop ran (kept as it goes: a sample costs
+        # the same at the third second of sampling as at the first)
+        self.held: dict[int, Counter[int]] = {}
         self.first_seen: dict[int, tuple[float, int]] = {}  # loop -> (time, iterations begun) when first sampled
         self.chosen: LoopSite | None = None
         self._stop = threading.Event()
@@ -248,10 +247,7 @@ class Finder:
             del frame
             if not loops:
                 continue
-            self.samples.append((now, loops))
-            for i in loops:
-                if i not in self.first_seen:
-                    self.first_seen[i] = (now, started(self.probed, self.probed.sites[i]))
+            self.record(now, loops)
             site = self.choose(now)
             if site is not None:
                 self.chosen = site
@@ -259,22 +255,29 @@ class Finder:
                                     seen_at=self.first_seen[site.index][0])
                 return
 
+    def record(self, now: float, loops: tuple[int, ...]) -> None:
+        """One sample: the loops running, outermost first."""
+        self.chain = loops
+        self.held.setdefault(loops[0], Counter()).update(loops)
+        for i in loops:
+            if i not in self.first_seen:
+                self.first_seen[i] = (now, started(self.probed, self.probed.sites[i]))
+
     def choose(self, now: float) -> LoopSite | None:
         """The loop to take (None: keep sampling). The outermost running loop once it has run discover_s, or an
         inner loop of it that holds nearly all its time, has iterations of a step's length, and runs at least
         EPOCH_RATIO iterations per iteration of the outer one (an epoch's batches, not a step's layers or repeats);
         until that ratio can be told, for at most max_discover_s, it keeps sampling."""
-        chain = self.samples[-1][1]
+        chain = self.chain
         outer = chain[0]
         since, _ = self.first_seen[outer]
-        window = [loops for t, loops in self.samples if t >= since and loops and loops[0] == outer]
-        if now - since < self.discover_s or len(window) < MIN_SAMPLES:
+        held = self.held[outer]  # the samples with this loop outermost, and which loops ran in them
+        if now - since < self.discover_s or held[outer] < MIN_SAMPLES:
             return None
         sites = self.probed.sites
         pick = outer
         for inner in chain[1:]:
-            held = sum(1 for loops in window if inner in loops)
-            if held < DESCEND_SHARE * sum(1 for loops in window if pick in loops):
+            if held[inner] < DESCEND_SHARE * held[pick]:
                 break
             t0, n0 = self.first_seen[inner]
             inner_n = started(self.probed, sites[inner]) - n0

@@ -325,20 +325,21 @@ class StepClock:
             return
         stamps = self.stamps[:]
         self.stamps.clear()
-        in_window = self.began_at is not None and self.ended_at is None
         last, wait = self.last_end, self._data_wait
         self._data_wait = 0.0
         self.count += len(stamps)
-        if in_window:
-            self.window_steps += len(stamps)
-            room = max(0, MAX_WINDOW_STEP_TIMES - len(self.step_s))
-            durations = [t - s for s, t in zip([last, *stamps[:room - 1]], stamps[:room])] if room else []
-            self.step_s += durations
-            self.data_wait_s += [wait] + [0.0] * (len(durations) - 1) if durations else []
-        elif self.began_at is None:
-            room = max(0, KEPT_WARMUP_STEPS - len(self.warmup_s))
-            self.warmup_s += [t - s for s, t in zip([last, *stamps[:room - 1]], stamps[:room])] if room else []
         self.last_end = stamps[-1]
+
+        def durations(room: int) -> list[float]:  # the first `room` stamped steps' times
+            return [t - s for s, t in zip([last, *stamps[:room - 1]], stamps[:max(0, room)])]
+
+        if self.began_at is not None and self.ended_at is None:
+            self.window_steps += len(stamps)
+            times = durations(MAX_WINDOW_STEP_TIMES - len(self.step_s))
+            self.step_s += times
+            self.data_wait_s += [wait] + [0.0] * (len(times) - 1) if times else []
+        elif self.began_at is None:
+            self.warmup_s += durations(KEPT_WARMUP_STEPS - len(self.warmup_s))
 
     def _plain_ahead(self) -> None:
         """How many of the loop's next boundaries are plain (none begins or ends the window, calls back, reads

@@ -215,9 +215,9 @@ def _feed(finder: loops.Finder, chain_share: float, iterations: tuple[int, int],
     """n samples over 1 s: the outer loop in all, the inner one in `chain_share` of them."""
     for k in range(n):
         inner = k < chain_share * n
-        finder.samples.append((k / n, (0, 1) if inner else (0,)))
-    finder.samples.append((1.0, (0, 1)))
-    finder.first_seen = {0: (0.0, 0), 1: (0.0, 0)}
+        finder.record(k / n, (0, 1) if inner else (0,))
+    finder.record(1.0, (0, 1))
+    assert finder.first_seen == {0: (0.0, 0), 1: (0.0, 0)}
     for index, begun in enumerate(iterations):
         for _ in range(begun):
             _iterate(finder.probed, index)
