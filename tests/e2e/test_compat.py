@@ -153,12 +153,12 @@ ROWS = {
     "overridden __call__": Row("overridden_call.py", "Linear forward", step_line="return self.fc2",
                                check=_overridden),
     # no nn.Module, no torch.optim: the steps are the loop's iterations (diagnose/loops.py), with --full-run too;
-    # its two large GEMMs run one at the forward's line, one at loss.backward()'s, about evenly: the attribution is
-    # checked on the forward's ReLU
+    # 200 steps (~1 s plainly): the loop is found once it has run 0.25 s. Its two large GEMMs run one at the
+    # forward's line, one at loss.backward()'s, about evenly: the attribution is checked on the forward's ReLU
     "functional model, no nn.Module": Row("examples/functional_mlp.py",
                                           f"the loop at examples/functional_mlp.py:{FUNCTIONAL_LOOP} "
                                           "(for step in range(args.steps):)",
-                                          gemm="aten::relu", args=["--steps", "40"], steps=40, detector="loop",
+                                          gemm="aten::relu", args=["--steps", "200"], steps=200, detector="loop",
                                           step_line="return F.relu(x @ w1 + b1) @ w2 + b2"),
 }
 

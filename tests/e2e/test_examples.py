@@ -38,9 +38,9 @@ CASES = [
     # six steps of ~0.4 s: --skip-steps 1 gives the loop detector's window five of them (the thread findings need 0.5 s)
     ("sequential_sort.py", ["--microbench-budget", "20", "--skip-steps", "1"], "sequential_operator",
      lambda f: f["op"] == "aten::sort" and f["location"] == _line("sequential_sort.py", "torch.sort(")),
-    # six steps of ~0.86 GiB each: the window is steps 2-6 (the loop detector's steps; --skip-steps 1 leaves a
-    # span long enough for a rate), 4.2 GiB
-    ("allocation_churn.py", ["--skip-steps", "1"], "memory_churn",
+    # steps of ~0.84 GiB each, counted by the loop detector, which finds the loop during step 1 to 3 (it waits to
+    # tell the step loop from the repeats inside it): ten steps leave a window of at least 1 s, 5 steps, 4.2 GiB
+    ("allocation_churn.py", ["--skip-steps", "1", "--", "--steps", "10"], "memory_churn",
      lambda f: f["evidence"]["allocated_bytes"] > 3 << 30 and f["evidence"]["turnover"] >= 20),
 ]
 # the churn's rate (its severity) depends on how busy the machine is; its hot element-wise

@@ -86,7 +86,9 @@ def test_mark_step_ends_the_steps_of_any_loop(tmp_path):
 def test_a_functional_model_s_loop_iterations_are_its_steps(tmp_path):
     # no nn.Module, no torch.optim: the first pass samples the main thread and takes the loop it runs, the passes
     # after it count that loop's iterations from the start (diagnose/loops.py)
-    run = run_cli("--layers", "operators", "examples/functional_mlp.py", "--", "--steps", "200",
+    # 2000 steps: the loop is found after 0.25 s of it (dozens of ~5 ms steps on a quiet machine) and the first
+    # pass's window lasts at least 1 s; each pass ends the script after its window, long before step 2000
+    run = run_cli("--layers", "operators", "examples/functional_mlp.py", "--", "--steps", "2000",
                   outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     st = run.report["steps"]
