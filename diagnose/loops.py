@@ -23,7 +23,8 @@ count its iterations:
   Python call behind `and` does the rest (benchmarks/loop_steps.py measures
   both).
 - **Discovery (the first pass).** If no other detector has fired, a sampling
-  thread reads the main thread's stack every SAMPLE_S. Once the loop at the
+  thread reads the main thread's stack every SAMPLE_S (backing off to
+  IDLE_SAMPLE_S while no candidate loop runs). Once the loop at the
   bottom of the stack has run DISCOVER_S, it takes that loop, then descends
   to an inner loop on the stack while that inner loop holds at least
   DESCEND_SHARE of the outer one's samples, its iterations last at least
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 TABLE = "__diagnose_loops__"  # the probes' table in the script's globals
 NEXT = "__diagnose_next__"  # builtins.next, under a name the script cannot shadow
 SAMPLE_S = 0.002  # the discovery sampler's period
+IDLE_SAMPLE_S = 0.1  # ... doubling up to this while no candidate loop runs (set-up, a wait, a script of no loops)
 DISCOVER_S = 0.25  # the outermost loop has run this long before the loop is chosen
 DESCEND_SHARE = 0.9  # an inner loop holding this share of the outer loop's samples may be the step
 EPOCH_RATIO = 20  # ... when it runs at least this many iterations per iteration of the outer loop
@@ -236,7 +238,8 @@ class Finder:
         return tuple(found)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.sample_s):
+        period = self.sample_s
+        while not self._stop.wait(period):
             if self.clock.detector is not None:  # another detector found the steps
                 return
             frame = sys._current_frames().get(self.main)  # noqa: SLF001 - the stack of the main thread
@@ -245,8 +248,10 @@ class Finder:
             now = time.perf_counter()
             loops = self.active(frame)
             del frame
-            if not loops:
+            if not loops:  # back off: a blocked or loop-less script must not look busy (stall.py's 2% of a CPU)
+                period = min(2 * period, IDLE_SAMPLE_S)
                 continue
+            period = self.sample_s
             self.record(now, loops)
             site = self.choose(now)
             if site is not None:
