@@ -7,7 +7,7 @@ count its iterations:
 
 - **Probes.** The target script is compiled from its syntax tree with a probe
   first in the body of each candidate loop (iteration start),
-  `__diagnose_next__(__diagnose_loops__[3i], 1) and __diagnose_loops__[3i + 1]()`,
+  `__diagnose_next__(__diagnose_loops__[3i], 0) or __diagnose_loops__[3i + 1]()`,
   and a call `__diagnose_loops__[3i + 2]()` right after it (the loop's exit). Line numbers are
   unchanged, and nothing else in the script is. Candidates are the `for` and
   `while` loops of the script file itself, at module scope or in its functions
@@ -16,12 +16,13 @@ count its iterations:
   (`@torch.compile`, `torch.compile(step)`, jit.script, numba), or of a class
   deriving from a `Module` (a model's forward, which torch.compile may trace).
   A probe is C calls only while it has nothing to decide: idle, `next()` of
-  an iterator that counts the iterations and yields 0; armed, `next()` of an
-  iterator that stamps the time into the step clock's list (`perf_counter`,
-  `list.append`) for as many iterations as are plain boundaries
-  (steps.StepClock._plain_ahead). When it runs out, `next()` gives 1 and the
-  Python call behind `and` does the rest (benchmarks/loop_steps.py measures
-  both).
+  an itertools.count (the iterations begun); armed, `next()` of an iterator
+  that, for as many iterations as are plain boundaries
+  (steps.StepClock._plain_ahead), stamps the time into the step clock's list
+  (`perf_counter`, `list.append`) each iteration, or each 8th of steps
+  under 50 µs (the others only count), or only counts after the window. Each
+  gives something true; when it runs out, `next()` gives 0 and the Python
+  call behind `or` does the rest (benchmarks/loop_steps.py measures both).
 - **Discovery (the first pass).** If no other detector has fired, a sampling
   thread reads the main thread's stack every SAMPLE_S (backing off to
   IDLE_SAMPLE_S while no candidate loop runs). Once the loop at the
@@ -57,7 +58,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from diagnose.steps import TOO_FINE_S
 
@@ -129,8 +130,8 @@ def probe(path: str, only: str | None = None) -> Probed | None:
         return None
     table: list[Any] = []
     counters = [itertools.count(1) for _ in sites]
-    for counter in counters:  # idle: count the iterations begun (yielding False, so no call is made); exit: nothing
-        table += [map(operator.not_, counter), int, int]
+    for counter in counters:  # idle: count the iterations begun (yielding 1, 2, ...: no call is made); exit: nothing
+        table += [counter, int, int]
     return Probed(code, path, sites, table, counters)
 
 
@@ -163,9 +164,26 @@ def arm(probed: Probed, site: LoopSite, clock: "StepClock", late: bool) -> None:
     detail = f"the loop at {_rel(probed.path)}:{site.line} ({site.header})"
     append, now = clock.stamps.append, clock.clock
 
-    def stamp(n: int) -> None:
-        """The next n iterations only stamp their start, in C: perf_counter, then list.append (which gives None)."""
-        table[at] = itertools.islice(map(append, iter(now, None)), n)
+    def stamp(n: int, group: int) -> Callable[[], int] | None:
+        """The next n iterations take the fast path, in C, each given something true. Group 1: each stamps its
+        start (perf_counter, then list.append; zip makes its None a true (None,)). Group 0: each only counts
+        (itertools.repeat). Group g > 1: g - 1 only count, then one stamps, and so on.
+        Gives how many it let through unstamped so far (None for group 1)."""
+        stamped = zip(map(append, iter(now, None)))
+        if group == 1:
+            table[at] = itertools.islice(stamped, n)
+            return None
+        if group == 0:
+            left = itertools.repeat(1, n)
+            table[at] = left
+            return lambda: n - operator.length_hint(left)
+        # per group a repeat of g - 1 ones, then one stamp: built in C for the batch, so that an unstamped
+        # iteration costs chain's next and repeat's; how many have run is read from the repeats left
+        groups = n // group
+        counts = list(map(itertools.repeat, itertools.repeat(1, groups), itertools.repeat(group - 1)))
+        table[at] = itertools.chain.from_iterable(itertools.chain.from_iterable(
+            zip(counts, map(itertools.islice, itertools.repeat(stamped, groups), itertools.repeat(1)))))
+        return lambda: groups * (group - 1) - sum(map(operator.length_hint, counts))
 
     slow = clock.loop_probe(detail, site.key, (lambda: _value(counter)) if late else int, stamp)
     # the exit first: an exit before the first armed iteration then closes nothing
@@ -363,12 +381,12 @@ def _is_generator(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def _insert(loop: ast.For | ast.While, index: int, parents: dict[int, tuple[ast.AST, str]]) -> None:
-    """`__diagnose_next__(__diagnose_loops__[3i], 1) and __diagnose_loops__[3i + 1]()` first in the loop's body,
+    """`__diagnose_next__(__diagnose_loops__[3i], 0) or __diagnose_loops__[3i + 1]()` first in the loop's body,
     `__diagnose_loops__[3i + 2]()` right after it, both on the loop's own line."""
     def entry(slot: int) -> ast.Subscript:
         return ast.Subscript(ast.Name(TABLE, ast.Load()), ast.Constant(slot), ast.Load())
 
-    step = ast.BoolOp(ast.And(), [ast.Call(ast.Name(NEXT, ast.Load()), [entry(3 * index), ast.Constant(1)], []),
+    step = ast.BoolOp(ast.Or(), [ast.Call(ast.Name(NEXT, ast.Load()), [entry(3 * index), ast.Constant(0)], []),
                                   ast.Call(entry(3 * index + 1), [], [])])
     loop.body.insert(0, ast.copy_location(ast.Expr(step), loop))
     parent, field = parents[id(loop)]

@@ -49,6 +49,7 @@ class WindowSpec:
     stop_after_window: bool = True  # end the target once the window is measured (script mode)
     find_loop: bool = False  # the first pass: look for the script's main loop if no other detector fires
     loop: str | None = None  # the passes after it: count this loop's iterations ("line 12", StepsSeen.loop)
+    loop_group: int = 1  # ... and time its window's steps in groups of this many (StepsSeen.loop_group)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,9 @@ class StepsSeen:
 
     detector: str | None = None  # mark_step, optimizer, forward, loop; None: no step found
     loop: str | None = None  # the loop detector's loop in the script ("line 12"; diagnose/loops.py)
+    # the loop detector timed the window's steps in groups of this many iterations, each step its group's mean
+    # (steps under steps.GROUP_BELOW_S: a clock read every iteration would cost more than 1% of them); 1: each
+    loop_group: int = 1
     detail: str | None = None  # "Adam.step()", "BertModel forward", "diagnose.mark_step() at train.py:40"
     steps_seen: int = 0  # steps the script ran (of the detector that counted them)
     setup_s: float | None = None  # workload start to step 1's start

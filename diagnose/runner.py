@@ -382,7 +382,7 @@ class Run:
         finally:
             if finder is not None:
                 finder.stop()
-        self.clock.flush()  # the loop's stamped boundaries, before anything reads the steps
+        self.clock.settle()  # the loop's stamped boundaries, before anything reads the steps
         self._stop_clock()
 
     def _start(self, record: bool) -> None:

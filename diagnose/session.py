@@ -93,7 +93,8 @@ class Window:
         # the same steps as the first pass's window: with the loop detector it may have begun after --skip-steps,
         # at the first iteration after the loop was found (diagnose/loops.py)
         skip = seen.window_first - 1 if seen.window_first else self.spec.skip
-        return Window(WindowSpec(skip, max(1, seen.window_steps), min_window_s=0.0, loop=seen.loop),
+        return Window(WindowSpec(skip, max(1, seen.window_steps), min_window_s=0.0, loop=seen.loop,
+                                 loop_group=seen.loop_group),
                       expect_steps=True)
 
 

@@ -133,7 +133,7 @@ def test_only_names_one_loop_and_a_script_without_candidates_is_not_probed(scrip
 
 def _iterate(probed: loops.Probed, index: int = 0) -> None:
     """What the probe first in a loop's body does (loops._insert)."""
-    next(probed.table[3 * index], 1) and probed.table[3 * index + 1]()
+    next(probed.table[3 * index], 0) or probed.table[3 * index + 1]()
 
 
 def _leave(probed: loops.Probed, index: int = 0) -> None:
@@ -276,3 +276,89 @@ def test_a_full_run_keeps_at_most_a_batch_of_stamps(tmp_path):
     seen = clock.result()
     assert 0 < most <= STAMP_BATCH and seen.window_steps == 3 * STAMP_BATCH - 1
     assert seen.step_s == pytest.approx([1e-3] * (3 * STAMP_BATCH - 1))
+
+
+def _run_loop(tmp_path, window: WindowSpec, times: list[float], slow: bool, exit_at: float | None = None):
+    """The loop's iterations beginning at `times` (then its exit at exit_at), through the armed probe; `slow`:
+    every boundary takes the clock's Python path (a per-step RSS read makes none plain)."""
+    tmp_path.mkdir(exist_ok=True)
+    probed, clock, now = _armed(tmp_path, "import time\nfor i in range(9):\n    time.sleep(0)\n", window, late=False)
+    begun, ended = [], []
+    clock.on_begin, clock.on_end = (lambda: begun.append(now.t)), (lambda: ended.append(now.t))
+    if slow:
+        clock.read_rss = lambda: 0
+    assert clock.arm_loop(lambda: loops.arm(probed, probed.sites[0], clock, late=False))
+    for t in times:
+        now.t = t
+        _iterate(probed)
+    if exit_at is not None:
+        now.t = exit_at
+        _leave(probed)
+    return clock.result(), begun, ended
+
+
+def _same(a, b) -> None:
+    for name in ("detector", "steps_seen", "window_first", "window_steps", "window_began", "window_ended",
+                 "window_wall_s", "warmup_s", "data_wait_s", "loop", "loop_group"):
+        assert getattr(a, name) == pytest.approx(getattr(b, name)), name
+    assert a.step_s == pytest.approx(b.step_s)
+
+
+def test_stamped_boundaries_replay_as_the_clock_times_each(tmp_path):
+    """The fast path (stamps, replayed by StepClock._flush) gives what the clock's Python path gives at every
+    boundary, callbacks included: irregular steps, a window that begins and ends inside the run, then more."""
+    times = [sum(1e-3 * (1 + (k * 7919) % 13) for k in range(n)) for n in range(1, 400)]
+    window = WindowSpec(skip=30, steps=250, stop_after_window=False)
+    fast, begun_f, ended_f = _run_loop(tmp_path / "a", window, times, slow=False, exit_at=times[-1] + 0.01)
+    slow, begun_s, ended_s = _run_loop(tmp_path / "b", window, times, slow=True, exit_at=times[-1] + 0.01)
+    _same(fast, slow)
+    assert begun_f == begun_s and ended_f == ended_s and fast.window_ended and fast.steps_seen == 399
+    assert fast.loop_group == 1  # a later pass told no group times each step
+
+
+def test_a_first_pass_times_steps_under_50_us_in_groups_of_their_mean(tmp_path):
+    from diagnose.steps import GROUP_AFTER, LOOP_GROUP
+
+    step = 16e-6
+    times = [k * step for k in range(3000)]
+    first = WindowSpec(skip=5, steps=2000, stop_after_window=False, find_loop=True)
+    seen, _, _ = _run_loop(tmp_path / "a", first, times, slow=False, exit_at=3000 * step + step / 2)
+    assert seen.loop_group == LOOP_GROUP
+    # every iteration counted, the exit's unfinished group included; the window's steps are each timed, the
+    # first GROUP_AFTER alone and the rest as their group's mean, so they add up to the window's time
+    assert seen.steps_seen == 3000 and seen.window_steps == 2000 and len(seen.step_s) == 2000
+    assert seen.step_s == pytest.approx([step] * 2000)
+    assert seen.window_wall_s == pytest.approx(sum(seen.step_s))
+    # the pass after it is told the group and groups from the same step; the window ends where the first's did
+    later = WindowSpec(skip=seen.window_first - 1, steps=seen.window_steps, loop="line 2", loop_group=LOOP_GROUP,
+                       stop_after_window=False)
+    again, _, ended = _run_loop(tmp_path / "b", later, times[:2100], slow=False)
+    assert again.loop_group == LOOP_GROUP and again.window_steps == 2000 and ended == [times[2005]]
+    assert again.step_s == pytest.approx([step] * 2000) and GROUP_AFTER < 2000
+
+
+def test_an_exit_inside_a_group_ends_the_steps_begun_since_its_last_stamp(tmp_path):
+    from diagnose.steps import LOOP_GROUP
+
+    # irregular tiny steps, the loop leaving 3 iterations into a group: each step of the unfinished group gets
+    # the mean of the time since the last stamp, and every iteration is counted
+    times = [k * 20e-6 + (5e-6 if k % 3 else 0.0) for k in range(2000)]
+    window = WindowSpec(skip=0, steps=10_000, stop_after_window=False, loop="line 2", loop_group=LOOP_GROUP)
+    # iteration 1 opens the first step; 2-17 are stamped each (GROUP_AFTER); 18 is the clock's Python path;
+    # 19 on are 5 groups, each stamped at its last iteration; 3 more begin a group the exit leaves unfinished
+    g = LOOP_GROUP
+    last, before = 18 + 5 * g, 18 + 4 * g  # the iterations the last two stamps were taken at
+    n = last + 3
+    seen, _, _ = _run_loop(tmp_path, window, times[:n], slow=False, exit_at=1.0)
+    assert seen.steps_seen == n and seen.window_steps == n
+    assert sum(seen.step_s) == pytest.approx(1.0 - times[0])
+    assert seen.step_s[-4:] == pytest.approx([(1.0 - times[last - 1]) / 4] * 4)
+    assert seen.step_s[-4 - g:-4] == pytest.approx([(times[last - 1] - times[before - 1]) / g] * g)
+
+
+def test_after_the_window_the_probe_only_counts(tmp_path):
+    times = [k * 1e-3 for k in range(10_000)]
+    window = WindowSpec(skip=2, steps=10, stop_after_window=False)
+    seen, _, ended = _run_loop(tmp_path, window, times, slow=False)
+    assert seen.window_ended and ended == [times[12]] and seen.steps_seen == 10_000 - 1
+    assert seen.step_s == pytest.approx([1e-3] * 10)
