@@ -1,0 +1,119 @@
+"""Do the gallery's verdicts hold from run to run? Issue 34: each example diagnosed 5 times in a row, the set of
+(kind, severity >= medium, location) the same in at least 4 of the 5 runs.
+
+    .venv/bin/python benchmarks/gallery_flips.py [--runs 5] [--only mlp.py,...] [--write benchmarks/RESULTS.md]
+
+Each run is a plain `diagnose examples/X.py` (default layers, HF_HUB_OFFLINE=1), as a user runs it, one after
+the other. A run's verdict is its set of findings at medium or high: (kind, severity, location), the merged
+ones included. The table gives per example how many runs gave the most common set, how many distinct sets
+there were, and what came and went between them (a finding in some runs and not in others, or at another
+severity). The machine's load (the threads layer's other processes' CPUs) is shown beside it: a flip on a
+loaded machine may be the load's, not the rule's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.results import replace_section  # noqa: E402
+from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
+
+HEADING = "## Verdicts from run to run on the gallery (issue 34)"
+ARGS = {"ddp_train.py": ["--nproc-per-node", "2"]}  # how the gallery's README runs it
+TARGET = 4  # of 5 runs with the most common set
+
+
+def gallery() -> list[str]:
+    return sorted(p.name for p in (REPO / "examples").glob("*.py"))
+
+
+def verdict(report: dict) -> frozenset[tuple[str, str, str]]:
+    out = set()
+    for f in report["findings"]:
+        for g in [f, *f.get("also", [])]:
+            if g["severity"] in ("high", "medium"):
+                out.add((g["kind"], g["severity"], g.get("location") or f.get("location") or "-"))
+    return frozenset(out)
+
+
+def run_once(example: str, out: Path) -> tuple[frozenset, float | None, float]:
+    cmd = [sys.executable, "-m", "diagnose", "-q", "--force", "-o", str(out), *ARGS.get(example, []),
+           f"examples/{example}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=1800, env=env)
+    took = time.monotonic() - t0
+    if proc.returncode not in (0, 4):
+        raise RuntimeError(f"{example}: diagnose exited {proc.returncode}: {proc.stderr[-1500:]}")
+    report = json.loads((out / "report.json").read_text())
+    others = (report.get("threads") or {}).get("others_cpus")
+    return verdict(report), others, took
+
+
+def describe(sets: list[frozenset]) -> str:
+    """What differs between the runs: each finding not in every run, with in how many it was."""
+    seen = Counter(f for s in sets for f in s)
+    varying = [(f, n) for f, n in seen.items() if n < len(sets)]
+    if not varying:
+        return "-"
+    return "; ".join(f"{k} {sev} at {loc}: {n}/{len(sets)}" for (k, sev, loc), n in sorted(varying))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", help="comma-separated examples (default: the whole gallery)")
+    parser.add_argument("--write", help="replace this benchmark's section of RESULTS.md")
+    args = parser.parse_args()
+    examples = [e for e in gallery() if not args.only or e in args.only.split(",")]
+    started = time.monotonic()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="diagnose-flips-") as tmp:
+        for example in examples:
+            sets, others, took = [], [], []
+            for r in range(args.runs):
+                s, o, t = run_once(example, Path(tmp) / f"{Path(example).stem}-{r}")
+                sets.append(s)
+                others.append(o)
+                took.append(t)
+                print(f"{example} run {r + 1}: {sorted(s)} ({t:.0f} s)", file=sys.stderr, flush=True)
+            mode, agree = Counter(sets).most_common(1)[0]
+            rows.append((example, agree, len(set(sets)), describe(sets),
+                         max((o for o in others if o is not None), default=None), sum(took) / len(took), mode))
+    need = round(TARGET * args.runs / 5)
+    lines = [HEADING, "",
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_model()}, "
+             f"{usable_cpus()[0]} usable CPUs, Python {platform.python_version()}; `benchmarks/gallery_flips.py "
+             f"--runs {args.runs}{' --only ' + args.only if args.only else ''}`, {time.monotonic() - started:.0f} s. "
+             "A run's verdict: its findings at medium or high as (kind, severity, location).", "",
+             f"| example | runs with the most common verdict | distinct verdicts | what varied (in how many runs) | "
+             "others' CPUs (most) | s a run | the most common verdict |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for example, agree, distinct, varied, others, took, mode in rows:
+        common = "; ".join(f"{k} {sev} at {loc}" for k, sev, loc in sorted(mode)) or "nothing above low"
+        lines.append(f"| {example} | {agree}/{args.runs} | {distinct} | {varied.replace('|', '/')} | "
+                     f"{'-' if others is None else format(others, '.1f')} | {took:.0f} | {common.replace('|', '/')} |")
+    short = [r[0] for r in rows if r[1] < need]
+    lines += ["", f"**Verdict (at least {need} of {args.runs} runs alike for every example):** "
+              + ("met on every example run." if not short else "missed on " + ", ".join(short) + ".")]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        replace_section(args.write, HEADING, text)
+
+
+if __name__ == "__main__":
+    main()
