@@ -70,6 +70,7 @@ from diagnose.findings.suggestions import (
     weight_init_row,
 )
 from diagnose.report.model import Finding, OperatorRow, Report, Stake
+from diagnose.report.rows import TIE_SHARE, tie_share, tied_first
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
 KERNEL_NAME = re.compile(r"^(\w+::\w+|(graph_\d+_)?(cpp|triton)_\w+|\w+_fused_\w+)$")
@@ -162,7 +163,10 @@ def copy_overhead(report: Report) -> list[Finding]:
     for (kind, loc, _), us in layout.items():
         by_kind[kind] += us
         by_place[(kind, loc)] += us
-    kind, location = max(by_place, key=lambda k: (k[1] is not None, by_place[k]))
+    # the most copy time, a place tied with it within run-to-run noise taken in source order (report/rows.py):
+    # the noise is the biggest copy row's, its calls at each place
+    ranked = sorted(by_place, key=lambda k: (k[1] is None, -by_place[k]))
+    kind, location = tied_first(ranked, by_place.__getitem__, lambda k: k[1], _copy_noise(report))[0]
     not_counted: dict[str, float] = defaultdict(float)
     for (other, _, via), us in origins.items():
         if other not in copies.LAYOUT:
@@ -191,6 +195,17 @@ def copy_overhead(report: Report) -> list[Finding]:
         layer="operators",
         stake=operator_stake(report, pct),
     )]
+
+
+def _copy_noise(report: Report):
+    """tie_share for a copy place: the spread of the biggest copy row's calls, its calls at that place."""
+    rows = [r for r in report.operators if r.name in copies.COPY_BODIES and r.calls]
+    if not rows:
+        return lambda place: TIE_SHARE
+    row = max(rows, key=lambda r: r.self_cpu_us)
+    calls = {s.location: s.calls for s in row.sources}
+    return lambda place: tie_share(row.min_self_us, row.max_self_us, row.self_cpu_us / row.calls,
+                                   calls.get(place[1], row.calls))
 
 
 def memory_churn(report: Report) -> list[Finding]:
