@@ -212,6 +212,9 @@ class Steps:
     warmup_s: list[float] = field(default_factory=list)  # the skipped steps' times (at most 200), in order
     window_s: list[float] = field(default_factory=list)  # the window's step times (uninstrumented pass), in order
     drift: StepDrift | None = None  # step time against the step over the window; None: too few steps
+    # the same fit over the operator pass's steps of the same window: a drift of the script's work shows in both
+    # passes, a machine's load rarely at the same steps (findings/trends.py step_drift); None: not measured
+    instrumented_drift: StepDrift | None = None
     # how the steps were found and measured: no step found, a window shorter or longer than --steps, ...
     notes: list[str] = field(default_factory=list)
 

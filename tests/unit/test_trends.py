@@ -35,3 +35,20 @@ def test_a_site_whose_input_grows_is_kept_and_a_steady_one_is_not():
     assert trend.function == "cat" and trend.bytes_grow and trend.time_grows, trend
     assert trend.bytes_slope.per_step == 1 << 20 and trend.calls == 20 and trend.bytes_per_step[0] == 4 << 20
     assert 0 < trend.share_pct < 100
+
+
+def test_a_drift_the_operator_pass_did_not_see_is_doubted():
+    """findings/trends.py step_drift: the uninstrumented pass drifts +19%; the operator pass's same steps, flat,
+    doubt it (no call site grew either); rising with it, they do not."""
+    from diagnose.findings.trends import step_drift
+    from diagnose.report.model import Report, Steps, TargetInfo
+
+    base = [0.010 + 0.0001 * i for i in range(20)]
+    rise = f"{drift(base).change_pct:+.0f}%"
+    for op_times, doubted in (([0.030] * 20, True), ([0.030 + 0.0003 * i for i in range(20)], False)):
+        report = Report(target=TargetInfo(script="m.py"),
+                        steps=Steps(window_s=base, drift=drift(base), instrumented_drift=drift(op_times)))
+        (f,) = step_drift(report)
+        assert bool(f.doubts) == doubted, f.doubts
+        if doubted:
+            assert "operator pass" in f.doubts[0] and f"against {rise} here" in f.doubts[0], f.doubts

@@ -190,6 +190,8 @@ def _instrumented_run(report: Report, outcome) -> None:
         if recorded:  # with a profiler schedule only the last iterations are instrumented
             times = times[-recorded:]
         report.run.instrumented_iterations = iteration_stats(times)
+        if report.steps is not None and report.steps.window_s and not recorded:
+            report.steps.instrumented_drift = trends.drift(times)
     raw = res.raw or {}
     if "input_scan" in raw:
         report.doctor = report.doctor or Doctor()
