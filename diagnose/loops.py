@@ -19,8 +19,9 @@ count its iterations:
   an itertools.count (the iterations begun); armed, `next()` of an iterator
   that, for as many iterations as are plain boundaries
   (steps.StepClock._plain_ahead), stamps the time into the step clock's list
-  (`perf_counter`, `list.append`) each iteration, or each 8th of steps
-  under 50 µs (the others only count), or only counts after the window. Each
+  (`perf_counter`, `list.append`) each iteration, or each steps.LOOP_GROUP-th
+  of steps under steps.GROUP_BELOW_S (the others only count), or only counts
+  after the window. Each
   gives something true; when it runs out, `next()` gives 0 and the Python
   call behind `or` does the rest (benchmarks/loop_steps.py measures both).
 - **Discovery (the first pass).** If no other detector has fired, a sampling
@@ -169,14 +170,14 @@ def arm(probed: Probed, site: LoopSite, clock: "StepClock", late: bool) -> None:
         start (perf_counter, then list.append; zip makes its None a true (None,)). Group 0: each only counts
         (itertools.repeat). Group g > 1: g - 1 only count, then one stamps, and so on.
         Gives how many it let through unstamped so far (None for group 1)."""
-        stamped = zip(map(append, iter(now, None)))
-        if group == 1:
-            table[at] = itertools.islice(stamped, n)
-            return None
         if group == 0:
             left = itertools.repeat(1, n)
             table[at] = left
             return lambda: n - operator.length_hint(left)
+        stamped = zip(map(append, iter(now, None)))
+        if group == 1:
+            table[at] = itertools.islice(stamped, n)
+            return None
         # per group a repeat of g - 1 ones, then one stamp: built in C for the batch, so that an unstamped
         # iteration costs chain's next and repeat's; how many have run is read from the repeats left
         groups = n // group

@@ -280,7 +280,7 @@ class StepClock:
             return True
 
     def loop_probe(self, detail: str, key: str, begun: Callable[[], int],
-                   stamp: Callable[[int], None]) -> Callable[[], None]:
+                   stamp: Callable[[int, int], Callable[[], int] | None]) -> Callable[[], None]:
         """The armed loop's Python call (diagnose/loops.py), made when its C fast path has run out. `begun()`:
         the iterations begun before it was armed; `stamp(n, group)`: let the next n iterations take the fast path
         (how many, and which it stamps into `stamps`: _plain_ahead)."""
@@ -348,13 +348,13 @@ class StepClock:
             self._close_group(None)
             self._fast(0, 1)
 
-    def _flush(self) -> None:
+    def _flush(self, group: int | None = None) -> None:
         """_boundary for each stamped boundary, specialised to what makes one plain (_plain_ahead): the loop
         detector's, neither beginning nor ending the window, no callback, no RSS read, and no data wait but
         the first's (a DataLoader flushes before it waits). A stamp of a group closes `group` steps of its mean
-        time; the count-only path (after the window) adds its iterations. ~0.1 µs a stamp;
-        tests/unit/test_loops.py checks it gives what _boundary gives."""
-        group = self._fast_group
+        time; the count-only path (after the window) adds its iterations. `group`: the stamps' (default: the fast
+        path's). ~0.1 µs a stamp; tests/unit/test_loops.py checks it gives what _boundary gives."""
+        group = self._fast_group if group is None else group
         if group == 0:
             if self._fast_unstamped is not None:
                 seen = self._fast_unstamped()
@@ -379,8 +379,7 @@ class StepClock:
                 means = list(map(operator.truediv, map(operator.sub, stamps, starts), itertools.repeat(group)))
                 self._runs.append((len(self.step_s), means, group, keep))
                 self._run_steps += keep
-                self.data_wait_s.append(wait)
-                self.data_wait_s += [0.0] * (keep - 1)
+                self.data_wait_s += [wait] + [0.0] * (keep - 1)
             return
         times = list(map(operator.sub, stamps, starts))
         if self.began_at is not None and self.ended_at is None:
@@ -388,8 +387,7 @@ class StepClock:
             times = times[:max(0, MAX_WINDOW_STEP_TIMES - self._kept_steps())]
             self.step_s += times
             if times:
-                self.data_wait_s.append(wait)
-                self.data_wait_s += [0.0] * (len(times) - 1)
+                self.data_wait_s += [wait] + [0.0] * (len(times) - 1)
         elif self.began_at is None:
             self.warmup_s += times[:max(0, KEPT_WARMUP_STEPS - len(self.warmup_s))]
 
@@ -423,16 +421,14 @@ class StepClock:
         if begun <= 0:
             return
         self._fast_seen += begun
-        group, self._fast_group = self._fast_group, 1
         last = self.last_end
         if now is not None and last is not None:
             self.stamps += [last + (now - last) * (i + 1) / (begun + 1) for i in range(begun)]
-            self._flush()
+            self._flush(group=1)
         else:
             self.count += begun
             if self.began_at is not None and self.ended_at is None:
                 self.window_steps += begun
-        self._fast_group = group
 
     def _fast(self, n: int, group: int) -> None:
         """Give the probe's fast path its next n iterations (see `_set_fast`)."""

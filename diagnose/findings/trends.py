@@ -113,10 +113,11 @@ def not_in_the_operator_pass(report: Report, d: StepDrift) -> str | None:
     its own fit rose, at the top of its 95% interval, by less than half as much (in percent of its median step);
     more work each step shows in both passes, a machine's passing load rarely at the same steps. None: it rose
     too, or was not measured, or is too noisy to tell."""
-    op = report.steps.instrumented_drift if report.steps else None
-    n = len(report.steps.window_s) if report.steps else 0
-    if op is None or op.median_s <= 0 or n < 2:
+    steps = report.steps
+    op = steps.instrumented_drift if steps else None
+    if op is None or op.median_s <= 0:
         return None
+    n = len(steps.window_s)  # the same window's steps (a drift has at least trends.MIN_STEPS)
     high = 100.0 * op.slope.ci_high * (n - 1) / op.median_s
     if high >= DRIFT_CORROBORATION * d.change_pct:
         return None

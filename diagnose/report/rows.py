@@ -149,7 +149,8 @@ def tied_first(ranked: list, time, location, share=lambda x: TIE_SHARE) -> list:
     tied = [x for x in ranked if location(x) is not None and time(x) >= (1 - share(x)) * top]
     if len(tied) < 2:
         return ranked
-    rest = [x for x in ranked if not any(x is t for t in tied)]
+    taken = {id(x) for x in tied}
+    rest = [x for x in ranked if id(x) not in taken]
     return sorted(tied, key=lambda x: line_order(location(x))) + rest
 
 
