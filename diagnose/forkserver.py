@@ -16,15 +16,28 @@ passes and passes under a command prefix (vtune) are started fresh
 (diagnose/launch.py decides). The server never runs a torch operator itself:
 an OpenMP pool started before a fork does not work in the child.
 
-Protocol, one JSON object per line over a socketpair: the server says
-{"ready": true} once imported; a request {"call": "module:function" (called
-with the args) or "module": NAME (run as `python -m NAME`), "args": [...],
-"cwd": DIR, "log": FILE or null (stdout and stderr; null: the server's own),
-"stdout": FILE or null (stdout apart), "stdin_null": bool} is answered
-{"pid": PID}, and {"pid": PID, "status": WAITSTATUS} follows when that child
-ends. The server exits when its socket closes.
+Protocol, one JSON object per line over a Unix socket: the server says
+{"ready": true, "executable": ..., "env": {...}} once imported; a request
+{"call": "module:function" (called with the args) or "module": NAME (run as
+`python -m NAME`), "args": [...], "cwd": DIR, "log": FILE or null (stdout and
+stderr; null: the requester's own), "stdout": FILE or null (stdout apart),
+"stdin_null": bool} carries the requester's stdin, stdout and stderr as
+file descriptors (SCM_RIGHTS), and is answered {"pid": PID};
+{"pid": PID, "status": WAITSTATUS} follows when that child ends. The server
+exits when the socket it was started with closes.
 
-    python -m diagnose.forkserver FD
+A shared server (`DIAGNOSE_FORK_SERVER=PATH`, SHARED_ENV) also listens on the
+Unix socket PATH, so that many diagnose runs in a row (a test suite, a CI job
+diagnosing several scripts) pay for importing torch once: each run that finds
+the variable connects instead of starting its own, and uses the server only
+when the server's interpreter and environment are exactly its own (set the
+variable before starting the server): the environment is read when torch's
+libraries load, and a child keeps the server's. Otherwise the run starts
+its own server, as without the variable. Each child gets the requester's
+working directory and standard streams, and its exit goes to the requester
+alone.
+
+    python -m diagnose.forkserver FD [PATH]
 """
 
 from __future__ import annotations
@@ -43,12 +56,36 @@ from typing import Any
 READY_TIMEOUT_S = 120.0
 # what every pass imports before its clock starts (diagnose/runner.py)
 PRELOAD = ("torch", "torch._dynamo", "torch.profiler", "diagnose.runner")
+SHARED_ENV = "DIAGNOSE_FORK_SERVER"  # the Unix socket of a server shared by many runs (module docstring)
+STDIO = 3  # the requester's stdin, stdout and stderr travel with each request
 
 
 # ---------------------------------------------------------------- server side
 
 
-def _serve(sock: socket.socket) -> None:
+class _Client:
+    """One connection: its unread bytes, the descriptors that came with them."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+        self.fds: list[int] = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:  # it went away: its children are still reaped
+            pass
+
+
+_STARTED_WITH = dict(os.environ)  # before torch's import sets variables of its own (TORCHINDUCTOR_CACHE_DIR)
+
+
+def _hello() -> bytes:
+    return json.dumps({"ready": True, "executable": sys.executable, "env": _STARTED_WITH}).encode() + b"\n"
+
+
+def _serve(sock: socket.socket, listen: socket.socket | None = None) -> None:
     import importlib
 
     for name in PRELOAD:
@@ -63,40 +100,63 @@ def _serve(sock: socket.socket) -> None:
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    sock.sendall(b'{"ready": true}\n')
+    sock.sendall(_hello())
     sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
+    sel.register(sock, selectors.EVENT_READ, _Client(sock))
     sel.register(wake_r, selectors.EVENT_READ)
-    buffer = b""
-    children: set[int] = set()
+    if listen is not None:
+        sel.register(listen, selectors.EVENT_READ)
+    owners: dict[int, _Client] = {}  # child pid -> the connection that asked for it
     while True:
         for key, _ in sel.select():
-            if key.fileobj is sock:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                buffer += data
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    pid = _fork(json.loads(line), sock, (wake_r, wake_w))
-                    children.add(pid)
-                    sock.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-            else:
+            if key.fileobj is wake_r:
                 try:
                     os.read(wake_r, 4096)
                 except BlockingIOError:
                     pass
-        for pid in list(children):  # reap whatever ended
+            elif key.fileobj is listen:
+                conn, _ = listen.accept()
+                try:
+                    conn.sendall(_hello())
+                except OSError:
+                    conn.close()
+                    continue
+                sel.register(conn, selectors.EVENT_READ, _Client(conn))
+            else:
+                client: _Client = key.data
+                try:
+                    data, fds, _, _ = socket.recv_fds(client.sock, 65536, STDIO)
+                except OSError:
+                    data, fds = b"", []
+                client.fds += fds
+                if not data:
+                    if client.sock is sock:
+                        return
+                    sel.unregister(client.sock)
+                    client.sock.close()
+                    for fd in client.fds:
+                        os.close(fd)
+                    continue
+                client.buffer += data
+                while b"\n" in client.buffer:
+                    line, client.buffer = client.buffer.split(b"\n", 1)
+                    stdio, client.fds = client.fds[:STDIO], client.fds[STDIO:]
+                    keep = [k.fileobj for k in sel.get_map().values()]
+                    pid = _fork(json.loads(line), stdio, keep, (wake_r, wake_w))
+                    for fd in stdio:
+                        os.close(fd)
+                    owners[pid] = client
+                    client.send({"pid": pid})
+        for pid in list(owners):  # reap whatever ended
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 done, status = pid, 0
             if done:
-                children.discard(pid)
-                sock.sendall(json.dumps({"pid": pid, "status": status}).encode() + b"\n")
+                owners.pop(pid).send({"pid": pid, "status": status})
 
 
-def _fork(request: dict[str, Any], sock: socket.socket, pipe: tuple[int, int]) -> int:
+def _fork(request: dict[str, Any], stdio: list[int], sockets: list, pipe: tuple[int, int]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -105,13 +165,18 @@ def _fork(request: dict[str, Any], sock: socket.socket, pipe: tuple[int, int]) -
     code = 1
     try:
         os.setsid()
-        sock.close()
+        for s in sockets:  # the server's: connections, the listening socket
+            if isinstance(s, socket.socket):
+                s.close()
         signal.set_wakeup_fd(-1)
         for fd in pipe:
             os.close(fd)
         for sig in (signal.SIGINT, signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(stdio):  # the requester's own streams
+            os.dup2(fd, target)
+            os.close(fd)
         if request.get("stdin_null"):
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
@@ -168,14 +233,40 @@ def _fresh_random_state() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(argv[0]))
+    listen = None
+    if len(argv) > 1:  # shared: runs connect to this path (SHARED_ENV)
+        listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listen.bind(argv[1])
+        listen.listen(16)
     try:
-        _serve(sock)
+        _serve(sock, listen)
     except (BrokenPipeError, ConnectionResetError):
         pass
+    finally:
+        if listen is not None:
+            listen.close()
+            try:
+                os.unlink(argv[1])
+            except OSError:
+                pass
     return 0
 
 
 # ---------------------------------------------------------------- client side
+
+
+def _stdio() -> tuple[list[int], list[int]]:
+    """(our stdin, stdout and stderr to send, the ones opened on /dev/null for a closed stream, to close)."""
+    fds, opened = [], []
+    for fd in range(STDIO):
+        try:
+            os.fstat(fd)
+            fds.append(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            fds.append(null)
+            opened.append(null)
+    return fds, opened
 
 
 class ForkedChild:
@@ -220,7 +311,7 @@ class ForkedChild:
 class ForkServer:
     """Client: starts `python -m diagnose.forkserver` and asks it for children."""
 
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket):
+    def __init__(self, proc: subprocess.Popen | None, sock: socket.socket):
         self.proc = proc
         self.sock = sock
         self.buffer = b""
@@ -228,14 +319,22 @@ class ForkServer:
         self.dead = False
 
     @classmethod
-    def start(cls, while_waiting=None) -> "ForkServer | None":
-        """A server with torch imported, or None when it cannot start (callers then spawn passes).
+    def start(cls, while_waiting=None, listen: str | None = None) -> ForkServer | None:
+        """A server with torch imported, or None when it cannot start (callers then spawn passes): the shared
+        one at SHARED_ENV's path when it has this interpreter and environment, else one of our own.
 
-        `while_waiting()`, if given, runs while the server imports torch (seconds on one CPU): nothing is
-        measured then, so the caller can do its own slow imports for free."""
+        `while_waiting()`, if given, runs while our own server imports torch (seconds on one CPU): nothing is
+        measured then, so the caller can do its own slow imports for free. `listen`: a path where the new
+        server also takes other runs' connections (a shared server: set SHARED_ENV to it first)."""
+        shared = os.environ.get(SHARED_ENV)
+        if shared and listen is None:
+            server = cls._connect(shared)
+            if server is not None:
+                return server
         ours, theirs = socket.socketpair()
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "diagnose.forkserver", str(theirs.fileno())],
+            proc = subprocess.Popen([sys.executable, "-m", "diagnose.forkserver", str(theirs.fileno()),
+                                     *([listen] if listen else [])],
                                     pass_fds=(theirs.fileno(),), stdin=None, stdout=None, stderr=None)
         except OSError:
             ours.close()
@@ -254,12 +353,41 @@ class ForkServer:
             return None
         return server
 
+    @classmethod
+    def _connect(cls, path: str) -> ForkServer | None:
+        """The shared server at `path`, or None: not there, or another interpreter or environment."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(5.0)
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            return None
+        server = cls(None, sock)
+        try:
+            message = server._next(5.0)
+        except (OSError, ValueError):
+            message = None
+        if not message or not message.get("ready") or message.get("executable") != sys.executable \
+                or message.get("env") != dict(os.environ):
+            server.close()
+            return None
+        return server
+
     def spawn(self, call: str | None, args: list[str], *, log: str | None, stdin_null: bool,
               cwd: str | None = None, module: str | None = None, stdout: str | None = None) -> ForkedChild:
-        """A child running `call` ("module:function") with args, or `python -m module` args."""
+        """A child running `call` ("module:function") with args, or `python -m module` args, with our
+        standard streams (unless `log`, `stdout` or `stdin_null` replace them) and working directory."""
         request = {"call": call, "module": module, "args": args, "log": log, "stdout": stdout,
                    "stdin_null": stdin_null, "cwd": cwd or os.getcwd()}
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
+        data = json.dumps(request).encode() + b"\n"
+        stdio, opened = _stdio()
+        try:
+            sent = socket.send_fds(self.sock, [data], stdio)
+            self.sock.sendall(data[sent:])
+        finally:
+            for fd in opened:
+                os.close(fd)
         while True:
             message = self._next(30.0)
             if message is None:
@@ -300,11 +428,15 @@ class ForkServer:
         try:
             self.sock.close()
         finally:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            if self.proc is not None:  # not the shared server: that one goes on serving others
+                self._stop()
+
+    def _stop(self) -> None:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,45 @@ PARALLEL_SAFE = {"unit", "test_bad_input.py", "test_faults.py", "test_report.py"
                  "test_compat.py", "test_memory_cli.py"}
 
 
+# One fork server per test process (diagnose/forkserver.py, SHARED_ENV): every diagnose run the tests start with
+# this process's environment forks its passes from it instead of importing torch again (about 4 s of CPU a run,
+# some 150 runs). A run with another environment (a test's env=) starts its own, as a user's run does, and so
+# does every run when DIAGNOSE_TEST_OWN_SERVERS=1. The server compares whole environments, and pytest names
+# the running test in PYTEST_CURRENT_TEST: the hooks below keep it out of the environment while fixtures and
+# tests run (pytest sets it again at each phase and removes it after the teardown).
+OWN_SERVERS = "DIAGNOSE_TEST_OWN_SERVERS"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    os.environ.pop("PYTEST_CURRENT_TEST", None)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    os.environ.pop("PYTEST_CURRENT_TEST", None)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_fork_server(tmp_path_factory):
+    from diagnose.forkserver import SHARED_ENV, ForkServer
+
+    if os.environ.get(OWN_SERVERS) or os.environ.get(SHARED_ENV):
+        yield None
+        return
+    path = str(tmp_path_factory.mktemp("forkserver") / "sock")
+    os.environ[SHARED_ENV] = path  # first: the server's environment is the runs'
+    server = ForkServer.start(listen=path)
+    if server is None:
+        del os.environ[SHARED_ENV]
+    yield server
+    if server is not None:
+        server.close()
+        os.environ.pop(SHARED_ENV, None)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(str(item.fspath))
