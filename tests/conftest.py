@@ -161,6 +161,10 @@ def assert_one_line_error(run: CliRun, code: int, needle: str) -> None:
 
 
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
+# nothing is ever downloaded (the transformers examples build their models from configs); set for every run, so
+# that the real-model runs share the test process's fork server (shared_fork_server) like the others
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def assert_trial_follows_the_rule(t: dict) -> None:

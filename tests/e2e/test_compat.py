@@ -12,7 +12,6 @@ others (`parallel_safe`, tests/conftest.py).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,7 +28,6 @@ COMPAT = REPO / "tests" / "data" / "compat"
 STEPS = 6  # tests/data/compat/mlp.py
 ELEMENTWISE = TEXT["elementwise"]
 TRY_BF16 = "torch.autocast('cpu', dtype=torch.bfloat16)"
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 @dataclass
@@ -179,7 +177,7 @@ def _path(row: Row) -> Path:
 def saved_model(tmp_path_factory) -> Path:
     """A TorchScript file, saved by a plain run of the row's own script (torch.jit.save)."""
     path = tmp_path_factory.mktemp("jit") / "model.pt"
-    subprocess.run([sys.executable, str(COMPAT / "jit_load.py"), "--save", str(path)], cwd=REPO, env=ENV,
+    subprocess.run([sys.executable, str(COMPAT / "jit_load.py"), "--save", str(path)], cwd=REPO,
                    check=True, capture_output=True, timeout=120)
     return path
 
@@ -189,11 +187,11 @@ def test_row_runs_as_plainly_and_is_diagnosed_for_what_it_is(name, tmp_path, req
     row = ROWS[name]
     script = _path(row)
     args = [str(request.getfixturevalue("saved_model"))] if row.script == "jit_load.py" else row.args
-    plain = subprocess.run([sys.executable, str(script), *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+    plain = subprocess.run([sys.executable, str(script), *args], cwd=REPO, capture_output=True, text=True,
                            check=False, timeout=240)
     assert plain.returncode == 0 and plain.stdout.strip(), plain.stderr[-2000:]
     run = run_cli("--layers", row.layers, *row.mode, str(script.relative_to(REPO)), "--", *args,
-                  outdir=tmp_path / "r", env=ENV, timeout=300)
+                  outdir=tmp_path / "r", timeout=300)
     # the same end and the same output: the script's own, then diagnose's summary after it
     assert run.code == plain.returncode, run.stderr[-3000:]
     assert run.stdout.startswith(plain.stdout), (plain.stdout, run.stdout[:2000])

@@ -1,7 +1,7 @@
 """The real-model gallery and the planted examples of the finding rules, through the real CLI.
 
 Real models: transformers BERT inference, GPT-2 generate and a ResNet training step, each built from a
-config with random weights (HF_HUB_OFFLINE=1: nothing is downloaded). Each is diagnosed once (default
+config with random weights (HF_HUB_OFFLINE=1, tests/conftest.py: nothing is downloaded). Each is diagnosed once (default
 layers) and checked for what examples/README.md says its diagnosis must and must not say, and for
 attribution inside the library: module paths, library lines, module totals, folded stacks.
 
@@ -19,18 +19,16 @@ measured 11,800 faults a step (18% of it) in one run against 7,650 (8.5%) over t
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from conftest import EXAMPLES, REPO, line_of, run_cli
+from conftest import EXAMPLES, line_of, run_cli
 from diagnose.findings.microbench import SEQUENTIAL_MAX_SPEEDUP
 from diagnose.findings.operators import HOT_MIN_PCT
 from diagnose.findings.python import FRAMEWORK_MIN_SHARE, STEP_AT_ROOFS_MEDIUM, step_at_roofs
 from diagnose.report import io as report_io
 
 pytest.importorskip("transformers")
-OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def _line(script: str, needle: str) -> str:
@@ -39,7 +37,7 @@ def _line(script: str, needle: str) -> str:
 
 def _run(tmp_path_factory, script: str, *args: str, argv: tuple[str, ...] = ()):
     out = tmp_path_factory.mktemp(script.split(".")[0]) / "r"
-    run = run_cli(*args, f"examples/{script}", *(("--", *argv) if argv else ()), outdir=out, env=OFFLINE,
+    run = run_cli(*args, f"examples/{script}", *(("--", *argv) if argv else ()), outdir=out,
                   timeout=400)
     assert run.code == 0, run.stderr[-3000:]
     return run
