@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from diagnose.findings import copies
+from diagnose.findings import borderline, copies
 from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.findings.threads import oversubscribed
@@ -117,6 +117,7 @@ def _suggestion(report: Report, op: RooflineRow) -> str:
 def low_efficiency(report: Report) -> list[Finding]:
     eff = report.efficiency
     out = []
+    rel = borderline.noise(report)
     for op in eff.operators if eff else []:
         pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
         if pct is None or share < HOT_SHARE_PCT or (op.us_per_call or 0.0) < MIN_US_PER_CALL \
@@ -133,9 +134,10 @@ def low_efficiency(report: Report) -> list[Finding]:
                     out.append(_context_finding(report, op, context, share))
                     continue
                 pct = pct * ratio  # slow alone too: judge the kernel by its own time
-        if pct >= MEDIUM_BELOW_PCT:
+        severity, border = borderline.grade(pct, rel, ((HIGH_BELOW_PCT, "high"), (MEDIUM_BELOW_PCT, "medium")),
+                                            "efficiency (share of this machine's roof)", lower_is_worse=True)
+        if severity is None:
             continue
-        severity = "high" if pct < HIGH_BELOW_PCT else "medium"
         fault_counts, fault_doubts = _fault_doubt(report, op, context)
         if op.roof_gflops_per_s is not None:
             rate = f"{op.achieved_gflops_per_s:.3g} of {op.roof_gflops_per_s:.3g} GFLOP/s"
@@ -173,6 +175,7 @@ def low_efficiency(report: Report) -> list[Finding]:
             layer="efficiency",
             stake=operator_stake(report, share),
             doubts=fault_doubts,  # contended peaks make it read higher: a reading below the thresholds holds
+            borderline=border,
         ))
     out.extend(_counter_findings(report))
     return out

@@ -57,7 +57,7 @@ import re
 from collections import defaultdict
 
 from diagnose.doctor.workload import FAULT_US, fault_share
-from diagnose.findings import copies
+from diagnose.findings import borderline, copies
 from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake
 from diagnose.findings.suggestions import (
@@ -99,8 +99,9 @@ def _overhead(report: Report) -> float | None:
 
 def hot_operator(report: Report) -> list[Finding]:
     out = []
+    rel = borderline.noise(report)
     for i, row in enumerate(report.operators[:5]):
-        if row.self_pct < HOT_MIN_PCT:
+        if borderline.interval(row.self_pct, rel)[1] < HOT_MIN_PCT:
             break
         if not KERNEL_NAME.match(row.name) or row.name.split("::")[0] in NOT_KERNELS:
             continue  # torch.compile's runtime, collectives (time waiting for other ranks): other findings' story
@@ -112,10 +113,15 @@ def hot_operator(report: Report) -> list[Finding]:
         internal = copies.internal(report, row.name, row.input_shapes)
         # weight initialisation recorded with the set-up (a run without a window): set-up's cost, not the loop's
         internal = internal or weight_init_row(report, row)
-        if compute or internal or (activation and row.self_pct < HOT_HIGH_PCT):
+        border = None
+        if compute or internal:
             severity = "low"
-        else:
-            severity = "high" if row.self_pct >= HOT_HIGH_PCT and not activation else "medium"
+        else:  # an activation is never high: an elementwise pass over the step's activations is not the problem
+            levels = ((HOT_HIGH_PCT, "medium"), (HOT_MIN_PCT, "low")) if activation else \
+                ((HOT_HIGH_PCT, "high"), (HOT_MIN_PCT, "medium"))
+            severity, border = borderline.grade(row.self_pct, rel, levels, "share of operator CPU time")
+            if severity is None:
+                continue
         where = f" at {row.source}" if row.source else ""
         out.append(Finding(
             kind="hot_operator",
@@ -142,6 +148,7 @@ def hot_operator(report: Report) -> list[Finding]:
             layer="operators",
             stake=operator_stake(report, row.self_pct),
             observation=compute or internal or (activation and severity == "low"),
+            borderline=border,
         ))
     return out
 
@@ -155,7 +162,8 @@ def copy_overhead(report: Report) -> list[Finding]:
     layout = {k: us for k, us in origins.items() if k[0] in copies.LAYOUT}
     copy_us = sum(layout.values())
     pct = 100.0 * copy_us / total
-    severity = next((sev for limit, sev in COPY_LEVELS if pct >= limit), None)
+    severity, border = borderline.grade(pct, borderline.noise(report), COPY_LEVELS,
+                                        "copies' share of operator CPU time")
     if severity is None:
         return []
     by_kind: dict[str, float] = defaultdict(float)
@@ -194,6 +202,7 @@ def copy_overhead(report: Report) -> list[Finding]:
         suggestion=COPY_TEXT[kind],
         layer="operators",
         stake=operator_stake(report, pct),
+        borderline=border,
     )]
 
 
@@ -222,7 +231,9 @@ def memory_churn(report: Report) -> list[Finding]:
     rate = allocated / wall
     peak = int(mem.peak_live_bytes or 0)
     turnover = allocated / peak if peak else None
-    severity = next((sev for limit, sev in CHURN_RATES if rate >= limit), None)
+    severity, border = borderline.grade(rate / GIB, borderline.noise(report),
+                                        [(limit / GIB, sev) for limit, sev in CHURN_RATES], "allocation rate",
+                                        unit=" GiB/s")
     if severity is None:
         return []
     by_location: dict[str | None, int] = defaultdict(int)
@@ -261,6 +272,7 @@ def memory_churn(report: Report) -> list[Finding]:
                    "keeps nothing alive; if the allocator itself shows up, try jemalloc or tcmalloc via LD_PRELOAD.",
         layer="operators",
         stake=_churn_stake(report),
+        borderline=border,
     )]
 
 

@@ -97,7 +97,8 @@ import dataclasses
 
 from diagnose import budget as budget_mod
 from diagnose.compare import MIN_FLOOR_PCT
-from diagnose.report.model import Finding, Report, Stake, StepBudget
+from diagnose.findings import borderline
+from diagnose.report.model import Borderline, Finding, Report, Stake, StepBudget
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 # the rest are causes (tier 0); autograd recording in inference is one cause of the framework overhead that
@@ -131,11 +132,14 @@ def operator_wall_fraction(report: Report) -> tuple[float, str]:
 
 
 def operator_stake(report: Report, share_pct: float | None) -> Stake:
-    """The stake of a finding about `share_pct`% of operator self CPU time."""
+    """The stake of a finding about `share_pct`% of operator self CPU time, with its interval from this run's
+    noise (findings/borderline.py)."""
     if share_pct is None:
         return UNKNOWN
     fraction, basis = operator_wall_fraction(report)
-    return Stake(pct=round(float(share_pct) * fraction, 2), basis=basis)
+    pct = float(share_pct) * fraction
+    low, high = borderline.interval(pct, borderline.noise(report))
+    return Stake(pct=round(pct, 2), basis=basis, low=round(low, 2), high=round(high, 2))
 
 
 def stake(finding: Finding) -> float:
@@ -167,23 +171,40 @@ def observation(finding: Finding) -> bool:
     return bool(finding.observation)
 
 
+def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | None]:
+    """The rule's severity bounded by an expected share of `value`% (module docstring), and why it changed."""
+    if value < MEDIUM_MIN_PCT:
+        return "low", f"under the {MEDIUM_MIN_PCT:g}% a medium finding needs"
+    if value < HIGH_MIN_PCT and severity == "high":
+        return "medium", f"under the {HIGH_MIN_PCT:g}% a high finding needs"
+    if value >= HIGH_MIN_PCT and severity == "low" and not finding.doubts and not observation(finding):
+        return "medium", f"at least the {HIGH_MIN_PCT:g}% that makes a finding medium or more"
+    return severity, None
+
+
 def settle(finding: Finding) -> Finding:
-    """Record the confidence and bound the rule's severity by the expected share (module docstring)."""
+    """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
+    both ends of the stake's interval when it has one: the milder end's severity, borderline when the other
+    end's differs (findings/borderline.py)."""
     if finding.stake is None:
         return finding
     factor, why = confidence(finding)
     finding.stake = dataclasses.replace(finding.stake, confidence=factor, confidence_why=why)
     if not isinstance(finding.stake.pct, (int, float)):
         return finding
-    value, severity = expected(finding), finding.severity
-    if value < MEDIUM_MIN_PCT:
-        severity, basis = "low", f"under the {MEDIUM_MIN_PCT:g}% a medium finding needs"
-    elif value < HIGH_MIN_PCT and severity == "high":
-        severity, basis = "medium", f"under the {HIGH_MIN_PCT:g}% a high finding needs"
-    elif value >= HIGH_MIN_PCT and severity == "low" and not finding.doubts and not observation(finding):
-        severity, basis = "medium", f"at least the {HIGH_MIN_PCT:g}% that makes a finding medium or more"
-    if severity != finding.severity:
-        finding.rule_severity = finding.severity
+    value, rule = expected(finding), finding.severity
+    low = finding.stake.low * factor if finding.stake.low is not None else value
+    high = finding.stake.high * factor if finding.stake.high is not None else value
+    severity, basis = _bounded(low, rule, finding)
+    worse, _ = _bounded(high, rule, finding)
+    if finding.borderline is not None and _bounded(high, finding.borderline.would_be, finding)[0] == severity:
+        finding.borderline = None  # the rule's other end would be bounded back to this severity
+    if worse != severity and (finding.borderline is None or severity != rule):  # the rule's own number first
+        line = HIGH_MIN_PCT if low < HIGH_MIN_PCT <= high else MEDIUM_MIN_PCT
+        finding.borderline = Borderline(measure="expected time at stake", value=round(value, 3), low=round(low, 3),
+                                        high=round(high, 3), threshold=line, unit="% of wall time", would_be=worse)
+    if severity != rule:
+        finding.rule_severity = rule
         finding.severity_basis = (f"{value:.3g}% of wall time expected at stake "
                                   f"({stake(finding):.3g}% x confidence {factor:g}), {basis}")
         finding.severity = severity
@@ -198,8 +219,10 @@ def bound(finding: Finding, budget: StepBudget | None) -> Finding:
     limit, names = cap
     if finding.stake.pct > limit:
         measured = finding.kind in budget_mod.SLICE_IS_STAKE  # the slice is this finding's time, measured
+        low, high = finding.stake.low, finding.stake.high
         finding.stake = dataclasses.replace(
             finding.stake, pct=round(limit, 2), upper_bound=finding.stake.upper_bound and not measured,
+            low=None if low is None else round(min(low, limit), 2), high=None if high is None else round(min(high, limit), 2),
             basis=f"{finding.stake.basis}; at most the step budget's {names} ({limit:.3g}% of the step)"
                   + (", measured: no longer an upper bound" if measured else ""))
     return finding

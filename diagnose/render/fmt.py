@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from diagnose.report.model import Finding, IterationStats, Report
+from diagnose.report.model import Borderline, Finding, IterationStats, Report
 
 
 def duration(seconds: float | None) -> str:
@@ -547,6 +547,17 @@ def budget_modules(report: Report, limit: int = 8) -> list[tuple[str, float]]:
     return [(f"{path} ({cls}{f' x{n}' if n > 1 else ''})", pct / 100 * kernels.share) for path, cls, n, pct in hot]
 
 
+def borderline_text(b: Borderline) -> str:
+    """'borderline high: share of operator CPU time 27-33% within this run's noise, the high line at 30%'."""
+    return (f"borderline {b.would_be}: {b.measure} {b.low:.3g}-{b.high:.3g}{b.unit} within this run's noise, "
+            f"the {b.would_be} line at {b.threshold:.3g}{b.unit}")
+
+
+def severity_tag(f: Finding) -> str:
+    """"medium", or "medium, borderline high" when its number straddles the high line (findings/borderline.py)."""
+    return f"{f.severity}, borderline {f.borderline.would_be}" if f.borderline else f.severity
+
+
 def also_label(piece: Finding) -> str:
     """A finding merged into another at its line (Finding.also): "[low] hot_operator (operators)"."""
     return f"[{piece.severity}] {piece.kind} ({piece.layer})"
@@ -592,7 +603,8 @@ def evidence_items(f: Finding) -> list[tuple[str, Any]]:
         items.append(("observation", f.observation))
     items += [("confidence", s.confidence if s else None), ("confidence_why", s.confidence_why if s else []),
               ("rule_severity", f.rule_severity), ("severity_basis", f.severity_basis),
-              ("severity_from", f.severity_from)]
+              ("severity_from", f.severity_from),
+              ("borderline", borderline_text(f.borderline) if f.borderline else None)]
     return [(k, v) for k, v in items if v not in (None, [], {})]
 
 

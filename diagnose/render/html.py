@@ -165,6 +165,14 @@ def _evidence_table(f: Finding) -> str:
     return _kv(pairs)
 
 
+def _borderline(f: Finding) -> str:
+    """Beside the badge when the finding's number straddles a severity line (findings/borderline.py)."""
+    if f.borderline is None:
+        return ""
+    return (f'<span class="borderline" title="{_e(fmt.borderline_text(f.borderline))}">borderline '
+            f'{_e(f.borderline.would_be)}</span>')
+
+
 def _finding(report: Report, i: int, f: Finding) -> str:
     target = _anchor(report, f.kind, f.layer, f.op, f.location)
     where = f'<div class="where">at {_code(f.location)}</div>' if f.location else ""
@@ -183,7 +191,8 @@ def _finding(report: Report, i: int, f: Finding) -> str:
         also = (f'<div class="also"><div class="label">the same line, seen by other layers</div>'
                 f'<ul>{"".join(items)}</ul></div>')
     return (f'<article class="finding sev-{_e(f.severity)}" id="finding-{i}">'
-            f'<header><span class="rank">{i}</span>{_badge(f.severity)}<span class="kind">{_e(f.kind)}</span>'
+            f'<header><span class="rank">{i}</span>{_badge(f.severity)}{_borderline(f)}'
+            f'<span class="kind">{_e(f.kind)}</span>'
             f'<span class="layer">{_e(f.layer)}{op}</span></header>'
             f'<h3>{_e(f.title)}</h3>{where}{_stake(f)}'
             f'<p class="try"><b>Try:</b> {_e(f.suggestion)}</p>'
@@ -715,6 +724,7 @@ a{color:var(--accent)}
 .count{font-weight:600}.count.sev-high{color:var(--high)}.count.sev-medium{color:var(--medium)}.count.sev-low{color:var(--low)}
 .badge{display:inline-block;font-size:11px;font-weight:700;text-transform:uppercase;letter-spacing:.04em;
 padding:1px 8px;border-radius:10px;color:#fff;vertical-align:1px}
+.borderline{font-size:11px;color:var(--medium);margin-left:6px;border-bottom:1px dotted}
 .badge.sev-high{background:var(--high)}.badge.sev-medium{background:var(--medium)}.badge.sev-low{background:var(--low)}
 .pill{font-size:11px;padding:0 6px;border-radius:8px;background:var(--low-bg);color:var(--low)}
 .pill.sev-high{background:var(--high);color:#fff}.pill.sev-medium{background:var(--medium);color:#fff}

@@ -48,7 +48,7 @@ def render(report: Report) -> str:
     if report.findings:
         out += fmt.findings_list(
             report.findings, TOP_FINDINGS, indent="   - ",
-            head=lambda i, f: f"{i}. **[{f.severity}] {f.kind}**{f' at `{f.location}`' if f.location else ''}: "
+            head=lambda i, f: f"{i}. **[{fmt.severity_tag(f)}] {f.kind}**{f' at `{f.location}`' if f.location else ''}: "
                               f"{_cell(f.title)}",
             evidence=lambda f: ", ".join(f"{k}={_evidence(v)}" for k, v in fmt.evidence_items(f)),
             also=lambda a: f"{fmt.also_label(a)}: {_cell(a.title)}",

@@ -68,7 +68,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
     if report.findings:
         out.append("Findings")
         out += fmt.findings_list(report.findings, TOP_FINDINGS, indent="      ",
-                                 head=lambda i, f: f"  [{f.severity}] {f.kind}: {f.title}",
+                                 head=lambda i, f: f"  [{fmt.severity_tag(f)}] {f.kind}: {f.title}",
                                  more=lambda n: f"  ... {n} more in the report")
     else:
         out.append("Findings: none")

@@ -658,11 +658,30 @@ class Stake:
     # share of pct to believe, 0-1: 1.0, halved for an upper bound and for a doubted measurement; None: not settled
     confidence: float | None = None
     confidence_why: list[str] = field(default_factory=list)  # why confidence is below 1
+    # pct's interval from this run's noise (findings/borderline.py), which severity is judged against; None: a
+    # point estimate
+    low: float | None = None
+    high: float | None = None
 
     @property
     def expected_pct(self) -> float | None:
         """pct x confidence: the share ranking and severity go by (None without both)."""
         return self.pct * self.confidence if self.pct is not None and self.confidence is not None else None
+
+
+@dataclass
+class Borderline:
+    """A finding whose measured number straddles one of its severity's thresholds within this run's noise
+    (diagnose/findings/borderline.py): it takes the milder severity, the same in every run, and says what the
+    other end of the interval would make it."""
+
+    measure: str  # what was compared: "share of operator CPU time", "% of this machine's roof", ...
+    value: float  # as measured
+    low: float  # the interval from this run's noise
+    high: float
+    threshold: float  # the line inside the interval
+    unit: str  # "%", "GiB/s"
+    would_be: str  # the severity at the interval's other end
 
 
 @dataclass(frozen=True)
@@ -704,6 +723,8 @@ class Finding:
     rule_severity: str | None = None
     severity_basis: str | None = None  # why the stake changed it; None: unchanged
     severity_from: str | None = None  # a merged finding's severity came from this piece: "hot_operator (operators)"
+    # its number straddles a severity threshold within this run's noise: the milder severity was taken
+    borderline: Borderline | None = None
     # other layers' findings at the same line (and library line), merged into this one: each as its rule raised
     # and settled it, at this location, with no `also` of its own
     also: list[Finding] = field(default_factory=list)

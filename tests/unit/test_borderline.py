@@ -1,0 +1,82 @@
+"""Severity thresholds judged against the measured interval (diagnose/findings/borderline.py): a number near a
+line gets the same severity whichever side of it a run lands on, says it is borderline, with both ends."""
+
+from __future__ import annotations
+
+import pytest
+from test_findings import row
+
+from diagnose import findings
+from diagnose.findings import borderline, stake
+from diagnose.findings.operators import HOT_HIGH_PCT
+from diagnose.render import fmt
+from diagnose.report.model import (
+    Finding,
+    IterationStats,
+    Report,
+    Run,
+    Stake,
+    TargetInfo,
+)
+
+LEVELS = ((30.0, "high"), (10.0, "medium"))
+
+
+def test_a_number_at_a_line_takes_the_milder_side_and_names_the_other_with_both_ends():
+    severity, b = borderline.grade(30.0, 0.1, LEVELS, "share of operator CPU time")
+    assert severity == "medium"
+    assert (b.low, b.high, b.threshold, b.would_be, b.unit) == (27.0, 33.0, 30.0, "high", "%")
+    assert fmt.borderline_text(b) == ("borderline high: share of operator CPU time 27-33% within this run's noise, "
+                                      "the high line at 30%")
+
+
+@pytest.mark.parametrize("line, milder", [(30.0, "medium"), (10.0, "low")])
+def test_runs_landing_on_either_side_of_a_line_within_the_noise_agree(line, milder):
+    # the point rule flips between these (a run at 28.6% and one at 31.4%); the interval rule does not
+    for value in (0.955 * line, 0.99 * line, line, 1.01 * line, 1.045 * line):
+        severity, b = borderline.grade(value, 0.1, LEVELS, "share")
+        assert severity == milder and b is not None and b.threshold == line, value
+
+
+def test_numbers_clear_of_every_line_are_graded_as_before_without_a_borderline():
+    assert borderline.grade(50.0, 0.1, LEVELS, "share") == ("high", None)
+    assert borderline.grade(20.0, 0.1, LEVELS, "share") == ("medium", None)
+    assert borderline.grade(5.0, 0.1, LEVELS, "share") == (None, None)
+    # lower is worse (efficiency against the roof): under 10% high, under 25% medium
+    eff = ((10.0, "high"), (25.0, "medium"))
+    assert borderline.grade(5.0, 0.1, eff, "efficiency", lower_is_worse=True) == ("high", None)
+    severity, b = borderline.grade(10.0, 0.1, eff, "efficiency", lower_is_worse=True)
+    assert (severity, b.would_be, b.threshold) == ("medium", "high", 10.0)
+
+
+def test_the_noise_is_the_steps_spread_at_least_the_run_to_run_floor():
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
+    assert borderline.noise(r) == borderline.RUN_NOISE_MIN  # no steps
+    r.run.iterations = IterationStats(n=20, median_s=0.1, q1_s=0.099, q3_s=0.101, min_s=0.09, max_s=0.2)
+    assert borderline.noise(r) == borderline.RUN_NOISE_MIN  # a quiet run: 2% IQR, the floor holds
+    r.run.iterations = IterationStats(n=20, median_s=0.1, q1_s=0.085, q3_s=0.115, min_s=0.08, max_s=0.2)
+    assert borderline.noise(r) == pytest.approx(0.3)  # a noisy run widens every interval
+
+
+def _at_stake(pct: float, severity: str) -> Finding:
+    low, high = borderline.interval(pct, 0.1)
+    return Finding("hot_operator", severity, "t", "aten::mul", "m.py:3", {}, "s", "operators",
+                   stake=Stake(pct, "b", low=low, high=high))
+
+
+def test_the_stakes_lines_are_judged_on_its_interval():
+    near = stake.settle(_at_stake(21.0, "high"))  # 18.9-23.1% of wall time: straddles the 20% line
+    assert near.severity == "medium" and near.rule_severity == "high"
+    assert (near.borderline.measure, near.borderline.threshold, near.borderline.would_be) == (
+        "expected time at stake", 20.0, "high")
+    assert fmt.severity_tag(near) == "medium, borderline high"
+    clear = stake.settle(_at_stake(30.0, "high"))
+    assert clear.severity == "high" and clear.borderline is None and fmt.severity_tag(clear) == "high"
+
+
+def test_a_hot_operator_at_the_high_line_is_medium_borderline_high_in_the_report():
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.0))
+    r.operators = [row("aten::addmm", 100 - HOT_HIGH_PCT, source=None), row("aten::mul", HOT_HIGH_PCT)]
+    (f,) = [f for f in findings.derive(r) if f.op == "aten::mul"]
+    assert f.severity == "medium" and f.borderline.would_be == "high" and f.borderline.threshold == HOT_HIGH_PCT
+    assert ("borderline", fmt.borderline_text(f.borderline)) in fmt.evidence_items(f)
