@@ -55,11 +55,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from diagnose.findings import borderline, copies
+from diagnose.findings import copies
 from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.findings.threads import oversubscribed
 from diagnose.opkinds import no_verdict
+from diagnose.report import borderline
 from diagnose.report.model import Finding, Report, RooflineRow, Stake
 
 HOT_SHARE_PCT = 10.0

@@ -57,7 +57,7 @@ import re
 from collections import defaultdict
 
 from diagnose.doctor.workload import FAULT_US, fault_share
-from diagnose.findings import borderline, copies
+from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake
 from diagnose.findings.suggestions import (
@@ -69,6 +69,7 @@ from diagnose.findings.suggestions import (
     suggestion_for,
     weight_init_row,
 )
+from diagnose.report import borderline
 from diagnose.report.model import Finding, OperatorRow, Report, Stake
 from diagnose.report.rows import TIE_SHARE, tie_share, tied_first
 

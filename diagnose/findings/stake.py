@@ -97,7 +97,7 @@ import dataclasses
 
 from diagnose import budget as budget_mod
 from diagnose.compare import MIN_FLOOR_PCT
-from diagnose.findings import borderline
+from diagnose.report import borderline
 from diagnose.report.model import Borderline, Finding, Report, Stake, StepBudget
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
@@ -133,7 +133,7 @@ def operator_wall_fraction(report: Report) -> tuple[float, str]:
 
 def operator_stake(report: Report, share_pct: float | None) -> Stake:
     """The stake of a finding about `share_pct`% of operator self CPU time, with its interval from this run's
-    noise (findings/borderline.py)."""
+    noise (report/borderline.py)."""
     if share_pct is None:
         return UNKNOWN
     fraction, basis = operator_wall_fraction(report)
@@ -185,7 +185,7 @@ def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | 
 def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
     both ends of the stake's interval when it has one: the milder end's severity, borderline when the other
-    end's differs (findings/borderline.py)."""
+    end's differs (report/borderline.py)."""
     if finding.stake is None:
         return finding
     factor, why = confidence(finding)

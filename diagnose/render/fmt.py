@@ -554,7 +554,7 @@ def borderline_text(b: Borderline) -> str:
 
 
 def severity_tag(f: Finding) -> str:
-    """"medium", or "medium, borderline high" when its number straddles the high line (findings/borderline.py)."""
+    """"medium", or "medium, borderline high" when its number straddles the high line (report/borderline.py)."""
     return f"{f.severity}, borderline {f.borderline.would_be}" if f.borderline else f.severity
 
 

@@ -166,7 +166,7 @@ def _evidence_table(f: Finding) -> str:
 
 
 def _borderline(f: Finding) -> str:
-    """Beside the badge when the finding's number straddles a severity line (findings/borderline.py)."""
+    """Beside the badge when the finding's number straddles a severity line (report/borderline.py)."""
     if f.borderline is None:
         return ""
     return (f'<span class="borderline" title="{_e(fmt.borderline_text(f.borderline))}">borderline '

@@ -658,7 +658,7 @@ class Stake:
     # share of pct to believe, 0-1: 1.0, halved for an upper bound and for a doubted measurement; None: not settled
     confidence: float | None = None
     confidence_why: list[str] = field(default_factory=list)  # why confidence is below 1
-    # pct's interval from this run's noise (findings/borderline.py), which severity is judged against; None: a
+    # pct's interval from this run's noise (report/borderline.py), which severity is judged against; None: a
     # point estimate
     low: float | None = None
     high: float | None = None
@@ -672,7 +672,7 @@ class Stake:
 @dataclass
 class Borderline:
     """A finding whose measured number straddles one of its severity's thresholds within this run's noise
-    (diagnose/findings/borderline.py): it takes the milder severity, the same in every run, and says what the
+    (diagnose/report/borderline.py): it takes the milder severity, the same in every run, and says what the
     other end of the interval would make it."""
 
     measure: str  # what was compared: "share of operator CPU time", "% of this machine's roof", ...

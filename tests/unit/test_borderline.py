@@ -1,4 +1,4 @@
-"""Severity thresholds judged against the measured interval (diagnose/findings/borderline.py): a number near a
+"""Severity thresholds judged against the measured interval (diagnose/report/borderline.py): a number near a
 line gets the same severity whichever side of it a run lands on, says it is borderline, with both ends."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import pytest
 from test_findings import row
 
 from diagnose import findings
-from diagnose.findings import borderline, stake
+from diagnose.findings import stake
 from diagnose.findings.operators import HOT_HIGH_PCT
 from diagnose.render import fmt
+from diagnose.report import borderline
 from diagnose.report.model import (
     Finding,
     IterationStats,
@@ -80,3 +81,20 @@ def test_a_hot_operator_at_the_high_line_is_medium_borderline_high_in_the_report
     (f,) = [f for f in findings.derive(r) if f.op == "aten::mul"]
     assert f.severity == "medium" and f.borderline.would_be == "high" and f.borderline.threshold == HOT_HIGH_PCT
     assert ("borderline", fmt.borderline_text(f.borderline)) in fmt.evidence_items(f)
+
+
+@pytest.mark.parametrize("faults_per_step, status, borderline_named", [
+    (800, "ok", False),   # 8% of a 10 ms step: 7.2-8.8%, clear of the 10% line
+    (1000, "ok", True),   # 10%: 9-11%, the line inside; no trials in any run
+    (1200, "warn", False),  # 12%: 10.8-13.2%, over the line: the allocator trials run
+])
+def test_the_page_fault_line_that_starts_the_allocator_trials_is_judged_on_the_interval(
+        faults_per_step, status, borderline_named):
+    from diagnose.doctor.workload import check_page_faults
+
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
+    r.run.iterations = IterationStats(n=20, median_s=0.01, q1_s=0.0099, q3_s=0.0101, min_s=0.009, max_s=0.02)
+    r.run.minor_faults = 20 * faults_per_step
+    check = check_page_faults(r)
+    assert check.status == status, check
+    assert ("Borderline" in check.summary) == borderline_named, check.summary
