@@ -133,3 +133,22 @@ class Config:
     # the memory layer's readings in the passes (layers/memory/; no flag: benchmarks/memory_overhead.py turns
     # it off to measure what it costs)
     memory: bool = True
+
+
+# diagnose attach: py-spy's rate with --native pauses each sampled thread while it unwinds its native stack; the
+# rate at which the target's step time stayed within 3% is measured in benchmarks/RESULTS.md ("attach overhead")
+ATTACH_RATE_HZ = 50.0
+ATTACH_DURATION_S = 30.0
+ATTACH_RSS_INTERVAL_S = 0.25  # the RSS of the tree read this often (diagnose/attach: memory growth over time)
+
+
+@dataclass(frozen=True)
+class AttachConfig:
+    """diagnose attach PID's options (diagnose/attach/)."""
+
+    pid: int
+    duration_s: float = ATTACH_DURATION_S
+    rate_hz: float = ATTACH_RATE_HZ
+    output_dir: str | None = None
+    force: bool = False
+    reports_root: str = Config.reports_root
