@@ -13,6 +13,9 @@ Each span of a thread is one of:
   (an operator that calls another, linear -> addmm, books the time to the inner one). Attributed to the
   user's line (the innermost Python frame of the user's code) and the library line (the innermost Python
   frame outside torch and the standard library: a model library's line, or the user's).
+- torch native: no operator frame, but torch's native code below the innermost Python frame (py-spy's
+  unwinder sometimes loses the frames between a Python frame and a kernel): kernel time whose operator is
+  not known; in the step budget's kernels slice, in no operator's share.
 - outside torch: no operator on the stack; its library is the first native library below the innermost
   Python frame that is neither the interpreter, libc nor torch (numpy's _multiarray_umath and its
   OpenBLAS: "numpy"), else the innermost Python frame's package ("your code" for the user's files,
@@ -163,6 +166,9 @@ class Sample:
     leaf: Frame | None = None  # innermost Python frame
     native: str | None = None  # inside an operator: the deepest symbolised native frame
     data: bool = False  # inside a DataLoader iterator's __next__
+    # torch's native code with no operator frame: py-spy's unwinder lost the frames between the Python frame and
+    # a kernel (seen: Linear.forward -> mkl_blas_def_sgemm_kernel_0_zen directly)
+    torch_native: bool = False
 
 
 def classify(span: Span, where: Where, names: dict[str, str]) -> Sample:
@@ -190,6 +196,7 @@ def classify(span: Span, where: Where, names: dict[str, str]) -> Sample:
     below = frames[last_py + 1:]
     if out.op is None:
         out.waiting = any(WAITING.search(f.name) for f in below)
+        out.torch_native = not out.waiting and any(TORCH_NATIVE.search(f.file) for f in below)
         lib = next((name for f in below if (name := where.native_library(f.file))), None)
         if lib is None and out.leaf is not None:
             kind = where.kind(out.leaf.file)
@@ -381,6 +388,8 @@ def budget(analysis: Analysis, rate_hz: float, where: Where) -> StepBudget | Non
             name, label = "waiting", (s.leaf.name if s.leaf else "?")
         elif s.op:
             name, label = "kernels", s.op
+        elif s.torch_native:
+            name, label = "kernels", "torch native code, operator frame not unwound"
         elif s.library and s.library not in ("your code", "stdlib"):
             name, label = "native", s.library
         else:
