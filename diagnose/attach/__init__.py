@@ -69,7 +69,7 @@ def rerun_command(target: process.Attachable) -> str:
     """The diagnose command line that measures what attaching cannot: the script, run by diagnose."""
     if target.script.startswith("-"):
         return "diagnose your_script.py"
-    args = f" -- {shlex.join(target.script_args)}" if target.script_args and not target.torchrun else ""
+    args = f" -- {shlex.join(target.script_args)}" if target.script_args else ""
     ranks = f"--nproc-per-node {len(target.ranks)} " if target.torchrun and target.ranks else ""
     return f"diagnose {ranks}{shlex.quote(target.script)}{args}"
 
@@ -261,19 +261,21 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
         elapsed_s=round(elapsed, 2),
         notes=[(f"{result.samples} busy thread samples at {config.rate_hz:g} Hz: a share is known to about "
                 f"{100 / max(1, result.samples) ** 0.5:.0f} points")] if result.samples else [])
-    report.layers["threads"] = _threads(report, threads_out)
+    report.layers["threads"] = _threads(report, threads_out, target.ranks)
     report.layers["memory"] = _memory(report, rss)
     for name, why in NOT_FROM_OUTSIDE.items():
         report.layers[name] = LayerStatus("skipped", f"not from outside: {why}; `{again}` runs it")
     report.run.wall_s = round(elapsed, 3)
 
 
-def _threads(report: Report, path: str) -> LayerStatus:
+def _threads(report: Report, path: str, ranks: dict[int, int]) -> LayerStatus:
     if not os.path.exists(path):
         return LayerStatus("failed", "the thread sampler wrote no recording")
     usable = report.machine.usable_cpus or os.cpu_count() or 1
     threads = threads_analysis.analyse(recording.load(path), usable)
     threads.environment = environment.audit(report.machine, processes=threads.compute_processes or 1)
+    for p in threads.processes:  # torchrun's ranks, by the RANK in their environment
+        p.rank = ranks.get(p.pid)
     report.threads = threads
     if threads.mean_runnable is None:
         return LayerStatus("failed", threads.reason or "too few samples to measure anything")

@@ -148,9 +148,10 @@ def inspect(pid: int) -> Attachable:
     joined = " ".join(cmdline)
     out = Attachable(pid=pid, cmdline=cmdline, cwd=cwd, script=script, script_args=args,
                      environ=environ_of(pid), torchrun=bool(TORCHRUN.search(joined)))
-    if out.torchrun:  # the user's script is torchrun's first positional argument
-        positional = [a for a in args if not a.startswith("-") and "=" not in a]
-        out.script = positional[-1] if positional else script
+    if out.torchrun:  # the user's script: torchrun's first argument naming a .py file; the rest are the script's
+        at = next((i for i, a in enumerate(args) if a.endswith(".py")), None)
+        if at is not None:
+            out.script, out.script_args = args[at], args[at + 1:]
     out.ranks = ranks(pid)
     maps = procfs.read_text(f"/proc/{pid}/maps") or ""
     out.has_torch = "libtorch" in maps or any("libtorch" in (procfs.read_text(f"/proc/{p}/maps") or "")
