@@ -29,7 +29,8 @@ import os
 import signal
 import sys
 
-from diagnose import __version__, api, attach, budget, compare, findings, output
+from diagnose import __version__, api, budget, compare, findings, output
+from diagnose.attach import run as attach_run
 from diagnose.config import ATTACH_DURATION_S, ATTACH_RATE_HZ, AttachConfig, Config
 from diagnose.distributed import launcher
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
@@ -127,6 +128,10 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         "unchanged run, with a 95%% interval and an output check")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
+    p.add_argument("--sample", action="store_true",
+                   help="also sample the uninstrumented pass with py-spy (pip install py-spy): each operator's share "
+                        "by sampling beside the operator pass's, flagged where instrumentation distorts it by more "
+                        "than 10 points")
     _layer_options(p)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="run the target under torchrun (python -m torch.distributed.run) with N ranks on this node, "
@@ -339,7 +344,7 @@ def _config(args, subcommand: str | None, function: str | None):
         skip_steps=args.skip_steps, steps=args.steps, full_run=args.full_run,
         **groups,
         doctor=args.doctor, what_if=tuple(n for n in what_if or () if n != "threads"), vtune=args.vtune,
-        nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args),
+        nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args), sample=args.sample,
     )
 
 
@@ -431,7 +436,7 @@ def _attach(argv: list[str]) -> int:
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        result = attach.attach(config, say)
+        result = attach_run.attach(config, say)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.report.run.error:

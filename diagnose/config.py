@@ -133,6 +133,8 @@ class Config:
     # the memory layer's readings in the passes (layers/memory/; no flag: benchmarks/memory_overhead.py turns
     # it off to measure what it costs)
     memory: bool = True
+    # --sample: py-spy samples the uninstrumented pass, a cross-check of the operator pass (layers/sample.py)
+    sample: bool = False
 
 
 # diagnose attach: py-spy's rate with --native pauses each sampled thread while it unwinds its native stack; the

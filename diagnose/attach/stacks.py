@@ -66,6 +66,7 @@ INTERPRETER = re.compile(r"(libpython|/python[0-9.]*$|/ld-linux|/libc\.so|/libpt
 TORCH_NATIVE = re.compile(r"/torch/lib/|/libtorch|/libc10|/libgomp|/libiomp|/libmkl|/libshm|torch/_C")
 MARKER_FORWARD = ("Module._call_impl", "Module._wrapped_call_impl")
 MIN_STEPS = 3  # step starts needed for a step time
+DIAGNOSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 TOP = 30
 TOP_LINES = 5
 
@@ -77,7 +78,10 @@ class Where:
     cwd: str | None = None
 
     def package(self, path: str) -> str | None:
-        """The installed package a file belongs to (site-packages/<pkg>/ or <pkg>.libs), None outside one."""
+        """The installed package a file belongs to (site-packages/<pkg>/ or <pkg>.libs), None outside one;
+        diagnose's own files ("diagnose": its runner, in a pass's process) wherever it is installed."""
+        if path.startswith(DIAGNOSE_ROOT):
+            return "diagnose"
         m = re.search(r"(?:site|dist)-packages/([A-Za-z_][\w]*?)(?:\.libs)?/", path)
         return m.group(1) if m else None
 

@@ -624,6 +624,13 @@ def _sampled(report: Report) -> str:
     s = report.sampled
     out = [f"<p>{_e(s.sampler)}: the Python and native stacks of the running process, {s.samples} busy thread "
            f"samples at {s.rate_hz:g} Hz; every share is of samples.</p>"]
+    pairs = sampled_views.beside(report)
+    if pairs:
+        rows = [("operator", "operator pass", "sampled", "")]
+        rows += [(p.op, f"{p.traced_pct:.1f}%", f"{p.sampled_pct:.1f}%",
+                  "distorted by instrumentation" if p.distorted else "") for p in pairs]
+        out += ["<h3>Operator shares: the operator pass against sampling the uninstrumented pass</h3>",
+                _table(rows, numeric=(1, 2))]
     if s.operators:
         rows = [("operator", "share of operator samples", "share of busy samples", "your line", "library line",
                  "native frame")]

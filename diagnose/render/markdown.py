@@ -144,7 +144,7 @@ def _sampled(report: Report) -> list[str]:
     return (["## Sampled from outside", "", f"_{_cell(report.sampled.sampler)}: Python and native stacks of the running "
              "process; shares are of samples._", ""]
             + [f"- {_cell(line)}" if not line.startswith("  ") else f"  - {_cell(line.strip())}"
-               for line in sampled_views.lines(report.sampled)] + [""])
+               for line in sampled_views.lines(report.sampled) + sampled_views.beside_lines(report)] + [""])
 
 
 def _modules(report: Report) -> list[str]:

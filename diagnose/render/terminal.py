@@ -45,7 +45,7 @@ def render(report: Report, output_dir: str | None = None) -> str:
     out += _modules(report)
     if report.sampled is not None:
         out += ["", "Sampled from outside (py-spy: Python and native stacks)"]
-        out += [f"  {line}" for line in sampled_views.lines(report.sampled)]
+        out += [f"  {line}" for line in sampled_views.lines(report.sampled) + sampled_views.beside_lines(report)]
     op_layer = report.layers.get("operators")
     if op_layer and op_layer.status != "ok":
         out.append("")

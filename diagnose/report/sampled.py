@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from diagnose.report.model import Report, Sampled
 
+DISTORTION_POINTS = 10.0  # an operator's share, operator pass against sampling, differing by more is distorted
 TOP_OPERATORS = 10
 TOP_FUNCTIONS = 8
 TOP_LIBRARIES = 6
@@ -55,3 +58,36 @@ def lines(s: Sampled) -> list[str]:
     if len(s.processes) > 1:
         out.append("processes: " + ", ".join(f"{p.pid} ({p.role}) {p.samples} samples" for p in s.processes[:8]))
     return out + [f"note: {n}" for n in s.notes]
+
+
+@dataclass(frozen=True)
+class SharePair:
+    op: str
+    traced_pct: float  # its rows' self_pct summed over shapes (operator pass); 0 when absent
+    sampled_pct: float  # its share of the samples inside an operator (uninstrumented pass); 0 when absent
+    distorted: bool  # they differ by more than DISTORTION_POINTS
+
+
+def beside(report: Report, top: int = TOP_OPERATORS) -> list[SharePair]:
+    """The operators with the largest share in either measure, each with both shares (derived, not stored:
+    report.operators and report.sampled are the data); [] without both."""
+    if report.sampled is None or not report.operators:
+        return []
+    traced: dict[str, float] = {}
+    for row in report.operators:
+        traced[row.name] = traced.get(row.name, 0.0) + row.self_pct
+    sampled = {o.name: o.share_pct for o in report.sampled.operators}
+    names = sorted(set(traced) | set(sampled), key=lambda n: -max(traced.get(n, 0.0), sampled.get(n, 0.0)))[:top]
+    return [SharePair(n, traced.get(n, 0.0), sampled.get(n, 0.0),
+                      abs(traced.get(n, 0.0) - sampled.get(n, 0.0)) > DISTORTION_POINTS) for n in names]
+
+
+def beside_lines(report: Report) -> list[str]:
+    rows = beside(report)
+    if not rows:
+        return []
+    out = ["operator share: operator pass vs sampled uninstrumented pass (py-spy)"]
+    for r in rows:
+        flag = "  <- distorted by instrumentation" if r.distorted else ""
+        out.append(f"  {r.op}: {r.traced_pct:.1f}% vs {r.sampled_pct:.1f}%{flag}")
+    return out

@@ -148,3 +148,30 @@ def test_rss_and_liveness_of_this_process():
 
     assert process.alive(os.getpid()) and process.is_python(os.getpid())
     assert process.rss_bytes([os.getpid()]) > 0 and process.rss_bytes([2 ** 22 + 12345]) is None
+
+
+def test_sampled_shares_beside_the_operator_pass_and_the_distortion_rule():
+    from diagnose.findings.sampled import MIN_OPERATOR_SAMPLES, instrumentation_distortion
+    from diagnose.report.model import OperatorRow, Sampled, SampledOperator
+    from diagnose.report.sampled import DISTORTION_POINTS, beside
+
+    def row(name, pct):
+        return OperatorRow(name=name, input_shapes=[], dtypes=[], calls=1, self_cpu_us=pct, total_cpu_us=pct,
+                           self_pct=pct, source="t.py:1")
+
+    report = Report(target=TargetInfo(script="t.py"))
+    # aten::add_ at two shapes: 10 + 15 = 25% in the operator pass against 10% sampled: 15 points apart
+    report.operators = [row("aten::mm", 50.0), row("aten::add_", 10.0), row("aten::add_", 15.0), row("aten::t", 25.0)]
+    report.sampled = Sampled(sampler="py-spy", rate_hz=50, duration_s=5, samples=300, operator_samples=250,
+                             operators=[SampledOperator("aten::mm", 150, 60.0, 50.0, source="t.py:3"),
+                                        SampledOperator("aten::add_", 25, 10.0, 8.3, source="t.py:4"),
+                                        SampledOperator("aten::t", 75, 30.0, 25.0)])
+    pairs = {p.op: p for p in beside(report)}
+    assert (pairs["aten::add_"].traced_pct, pairs["aten::add_"].sampled_pct) == (25.0, 10.0)
+    assert [op for op, p in pairs.items() if p.distorted] == ["aten::add_"]  # mm: exactly 10 points, not more
+    found = instrumentation_distortion(report)
+    assert [(f.kind, f.op, f.location, f.severity, f.observation) for f in found] == [
+        ("instrumentation_distortion", "aten::add_", "t.py:4", "low", True)]
+    assert found[0].evidence["difference_points"] == -15.0 and DISTORTION_POINTS == 10.0
+    report.sampled.operator_samples = MIN_OPERATOR_SAMPLES - 1  # too few samples to tell 10 points from noise
+    assert instrumentation_distortion(report) == []
