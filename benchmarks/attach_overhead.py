@@ -1,26 +1,28 @@
-"""How much `diagnose attach` slows the job it samples: the target's step time while attached, interleaved A/B.
+"""How much `diagnose attach`'s sampling slows the job it samples: the target's step time, interleaved A/B.
 
-    .venv/bin/python benchmarks/attach_overhead.py [--rounds 4] [--rate 50] [--duration 8] [--write benchmarks/RESULTS.md]
+    .venv/bin/python benchmarks/attach_overhead.py [--rate 10] [--cycles 6] [--window 3] [--write benchmarks/RESULTS.md]
 
-The target is examples/mlp.py's training step (torch's default pool: every usable CPU busy, the worst case for
-observers that need a CPU too), run in a loop that stamps every step's end with time.monotonic() (one clock
-for all processes on Linux). Each round runs it twice, alone (A) and with `diagnose attach PID --duration D
---rate R` (B), in ABBA order across rounds. The steps compared are those that ended inside the same window
-of both runs, from 2 s after the attach command started (py-spy's start-up: it reads libtorch's symbols
-before its first sample) to 0.5 s before its --duration ends, so only sampled time is timed. Result: the
-median over rounds of B's median step / A's median step, with a bootstrap 95% interval of that median;
-target <= 3% slower. Also: py-spy's CPU time per second of sampling (from the threads recording's
-observers_cpu_s).
+One target process runs examples/mlp.py's training step in a loop (torch's default pool: every usable CPU
+busy, the worst case for observers that need a CPU too) and stamps every step's end with time.monotonic()
+(one clock for all processes on Linux). The benchmark alternates windows of --window seconds on that same
+process, alone (A) and sampled (B), in ABBA order over --cycles pairs: one process and adjacent windows, so
+a shared machine's load, which changes over minutes, hits both sides of a pair alike (separate processes
+per run gave pairs 10x apart here). B runs what `diagnose attach` runs while it samples: py-spy with
+attach's exact command line (tools/pyspy.record_command) and the threads layer's /proc sampler; a B window
+opens once py-spy prints that it samples (its start-up reads libtorch's symbols first) and closes before it
+is stopped. Result: the median over pairs of B's median step / A's, with a bootstrap 95% interval of that
+median; target <= 3% slower at the default rate. Also: py-spy's CPU time per second sampled.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
+import itertools
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,13 +34,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sampler_overhead import bootstrap_median_ci, wait_quiet  # noqa: E402
+from sampler_overhead import bootstrap_median_ci
 
-from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
+from diagnose import procfs
+from diagnose.config import ATTACH_RATE_HZ
+from diagnose.machine import cpu_model, usable_cpus
+from diagnose.tools import pyspy
 
-HEADING = "## diagnose attach: the target's step time while attached"
-SKIP_S = 2.0  # after the attach command starts: py-spy's start-up
-TAIL_S = 0.5
+HEADING = "## diagnose attach: the target's step time while sampled"
 
 WORKLOAD = r"""
 import runpy, sys, time
@@ -47,69 +50,101 @@ step = mlp["step"]
 for _ in range(20):
     step()
 print("ready", flush=True)
-ends = []
 deadline = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < deadline:
     step()
-    ends.append(time.monotonic())
-print(" ".join(f"{t:.6f}" for t in ends), flush=True)
+    print(f"{time.monotonic():.6f}", flush=True)
 """
 
 
-def run_once(attached: bool, duration_s: float, rate: float, workdir: Path) -> tuple[list[float], float | None]:
-    """The step times (s) that ended inside the sampled window, and py-spy's CPU share (attached runs)."""
-    total = duration_s + 6.0
-    proc = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(REPO / "examples" / "mlp.py"), str(total)],
-                            stdout=subprocess.PIPE, text=True, cwd=REPO)
-    observer_share = None
+def cpu_s(pid: int) -> float:
+    info = procfs.read_process(pid, with_cmdline=False)
+    return info.cpu_ticks / procfs.clock_ticks_per_s() if info else 0.0
+
+
+def sampled_window(pid: int, rate: float, window_s: float, workdir: Path, only: str = "all",
+                   ) -> tuple[float, float, float]:
+    """(window start, window end, py-spy's CPU seconds a second) with attach's observers running (`only`: one
+    of them, to tell their costs apart)."""
+    exe = pyspy.executable()
+    log = open(workdir / "spy.log", "w+")  # noqa: SIM115 - read back below, closed at the end
+    cmd = pyspy.record_command(exe, pid, str(workdir / "t.json"), rate, 3600)
+    if only == "sampler":  # py-spy at 1 Hz stands in for nothing: its start-up line is still awaited
+        cmd = [exe, "record", "--pid", str(pid), "--nonblocking", "--rate", "1", "-o", str(workdir / "t.txt"),
+               "--format", "raw"]
+    spy = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    sampler = subprocess.Popen([sys.executable, "-m", "diagnose.layers.threads.sampler", "--pid", str(pid), "--out",
+                                str(workdir / "rec.json"), "--max-duration", str(window_s + 30)]
+                               if only != "py-spy" else ["sleep", str(window_s + 30)], cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        t0 = time.monotonic()
-        if attached:
-            out = workdir / "out"
-            subprocess.run([sys.executable, "-m", "diagnose", "attach", str(proc.pid), "--duration",
-                            str(duration_s), "--rate", str(rate), "-q", "-o", str(out), "--force"],
-                           cwd=REPO, capture_output=True, check=False)
-            report = json.loads((out / "report.json").read_text())
-            health = (report.get("threads") or {}).get("health") or {}
-            if health.get("observers_cpu_s") is not None and report["threads"]["duration_s"]:
-                observer_share = health["observers_cpu_s"] / report["threads"]["duration_s"]
-        ends = [float(x) for x in proc.stdout.readline().split()]
-        proc.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            log.seek(0)
+            if "Sampling process" in log.read():
+                break
+            time.sleep(0.02)
+        time.sleep(0.2)
+        c0, t0 = cpu_s(spy.pid), time.monotonic()
+        time.sleep(window_s)
+        c1, t1 = cpu_s(spy.pid), time.monotonic()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    lo, hi = t0 + SKIP_S, t0 + duration_s - TAIL_S
-    steps = [b - a for a, b in zip(ends, ends[1:]) if lo <= a and b <= hi]
-    return steps, observer_share
+        spy.send_signal(signal.SIGINT)
+        sampler.send_signal(signal.SIGTERM)
+        for p in (spy, sampler):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        log.close()
+    return t0, t1, (c1 - c0) / (t1 - t0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--rate", type=float, default=None, help="samples a second (default: attach's own)")
-    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--rate", type=float, default=ATTACH_RATE_HZ, help="samples a second (attach's default)")
+    parser.add_argument("--cycles", type=int, default=6, help="A/B pairs")
+    parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
+    parser.add_argument("--only", choices=("all", "py-spy", "sampler"), default="all",
+                        help="run one observer in the sampled windows, to tell their costs apart")
     parser.add_argument("--write", default=None, help="replace the section in this markdown file")
     args = parser.parse_args()
-    from diagnose.config import ATTACH_RATE_HZ
-
-    rate = args.rate or ATTACH_RATE_HZ
-    alone: list[float] = []
-    attached: list[float] = []
-    shares: list[float] = []
+    total = args.cycles * 2 * (args.window + 4) + 30
+    windows: list[tuple[bool, float, float]] = []
+    spy_cpu: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            order = (False, True) if r % 2 == 0 else (True, False)  # ABBA
-            for a in order:
-                wait_quiet(10.0)
-                steps, share = run_once(a, args.duration, rate, Path(tmp))
-                med = statistics.median(steps)
-                (attached if a else alone).append(med)
-                if share is not None:
-                    shares.append(share)
-                print(f"round {r + 1}: {'attached' if a else 'alone   '} median step {1000 * med:.2f} ms "
-                      f"over {len(steps)} steps", flush=True)
+        stamps = Path(tmp) / "stamps.txt"  # a file, not a pipe: nobody reads while the windows run
+        with open(stamps, "w") as out:
+            proc = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(REPO / "examples" / "mlp.py"), str(total)],
+                                    stdout=out, text=True, cwd=REPO)
+        try:
+            while not stamps.read_text().startswith("ready"):
+                assert proc.poll() is None, "the workload ended"
+                time.sleep(0.1)
+            for c in range(args.cycles):
+                for sampled in ((False, True) if c % 2 == 0 else (True, False)):  # ABBA
+                    if sampled:
+                        t0, t1, share = sampled_window(proc.pid, args.rate, args.window, Path(tmp), args.only)
+                        spy_cpu.append(share)
+                    else:
+                        time.sleep(1.0)  # the observers of the window before are gone
+                        t0 = time.monotonic()
+                        time.sleep(args.window)
+                        t1 = time.monotonic()
+                    windows.append((sampled, t0, t1))
+                    print(f"cycle {c + 1}: {'sampled' if sampled else 'alone  '} {t0:.1f}-{t1:.1f}", flush=True)
+        finally:
+            proc.kill()
+            proc.wait()
+        ends = [float(x) for x in stamps.read_text().split()[1:]]
+    medians = []
+    for sampled, t0, t1 in windows:
+        inside = [t for t in ends if t0 <= t <= t1]
+        steps = [b - a for a, b in itertools.pairwise(inside)]
+        medians.append((sampled, statistics.median(steps), len(steps)))
+    alone = [m for s, m, _ in medians if not s]
+    attached = [m for s, m, _ in medians if s]
     log_ratios = [math.log(b / a) for a, b in zip(alone, attached)]
     med = math.exp(statistics.median(log_ratios))
     lo, hi = (math.exp(x) for x in bootstrap_median_ci(log_ratios))
@@ -117,20 +152,20 @@ def main() -> None:
     lines = [
         HEADING,
         "",
-        f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
-        f"{usable} usable; {platform.platform()}; Python {platform.python_version()}. A shared machine: another "
-        "engineer's runs were using it too (wait_quiet waited up to 10 s for it to quiet down before each run).",
-        f"- Target: examples/mlp.py's training step in a loop, torch's default pool; {args.rounds} rounds, alone vs "
-        f"`diagnose attach PID --duration {args.duration:g} --rate {rate:g}` in ABBA order; steps compared: those "
-        f"ending from {SKIP_S:g} s after the attach started to {TAIL_S:g} s before its duration ended.",
-        f"- Step time attached / alone (median of {args.rounds} paired rounds): **{100 * (med - 1):+.2f}%**, "
-        f"bootstrap 95% interval [{100 * (lo - 1):+.2f}%, {100 * (hi - 1):+.2f}%]; target <= +3%.",
-        f"- Alone: median step {1000 * statistics.median(alone):.2f} ms (rounds {', '.join(f'{1000 * x:.1f}' for x in alone)}); "
-        f"attached: {1000 * statistics.median(attached):.2f} ms (rounds {', '.join(f'{1000 * x:.1f}' for x in attached)}).",
-        (f"- py-spy and diagnose's own CPU while attached (observers_cpu_s over the sampled time): median "
-         f"{100 * statistics.median(shares):.1f}% of one CPU." if shares else "- observers' CPU: not recorded."),
-        f"- Reproduce: `.venv/bin/python benchmarks/attach_overhead.py --rate {rate:g} --write benchmarks/RESULTS.md` "
-        f"(~{args.rounds * 2 * (args.duration + 12) / 60:.0f} min).",
+        (f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
+         f"{usable} usable; {platform.platform()}; Python {platform.python_version()}; {pyspy.version(pyspy.executable())}. "
+         "A shared machine: another engineer's diagnose runs used it at the same time."),
+        (f"- Target: examples/mlp.py's training step in a loop, torch's default pool ({usable} threads); one process, "
+         f"{args.cycles} pairs of {args.window:g} s windows alone / sampled (py-spy `record --native --idle "
+         f"--subprocesses --threads --rate {args.rate:g}` and the /proc thread sampler, as `diagnose attach` runs "
+         f"them; observers: {args.only}) in ABBA order."),
+        (f"- Step time sampled / alone (median of {args.cycles} pairs): **{100 * (med - 1):+.2f}%**, bootstrap 95% "
+         f"interval [{100 * (lo - 1):+.2f}%, {100 * (hi - 1):+.2f}%]; target <= +3%."),
+        ("- Per pair, median step alone -> sampled (ms): "
+         + ", ".join(f"{1000 * a:.1f} -> {1000 * b:.1f}" for a, b in zip(alone, attached)) + "."),
+        f"- py-spy's own CPU while sampling: median {100 * statistics.median(spy_cpu):.1f}% of one CPU.",
+        (f"- Reproduce: `.venv/bin/python benchmarks/attach_overhead.py --rate {args.rate:g} --write "
+         f"benchmarks/RESULTS.md` (~{args.cycles * 2 * (args.window + 2.5) / 60:.0f} min)."),
         "",
     ]
     text = "\n".join(lines)

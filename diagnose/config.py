@@ -137,9 +137,11 @@ class Config:
     sample: bool = False
 
 
-# diagnose attach: py-spy's rate with --native pauses each sampled thread while it unwinds its native stack; the
-# rate at which the target's step time stayed within 3% is measured in benchmarks/RESULTS.md ("attach overhead")
-ATTACH_RATE_HZ = 50.0
+# diagnose attach (and --sample): py-spy's samples a second. With --native py-spy pauses the process while it
+# unwinds each native stack; on examples/mlp.py (2 CPUs, shared) the step time rose ~20% at 50 Hz and ~12% at
+# 10 Hz in quiet pairs, py-spy itself using 12% and 4% of a CPU (benchmarks/RESULTS.md, "diagnose attach: the
+# target's step time while sampled"): 20 Hz keeps 600 samples in the default 30 s
+ATTACH_RATE_HZ = 20.0
 ATTACH_DURATION_S = 30.0
 ATTACH_RSS_INTERVAL_S = 0.25  # the RSS of the tree read this often (diagnose/attach: memory growth over time)
 

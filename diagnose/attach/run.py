@@ -265,7 +265,6 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
     report.layers["memory"] = _memory(report, rss)
     for name, why in NOT_FROM_OUTSIDE.items():
         report.layers[name] = LayerStatus("skipped", f"not from outside: {why}; `{again}` runs it")
-    report.run.wall_s = round(elapsed, 3)
 
 
 def _threads(report: Report, path: str, ranks: dict[int, int]) -> LayerStatus:

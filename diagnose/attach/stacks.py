@@ -173,6 +173,7 @@ class Sample:
     # torch's native code with no operator frame: py-spy's unwinder lost the frames between the Python frame and
     # a kernel (seen: Linear.forward -> mkl_blas_def_sgemm_kernel_0_zen directly)
     torch_native: bool = False
+    modules: str | None = None  # the classes whose forward is on the stack, outermost first
 
 
 def classify(span: Span, where: Where, names: dict[str, str]) -> Sample:
@@ -197,6 +198,8 @@ def classify(span: Span, where: Where, names: dict[str, str]) -> Sample:
             elif out.op and not f.name.startswith("0x"):
                 out.native = f.name
     out.leaf = frames[last_py] if last_py >= 0 else None
+    chain = [f.name.rsplit(".", 1)[0] for f in frames if f.python and f.name.endswith(".forward") and "." in f.name]
+    out.modules = " > ".join(chain) or None
     below = frames[last_py + 1:]
     if out.op is None:
         out.waiting = any(WAITING.search(f.name) for f in below)
@@ -244,6 +247,7 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
     op_users: dict[str, Counter] = defaultdict(Counter)
     op_libs: dict[str, Counter] = defaultdict(Counter)
     op_native: dict[str, Counter] = defaultdict(Counter)
+    op_modules: dict[str, Counter] = defaultdict(Counter)
     fn_self: Counter = Counter()
     fn_total: Counter = Counter()
     fn_in_op: Counter = Counter()
@@ -274,6 +278,8 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
                 op_libs[s.op][(s.library_frame.file, s.library_frame.line, s.library_frame.name)] += n
             if s.native:
                 op_native[s.op][s.native] += n
+            if s.modules:
+                op_modules[s.op][s.modules] += n
         elif s.library:
             lib_n[s.library] += n
             if s.user is not None:
@@ -299,6 +305,7 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
             source=users[0].location if users else None, sources=users,
             library_line=f"{where.show(lib[0][0][0])}:{lib[0][0][1]}" if lib else None,
             function=lib[0][0][2] if lib else None,
+            modules=op_modules[op].most_common(1)[0][0] if op_modules[op] else None,
             native=op_native[op].most_common(1)[0][0] if op_native[op] else None))
     for (name, file), n in fn_self.most_common(TOP):
         if n < 0.5:

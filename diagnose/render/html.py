@@ -632,10 +632,10 @@ def _sampled(report: Report) -> str:
         out += ["<h3>Operator shares: the operator pass against sampling the uninstrumented pass</h3>",
                 _table(rows, numeric=(1, 2))]
     if s.operators:
-        rows = [("operator", "share of operator samples", "share of busy samples", "your line", "library line",
-                 "native frame")]
+        rows = [("operator", "share of operator samples", "share of busy samples", "your line", "modules",
+                 "library line", "native frame")]
         for o in s.operators[:15]:
-            rows.append((o.name, f"{o.share_pct:.1f}%", f"{o.time_pct:.1f}%", o.source or "-",
+            rows.append((o.name, f"{o.share_pct:.1f}%", f"{o.time_pct:.1f}%", o.source or "-", o.modules or "-",
                          f"{o.function} at {o.library_line}" if o.library_line else "-", o.native or "-"))
         out += ["<h3>Operators by sampling</h3>", _table(rows, numeric=(1, 2))]
     if s.libraries:

@@ -1857,7 +1857,10 @@ class SampledOperator:
     sources: list[SampledLine] = field(default_factory=list)  # by samples, at most 5
     library_line: str | None = None  # innermost Python frame outside torch (a model library's line, or yours)
     function: str | None = None  # the Python function of that library line: "BertSelfAttention.forward"
-    native: str | None = None  # the deepest native frame below it that is not dispatch glue (a BLAS kernel)
+    # the classes whose forward is on the stack, outermost first ("BertModel > BertEncoder > BertLayer > ..."),
+    # in most of its samples: frames name classes, not the attribute path (encoder.layer.3) the operator pass has
+    modules: str | None = None
+    native: str | None = None  # the deepest symbolised native frame below it (a BLAS kernel, an OpenMP call)
 
 
 @dataclass

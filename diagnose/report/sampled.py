@@ -45,7 +45,8 @@ def lines(s: Sampled) -> list[str]:
         for o in s.operators[:TOP_OPERATORS]:
             where = f" at {o.source}" if o.source else ""
             lib = f" ({o.function} at {o.library_line})" if o.library_line and o.library_line != o.source else ""
-            out.append(f"  {o.name} {o.share_pct:.1f}%{where}{lib}")
+            inside = f" in {o.modules.rsplit(' > ', 1)[-1]}" if o.modules else ""
+            out.append(f"  {o.name} {o.share_pct:.1f}%{where}{inside}{lib}")
     if s.libraries:
         out.append("time outside torch, by library (share of the busy samples):")
         for lib in s.libraries[:TOP_LIBRARIES]:
