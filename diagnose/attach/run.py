@@ -228,7 +228,8 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
     exe = pyspy.executable()
     sampled = Sampled(sampler=f"{pyspy.version(exe) if exe else 'py-spy'} record --native --idle --subprocesses",
                       rate_hz=config.rate_hz, duration_s=round(result.duration_s, 3), samples=result.samples,
-                      errors=errors, operator_samples=result.operator_samples, exited=exited,
+                      errors=errors, operator_samples=result.operator_samples,
+                      imputed_samples=result.imputed_samples, exited=exited,
                       operators=result.operators, functions=result.functions, libraries=result.libraries,
                       steps=result.steps)
     for p in result.processes:
@@ -252,6 +253,10 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
                              "lengthens the step times (a higher --rate sees them)")
     if errors:
         sampled.notes.append(f"py-spy could not take {errors} samples")
+    if result.imputed_samples:
+        sampled.notes.append(f"{result.imputed_samples} of the operator samples had lost their operator frame (a "
+                             "kernel py-spy could not unwind: oneDNN's generated code, a BLAS kernel): given to the "
+                             "operators seen from the same Python line")
     report.sampled = sampled
     report.step_budget = stacks.budget(result, config.rate_hz, where)
     again = rerun_command(target)

@@ -16,6 +16,8 @@ Each span of a thread is one of:
 - torch native: no operator frame, but torch's native code below the innermost Python frame (py-spy's
   unwinder sometimes loses the frames between a Python frame and a kernel): kernel time whose operator is
   not known; in the step budget's kernels slice, in no operator's share.
+  Such samples are given to the operators seen from the same Python line (`impute`); the rest stay in the
+  budget's kernels slice as torch native code.
 - outside torch: no operator on the stack; its library is the first native library below the innermost
   Python frame that is neither the interpreter, libc nor torch (numpy's _multiarray_umath and its
   OpenBLAS: "numpy"), else the innermost Python frame's package ("your code" for the user's files,
@@ -65,6 +67,8 @@ WAITING = re.compile(r"(^|[^a-z])(time_sleep|pysleep|clock_nanosleep|nanosleep|f
 INTERPRETER = re.compile(r"(libpython|/python[0-9.]*$|/ld-linux|/libc\.so|/libpthread|/libm\.so|\[vdso\]|/libdl)")
 TORCH_NATIVE = re.compile(r"/torch/lib/|/libtorch|/libc10|/libgomp|/libiomp|/libmkl|/libshm|torch/_C")
 MARKER_FORWARD = ("Module._call_impl", "Module._wrapped_call_impl")
+JIT_FILES = ("?", "")  # py-spy's file for a frame in anonymous memory
+DNNL = re.compile(r"dnnl|ideep|mkldnn")  # oneDNN: its kernels are generated at run time, without unwind tables
 MIN_STEPS = 3  # step starts needed for a step time
 DIAGNOSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 TOP = 30
@@ -174,6 +178,7 @@ class Sample:
     # a kernel (seen: Linear.forward -> mkl_blas_def_sgemm_kernel_0_zen directly)
     torch_native: bool = False
     modules: str | None = None  # the classes whose forward is on the stack, outermost first
+    jit: bool = False  # torch_native, its leaf in anonymous memory: a kernel generated at run time (oneDNN)
 
 
 def classify(span: Span, where: Where, names: dict[str, str]) -> Sample:
@@ -203,8 +208,11 @@ def classify(span: Span, where: Where, names: dict[str, str]) -> Sample:
     below = frames[last_py + 1:]
     if out.op is None:
         out.waiting = any(WAITING.search(f.name) for f in below)
-        out.torch_native = not out.waiting and any(TORCH_NATIVE.search(f.file) for f in below)
-        lib = next((name for f in below if (name := where.native_library(f.file))), None)
+        jit = bool(below) and below[-1].file in JIT_FILES and out.leaf is not None and \
+            where.kind(out.leaf.file) == "torch"  # code generated at run time (oneDNN's kernels) under torch's Python
+        out.torch_native = not out.waiting and (jit or any(TORCH_NATIVE.search(f.file) for f in below))
+        out.jit = jit
+        lib = next((name for f in below if f.file not in JIT_FILES and (name := where.native_library(f.file))), None)
         if lib is None and out.leaf is not None:
             kind = where.kind(out.leaf.file)
             lib = {"user": "your code", "stdlib": "stdlib"}.get(kind) or (
@@ -224,6 +232,7 @@ class Analysis:
     libraries: list[SampledLibrary] = field(default_factory=list)
     processes: list[SampledProcess] = field(default_factory=list)
     steps: SampledSteps | None = None
+    imputed_samples: int = 0  # operator samples given by impute() (the unwinder lost their operator frame)
     main: list[Sample] = field(default_factory=list)  # the target processes' main threads, in time order
     duration_s: float = 0.0
 
@@ -248,6 +257,7 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
     op_libs: dict[str, Counter] = defaultdict(Counter)
     op_native: dict[str, Counter] = defaultdict(Counter)
     op_modules: dict[str, Counter] = defaultdict(Counter)
+    op_imputed: Counter[str] = Counter()
     fn_self: Counter = Counter()
     fn_total: Counter = Counter()
     fn_in_op: Counter = Counter()
@@ -258,8 +268,11 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
     proc_n: Counter[int] = Counter()
     proc_threads: dict[int, set[int]] = defaultdict(set)
     busy = 0.0
-    for span in spans:
-        s = classify(span, where, names)
+    classified = [classify(span, where, names) for span in spans]
+    given, _ = impute(classified)
+    out.imputed_samples = round(sum(v for _, v in given.values()) * per_us)
+    for s in classified:
+        span = s.span
         n = span.dur_us * per_us
         proc_threads[span.pid].add(span.tid)
         proc_n[span.pid] += n
@@ -270,6 +283,9 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
         busy += n
         if s.user is not None:
             user_fn[(s.user.file, s.user.line)] = s.user.name
+        for op, us in (given.get(id(s), ((), 0.0))[0] if not s.op else ()):
+            op_n[op] += us * per_us  # a share of an unwound kernel sample (impute)
+            op_imputed[op] += us * per_us
         if s.op:
             op_n[s.op] += n
             if s.user is not None:
@@ -306,6 +322,7 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
             library_line=f"{where.show(lib[0][0][0])}:{lib[0][0][1]}" if lib else None,
             function=lib[0][0][2] if lib else None,
             modules=op_modules[op].most_common(1)[0][0] if op_modules[op] else None,
+            imputed_samples=round(op_imputed[op]),
             native=op_native[op].most_common(1)[0][0] if op_native[op] else None))
     for (name, file), n in fn_self.most_common(TOP):
         if n < 0.5:
@@ -327,6 +344,43 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
     out.main.sort(key=lambda s: (s.span.pid, s.span.start_us))
     out.steps = steps(out.main, rate_hz, where)
     return out
+
+
+def impute(samples: list[Sample]) -> tuple[dict[int, tuple[list[tuple[str, float]], float]], float]:
+    """Kernel samples whose operator frame the unwinder lost (torch_native: Linear.forward ->
+    mkl_blas_def_sgemm_kernel_0_zen; Conv2d._conv_forward -> 0x... in oneDNN's generated code, which has no
+    unwind tables) given to the operators seen from the same innermost Python line in the samples that were
+    unwound, in proportion: among them, those whose unwound samples hold the same leaf symbol, else for a
+    generated-code leaf those that ran oneDNN, else all of them. {id(sample): ([(op, microseconds)], its
+    microseconds)}, and the microseconds given; a sample with no operator seen from its line keeps none."""
+    by_line: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    symbols: dict[str, set[str]] = defaultdict(set)
+    dnnl: set[str] = set()
+    for s in samples:
+        if s.op and s.leaf is not None:
+            by_line[(s.leaf.file, s.leaf.line)][s.op] += s.span.dur_us
+            for f in s.span.frames:
+                if not f.python and not f.name.startswith("0x"):
+                    symbols[s.op].add(f.name)
+                    if DNNL.search(f.name):
+                        dnnl.add(s.op)
+    out: dict[int, tuple[list[tuple[str, float]], float]] = {}
+    total = 0.0
+    for s in samples:
+        if s.op or not s.torch_native or s.leaf is None:
+            continue
+        seen = by_line.get((s.leaf.file, s.leaf.line))
+        if not seen:
+            continue
+        leaf = s.span.frames[-1]
+        pick = [op for op in seen if leaf.name in symbols[op]] if not leaf.name.startswith("0x") else []
+        if not pick and s.jit:
+            pick = [op for op in seen if op in dnnl]
+        pick = pick or list(seen)
+        weight = sum(seen[op] for op in pick)
+        out[id(s)] = ([(op, s.span.dur_us * seen[op] / weight) for op in pick], s.span.dur_us)
+        total += s.span.dur_us
+    return out, total
 
 
 def _marker(frames: tuple[Frame, ...]) -> tuple[Frame | None, Frame | None]:

@@ -104,7 +104,8 @@ class SampleLayer(Layer):
             sampler=f"{pyspy.version(exe) if exe else 'py-spy'} record --native --idle --subprocesses "
                     "(uninstrumented pass)",
             rate_hz=timing.rate_hz, duration_s=round(result.duration_s, 3), samples=result.samples,
-            operator_samples=result.operator_samples, operators=result.operators, functions=result.functions,
+            operator_samples=result.operator_samples, imputed_samples=result.imputed_samples,
+            operators=result.operators, functions=result.functions,
             libraries=result.libraries, steps=result.steps, processes=result.processes)
         for p in report.sampled.processes:
             p.role = "target" if p.pid == timing.pid else "child"
@@ -113,5 +114,10 @@ class SampleLayer(Layer):
             return LayerStatus("failed", f"no busy stack sampled over {scope} ({(hi - lo) / 1e6:.2f} s at "
                                          f"{timing.rate_hz:g} Hz; py-spy needs about a second to start): more "
                                          "--steps give it time")
-        return LayerStatus("ok", notes=[f"{result.samples} busy thread samples over {scope} at {timing.rate_hz:g} Hz: "
-                                        f"a share is known to about {100 / result.samples ** 0.5:.0f} points"])
+        notes = [(f"{result.samples} busy thread samples over {scope} at {timing.rate_hz:g} Hz: a share is known "
+                  f"to about {100 / result.samples ** 0.5:.0f} points")]
+        if result.imputed_samples:
+            notes.append(f"{result.imputed_samples} of the operator samples had lost their operator frame (a kernel "
+                         "py-spy could not unwind: oneDNN's generated code): given to the operators seen from the "
+                         "same Python line")
+        return LayerStatus("ok", notes=notes)

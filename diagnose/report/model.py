@@ -1857,6 +1857,8 @@ class SampledOperator:
     sources: list[SampledLine] = field(default_factory=list)  # by samples, at most 5
     library_line: str | None = None  # innermost Python frame outside torch (a model library's line, or yours)
     function: str | None = None  # the Python function of that library line: "BertSelfAttention.forward"
+    # of `samples`, those whose operator frame the unwinder lost, given to it from the same Python line (stacks.impute)
+    imputed_samples: int = 0
     # the classes whose forward is on the stack, outermost first ("BertModel > BertEncoder > BertLayer > ..."),
     # in most of its samples: frames name classes, not the attribute path (encoder.layer.3) the operator pass has
     modules: str | None = None
@@ -1925,6 +1927,9 @@ class Sampled:
     samples: int  # thread samples with a Python stack (busy threads: py-spy leaves idle ones out)
     errors: int = 0  # samples py-spy could not take
     operator_samples: int = 0  # of `samples`, inside an ATen operator
+    # of them, kernel samples py-spy could not unwind to their operator frame (generated code, lost frames), given
+    # to the operators seen from the same Python line (attach/stacks.impute)
+    imputed_samples: int = 0
     exited: bool = False  # the target exited while being sampled: the report covers what came before
     processes: list[SampledProcess] = field(default_factory=list)
     operators: list[SampledOperator] = field(default_factory=list)  # by samples, at most 30
