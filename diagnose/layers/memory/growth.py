@@ -27,6 +27,10 @@ from diagnose.trends import line
 MIN_GROWTH_BYTES_PER_STEP = {"allocator": 64 * 1024, "rss": 512 * 1024}
 # attach mode reads the RSS over time: the same 512 KiB floor, per second (a leak of 1 MiB a second is found)
 MIN_GROWTH_BYTES_PER_S = 512 * 1024
+# ... over at least this long: a process's heap can climb by a few MiB a second for seconds at a time (examples/
+# mlp.py's RSS, read every 0.25 s after it entered its loop: ~7 MiB/s for a second, ~1 MiB/s for 8 more, then flat;
+# 2 s of readings in that stretch passed every other test)
+MIN_GROWTH_SPAN_S = 4.0
 LATE_MIN_SHARE = 0.5  # the later half must grow at least half as fast as the whole window
 MIN_READINGS = 4  # a line through fewer readings says nothing
 
@@ -69,6 +73,10 @@ def growth(source: str, readings: list[int], interval_s: float | None = None) ->
     if s.ci_low < floor:
         out.verdict = (f"no growth: {rate}, the interval's low end under {floor_text}"
                        if s.ci_high > 0 else f"no growth: {rate}")
+        return out
+    if interval_s and s.steps * interval_s < MIN_GROWTH_SPAN_S:
+        out.verdict = (f"grows {rate}, but over less than {MIN_GROWTH_SPAN_S:g} s: too short to tell growth that "
+                       "continues from a heap settling (a longer --duration tells)")
         return out
     if s.late_bytes_per_step is None:
         out.verdict = f"grows {rate}, but too few {'readings' if interval_s else 'steps'} to tell growth that continues from warm-up"
