@@ -175,3 +175,21 @@ def test_sampled_shares_beside_the_operator_pass_and_the_distortion_rule():
     assert found[0].evidence["difference_points"] == -15.0 and DISTORTION_POINTS == 10.0
     report.sampled.operator_samples = MIN_OPERATOR_SAMPLES - 1  # too few samples to tell 10 points from noise
     assert instrumentation_distortion(report) == []
+
+
+def test_torchrun_ranks_are_found_below_the_launcher_by_their_rank():
+    import os
+    import subprocess
+    import sys
+
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], env={**os.environ, "RANK": r})
+                for r in ("1", "0")]
+    plain = subprocess.Popen(["sleep", "20"], env={**os.environ, "RANK": "5"})  # not Python: not a rank
+    try:
+        found = process.ranks(os.getpid())
+        assert {children[0].pid: 1, children[1].pid: 0}.items() <= found.items()
+        assert plain.pid not in found
+    finally:
+        for p in (*children, plain):
+            p.kill()
+            p.wait()
