@@ -45,7 +45,7 @@ def _ready(proc: subprocess.Popen, settle_s: float = 0.5) -> None:
 
 def _attach(pid: int | str, outdir: Path, *args: str, prefix: tuple[str, ...] = ()) -> CliRun:
     cmd = [*prefix, *DIAGNOSE, "attach", str(pid), "-q", "-o", str(outdir), *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
     return CliRun(proc.returncode, proc.stdout, proc.stderr, outdir)
 
 

@@ -151,7 +151,10 @@ def test_rss_and_liveness_of_this_process():
 
 
 def test_sampled_shares_beside_the_operator_pass_and_the_distortion_rule():
-    from diagnose.findings.sampled import MIN_OPERATOR_SAMPLES, instrumentation_distortion
+    from diagnose.findings.sampled import (
+        MIN_OPERATOR_SAMPLES,
+        instrumentation_distortion,
+    )
     from diagnose.report.model import OperatorRow, Sampled, SampledOperator
     from diagnose.report.sampled import DISTORTION_POINTS, beside
 
