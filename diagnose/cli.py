@@ -8,12 +8,15 @@
     diagnose probe [--refresh]                          (this machine's GEMM and memory peaks, cached)
     diagnose --nproc-per-node 2 train.py [ARGS...]      (every rank of a torchrun job, one report)
     diagnose merge NODE0/report.json NODE1/report.json -o DIR   (per-node reports of one job -> one)
+    diagnose attach PID [--duration S] [--rate HZ]     (a running process, sampled from outside: diagnose/attach/)
 
 Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 3 the target failed, exited non-zero or timed out (report written);
 4 a CI gate tripped: --fail-on found findings at that severity (report written),
   or `diagnose compare --fail-on-regression PCT` saw the wall time grow by more than PCT outside the noise;
 130 interrupted (partial report written); 143 SIGTERM, handled the same way.
+diagnose attach PID also: 3 the process exited while sampled (partial report written); 5 ptrace not permitted
+on it; 6 another user's process; 7 not a Python process.
 
     diagnose compare BEFORE.json AFTER.json [--format terminal|md|json] [--fail-on-regression PCT]
 """
@@ -23,10 +26,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 
 from diagnose import __version__, api, budget, compare, findings, output
-from diagnose.config import Config
+from diagnose.attach import run as attach_run
+from diagnose.config import ATTACH_DURATION_S, ATTACH_RATE_HZ, AttachConfig, Config
 from diagnose.distributed import launcher
 from diagnose.errors import DiagnoseError, ExitCode, UsageError
 from diagnose.layers.efficiency import probe
@@ -50,13 +55,16 @@ examples:
   diagnose probe                          this machine's GEMM and memory-bandwidth peaks (the roofline's roofs)
   diagnose --nproc-per-node 2 train.py    run train.py under torchrun with 2 ranks (gloo on CPU): per-rank tables
   diagnose merge a/report.json b/report.json -o all   combine the per-node reports of one torchrun job
+  diagnose attach 12345 --duration 30     a job already running: stacks, threads and memory sampled from outside
   diagnose --fail-on high train.py        CI: exit 4 when a high finding exists (the report is still written)
   diagnose compare before/report.json after/report.json --fail-on-regression 10
                                           what changed, with each side's noise; exit 4 if > 10% slower
 
 exit codes: 0 ok, 2 bad usage or target, 3 the target failed or timed out
 (report still written), 4 a --fail-on / --fail-on-regression gate tripped,
-130 interrupted / 143 SIGTERM (partial report written), 1 a bug in diagnose.
+130 interrupted / 143 SIGTERM (partial report written), 1 a bug in diagnose;
+diagnose attach: 3 the process exited while sampled (partial report), 5 ptrace not permitted,
+6 another user's process, 7 not a Python process.
 """
 
 
@@ -120,6 +128,10 @@ def build_parser(prog: str = "diagnose") -> argparse.ArgumentParser:
                         "unchanged run, with a 95%% interval and an output check")
     p.add_argument("--sweep-threads", metavar="N,N,...",
                    help="thread counts to sweep (default: 1, 2, 4, ... up to the usable CPUs, and the target's own)")
+    p.add_argument("--sample", action="store_true",
+                   help="also sample the uninstrumented pass with py-spy (pip install py-spy): each operator's share "
+                        "by sampling beside the operator pass's, flagged where instrumentation distorts it by more "
+                        "than 10 points")
     _layer_options(p)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="run the target under torchrun (python -m torch.distributed.run) with N ranks on this node, "
@@ -332,7 +344,7 @@ def _config(args, subcommand: str | None, function: str | None):
         skip_steps=args.skip_steps, steps=args.steps, full_run=args.full_run,
         **groups,
         doctor=args.doctor, what_if=tuple(n for n in what_if or () if n != "threads"), vtune=args.vtune,
-        nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args),
+        nproc_per_node=args.nproc_per_node, torchrun_args=tuple(torchrun_args), sample=args.sample,
     )
 
 
@@ -388,8 +400,53 @@ def _merge(argv: list[str]) -> int:
     return ExitCode.OK
 
 
+def _attach(argv: list[str]) -> int:
+    """`diagnose attach PID`: a running process sampled from outside (diagnose/attach/)."""
+    p = _Parser(prog="diagnose attach",
+                description="Diagnose a process that is already running, without restarting or stopping it: "
+                            "py-spy samples its Python and native stacks (operators, Python lines, libraries, "
+                            "steps), /proc its threads and memory. Needs py-spy (pip install py-spy) and "
+                            "permission to ptrace the process.")
+    p.add_argument("pid", metavar="PID", help="the process to attach to: the python running your script, or a "
+                                              "torchrun launcher (every rank below it is sampled)")
+    p.add_argument("--duration", type=float, default=ATTACH_DURATION_S, metavar="SECONDS",
+                   help=f"how long to sample ({ATTACH_DURATION_S:g})")
+    p.add_argument("--rate", type=float, default=ATTACH_RATE_HZ, metavar="HZ",
+                   help=f"stack samples a second per thread ({ATTACH_RATE_HZ:g}; each pauses the thread while its "
+                        "native stack is read)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="where to write the report (default: reports/<script>-attach-<YYYYmmdd-HHMMSS>/)")
+    p.add_argument("--force", action="store_true", help="replace report files an earlier run left in DIR")
+    p.add_argument("--fail-on", choices=("high", "medium"),
+                   help="CI gate: exit 4 when a finding of this severity or higher exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    args = p.parse_args(argv)
+    if not args.pid.isdigit():
+        raise UsageError(f"attach wants a process id (a number), not {args.pid!r}")
+    config = AttachConfig(pid=int(args.pid), duration_s=args.duration, rate_hz=args.rate, output_dir=args.output,
+                          force=args.force)
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr)
+
+    def on_sigterm(signum, frame) -> None:  # a CI job's timeout, kill: stop sampling, write what was sampled
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        result = attach_run.attach(config, say)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if result.report.run.error:
+        print(f"diagnose: {result.report.run.error}", file=sys.stderr)
+    sys.stdout.write("\n" + terminal.render(result.report, result.output_dir))
+    return _gate(result.report, args.fail_on, result.exit_code)
+
+
 SUBCOMMANDS = ("callgraph", "threads")
-ALL_SUBCOMMANDS = ("compare", "merge", "probe", *SUBCOMMANDS)
+ALL_SUBCOMMANDS = ("attach", "compare", "merge", "probe", *SUBCOMMANDS)
 
 
 def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int:
@@ -422,6 +479,16 @@ def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # on report.json files, running nothing: what changed between two runs; per-node reports of one job -> one
+    # a running process, sampled from outside
+    if argv and argv[0] == "attach":
+        try:
+            return _attach(argv[1:])
+        except DiagnoseError as exc:
+            print(f"diagnose: error: {exc.message}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:
+            print("diagnose: interrupted", file=sys.stderr)
+            return ExitCode.INTERRUPTED
     on_reports = {"compare": _compare, "merge": _merge}
     if argv and argv[0] in on_reports:
         try:

@@ -133,3 +133,26 @@ class Config:
     # the memory layer's readings in the passes (layers/memory/; no flag: benchmarks/memory_overhead.py turns
     # it off to measure what it costs)
     memory: bool = True
+    # --sample: py-spy samples the uninstrumented pass, a cross-check of the operator pass (layers/sample.py)
+    sample: bool = False
+
+
+# diagnose attach (and --sample): py-spy's samples a second. With --native py-spy pauses the process while it
+# unwinds each native stack; on examples/mlp.py (2 CPUs, shared) the step time rose ~20% at 50 Hz and ~12% at
+# 10 Hz in quiet pairs, py-spy itself using 12% and 4% of a CPU (benchmarks/RESULTS.md, "diagnose attach: the
+# target's step time while sampled"): 20 Hz keeps 600 samples in the default 30 s
+ATTACH_RATE_HZ = 20.0
+ATTACH_DURATION_S = 30.0
+ATTACH_RSS_INTERVAL_S = 0.25  # the RSS of the tree read this often (diagnose/attach: memory growth over time)
+
+
+@dataclass(frozen=True)
+class AttachConfig:
+    """diagnose attach PID's options (diagnose/attach/)."""
+
+    pid: int
+    duration_s: float = ATTACH_DURATION_S
+    rate_hz: float = ATTACH_RATE_HZ
+    output_dir: str | None = None
+    force: bool = False
+    reports_root: str = Config.reports_root

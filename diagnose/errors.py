@@ -15,6 +15,9 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad command line or bad target: nothing was run
     TARGET_FAILED = 3  # the target raised, exited non-zero, was killed or timed out; report written
     GATE = 4  # CI gate: --fail-on found findings at that severity, or compare --fail-on-regression tripped
+    PTRACE_DENIED = 5  # diagnose attach: ptrace is not permitted on the process (yama, a container, non-dumpable)
+    OTHER_USER = 6  # diagnose attach: the process belongs to another user
+    NOT_PYTHON = 7  # diagnose attach: the process is not a Python process
     INTERRUPTED = 130  # Ctrl-C; whatever was measured is written
     TERMINATED = 143  # SIGTERM (a CI job's timeout, kill): handled like Ctrl-C, whatever was measured is written
 
@@ -39,3 +42,7 @@ class TargetError(UsageError):
 
 class OutputError(UsageError):
     """The output directory cannot be used without harming the user's files."""
+
+
+class AttachError(DiagnoseError):
+    """diagnose attach cannot sample the process; each subclass (diagnose/attach/process.py) has its own code."""

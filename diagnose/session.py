@@ -119,6 +119,8 @@ class Plan:
             layers.append(OPT_IN["sweep"])
         if config.vtune:
             layers.append(OPT_IN["vtune"])
+        if config.sample:  # an observer on the uninstrumented pass: py-spy's stacks beside the operator pass
+            layers.append(OPT_IN["sample"])
         for layer in layers:
             reason = layer.available()
             if not reason and layer.observes and not config.baseline:

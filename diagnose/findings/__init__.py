@@ -27,6 +27,7 @@ from diagnose.findings import (
     operators,
     place,
     python,
+    sampled,
     stake,
     steps,
     threads,
@@ -56,6 +57,7 @@ RULES = [
     memory.memory_growth,
     trends.input_growth,
     trends.step_drift,
+    sampled.instrumentation_distortion,
 ]
 
 SEVERITY_RANK = stake.SEVERITY_RANK

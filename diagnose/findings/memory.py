@@ -116,8 +116,14 @@ def memory_growth(report: Report) -> list[Finding]:
     top = kept[0] if kept else None
     location = (top.holder_line or top.source) if top else None
     what = "torch's live bytes" if source == "allocator" else "the process's RSS"
-    title = f"Memory grows {mib(s.bytes_per_step)} a step through the window ({what}"
-    title += f", 95% interval {mib(s.ci_low)} to {mib(s.ci_high)})"
+    if g.interval_s:  # diagnose attach: RSS readings over time, not per step
+        def rate(x: float) -> str:
+            return mib(x / g.interval_s)
+        title = f"Memory grows {rate(s.bytes_per_step)} a second while sampled (the process tree's RSS"
+        title += f", 95% interval {rate(s.ci_low)} to {rate(s.ci_high)})"
+    else:
+        title = f"Memory grows {mib(s.bytes_per_step)} a step through the window ({what}"
+        title += f", 95% interval {mib(s.ci_low)} to {mib(s.ci_high)})"
     if kept:
         title += f": {_what(kept)}"
     if more is not None:
@@ -133,6 +139,8 @@ def memory_growth(report: Report) -> list[Finding]:
         "total_steps": p.total_steps if p else None, "total_steps_basis": p.basis if p else None,
         "projected_more_bytes": more, "headroom_bytes": room, "projected_share_of_headroom": severity_why,
     }
+    if g.interval_s:  # attach: a "step" of the slope is one reading interval
+        evidence["reading_interval_s"] = g.interval_s
     if top is not None:
         evidence.update({"held_by": top.held_by, "holder": top.holder, "made_at": top.source, "op": top.op,
                          "made_in_module": top.module, "kept_bytes_per_step": round(sum(g.bytes_per_step for g in kept), 1),

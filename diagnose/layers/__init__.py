@@ -13,6 +13,7 @@ from diagnose.layers.microbench import MicrobenchLayer
 from diagnose.layers.operators import OperatorsLayer
 from diagnose.layers.python import PythonLayer
 from diagnose.layers.repeat import RepeatLayer
+from diagnose.layers.sample import SampleLayer
 from diagnose.layers.threads import ThreadsLayer
 from diagnose.layers.threads.sweep import SweepLayer
 from diagnose.layers.whatif import WhatIfLayer
@@ -33,7 +34,7 @@ LAYERS: dict[str, Layer] = {
 
 # Layers that run only when asked for by their own option, never by default.
 OPT_IN: dict[str, Layer] = {"vtune": VtuneLayer(), "what_if": WhatIfLayer(), "sweep": SweepLayer(),
-                           "repeat": RepeatLayer()}
+                           "repeat": RepeatLayer(), "sample": SampleLayer()}
 
 
 def get(name: str) -> Layer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from diagnose.report import sampled as sampled_views
 from diagnose.report.model import Borderline, Finding, IterationStats, Report
 
 
@@ -92,6 +93,9 @@ def timing_lines(report: Report) -> list[str]:
     run = report.run
     unit = "step" if report.target.mode == "script" else "iter"
     lines = []
+    if report.target.mode == "attach":  # no pass of diagnose's own: the steps seen in the stacks, if any
+        st = report.sampled.steps if report.sampled else None
+        return [f"sampled step: median {duration(st.median_s)} over {st.steps} step starts ({st.detail})"] if st else []
     if run.iterations:
         lines.append(f"uninstrumented: {spread(run.iterations, unit)}")
     elif run.wall_s is not None:
@@ -171,6 +175,8 @@ def compile_lines(report: Report) -> list[str]:
 
 def outcome_line(report: Report) -> str:
     run = report.run
+    if report.target.mode == "attach":  # a running process sampled from outside (report/sampled.py)
+        return sampled_views.outcome(report)
     if report.hangs:
         return f"the target hung: {run.error or 'its process tree stopped using the CPU'}"
     if run.interrupted:
@@ -215,7 +221,8 @@ def threads_lines(report: Report) -> list[str]:
         return []
     how = "schedstat" if t.schedstat_available else "sampled thread states (schedstat off: coarser)"
     lines = [f"sampled /proc every {t.interval_s} s for {duration(t.duration_s)} "
-             f"({t.samples} samples, from {how}) during the uninstrumented pass",
+             f"({t.samples} samples, from {how}) "
+             + ("while attached" if report.target.mode == "attach" else "during the uninstrumented pass"),
              f"{t.usable_cpus} usable CPUs; mean runnable threads {t.mean_runnable:.2f}; "
              f"run-queue wait {100 * (t.runqueue_wait_share or 0):.0f}% of runnable time; "
              f"CPUs used {t.cpu_used or 0:.2f}"

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 
 from diagnose.render import distributed, fmt, plots
 from diagnose.report import memory as memory_views
+from diagnose.report import sampled as sampled_views
 from diagnose.report import io as report_io
 from diagnose.report.model import Finding, OperatorSummary, Peaks, Report, Threads
 
@@ -607,8 +608,11 @@ def _what_if(report: Report) -> str:
 def _memory(report: Report, image_dir: str | None) -> str:
     """report.memory: its lines (report/memory.py), the kept sites as a table, memory.png."""
     mem = report.memory
-    out = ["<p>Memory read at every step boundary of the window: the process's RSS in the uninstrumented pass, "
-           "torch's live bytes (allocations made in the window) in the operator pass.</p>",
+    about = ("<p>The RSS of the attached process tree, read at a fixed interval while it was sampled.</p>"
+             if mem.rss is not None and mem.rss.interval_s else
+             "<p>Memory read at every step boundary of the window: the process's RSS in the uninstrumented pass, "
+             "torch's live bytes (allocations made in the window) in the operator pass.</p>")
+    out = [about,
            "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in memory_views.lines(mem)) + "</ul>"]
     groups = mem.retained.groups if mem.retained else []
     if groups:
@@ -621,6 +625,40 @@ def _memory(report: Report, image_dir: str | None) -> str:
         if mem.retained.scope:
             out.append(f"<p class=note>{_e(mem.retained.scope)}</p>")
     out.append(_image(report, image_dir, "memory_png", "memory over the window's steps"))
+    return "".join(out)
+
+
+def _sampled(report: Report) -> str:
+    """report.sampled (diagnose attach): operators, libraries and Python lines by sampling (report/sampled.py)."""
+    s = report.sampled
+    out = [f"<p>{_e(s.sampler)}: the Python and native stacks of the running process, {s.samples} busy thread "
+           f"samples at {s.rate_hz:g} Hz; every share is of samples.</p>"]
+    pairs = sampled_views.beside(report)
+    if pairs:
+        rows = [("operator", "operator pass", "sampled", "")]
+        rows += [(p.op, f"{p.traced_pct:.1f}%", f"{p.sampled_pct:.1f}%",
+                  "distorted by instrumentation" if p.distorted else "") for p in pairs]
+        out += ["<h3>Operator shares: the operator pass against sampling the uninstrumented pass</h3>",
+                _table(rows, numeric=(1, 2))]
+    if s.operators:
+        rows = [("operator", "share of operator samples", "share of busy samples", "your line", "modules",
+                 "library line", "native frame")]
+        for o in s.operators[:15]:
+            rows.append((o.name, f"{o.share_pct:.1f}%", f"{o.time_pct:.1f}%", o.source or "-", o.modules or "-",
+                         f"{o.function} at {o.library_line}" if o.library_line else "-", o.native or "-"))
+        out += ["<h3>Operators by sampling</h3>", _table(rows, numeric=(1, 2))]
+    if s.libraries:
+        rows = [("library", "share of busy samples", "from your line")]
+        rows += [(lib.library, f"{lib.share_pct:.1f}%", lib.source or "-") for lib in s.libraries[:10]]
+        out += ["<h3>Time outside torch</h3>", _table(rows, numeric=(1,))]
+    if s.functions:
+        rows = [("function", "line", "kind", "self", "total", "in operators")]
+        rows += [(f.function, f.location, f.kind, f"{f.self_pct:.1f}%", f"{f.total_pct:.1f}%",
+                  f"{f.in_operators_pct:.0f}%") for f in s.functions[:15]]
+        out += ["<h3>Python hotspots</h3>", _table(rows, numeric=(3, 4, 5))]
+    rest = [line for line in sampled_views.lines(s) if line.startswith(("steps:", "processes:", "note:"))]
+    if rest:
+        out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in rest) + "</ul>")
     return "".join(out)
 
 
@@ -650,10 +688,13 @@ def render(report: Report, image_dir: str | None = None) -> str:
         "counters": lambda: _counters(report),
         "machine": lambda: _machine(report),
         "memory": lambda: _memory(report, image_dir),
+        "sampled": lambda: _sampled(report),
     }
     shown = list(SECTIONS)
     if report.memory is not None:  # a window of steps was measured: memory before the machine
         shown.insert(len(shown) - 1, ("memory", "Memory"))
+    if report.sampled is not None:  # diagnose attach: the sampled stacks right after the verdict
+        shown.insert(1, ("sampled", "Sampled from outside"))
     if report.distributed:  # a torchrun job: its ranks right after the verdict
         builders["ranks"] = lambda: _ranks(report)
         shown.insert(1, ("ranks", "Ranks"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from diagnose.render import distributed, fmt
 from diagnose.report import memory as memory_views
+from diagnose.report import sampled as sampled_views
 from diagnose.report.model import OperatorSummary, Report
 
 TOP_OPERATORS = 15
@@ -101,7 +102,7 @@ def render(report: Report) -> str:
     if layer and layer.notes:
         out += [f"- {n}" for n in layer.notes] + [""]
 
-    for section in (_modules, _python, _threads, _distributed, _microbench, _efficiency, _doctor, _what_if,
+    for section in (_sampled, _modules, _python, _threads, _distributed, _microbench, _efficiency, _doctor, _what_if,
                     _counters, _memory):
         out += _guard(section, report)
 
@@ -134,6 +135,16 @@ def _guard(section, report: Report) -> list[str]:
         return section(report)
     except Exception as exc:  # noqa: BLE001 - one section must not take the report down
         return [f"_could not write the {section.__name__.strip('_')} section: {type(exc).__name__}: {exc}_", ""]
+
+
+def _sampled(report: Report) -> list[str]:
+    """report.sampled (diagnose attach): report/sampled.py words it."""
+    if report.sampled is None:
+        return []
+    return (["## Sampled from outside", "", f"_{_cell(report.sampled.sampler)}: Python and native stacks of the running "
+             "process; shares are of samples._", ""]
+            + [f"- {_cell(line)}" if not line.startswith("  ") else f"  - {_cell(line.strip())}"
+               for line in sampled_views.lines(report.sampled) + sampled_views.beside_lines(report)] + [""])
 
 
 def _modules(report: Report) -> list[str]:

@@ -241,16 +241,21 @@ def memory_png(report: Report, path: str) -> str | None:
         return f"matplotlib is not importable ({exc}); pip install matplotlib"
     first = report.steps.window_first if report.steps and report.steps.window_first else 1
     mib = float(1 << 20)
+    every = mem.rss.interval_s if mem and mem.rss else None  # diagnose attach: readings over time, not steps
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, constrained_layout=True)
     if len(rss) >= 2:
-        xs = [first - 1 + i for i in range(len(rss))]
-        top.plot(xs, [v / mib for v in rss], marker=".", color="tab:blue", label="RSS (uninstrumented pass)")
+        xs = [i * every for i in range(len(rss))] if every else [first - 1 + i for i in range(len(rss))]
+        top.plot(xs, [v / mib for v in rss], marker=".", color="tab:blue",
+                 label="RSS of the process tree (attached)" if every else "RSS (uninstrumented pass)")
         s = mem.rss.slope
         if s is not None:
             mid_x, mid_y = sum(xs) / len(xs), sum(rss) / len(rss)
-            top.plot(xs, [(mid_y + s.bytes_per_step * (x - mid_x)) / mib for x in xs], color="black", linewidth=0.8,
-                     linestyle="--", label=f"least squares: {s.bytes_per_step / mib:.2f} MiB/step "
-                                           f"[{s.ci_low / mib:.2f}, {s.ci_high / mib:.2f}]")
+            per_x = s.bytes_per_step / every if every else s.bytes_per_step
+            k = 1 / every if every else 1
+            top.plot(xs, [(mid_y + per_x * (x - mid_x)) / mib for x in xs], color="black", linewidth=0.8,
+                     linestyle="--", label=f"least squares: {k * s.bytes_per_step / mib:.2f} MiB/"
+                                           f"{'s' if every else 'step'} [{k * s.ci_low / mib:.2f}, "
+                                           f"{k * s.ci_high / mib:.2f}]")
         top.legend(loc="upper left", fontsize=8)
     top.set_ylabel("RSS (MiB)")
     top.grid(True, alpha=0.3)
@@ -270,9 +275,10 @@ def memory_png(report: Report, path: str) -> str | None:
         bottom.text(0.5, 0.5, "torch's bytes were not recorded (no operator pass, no module or optimizer)",
                     ha="center", va="center", transform=bottom.transAxes, fontsize=9)
     bottom.set_ylabel("torch tensors (MiB)")
-    bottom.set_xlabel("step (the window's start, then the end of each of its steps)")
+    bottom.set_xlabel("seconds since attaching" if every else "step (the window's start, then the end of each of its steps)")
     bottom.grid(True, alpha=0.3)
-    bottom.xaxis.get_major_locator().set_params(integer=True)
+    if not every:
+        bottom.xaxis.get_major_locator().set_params(integer=True)
     grows = [g.source for g in (mem.rss, mem.allocator) if g is not None and g.continues]
     verdict = ("grows through the window (" + " and ".join("RSS" if x == "rss" else "torch's bytes" for x in grows)
                + ")") if grows else "no growth through the window"

@@ -6,6 +6,7 @@ import os
 
 from diagnose.render import distributed, fmt
 from diagnose.report import memory as memory_views
+from diagnose.report import sampled as sampled_views
 from diagnose.report.model import Report
 
 TOP_OPERATORS = 8
@@ -42,6 +43,9 @@ def render(report: Report, output_dir: str | None = None) -> str:
         if ran_in:
             out.append(f"  where they ran: {ran_in}")
     out += _modules(report)
+    if report.sampled is not None:
+        out += ["", "Sampled from outside (py-spy: Python and native stacks)"]
+        out += [f"  {line}" for line in sampled_views.lines(report.sampled) + sampled_views.beside_lines(report)]
     op_layer = report.layers.get("operators")
     if op_layer and op_layer.status != "ok":
         out.append("")
@@ -154,7 +158,8 @@ def _memory(report: Report) -> list[str]:
     """report.memory: growth per step, projection, what is kept, the peak (report/memory.py words them)."""
     if report.memory is None:
         return []
-    return ["", "Memory (per step of the window)"] + [f"  {line}" for line in memory_views.lines(report.memory)]
+    head = "Memory (while attached)" if report.target.mode == "attach" else "Memory (per step of the window)"
+    return ["", head] + [f"  {line}" for line in memory_views.lines(report.memory)]
 
 
 def _distributed(report: Report) -> list[str]:

@@ -41,7 +41,9 @@ def lines(mem: Memory) -> list[str]:
     out = []
     for g in (mem.allocator, mem.rss):
         if g is not None:
-            what = "torch's live bytes (operator pass)" if g.source == "allocator" else "RSS (uninstrumented pass)"
+            what = ("torch's live bytes (operator pass)" if g.source == "allocator" else
+                    f"RSS of the process tree (attached, read every {g.interval_s:g} s)" if g.interval_s else
+                    "RSS (uninstrumented pass)")
             out.append(f"{what}: {g.verdict}")
     p = mem.projection
     rate, source = projected_rate(mem)

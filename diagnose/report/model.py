@@ -45,6 +45,9 @@ migration to io.MIGRATIONS):
         (additive: empty in older reports).
         a trial's no_effect (why its change provably changes nothing here)
         added later (additive: null in older reports).
+        `sampled` (diagnose attach PID: operators, Python lines, libraries and
+        steps from sampled stacks), target.pid and memory growth's
+        interval_s added later (additive: null in older reports).
 """
 
 from __future__ import annotations
@@ -62,10 +65,11 @@ LAYER_STATUSES = ("ok", "skipped", "failed")
 class TargetInfo:
     script: str  # the target's path as given on the command line
     argv: list[str] = field(default_factory=list)  # the arguments the script received
-    mode: str = "script"  # "script" or "function"
+    mode: str = "script"  # "script", "function" or "attach" (a running process sampled from outside)
     function: str | None = None  # function mode: the zero-argument function called once per step
     warmup: int | None = None  # function mode: calls before the measured ones (--skip-steps)
     iters: int | None = None  # function mode: measured calls (--steps)
+    pid: int | None = None  # attach mode (diagnose attach PID): the process attached to
 
 
 @dataclass
@@ -1590,6 +1594,8 @@ class SamplerHealth:
     unreadable_files: int = 0  # /proc files that could not be read, vanished_files included
     vanished_files: int = 0  # unreadable because the thread or process had exited
     sampler_cpu_s: float | None = None  # the sampler process's own CPU time
+    # diagnose attach: py-spy's and diagnose's own CPU time while sampling (not counted as other processes')
+    observers_cpu_s: float | None = None
     overhead_cpu_share: float | None = None  # the sampler's CPU over the wall time, as a share of one CPU
     read_s_mean: float | None = None  # one sample's reading time
     interval_s: float | None = None  # the requested interval between samples
@@ -1761,6 +1767,9 @@ class MemoryGrowth:
     # in the window) at the end of each step (at most 100,000)
     readings_bytes: list[int] = field(default_factory=list)
     slope: MemorySlope | None = None  # None: fewer than 3 readings
+    # attach mode: the readings are this many seconds apart, not step boundaries (the slope's "step" is this
+    # interval); None: one reading per step
+    interval_s: float | None = None
     # growth continues through the window: the slope's interval is above 0 and the later half grows at
     # least half as fast, its interval above 0 too (warm-up growth that settles does not count)
     continues: bool = False
@@ -1848,6 +1857,110 @@ class Memory:
 
 
 @dataclass
+class SampledLine:
+    """A line of the user's code that sampled time went through (diagnose attach)."""
+
+    location: str  # file.py:LINE, the innermost frame of the user's code in the samples
+    samples: int  # samples with this line
+    share_pct: float  # of the samples of what it belongs to (the operator, the library)
+    function: str | None = None  # the user's function holding the line
+
+
+@dataclass
+class SampledOperator:
+    """An ATen operator seen on the native stacks (the innermost at::_ops::<op> frame), diagnose attach."""
+
+    name: str  # aten::addmm (from at::_ops::addmm; the overload dropped, as the operator table names rows)
+    samples: int  # thread samples inside it (its own time: no operator inside it was deeper)
+    share_pct: float  # of all samples inside an operator: comparable with an operator row's self_pct
+    time_pct: float  # of all the sampled threads' busy samples
+    source: str | None = None  # the user's line with most of its samples; None: no user frame
+    sources: list[SampledLine] = field(default_factory=list)  # by samples, at most 5
+    library_line: str | None = None  # innermost Python frame outside torch (a model library's line, or yours)
+    function: str | None = None  # the Python function of that library line: "BertSelfAttention.forward"
+    # of `samples`, those whose operator frame the unwinder lost, given to it from the same Python line (stacks.impute)
+    imputed_samples: int = 0
+    # the classes whose forward is on the stack, outermost first ("BertModel > BertEncoder > BertLayer > ..."),
+    # in most of its samples: frames name classes, not the attribute path (encoder.layer.3) the operator pass has
+    modules: str | None = None
+    native: str | None = None  # the deepest symbolised native frame below it (a BLAS kernel, an OpenMP call)
+
+
+@dataclass
+class SampledFunction:
+    """A Python function by the samples whose innermost Python frame it is (diagnose attach)."""
+
+    function: str  # py-spy's name: "step", "Module._call_impl"
+    location: str  # file.py:LINE of its line with most samples
+    kind: str  # user, library, torch (torch's Python code), stdlib
+    self_samples: int  # innermost Python frame, in or out of native code below it
+    total_samples: int  # anywhere on the stack
+    self_pct: float  # of all the sampled threads' busy samples
+    total_pct: float
+    in_operators_pct: float = 0.0  # of its self samples, the share inside an ATen operator below it
+
+
+@dataclass
+class SampledLibrary:
+    """Time outside torch, by library: samples whose innermost frame is a library other than torch (diagnose
+    attach)."""
+
+    library: str  # numpy, PIL, python (the interpreter running Python code), ...
+    samples: int
+    share_pct: float  # of all the sampled threads' busy samples
+    source: str | None = None  # the user's line with most of them
+    sources: list[SampledLine] = field(default_factory=list)  # by samples, at most 5
+
+
+@dataclass
+class SampledSteps:
+    """Steps seen in the samples: each episode of the step's marker frame starts one (diagnose attach)."""
+
+    detector: str  # "optimizer" (Optimizer.step frames) or "forward" (the outermost nn.Module call)
+    detail: str  # the marker frame: "SGD.step (torch/optim/sgd.py)", "Module._call_impl at train.py:30"
+    steps: int  # episode starts seen
+    median_s: float  # median time between consecutive starts
+    step_s: list[float] = field(default_factory=list)  # those times, in order (at most 1000)
+    min_samples_per_step: int = 0  # the fewest samples a step had: under 4, steps may be missed
+
+
+@dataclass
+class SampledProcess:
+    """A process whose Python stacks were sampled (diagnose attach)."""
+
+    pid: int
+    role: str  # target, rank N, dataloader_worker, child
+    samples: int  # thread samples taken in it
+    threads: int  # Python threads seen
+    command: str = ""  # its command line, shortened
+    rank: int | None = None  # torchrun's RANK from its environment
+
+
+@dataclass
+class Sampled:
+    """A running process tree sampled from outside (diagnose attach PID): py-spy's Python and native stacks,
+    turned into operators, Python hotspots, time outside torch and steps (diagnose/attach/stacks.py).
+    Shares are of samples: a share is only as precise as its sample count allows (about 1/sqrt(samples))."""
+
+    sampler: str  # "py-spy 0.4.3 record --native"
+    rate_hz: float  # samples per second asked for, per thread
+    duration_s: float  # from the first sample to the last
+    samples: int  # thread samples with a Python stack (busy threads: py-spy leaves idle ones out)
+    errors: int = 0  # samples py-spy could not take
+    operator_samples: int = 0  # of `samples`, inside an ATen operator
+    # of them, kernel samples py-spy could not unwind to their operator frame (generated code, lost frames), given
+    # to the operators seen from the same Python line (attach/stacks.impute)
+    imputed_samples: int = 0
+    exited: bool = False  # the target exited while being sampled: the report covers what came before
+    processes: list[SampledProcess] = field(default_factory=list)
+    operators: list[SampledOperator] = field(default_factory=list)  # by samples, at most 30
+    functions: list[SampledFunction] = field(default_factory=list)  # by self samples, at most 30
+    libraries: list[SampledLibrary] = field(default_factory=list)  # outside torch, by samples
+    steps: SampledSteps | None = None  # None: no step marker seen often enough
+    notes: list[str] = field(default_factory=list)  # what could not be sampled, and why
+
+
+@dataclass
 class Report:
     target: TargetInfo  # what ran: the script as given, its arguments, the mode (TargetInfo)
     # the CPUs the target could use and torch's threading settings (Machine)
@@ -1884,6 +1997,8 @@ class Report:
     step_budget: StepBudget | None = None
     # where memory goes, whether it grows, what keeps it alive (None: no step window was measured)
     memory: Memory | None = None
+    # diagnose attach PID: what the sampled stacks say (None: not an attach report)
+    sampled: Sampled | None = None
     # the answer in one sentence: healthy or not, with its numbers (findings/verdict.py); None: not judged
     verdict: Verdict | None = None
     findings: list[Finding] = field(default_factory=list)  # the diagnosis (diagnose/findings/), most important first

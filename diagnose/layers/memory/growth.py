@@ -25,6 +25,12 @@ from diagnose.trends import line
 # glibc's heap (a clean MLP training loop, examples/mlp.py: 0.1-0.6 MiB/step over 20 steps while torch's live
 # bytes stayed flat), so 512 KiB, half the 1 MiB/step the layer must detect
 MIN_GROWTH_BYTES_PER_STEP = {"allocator": 64 * 1024, "rss": 512 * 1024}
+# attach mode reads the RSS over time: the same 512 KiB floor, per second (a leak of 1 MiB a second is found)
+MIN_GROWTH_BYTES_PER_S = 512 * 1024
+# ... over at least this long: a process's heap can climb by a few MiB a second for seconds at a time (examples/
+# mlp.py's RSS, read every 0.25 s after it entered its loop: ~7 MiB/s for a second, ~1 MiB/s for 8 more, then flat;
+# 2 s of readings in that stretch passed every other test)
+MIN_GROWTH_SPAN_S = 4.0
 LATE_MIN_SHARE = 0.5  # the later half must grow at least half as fast as the whole window
 MIN_READINGS = 4  # a line through fewer readings says nothing
 
@@ -40,23 +46,42 @@ def slope_of(readings: list[int]) -> MemorySlope | None:
     return out
 
 
-def growth(source: str, readings: list[int]) -> MemoryGrowth:
-    """The readings, their slope and whether growth continues through the window (module docstring)."""
-    out = MemoryGrowth(source=source, readings_bytes=list(readings))
+def growth(source: str, readings: list[int], interval_s: float | None = None) -> MemoryGrowth:
+    """The readings, their slope and whether growth continues through the window (module docstring).
+    `interval_s`: the readings are that far apart in time (diagnose attach), not step boundaries: the slope
+    is per reading and the floor MIN_GROWTH_BYTES_PER_S x interval_s."""
+    out = MemoryGrowth(source=source, readings_bytes=list(readings), interval_s=interval_s)
     if len(readings) < MIN_READINGS:
         out.verdict = f"{len(readings)} readings: too few for a slope (at least {MIN_READINGS})"
         return out
     s = out.slope = slope_of(readings)
-    rate = f"{mib(s.bytes_per_step)}/step [{mib(s.ci_low)} to {mib(s.ci_high)}] over {s.steps} steps"
-    floor = MIN_GROWTH_BYTES_PER_STEP.get(source, MIN_GROWTH_BYTES_PER_STEP["rss"])
+    if interval_s:
+        def per(x: float | None) -> str:
+            return mib(x / interval_s if x is not None else None)
+        rate = (f"{per(s.bytes_per_step)}/s [{per(s.ci_low)} to {per(s.ci_high)}] over {s.steps * interval_s:g} s "
+                f"({s.steps + 1} readings)")
+        floor = MIN_GROWTH_BYTES_PER_S * interval_s
+        floor_text = f"{MIN_GROWTH_BYTES_PER_S // 1024} KiB/s"
+        unit = "s"
+    else:
+        def per(x: float | None) -> str:
+            return mib(x)
+        rate = f"{mib(s.bytes_per_step)}/step [{mib(s.ci_low)} to {mib(s.ci_high)}] over {s.steps} steps"
+        floor = MIN_GROWTH_BYTES_PER_STEP.get(source, MIN_GROWTH_BYTES_PER_STEP["rss"])
+        floor_text = f"{floor // 1024} KiB/step"
+        unit = "step"
     if s.ci_low < floor:
-        out.verdict = (f"no growth: {rate}, the interval's low end under {floor // 1024} KiB/step"
+        out.verdict = (f"no growth: {rate}, the interval's low end under {floor_text}"
                        if s.ci_high > 0 else f"no growth: {rate}")
         return out
-    if s.late_bytes_per_step is None:
-        out.verdict = f"grows {rate}, but too few steps to tell growth that continues from warm-up"
+    if interval_s and s.steps * interval_s < MIN_GROWTH_SPAN_S:
+        out.verdict = (f"grows {rate}, but over less than {MIN_GROWTH_SPAN_S:g} s: too short to tell growth that "
+                       "continues from a heap settling (a longer --duration tells)")
         return out
-    late = f"{mib(s.late_bytes_per_step)}/step [{mib(s.late_ci_low)} to {mib(s.late_ci_high)}] in the later half"
+    if s.late_bytes_per_step is None:
+        out.verdict = f"grows {rate}, but too few {'readings' if interval_s else 'steps'} to tell growth that continues from warm-up"
+        return out
+    late = f"{per(s.late_bytes_per_step)}/{unit} [{per(s.late_ci_low)} to {per(s.late_ci_high)}] in the later half"
     if s.late_bytes_per_step < LATE_MIN_SHARE * s.bytes_per_step or s.late_ci_low <= 0:
         out.verdict = f"warm-up, not growth: {rate}, but {late}"
         return out

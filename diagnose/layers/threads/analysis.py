@@ -11,8 +11,9 @@ first and the last snapshot (`duration_s`):
 - `runqueue_wait_share` = Σwait / Σ(run + wait);
 - `cpu_used` = Σrun / wall, in CPUs;
 - `machine_busy_cpus` from /proc/stat (user+nice+system+irq+softirq) and
-  `others_cpus` = machine busy minus the tree and the sampler itself: CPUs
-  other processes took (in a container /proc/stat may be the host's);
+  `others_cpus` = machine busy minus the tree, the sampler itself and its
+  observers (diagnose attach: py-spy and diagnose): CPUs other processes
+  took (in a container /proc/stat may be the host's);
 - `busy_share`: share of the wall time in which the tree kept at least one
   CPU busy (Σ min(1, CPUs used per interval) × interval / wall): near 1 for
   CPU-bound work, low for work waiting on I/O or sleeping.
@@ -281,7 +282,8 @@ def analyse(recording: Recording, usable_cpus: int) -> Threads:
         b1, i1 = procfs.busy_idle_ticks(c1)
         machine_busy = (b1 - b0) / ticks_per_s / wall_s
         machine_cpus = ((b1 - b0) + (i1 - i0)) / ticks_per_s / wall_s
-        others = max(0.0, machine_busy - tree_cpu / wall_ns - health_in.sampler_cpu_s / wall_s)
+        others = max(0.0, machine_busy - tree_cpu / wall_ns
+                     - (health_in.sampler_cpu_s + health_in.observers_cpu_s) / wall_s)
 
     timeline, per_process, busy_share = _timeline(snapshots, threads, processes, base, values, ticks_per_s)
     # the target first, then by CPU time (ties in the recording's order)
@@ -409,6 +411,7 @@ def _health(h: Health, wall_s: float, recording: Recording) -> SamplerHealth:
         unreadable_files=h.unreadable_files,
         vanished_files=h.vanished_files,
         sampler_cpu_s=_round(h.sampler_cpu_s),
+        observers_cpu_s=_round(h.observers_cpu_s) if h.observers_cpu_s else None,
         # the sampler's own CPU as a share of one CPU over the run
         overhead_cpu_share=_round(h.sampler_cpu_s / wall_s) if wall_s > 0 else None,
         read_s_mean=h.read_s_mean,

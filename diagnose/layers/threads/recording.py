@@ -147,6 +147,7 @@ class Health:
     unreadable_files: int = 0  # vanished_files included
     vanished_files: int = 0  # the thread or process had exited
     sampler_cpu_s: float = 0.0  # the sampler's own CPU time
+    observers_cpu_s: float = 0.0  # the observers' (--observer: py-spy, diagnose attach) between first and last sample
     read_s_mean: float | None = None  # one sample's reading time; None: no sample
     read_s_max: float = 0.0
     decimations: int = 0  # times the kept snapshots were halved (and the interval doubled)

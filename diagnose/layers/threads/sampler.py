@@ -107,7 +107,8 @@ class Sampler:
                  proc_root: str = procfs.PROC, cpu_time: Callable[[], float] = time.process_time,
                  max_snapshots: int = DEFAULT_MAX_SNAPSHOTS, status_every: int = DEFAULT_STATUS_EVERY,
                  cpu_budget_share: float = DEFAULT_CPU_BUDGET_SHARE, max_interval_s: float = DEFAULT_MAX_INTERVAL_S,
-                 self_pid: int | None = None, clock_ticks_per_s: int | None = None):
+                 self_pid: int | None = None, clock_ticks_per_s: int | None = None,
+                 observers: tuple[int, ...] = ()):
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         if max_snapshots < 4:
@@ -124,6 +125,9 @@ class Sampler:
         self._sleep = sleep
         self._cpu_time = cpu_time
         self._self_pid = os.getpid() if self_pid is None else self_pid
+        # other processes of the tool that measures (diagnose attach: py-spy and diagnose itself): their CPU time
+        # is the observation's cost, neither the tree's nor other processes'
+        self._observers = tuple(observers)
         self._ticks_per_s = clock_ticks_per_s or procfs.clock_ticks_per_s()
         self._errors = procfs.ReadErrors()
         self._stop = False
@@ -374,6 +378,7 @@ class Sampler:
             read_s_max=round(h["read_s_max"], 6),
             final_interval_s=self.interval_s,
             children_fallback=self._children_fallback,
+            observers_cpu_s=self._observers_cpu_s(),
         )
         return Recording(
             format=FORMAT,
@@ -392,9 +397,18 @@ class Sampler:
             health=Health(**h),
         )
 
+    def _observers_cpu_s(self) -> float:
+        """CPU time the observers used between the first and the last sample."""
+        ticks = 0
+        for pid in self._observers:
+            end, start = self._others_end.get(pid), self._others_start.get(pid)
+            if end is not None:
+                ticks += end[2] - (start[2] if start is not None and start[1] == end[1] else 0)
+        return round(ticks / self._ticks_per_s, 6)
+
     def _other_processes(self) -> list[OutsideProcess]:
-        """Top CPU users outside the tree and the sampler, between the first and the last sample."""
-        ours = {p["pid"] for p in self._processes} | {self._self_pid}
+        """Top CPU users outside the tree, the sampler and the observers, between the first and the last sample."""
+        ours = {p["pid"] for p in self._processes} | {self._self_pid} | set(self._observers)
         out = []
         for pid, (comm, start, ticks) in self._others_end.items():
             if pid in ours:
@@ -433,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="take a last sample and stop once FILE exists (the workload has ended)")
     parser.add_argument("--restart-when", default=None, metavar="FILE",
                         help="drop the recording and start over, once, when FILE appears (the measured window begins)")
+    parser.add_argument("--observer", type=int, action="append", default=[], metavar="PID",
+                        help="a process of the measuring tool (py-spy beside it): its CPU time is not counted as "
+                             "other processes' (may repeat)")
     parser.add_argument("--proc-root", default=procfs.PROC, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # A signal writes to this pipe, so the sleep returns at once and the last sample
@@ -461,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def new_sampler() -> Sampler:
         return Sampler(args.pid, interval_s=args.interval, max_snapshots=args.max_snapshots,
-                       proc_root=args.proc_root, sleep=sleep)
+                       proc_root=args.proc_root, sleep=sleep, observers=tuple(args.observer))
 
     sampler = new_sampler()
     signalled = []
