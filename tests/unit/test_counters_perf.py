@@ -132,9 +132,9 @@ def test_observer_counts_only_between_the_markers(tmp_path):
     work.mkdir()
     child = subprocess.Popen([sys.executable, "-c", (
         "import os, sys, time\n"
-        "def busy(s):\n"
-        "    t = time.time()\n"
-        "    while time.time() - t < s: pass\n"
+        "def busy(s):\n"  # CPU seconds, not wall: a loaded machine stretches the phases, never shrinks them
+        "    t = time.process_time()\n"
+        "    while time.process_time() - t < s: pass\n"
         "w = sys.argv[1]\n"
         "busy(0.5)\n"
         "open(os.path.join(w, 'started'), 'w').close()\n"
