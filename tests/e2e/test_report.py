@@ -28,7 +28,7 @@ def test_report_files_and_contract_fields(mlp_script_run):
     r = run.report
     assert r["schema_version"] == "4"
     assert r["target"] == {"script": "examples/mlp.py", "argv": ["--steps", "5"], "mode": "script",
-                           "function": None, "warmup": None, "iters": None}
+                           "function": None, "warmup": None, "iters": None, "pid": None}  # pid: attach only
     assert r["machine"]["usable_cpus"] >= 1
     assert r["machine"]["torch_version"].startswith("2.")
     assert r["run"]["exit_code"] == 0 and r["run"]["error"] is None
