@@ -57,6 +57,8 @@ def shared_fork_server(tmp_path_factory):
         return
     path = str(tmp_path_factory.mktemp("forkserver") / "sock")
     os.environ[SHARED_ENV] = path  # first: the server's environment is the runs'
+    # a session fixture's setup runs outside this conftest's hooks (they are scoped to tests/): pop it here
+    os.environ.pop("PYTEST_CURRENT_TEST", None)
     server = ForkServer.start(listen=path)
     if server is None:
         del os.environ[SHARED_ENV]

@@ -57,3 +57,20 @@ def test_a_run_with_the_servers_environment_forks_from_it_writing_to_its_own_std
 
 def test_a_run_with_another_environment_starts_its_own_server(shared):
     assert _ask({**shared, "ANOTHER": "1"}) == ["own", "['from the child']", "exit 0"]
+
+
+ASKS_WHICH = "from diagnose.forkserver import ForkServer; print('shared' if ForkServer.start().proc is None else 'own')"
+
+
+@pytest.fixture(scope="module")
+def asked_in_a_fixture():
+    return subprocess.run([sys.executable, "-c", ASKS_WHICH], capture_output=True, text=True, timeout=120).stdout
+
+
+def test_the_suites_runs_share_the_test_process_server_from_tests_and_fixtures(asked_in_a_fixture):
+    """tests/conftest.py's shared_fork_server, with PYTEST_CURRENT_TEST kept out of the environment in both."""
+    if os.environ.get("DIAGNOSE_TEST_OWN_SERVERS"):
+        pytest.skip("DIAGNOSE_TEST_OWN_SERVERS=1: every run starts its own server")
+    asked_in_the_test = subprocess.run([sys.executable, "-c", ASKS_WHICH], capture_output=True, text=True,
+                                       timeout=120).stdout
+    assert (asked_in_a_fixture.strip(), asked_in_the_test.strip()) == ("shared", "shared")
