@@ -17,22 +17,26 @@ passes and passes under a command prefix (vtune) are started fresh
 an OpenMP pool started before a fork does not work in the child.
 
 Protocol, one JSON object per line over a Unix socket: the server says
-{"ready": true, "executable": ..., "env": {...}} once imported; a request
+{"ready": true, "executable": ..., "env": {...}, "set_by_imports": {...}}
+once imported; a request
 {"call": "module:function" (called with the args) or "module": NAME (run as
 `python -m NAME`), "args": [...], "cwd": DIR, "log": FILE or null (stdout and
 stderr; null: the requester's own), "stdout": FILE or null (stdout apart),
 "stdin_null": bool} carries the requester's stdin, stdout and stderr as
 file descriptors (SCM_RIGHTS), and is answered {"pid": PID};
-{"pid": PID, "status": WAITSTATUS} follows when that child ends. The server
-exits when the socket it was started with closes.
+{"pid": PID, "status": WAITSTATUS} follows when that child ends. When a
+requester's connection closes, the children it asked for that still run are
+killed (their process groups); the server kills all of them and exits when
+the socket it was started with closes.
 
 A shared server (`DIAGNOSE_FORK_SERVER=PATH`, SHARED_ENV) also listens on the
 Unix socket PATH, so that many diagnose runs in a row (a test suite, a CI job
 diagnosing several scripts) pay for importing torch once: each run that finds
 the variable connects instead of starting its own, and uses the server only
 when the server's interpreter and environment are exactly its own (set the
-variable before starting the server): the environment is read when torch's
-libraries load, and a child keeps the server's. Otherwise the run starts
+variable before starting the server), apart from what the server's imports
+set to the same values: the environment is read when torch's libraries
+load, and a child keeps the server's. Otherwise the run starts
 its own server, as without the variable. Each child gets the requester's
 working directory and standard streams, and its exit goes to the requester
 alone.
@@ -82,7 +86,11 @@ _STARTED_WITH = dict(os.environ)  # before torch's import sets variables of its 
 
 
 def _hello() -> bytes:
-    return json.dumps({"ready": True, "executable": sys.executable, "env": _STARTED_WITH}).encode() + b"\n"
+    """The ready message: the environment the server started with, and what its imports set (torch sets
+    TORCHINDUCTOR_CACHE_DIR: a requester that imported torch itself has it too, and that is no difference)."""
+    imports = {k: v for k, v in os.environ.items() if _STARTED_WITH.get(k) != v}
+    return json.dumps({"ready": True, "executable": sys.executable, "env": _STARTED_WITH,
+                       "set_by_imports": imports}).encode() + b"\n"
 
 
 def _serve(sock: socket.socket, listen: socket.socket | None = None) -> None:
@@ -129,7 +137,8 @@ def _serve(sock: socket.socket, listen: socket.socket | None = None) -> None:
                 except OSError:
                     data, fds = b"", []
                 client.fds += fds
-                if not data:
+                if not data:  # the requester is gone: nobody will read what its children measure
+                    _kill_children_of(None if client.sock is sock else client, owners)
                     if client.sock is sock:
                         return
                     sel.unregister(client.sock)
@@ -154,6 +163,18 @@ def _serve(sock: socket.socket, listen: socket.socket | None = None) -> None:
                 done, status = pid, 0
             if done:
                 owners.pop(pid).send({"pid": pid, "status": status})
+
+
+def _kill_children_of(client: _Client | None, owners: dict[int, _Client]) -> None:
+    """Kill the process groups (each child's session) of the children `client` asked for that still run (all
+    of them for None: the server is ending). diagnose waits for or stops every pass before it closes its
+    connection, so these are the passes of a diagnose that was killed, or of one that stopped waiting."""
+    for pid, owner in list(owners.items()):
+        if client is None or owner is client:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _fork(request: dict[str, Any], stdio: list[int], sockets: list, pipe: tuple[int, int]) -> int:
@@ -253,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------- client side
+
+
+def _own_environment(set_by_imports: dict[str, str]) -> dict[str, str]:
+    """Our environment without what the server's own imports set to the same values (our imports did)."""
+    return {k: v for k, v in os.environ.items() if set_by_imports.get(k) != v}
 
 
 def _stdio() -> tuple[list[int], list[int]]:
@@ -369,7 +395,7 @@ class ForkServer:
         except (OSError, ValueError):
             message = None
         if not message or not message.get("ready") or message.get("executable") != sys.executable \
-                or message.get("env") != dict(os.environ):
+                or message.get("env") != _own_environment(message.get("set_by_imports") or {}):
             server.close()
             return None
         return server

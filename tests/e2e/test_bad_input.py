@@ -4,14 +4,16 @@ reports written for whatever ran, nothing of the user's overwritten."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import time
 
 import psutil
 import pytest
-
 from conftest import DIAGNOSE, REPO, CliRun, assert_one_line_error, run_cli
+
+from diagnose.forkserver import SHARED_ENV
 
 # runner behaviour (exit codes, output directory, argv) shows with the two passes every run has: the
 # uninstrumented one and the operator pass. A raising or os._exit target runs every layer: what each
@@ -171,17 +173,20 @@ def test_interruption_writes_a_partial_report_and_leaves_no_process(sig, code, s
     # started as a shell starts a command: SIGINT at its default. A pytest-xdist worker ignores SIGINT and its
     # children inherit that (Python keeps an inherited SIG_IGN, as `python script.py` does): the Ctrl-C was
     # then never delivered, and diagnose ran on until the test gave up (seen in `make test`'s parallel step)
-    proc = subprocess.Popen([*DIAGNOSE, "-q", "-o", str(out), str(target)], cwd=REPO,
+    # its own fork server, as a user's run has: the pass is then in diagnose's process tree, which the test reads
+    own = {k: v for k, v in os.environ.items() if k != SHARED_ENV}
+    proc = subprocess.Popen([*DIAGNOSE, "-q", "-o", str(out), str(target)], cwd=REPO, env=own,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    tree = psutil.Process(proc.pid).children(recursive=True)  # the pass, the sampler, the target's child
-    assert len(tree) >= 3, tree
-    proc.send_signal(sig)  # to diagnose alone, as `kill` or a CI job's timeout would
+    tree = []
     try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        tree = psutil.Process(proc.pid).children(recursive=True)  # the pass, the sampler, the target's child
+        assert len(tree) >= 3, tree
+        proc.send_signal(sig)  # to diagnose alone, as `kill` or a CI job's timeout would
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:  # never leave a diagnose running when the test fails

@@ -74,3 +74,40 @@ def test_the_suites_runs_share_the_test_process_server_from_tests_and_fixtures(a
     asked_in_the_test = subprocess.run([sys.executable, "-c", ASKS_WHICH], capture_output=True, text=True,
                                        timeout=120).stdout
     assert (asked_in_a_fixture.strip(), asked_in_the_test.strip()) == ("shared", "shared")
+
+
+def test_the_children_of_a_run_that_went_away_are_killed(shared):
+    """A diagnose killed while its pass runs leaves no pass behind on the shared server (one spun on for the rest
+    of a suite when its test failed before stopping it)."""
+    import time
+
+    orphan = textwrap.dedent("""
+        import os
+        from diagnose.forkserver import ForkServer
+        server = ForkServer.start()
+        child = server.spawn(None, ["-n", "1", "-r", "1", "import time; time.sleep(600)"], module="timeit",
+                             log=os.devnull, stdin_null=True)
+        print(child.pid, flush=True)
+        os._exit(0)  # gone without a word, as a SIGKILL leaves it
+    """)
+    out = subprocess.run([sys.executable, "-c", orphan], capture_output=True, text=True, env=shared, timeout=120)
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{pid}/stat") as fh:  # reaped by the server soon after; a zombie meanwhile
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        time.sleep(0.1)
+    pytest.fail(f"pid {pid} still runs 10 s after its requester went away")
+
+
+def test_what_torchs_import_sets_in_a_run_is_no_difference(shared):
+    """torch's import sets TORCHINDUCTOR_CACHE_DIR (in the server, and in a test process that imported torch)."""
+    import torch._dynamo  # noqa: F401 - sets it here, if torch sets it at all
+
+    env = {**shared, **{k: v for k, v in os.environ.items() if k == "TORCHINDUCTOR_CACHE_DIR"}}
+    assert _ask(env)[0] == "shared"
