@@ -71,7 +71,7 @@ def shared_fork_server(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(str(item.fspath))
-        if path.name in PARALLEL_SAFE or path.parent.name in PARALLEL_SAFE:
+        if (path.name in PARALLEL_SAFE or path.parent.name in PARALLEL_SAFE) and not item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.parallel_safe)
 
 
