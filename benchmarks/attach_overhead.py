@@ -101,6 +101,20 @@ def sampled_window(pid: int, rate: float, window_s: float, workdir: Path, only: 
     return t0, t1, (c1 - c0) / (t1 - t0)
 
 
+def _machine_busy_s() -> float:
+    """CPU seconds every CPU spent busy since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int) -> float:
+    """A process's CPU seconds, its threads included (/proc/PID/stat utime + stime)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        rest = fh.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=ATTACH_RATE_HZ, help="samples a second (attach's default)")
@@ -122,6 +136,7 @@ def main() -> None:
             while not stamps.read_text().startswith("ready"):
                 assert proc.poll() is None, "the workload ended"
                 time.sleep(0.1)
+            busy0, target0, clock0 = _machine_busy_s(), _process_cpu_s(proc.pid), time.monotonic()
             for c in range(args.cycles):
                 for sampled in ((False, True) if c % 2 == 0 else (True, False)):  # ABBA
                     if sampled:
@@ -134,6 +149,7 @@ def main() -> None:
                         t1 = time.monotonic()
                     windows.append((sampled, t0, t1))
                     print(f"cycle {c + 1}: {'sampled' if sampled else 'alone  '} {t0:.1f}-{t1:.1f}", flush=True)
+            others = ((_machine_busy_s() - busy0) - (_process_cpu_s(proc.pid) - target0)) / (time.monotonic() - clock0)
         finally:
             proc.kill()
             proc.wait()
@@ -154,7 +170,8 @@ def main() -> None:
         "",
         (f"- When: {datetime.date.today().isoformat()}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
          f"{usable} usable; {platform.platform()}; Python {platform.python_version()}; {pyspy.version(pyspy.executable())}. "
-         "A shared machine: another engineer's diagnose runs used it at the same time."),
+         f"Everything but the target (py-spy and the sampler included) used {others:.2f} CPUs on average "
+         "(/proc/stat)."),
         (f"- Target: examples/mlp.py's training step in a loop, torch's default pool ({usable} threads); one process, "
          f"{args.cycles} pairs of {args.window:g} s windows alone / sampled (py-spy `record --native --idle "
          f"--subprocesses --threads --rate {args.rate:g}` and the /proc thread sampler, as `diagnose attach` runs "

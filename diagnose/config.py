@@ -138,10 +138,11 @@ class Config:
 
 
 # diagnose attach (and --sample): py-spy's samples a second. With --native py-spy pauses the process while it
-# unwinds each native stack; on examples/mlp.py (2 CPUs, shared) the step time rose ~20% at 50 Hz and ~12% at
-# 10 Hz in quiet pairs, py-spy itself using 12% and 4% of a CPU (benchmarks/RESULTS.md, "diagnose attach: the
-# target's step time while sampled"): 20 Hz keeps 600 samples in the default 30 s
-ATTACH_RATE_HZ = 20.0
+# unwinds each native stack. On examples/mlp.py's training step with both CPUs busy, on a quiet 2-CPU EPYC, 10
+# pairs of 3 s windows: +2.3% [-4.1%, +9.4%] and +3.4% [+0.4%, +10.4%] at 10 Hz, +3.9% [+0.6%, +6.3%] at 20 Hz (benchmarks/RESULTS.md,
+# "diagnose attach: the target's step time while sampled"); about the 3% a sampler may cost: 10 Hz, 300 samples a thread in
+# the default 30 s (a share to about 6 points)
+ATTACH_RATE_HZ = 10.0
 ATTACH_DURATION_S = 30.0
 ATTACH_RSS_INTERVAL_S = 0.25  # the RSS of the tree read this often (diagnose/attach: memory growth over time)
 
