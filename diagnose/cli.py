@@ -478,24 +478,18 @@ def _run_handling_sigterm(args, extra: list[str], subcommand: str | None) -> int
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # on report.json files, running nothing: what changed between two runs; per-node reports of one job -> one
-    # a running process, sampled from outside
-    if argv and argv[0] == "attach":
+    # commands that run no script: on report.json files (what changed between two runs; per-node reports of one
+    # job -> one), and a running process sampled from outside
+    own_commands = {"compare": _compare, "merge": _merge, "attach": _attach}
+    if argv and argv[0] in own_commands:
         try:
-            return _attach(argv[1:])
+            return own_commands[argv[0]](argv[1:])
         except DiagnoseError as exc:
             print(f"diagnose: error: {exc.message}", file=sys.stderr)
             return exc.exit_code
         except KeyboardInterrupt:
             print("diagnose: interrupted", file=sys.stderr)
             return ExitCode.INTERRUPTED
-    on_reports = {"compare": _compare, "merge": _merge}
-    if argv and argv[0] in on_reports:
-        try:
-            return on_reports[argv[0]](argv[1:])
-        except DiagnoseError as exc:
-            print(f"diagnose: error: {exc.message}", file=sys.stderr)
-            return exc.exit_code
     if argv and argv[0] == "probe":  # machine peaks only: runs no target
 
         return probe.main(argv[1:])

@@ -171,10 +171,11 @@ def _kill_children_of(client: _Client | None, owners: dict[int, _Client]) -> Non
     connection, so these are the passes of a diagnose that was killed, or of one that stopped waiting."""
     for pid, owner in list(owners.items()):
         if client is None or owner is client:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            for kill in (os.killpg, os.kill):  # the child's own: one just forked may not have made its session yet
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def _fork(request: dict[str, Any], stdio: list[int], sockets: list, pipe: tuple[int, int]) -> int:

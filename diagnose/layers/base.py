@@ -127,6 +127,27 @@ class Layer:
         raise NotImplementedError
 
 
+def stop_observer(proc: subprocess.Popen | None, log, wait_s: float, term_wait_s: float) -> None:
+    """End an observer process (the thread sampler, py-spy's window): wait `wait_s` for it to finish on its own
+    (it takes a last sample once the tree it watches exits), else SIGTERM and `term_wait_s` more, else kill;
+    then close its log."""
+    if proc is None:
+        return
+    try:
+        proc.wait(timeout=wait_s)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        # workers the target left behind keep the tree alive: stop it with a last sample
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=term_wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    finally:
+        if log:
+            log.close()
+
+
 def last_line(path: str, default: str = "no output") -> str:
     """The last non-empty line of a helper process's log, for a layer's failure reason."""
     try:

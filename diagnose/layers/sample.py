@@ -14,14 +14,13 @@ DISTORTION_POINTS as distorted by instrumentation, and the renderers show the tw
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
 from diagnose import markers
 from diagnose.attach import stacks, window
 from diagnose.config import ATTACH_RATE_HZ
-from diagnose.layers.base import Layer, last_line
+from diagnose.layers.base import Layer, last_line, stop_observer
 from diagnose.report.model import LayerStatus, Report, Sampled
 from diagnose.tools import pyspy
 
@@ -51,20 +50,7 @@ class PySpyWindow:
                                      start_new_session=True)
 
     def detach(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            self.proc.wait(timeout=2.0)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=EXIT_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        finally:
-            if self.log:
-                self.log.close()
+        stop_observer(self.proc, self.log, 2.0, EXIT_WAIT_S)
 
 
 class SampleLayer(Layer):

@@ -17,13 +17,12 @@ caches are the ones the user's run has.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
 from diagnose import markers
 from diagnose.findings.threads import MIN_DURATION_S
-from diagnose.layers.base import Layer, last_line
+from diagnose.layers.base import Layer, last_line, stop_observer
 from diagnose.layers.threads import analysis, environment, recording
 from diagnose.report.model import LayerStatus, Report
 
@@ -59,21 +58,7 @@ class SamplerProcess:
                                      start_new_session=True)
 
     def detach(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            self.proc.wait(timeout=SAMPLER_EXIT_WAIT_S)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            # workers the target left behind keep the tree alive: stop with a last sample
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=SAMPLER_EXIT_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        finally:
-            if self.log:
-                self.log.close()
+        stop_observer(self.proc, self.log, SAMPLER_EXIT_WAIT_S, SAMPLER_EXIT_WAIT_S)
 
 
 class ThreadsLayer(Layer):
