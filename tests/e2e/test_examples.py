@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from conftest import EXAMPLES, assert_trial_follows_the_rule, line_of, run_cli
 
 USABLE = len(os.sched_getaffinity(0))

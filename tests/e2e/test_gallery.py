@@ -14,7 +14,10 @@ tip them. 8 steps give the memory layer the readings it needs to tell growth tha
 (layers/memory/growth.py wants 8 for its later half). ResNet keeps the default window: the same short window
 measured 11,800 faults a step (18% of it) in one run against 7,650 (8.5%) over the default one, above the
 10% that starts the allocator trials, nine fresh interpreters that cost far more than the window saves
-(122 s against 24 s here; one run each, so not a rate).
+(122 s against 24 s here; one run each, so not a rate). Even over the default window its faults straddle that
+10% from run to run, so ResNet runs every layer but the doctor: its trials took the fixture from 16 s to 75 s
+in the runs that started them, the suite's largest swing. The doctor's allocator trials keep their checks on
+BERT (default layers, `allocator_wins`) and in test_doctor.py, on examples/temporaries_loop.py.
 """
 
 from __future__ import annotations
@@ -102,7 +105,9 @@ def check_modules(run, root_class: str, some_class: str) -> None:
     assert all(line.rsplit(" ", 1)[1].isdigit() for line in folded)
     assert (run.outdir / "flamegraph.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "flamegraph.png" in r["artifacts"].values() and "stacks.folded" in r["artifacts"].values()
-    # the environment doctor ran and recommends nothing it did not measure as a win on these steps
+    # the environment doctor ran (where asked) and recommends nothing it did not measure as a win on these steps
+    if "doctor" not in r["layers"]:
+        return
     assert r["layers"]["doctor"]["status"] == "ok" and r["doctor"]["checks"]
     wins = {t["check"] for t in r["doctor"]["trials"] if t["verdict"] == "win"}
     assert all(f["kind"] in wins for f in r["findings"] if f["layer"] == "doctor"), r["findings"]
@@ -202,7 +207,7 @@ def test_gpt2_steps_are_the_forward_calls_inside_generate(gpt2):
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory):
-    return _run(tmp_path_factory, "resnet_train.py")
+    return _run(tmp_path_factory, "resnet_train.py", "--layers", "operators,python,threads,microbench,efficiency,counters")
 
 
 def test_resnet_training_maps_backward_operators_to_their_modules(resnet):
@@ -219,13 +224,12 @@ def test_resnet_training_maps_backward_operators_to_their_modules(resnet):
     check_modules(resnet, "ResNetForImageClassification", "ResNetConvLayer")
 
 
-def test_resnet_training_has_nothing_above_medium_but_a_measured_allocator_win(resnet):
+def test_resnet_training_has_nothing_above_medium(resnet):
     r = resnet.report
-    # its activations fault 3,200-10,000 times a step under glibc (8-27% of the step at 1 µs a fault): from
-    # 10% the doctor's allocator trials run, and a measured win (jemalloc 1.47x in one run here) is the one high
-    # finding
-    wins = allocator_wins(r)
-    assert [f for f in loud(r) if f[1] == "high"] == [w for w in wins if w[1] == "high"], loud(r)
+    # its activations fault 3,200-10,000 times a step under glibc (8-27% of the step at 1 µs a fault): the
+    # doctor's allocator trials (not run here, module docstring) may then win, the one high finding they may add
+    assert r["doctor"] is None or not r["doctor"]["trials"]
+    assert not [f for f in loud(r) if f[1] == "high"], loud(r)
     assert not [f for f in r["findings"] if f["evidence"].get("cause") == "framework"]
     no_memory_growth(r)
 
