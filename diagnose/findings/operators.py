@@ -71,7 +71,7 @@ from diagnose.findings.suggestions import (
 )
 from diagnose.report import borderline
 from diagnose.report.model import Finding, OperatorRow, Report, Stake
-from diagnose.report.rows import TIE_SHARE, tie_share, tied_first
+from diagnose.report.rows import TIE_SHARE, tie_share, tied_first, undisturbed
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
 KERNEL_NAME = re.compile(r"^(\w+::\w+|(graph_\d+_)?(cpp|triton)_\w+|\w+_fused_\w+)$")
@@ -172,10 +172,12 @@ def copy_overhead(report: Report) -> list[Finding]:
     for (kind, loc, _), us in layout.items():
         by_kind[kind] += us
         by_place[(kind, loc)] += us
-    # the most copy time, a place tied with it within run-to-run noise taken in source order (report/rows.py):
-    # the noise is the biggest copy row's, its calls at each place
+    # the most copy time, a place tied with it taken in source order (report/rows.py tied_first): within the
+    # biggest copy row's per-call noise, its calls at each place, or doing the same undisturbed copy work
     ranked = sorted(by_place, key=lambda k: (k[1] is None, -by_place[k]))
-    kind, location = tied_first(ranked, by_place.__getitem__, lambda k: k[1], _copy_noise(report))[0]
+    work = _copy_work(report)
+    kind, location = tied_first(ranked, by_place.__getitem__, lambda k: k[1], _copy_noise(report),
+                                lambda k: work.get(k[1]))[0]
     not_counted: dict[str, float] = defaultdict(float)
     for (other, _, via), us in origins.items():
         if other not in copies.LAYOUT:
@@ -205,6 +207,22 @@ def copy_overhead(report: Report) -> list[Finding]:
         stake=operator_stake(report, pct),
         borderline=border,
     )]
+
+
+def _copy_work(report: Report) -> dict[str | None, float]:
+    """Each place's undisturbed copy work (report/rows.py undisturbed), summed over the copy rows; a place
+    where one row's fastest call is unknown is left out."""
+    work: dict[str | None, float] = defaultdict(float)
+    unknown: set[str | None] = set()
+    for row in report.operators:
+        if row.name in copies.COPY_BODIES:
+            for s in row.sources:
+                w = undisturbed(s)
+                if w is None:
+                    unknown.add(s.location)
+                else:
+                    work[s.location] += w
+    return {loc: w for loc, w in work.items() if loc not in unknown}
 
 
 def _copy_noise(report: Report):

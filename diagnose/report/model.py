@@ -398,6 +398,8 @@ class SourceShare:
     calls: int  # calls of the row's operator from this line, in the operator pass's window
     self_cpu_us: float  # the row's self time from this line
     function: str | None = None  # the user function holding `location`
+    # the fastest call from this line: calls x it is the line's undisturbed work (report/rows.py tied_first)
+    min_self_us: float | None = None
 
 
 @dataclass

@@ -98,15 +98,18 @@ def _summed(parts: list[OperatorRow], all_self_us: float) -> OperatorRow:
 
 
 def _sources(parts: list[OperatorRow]) -> list[SourceShare]:
-    by_location: dict[str | None, list] = {}  # location -> [calls, self_us, function]
+    by_location: dict[str | None, list] = {}  # location -> [calls, self_us, function, fastest call]
     for p in parts:
         for s in p.sources:
-            acc = by_location.setdefault(s.location, [0, 0.0, None])
+            acc = by_location.setdefault(s.location, [0, 0.0, None, None])
             acc[0] += s.calls
             acc[1] += s.self_cpu_us
             acc[2] = acc[2] or s.function
-    ranked = sorted((SourceShare(location=loc, calls=c, self_cpu_us=round(us, 3), function=fn)
-                     for loc, (c, us, fn) in by_location.items()),
+            if s.min_self_us is not None:
+                acc[3] = s.min_self_us if acc[3] is None else min(acc[3], s.min_self_us)
+    ranked = sorted((SourceShare(location=loc, calls=c, self_cpu_us=round(us, 3), function=fn,
+                                 min_self_us=round(lo, 3) if lo is not None else None)
+                     for loc, (c, us, fn, lo) in by_location.items()),
                     key=lambda s: (s.location is None, -s.self_cpu_us, -s.calls))
     calls = sum(p.calls for p in parts)
     fastest = min((p.min_self_us for p in parts if p.min_self_us is not None), default=None)
@@ -114,7 +117,12 @@ def _sources(parts: list[OperatorRow]) -> list[SourceShare]:
     mean = sum(p.self_cpu_us for p in parts) / calls if calls else 0.0
     top_calls = ranked[0].calls if ranked else 0
     return tied_first(ranked, lambda s: s.self_cpu_us, lambda s: s.location,
-                      lambda s: tie_share(fastest, slowest, mean, min(s.calls, top_calls)))
+                      lambda s: tie_share(fastest, slowest, mean, min(s.calls, top_calls)), undisturbed)
+
+
+def undisturbed(share: SourceShare) -> float | None:
+    """A place's work without what disturbed some of its calls: its calls x its fastest call (None: unknown)."""
+    return share.calls * share.min_self_us if share.min_self_us else None
 
 
 TIE_SHARE = 0.10  # the least two lines' times may differ by and still be tied (run-to-run noise)
@@ -139,14 +147,23 @@ def line_order(location: str | None) -> tuple:
     return (0, path, int(line)) if line.isdigit() else (0, location, 0)
 
 
-def tied_first(ranked: list, time, location, share=lambda x: TIE_SHARE) -> list:
-    """`ranked` (most time first) with the places tied with the first (within `share(place)` of its time,
-    run-to-run noise) in source order: two lines doing equal work (two .contiguous() calls of one shape) give the
-    same first line in every run, not whichever measured a little more."""
+def tied_first(ranked: list, time, location, share=lambda x: TIE_SHARE, work=lambda x: None) -> list:
+    """`ranked` (most time first) with the places tied with the first in source order: two lines doing equal
+    work (two .contiguous() calls of one shape) give the same first line in every run, not whichever measured a
+    little more. A place is tied with the first when its time is within `share(place)` of the first's (the
+    row's per-call noise), or when its undisturbed work, `work(place)` (calls x its fastest call), is within
+    TIE_SHARE of the first's: then what set their times apart disturbed some calls of one line and not the
+    other's (fresh pages faulted in for one line's outputs, which line depends on the allocator's state and
+    changes from run to run; contiguous_copies' two copies measured 4-37% apart, their fastest calls alike)."""
     if len(ranked) < 2 or location(ranked[0]) is None:
         return ranked
-    top = time(ranked[0])
-    tied = [x for x in ranked if location(x) is not None and time(x) >= (1 - share(x)) * top]
+    top, top_work = time(ranked[0]), work(ranked[0])
+
+    def same_work(x) -> bool:
+        w = work(x)
+        return bool(top_work and w) and abs(w - top_work) <= TIE_SHARE * max(w, top_work)
+
+    tied = [x for x in ranked if location(x) is not None and (time(x) >= (1 - share(x)) * top or same_work(x))]
     if len(tied) < 2:
         return ranked
     taken = {id(x) for x in tied}

@@ -266,9 +266,16 @@ def test_slow_alone_too_is_judged_by_the_alone_time():
     assert "cause" not in f.evidence and f.evidence["efficiency_pct_alone"] == 8.0 and f.severity == "high"
 
 
-def test_close_to_the_alone_time_changes_nothing():
+def test_faster_alone_by_less_than_2x_is_judged_by_the_alone_time_with_both_rates():
+    # 5% of the roof in the model, 6.25% alone (1.25x): no context finding, the kernel judged by its alone time,
+    # so the verdict does not jump where the ratio crosses 2x
     (f,) = low_efficiency(_alone(eff_report(5.0, us_per_call=5000.0), 4000.0))
-    assert "in_model_vs_alone" not in f.evidence and f.severity == "high"
+    assert "cause" not in f.evidence and f.evidence["in_model_vs_alone"] == 1.25 and f.severity == "high"
+    assert f.evidence["efficiency_pct"] == f.evidence["efficiency_pct_alone"] == 6.25
+    assert "runs at 6.25% of this machine's roof (10 of 160 GFLOP/s alone, 8 in the model" in f.title, f.title
+    # slower alone than in the model: judged by the model's (best) time, nothing about alone
+    (h,) = low_efficiency(_alone(eff_report(5.0, us_per_call=5000.0), 6000.0))
+    assert h.evidence["efficiency_pct"] == 5.0 and "in_model_vs_alone" not in h.evidence and "alone" not in h.title
     # an alone run at another thread count is not the same call
     (g,) = low_efficiency(_alone(eff_report(15.0, us_per_call=8260.0), 2780.0, threads=1))
     assert "cause" not in g.evidence

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from diagnose.layers.operators.rows import merge_rows
-from diagnose.report.rows import TIE_SHARE, sum_rows, tie_share
+from diagnose.report.model import SourceShare
+from diagnose.report.rows import TIE_SHARE, sum_rows, tie_share, tied_first, undisturbed
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "operators_raw_mlp_step.json"
 
@@ -117,3 +118,20 @@ def test_summed_rows_keep_every_part_of_modules_bytes_and_call_times():
     assert [(m.module, m.module_class, m.calls) for m in row.modules] == [("1", "Linear", 3), ("0", "Linear", 2)]
     assert (row.module, row.contiguous) == ("1", [True, True])
     assert node0[0].calls == 2 and node0[0].bytes == 200  # the inputs are not changed
+
+
+def test_lines_doing_the_same_undisturbed_work_are_tied_whatever_their_times():
+    # contiguous_copies: 16 copies a line, fastest calls 12.2 and 13.2 ms, summed 252 and 195 ms in one run (page
+    # faults on one line's outputs, which line depends on the allocator's state): tied, in source order
+    a = SourceShare("m.py:19", 16, 252000.0, min_self_us=12200.0)
+    b = SourceShare("m.py:15", 16, 195000.0, min_self_us=13200.0)
+    ranked = [a, b]
+    assert tied_first(ranked, lambda s: s.self_cpu_us, lambda s: s.location)[0] is a  # by time alone: 23% apart
+    assert tied_first(ranked, lambda s: s.self_cpu_us, lambda s: s.location, work=undisturbed)[0] is b
+    # a line whose fastest call is twice as long does other work (a transposed read): not tied
+    c = SourceShare("m.py:15", 16, 195000.0, min_self_us=6000.0)
+    assert tied_first([a, c], lambda s: s.self_cpu_us, lambda s: s.location, work=undisturbed)[0] is a
+    # unknown fastest calls (an older report): the times decide
+    d = SourceShare("m.py:15", 16, 195000.0)
+    assert undisturbed(d) is None
+    assert tied_first([a, d], lambda s: s.self_cpu_us, lambda s: s.location, work=undisturbed)[0] is a

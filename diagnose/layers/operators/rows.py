@@ -34,7 +34,8 @@ def typed_row(r: dict[str, Any], classes: dict[str, str]) -> OperatorRow:
         total_cpu_us=r["total_cpu_us"],
         self_pct=0.0,  # of the sum: sum_rows sets it
         source=r["source"],
-        sources=[SourceShare(location=r["source"], calls=r["calls"], self_cpu_us=r["self_cpu_us"])],
+        sources=[SourceShare(location=r["source"], calls=r["calls"], self_cpu_us=r["self_cpu_us"],
+                             min_self_us=r.get("min_self_us"))],
         flops=r["flops"] or None,
         cpu_memory_bytes=r["cpu_memory_bytes"],
         called_by={r.get("parent", ""): r["self_cpu_us"]},
