@@ -35,7 +35,6 @@ from diagnose.findings import (
     verdict,
     whatif,
 )
-from diagnose.report import borderline
 from diagnose.report.model import Finding, Report
 
 RULES = [
@@ -67,9 +66,8 @@ SEVERITY_RANK = stake.SEVERITY_RANK
 def settled(report: Report) -> list[Finding]:
     """Every rule's findings, placed, bounded by the step budget and settled (stake.py), in rule order."""
     out: list[Finding] = []
-    rel = borderline.noise(report)
     for rule in RULES:
-        out.extend(stake.fill(stake.bound(place.annotate(f, report), report.step_budget), rel) for f in rule(report))
+        out.extend(stake.fill(stake.bound(place.annotate(f, report), report.step_budget)) for f in rule(report))
     return out
 
 

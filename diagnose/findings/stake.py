@@ -182,11 +182,10 @@ def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | 
     return severity, None
 
 
-def settle(finding: Finding, rel: float | None = None) -> Finding:
+def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
-    both ends of the stake's interval: the milder end's severity, borderline when the other end's differs
-    (report/borderline.py). A stake its rule gave no interval gets value x (1 -/+ rel), the run's noise
-    (borderline.noise); without `rel`, the point alone is judged."""
+    both ends of the stake's interval when it has one: the milder end's severity, borderline when the other
+    end's differs (report/borderline.py)."""
     if finding.stake is None:
         return finding
     factor, why = confidence(finding)
@@ -194,9 +193,6 @@ def settle(finding: Finding, rel: float | None = None) -> Finding:
     if not isinstance(finding.stake.pct, (int, float)):
         return finding
     value, rule = expected(finding), finding.severity
-    if rel and finding.stake.low is None and finding.stake.high is None:
-        lo, hi = borderline.interval(float(finding.stake.pct), rel)
-        finding.stake = dataclasses.replace(finding.stake, low=round(lo, 2), high=round(hi, 2))
     low = finding.stake.low * factor if finding.stake.low is not None else value
     high = finding.stake.high * factor if finding.stake.high is not None else value
     severity, basis = _bounded(low, rule, finding)
@@ -232,12 +228,11 @@ def bound(finding: Finding, budget: StepBudget | None) -> Finding:
     return finding
 
 
-def fill(finding: Finding, rel: float | None = None) -> Finding:
-    """Give a finding from a rule that does not estimate its time at stake an unknown one, then settle it
-    (`rel`: the run's noise, for a stake without an interval)."""
+def fill(finding: Finding) -> Finding:
+    """Give a finding from a rule that does not estimate its time at stake an unknown one, then settle it."""
     if finding.stake is None:
         finding.stake = UNKNOWN
-    return settle(finding, rel)
+    return settle(finding)
 
 
 def rank_key(f: Finding) -> tuple:

@@ -75,18 +75,6 @@ def test_the_stakes_lines_are_judged_on_its_interval():
     assert clear.severity == "high" and clear.borderline is None and fmt.severity_tag(clear) == "high"
 
 
-def test_a_stake_its_rule_gave_no_interval_gets_the_runs_noise():
-    # memory_churn's stake is the allocations' time: 18-22% of the step in five runs of contiguous_copies, which
-    # the 20% line made medium in one run and low in four
-    f = Finding("memory_churn", "low", "t", None, "m.py:3", {}, "s", "operators", stake=Stake(21.0, "b"))
-    judged = stake.settle(f, rel=0.1)
-    assert (judged.stake.low, judged.stake.high) == (18.9, 23.1)
-    assert judged.severity == "low" and judged.borderline.would_be == "medium" and judged.borderline.threshold == 20.0
-    point = stake.settle(Finding("memory_churn", "low", "t", None, "m.py:3", {}, "s", "operators",
-                                 stake=Stake(21.0, "b")))
-    assert point.severity == "medium" and point.borderline is None and point.stake.low is None  # without rel
-
-
 def test_a_hot_operator_at_the_high_line_is_medium_borderline_high_in_the_report():
     r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.0))
     r.operators = [row("aten::addmm", 100 - HOT_HIGH_PCT, source=None), row("aten::mul", HOT_HIGH_PCT)]
