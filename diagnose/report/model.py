@@ -153,8 +153,9 @@ class Run:
 
 @dataclass
 class TrendSlope:
-    """An ordinary least-squares line through per-step values against the step's index, with its 95% interval
-    (diagnose/trends.line); the later half's slope beside it."""
+    """A line through per-step values against the step's index, with its 95% interval; the later half's slope
+    beside it. Times (step drift, a site's time): Theil-Sen with Sen's interval (diagnose/trends.robust_line);
+    exact values (a site's input bytes): ordinary least squares (diagnose/trends.line)."""
 
     per_step: float  # the slope: the value's change a step, in the unit of the values it was fitted to
     ci_low: float  # the 95% interval's low end

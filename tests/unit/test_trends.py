@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from diagnose.trends import DRIFT_MIN_PCT, drift, site_trends
+from diagnose.trends import DRIFT_MIN_PCT, drift, line, site_trends
 
 
 def _noisy(values: list[float], spread: float, seed: int = 0) -> list[float]:
@@ -24,6 +24,25 @@ def test_steps_that_grow_drift_and_steady_or_warming_steps_do_not():
     small = drift([0.010 + 0.00002 * i for i in range(20)])
     assert small.slope.ci_low > 0 and small.change_pct < DRIFT_MIN_PCT and not small.drifts, small
     assert drift([0.01] * 4) is None  # too few steps
+
+
+def test_a_burst_of_load_at_the_windows_end_is_not_drift_and_a_long_window_still_is():
+    # a clean MLP's 37 steps in a loaded clean-clone run (ms): flat at ~26, the last steps stretched by a neighbour;
+    # least squares read +15% with its interval above 0, the median pairwise slope reads ~+6%
+    ms = [30.56, 25.65, 25.99, 25.88, 27.11, 26.03, 25.97, 25.79, 25.68, 25.87, 27.49, 26.83, 26.0, 26.23, 26.12,
+          26.23, 26.44, 26.27, 29.59, 27.17, 27.82, 26.27, 26.41, 30.42, 31.1, 26.61, 26.38, 26.9, 29.66, 26.95, 26.57,
+          27.76, 27.02, 30.33, 34.7, 38.11, 26.13]
+    times = [m / 1e3 for m in ms]
+    slope, low, _ = line(times)
+    assert low > 0 and 100 * slope * (len(times) - 1) / sorted(times)[len(times) // 2] > DRIFT_MIN_PCT
+    burst = drift(times)
+    assert not burst.drifts and burst.change_pct < DRIFT_MIN_PCT, burst
+    # 5000 steps growing 20% with 30% noise and one step in ten doubled: fitted through 64 medians, still drift
+    rng = random.Random(1)
+    long = [(0.010 + 0.002 * i / 5000) * (1 + rng.uniform(-0.3, 0.3)) * (2 if rng.random() < 0.1 else 1)
+            for i in range(5000)]
+    grows = drift(long)
+    assert grows.drifts and 15 < grows.change_pct < 25, grows
 
 
 def test_a_site_whose_input_grows_is_kept_and_a_steady_one_is_not():
