@@ -11,7 +11,9 @@ low_efficiency's share of the roof, copy_overhead's copy share, memory_churn's r
   line instead of flipping between two verdicts. A number whose interval reaches the line where a rule starts
   reporting (hot_operator's 10%) is reported, `low` and borderline when that line's severity is higher.
 
-The interval is value x (1 -/+ `noise(report)`): the uninstrumented steps' interquartile range over their
+The interval is value / (1 + `noise(report)`) to value x (1 + `noise(report)`), a spread of times being a
+ratio (never below 0, however noisy the run: a loaded run's steps spread 86%, and value x (1 - 0.86) or
+less would reach every line below the number): the uninstrumented steps' interquartile range over their
 median (the spread `diagnose compare` and the trials read), at least RUN_NOISE_MIN. That floor is the
 run-to-run spread of equal work measured where nothing else ran: the two identical `.contiguous()` lines of
 examples/contiguous_copies.py summed 184 and 161 ms in one run and the other way round in the next (13%
@@ -38,7 +40,8 @@ def noise(report: Report) -> float:
 
 
 def interval(value: float, rel: float) -> tuple[float, float]:
-    return value * (1.0 - rel), value * (1.0 + rel)
+    """value's interval with relative noise `rel`: as far below it as above by ratio (module docstring)."""
+    return value / (1.0 + rel), value * (1.0 + rel)
 
 
 def _level(value: float, levels: Sequence[tuple[float, str]], lower_is_worse: bool) -> str | None:

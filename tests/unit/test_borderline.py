@@ -26,8 +26,8 @@ LEVELS = ((30.0, "high"), (10.0, "medium"))
 def test_a_number_at_a_line_takes_the_milder_side_and_names_the_other_with_both_ends():
     severity, b = borderline.grade(30.0, 0.1, LEVELS, "share of operator CPU time")
     assert severity == "medium"
-    assert (b.low, b.high, b.threshold, b.would_be, b.unit) == (27.0, 33.0, 30.0, "high", "%")
-    assert fmt.borderline_text(b) == ("borderline high: share of operator CPU time 27-33% within this run's noise, "
+    assert (b.low, b.high, b.threshold, b.would_be, b.unit) == (27.273, 33.0, 30.0, "high", "%")
+    assert fmt.borderline_text(b) == ("borderline high: share of operator CPU time 27.3-33% within this run's noise, "
                                       "the high line at 30%")
 
 
@@ -57,6 +57,8 @@ def test_the_noise_is_the_steps_spread_at_least_the_run_to_run_floor():
     assert borderline.noise(r) == borderline.RUN_NOISE_MIN  # a quiet run: 2% IQR, the floor holds
     r.run.iterations = IterationStats(n=20, median_s=0.1, q1_s=0.085, q3_s=0.115, min_s=0.08, max_s=0.2)
     assert borderline.noise(r) == pytest.approx(0.3)  # a noisy run widens every interval
+    # a loaded run's steps spread 86%: the interval divides by 1.86, it never reaches 0 nor below
+    assert borderline.interval(10.0, 0.86) == pytest.approx((10.0 / 1.86, 18.6))
 
 
 def _at_stake(pct: float, severity: str) -> Finding:
