@@ -1,7 +1,8 @@
 """Severity thresholds against the measured interval, not the point: verdicts that hold from run to run.
 
 A rule that grades a measured number against thresholds (hot_operator's share of operator time,
-low_efficiency's share of the roof, copy_overhead's copy share, memory_churn's rate, and the stake's 5% and
+low_efficiency's share of the roof, copy_overhead's copy share, memory_churn's rate, sequential_operator's speedup
+(findings/microbench.py: its micro-benchmarks' IQR when wider than the floor), and the stake's 5% and
 20% lines in stake.settle) judges the number's interval from this run's noise (`interval`), not the number:
 
 - the whole interval on one side of a threshold: the severity of that side, as before;

@@ -32,16 +32,24 @@ def test_a_kernel_that_does_not_speed_up_is_sequential_with_its_line_and_times()
     assert "[4000000] does not speed up" in f.title
 
 
-@pytest.mark.parametrize("two_us, share, expected", [
-    (444_400 / 1.9, 60.0, None),   # parallelises: no finding
-    (444_400 / 1.24, 60.0, "high"),  # just under the 1.25x threshold
-    (444_400, 20.0, "medium"),
-    (444_400, 6.0, "low"),
-    (444_400, 2.0, None),  # too small a share to matter
+@pytest.mark.parametrize("two_us, share, expected, borderline", [
+    (444_400 / 1.9, 60.0, None, None),   # parallelises: no finding
+    (444_400 / 1.4, 60.0, None, None),   # 1.27-1.54x within the 10% run-to-run floor: clear of the 1.25x line
+    (444_400 / 1.3, 60.0, "low", "high"),  # 1.18-1.43x: straddles the line, reported low, borderline high
+    (444_400 / 1.24, 60.0, "low", "high"),  # just under the line, as near it
+    (444_400 / 1.12, 60.0, "high", None),  # 1.02-1.23x: the whole interval under the line
+    (444_400, 20.0, "medium", None),
+    (444_400, 6.0, "low", None),
+    (444_400, 2.0, None, None),  # too small a share to matter
 ])
-def test_thresholds(two_us, share, expected):
+def test_thresholds(two_us, share, expected, borderline):
     found = sequential_operator(_report(444_400, two_us, share))
     assert [f.severity for f in found] == ([expected] if expected else [])
+    assert [f.borderline.would_be if f.borderline else None for f in found] == ([borderline] if expected else [])
+    for f in found:
+        assert f.evidence["speedup_noise"] == 0.1  # the floor: these rows' own IQR is small
+        if f.borderline:
+            assert f.borderline.low < 1.25 <= f.borderline.high and f.borderline.unit == "x"
 
 
 def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
