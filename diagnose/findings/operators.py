@@ -257,12 +257,14 @@ def memory_churn(report: Report) -> list[Finding]:
         return []
     by_location: dict[str | None, int] = defaultdict(int)
     for row in report.operators:
-        if row.cpu_memory_bytes > 0:
-            total = sum(s.self_cpu_us for s in row.sources) or 1.0
-            share = {s.location: (s.self_cpu_us / total) for s in row.sources} or {row.source: 1.0}
+        if row.cpu_memory_bytes > 0:  # a row's calls share its shapes, so its bytes go by calls, not by time
+            total = sum(s.calls for s in row.sources) or 1
+            share = {s.location: (s.calls / total) for s in row.sources} or {row.source: 1.0}
             for loc, frac in share.items():
                 by_location[loc] += int(row.cpu_memory_bytes * frac)
-    location = max(by_location, key=lambda k: (k is not None, by_location[k])) if by_location else None
+    ranked = sorted((k for k in by_location if k is not None), key=lambda k: -by_location[k])
+    # lines allocating alike (contiguous_copies' two copies and its product, 256 MiB each) in source order
+    location = tied_first(ranked, by_location.__getitem__, lambda k: k)[0] if ranked else None
     top_ops = sorted((r for r in report.operators if r.cpu_memory_bytes > 0), key=lambda r: -r.cpu_memory_bytes)[:3]
     where = f", most of it at {location}" if location else ""
     return [Finding(
@@ -275,6 +277,7 @@ def memory_churn(report: Report) -> list[Finding]:
         location=location,
         evidence={
             "allocated_bytes": allocated,
+            "bytes_by_line": {k: by_location[k] for k in ranked[:5]},
             "allocations": int(mem.allocations or 0),
             "bytes_per_s": round(rate),
             "recorded_s": round(wall, 4),

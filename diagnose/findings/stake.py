@@ -184,8 +184,11 @@ def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | 
 
 def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
-    both ends of the stake's interval when it has one: the milder end's severity, borderline when the other
-    end's differs (report/borderline.py)."""
+    both ends of the stake's interval: the milder end's severity, borderline when the other end's differs
+    (report/borderline.py). A stake its rule gave no interval gets borderline.RUN_NOISE_MIN's, the least
+    run-to-run spread of a time measured here, not the run's own noise: the steps' spread is not a cProfile
+    share's (a loaded run's steps spread 86%, which made a python_overhead at 93% borderline), while
+    contiguous_copies' page-fault stake came out 14-21% over five quiet runs, medium in one of them."""
     if finding.stake is None:
         return finding
     factor, why = confidence(finding)
@@ -193,6 +196,9 @@ def settle(finding: Finding) -> Finding:
     if not isinstance(finding.stake.pct, (int, float)):
         return finding
     value, rule = expected(finding), finding.severity
+    if finding.stake.low is None and finding.stake.high is None:  # the least run-to-run spread of a time
+        lo, hi = borderline.interval(float(finding.stake.pct), borderline.RUN_NOISE_MIN)
+        finding.stake = dataclasses.replace(finding.stake, low=round(lo, 2), high=round(hi, 2))
     low = finding.stake.low * factor if finding.stake.low is not None else value
     high = finding.stake.high * factor if finding.stake.high is not None else value
     severity, basis = _bounded(low, rule, finding)

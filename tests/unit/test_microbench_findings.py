@@ -61,6 +61,9 @@ def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
     for h in (f, g):
         assert "a doubted result" in h.title and h.suggestion.startswith("Re-measure before acting")
         assert "the kernel is sequential" not in h.suggestion
+    # noisy, but flat at either end of its interval (1.01x, 14% IQR: at most 1.15x): not doubted
+    (k,) = sequential_operator(_report(444_400, 440_000, noisy=True, noise_pct=14.0))
+    assert k.severity == "high" and not k.doubts and k.evidence["speedup_noise"] == pytest.approx(0.14, abs=0.001)
 
 
 def test_needs_one_thread_and_at_least_two():
