@@ -63,12 +63,14 @@ def cpu_s(pid: int) -> float:
 
 
 def sampled_window(pid: int, rate: float, window_s: float, workdir: Path, only: str = "all",
-                   ) -> tuple[float, float, float]:
+                   nonblocking: bool = False) -> tuple[float, float, float]:
     """(window start, window end, py-spy's CPU seconds a second) with attach's observers running (`only`: one
-    of them, to tell their costs apart)."""
+    of them, to tell their costs apart; `nonblocking`: py-spy without --native, not pausing the target)."""
     exe = pyspy.executable()
     log = open(workdir / "spy.log", "w+")  # noqa: SIM115 - read back below, closed at the end
     cmd = pyspy.record_command(exe, pid, str(workdir / "t.json"), rate, 3600)
+    if nonblocking:
+        cmd = [x for x in cmd if x != "--native"] + ["--nonblocking"]
     if only == "sampler":  # py-spy at 1 Hz stands in for nothing: its start-up line is still awaited
         cmd = [exe, "record", "--pid", str(pid), "--nonblocking", "--rate", "1", "-o", str(workdir / "t.txt"),
                "--format", "raw"]
@@ -122,6 +124,8 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--only", choices=("all", "py-spy", "sampler"), default="all",
                         help="run one observer in the sampled windows, to tell their costs apart")
+    parser.add_argument("--nonblocking", action="store_true",
+                        help="py-spy without --native and with --nonblocking (Python stacks only, no pauses)")
     parser.add_argument("--write", default=None, help="replace the section in this markdown file")
     args = parser.parse_args()
     total = args.cycles * 2 * (args.window + 4) + 30
@@ -140,7 +144,8 @@ def main() -> None:
             for c in range(args.cycles):
                 for sampled in ((False, True) if c % 2 == 0 else (True, False)):  # ABBA
                     if sampled:
-                        t0, t1, share = sampled_window(proc.pid, args.rate, args.window, Path(tmp), args.only)
+                        t0, t1, share = sampled_window(proc.pid, args.rate, args.window, Path(tmp), args.only,
+                                                       args.nonblocking)
                         spy_cpu.append(share)
                     else:
                         time.sleep(1.0)  # the observers of the window before are gone
@@ -173,7 +178,8 @@ def main() -> None:
          f"Everything but the target (py-spy and the sampler included) used {others:.2f} CPUs on average "
          "(/proc/stat)."),
         (f"- Target: examples/mlp.py's training step in a loop, torch's default pool ({usable} threads); one process, "
-         f"{args.cycles} pairs of {args.window:g} s windows alone / sampled (py-spy `record --native --idle "
+         f"{args.cycles} pairs of {args.window:g} s windows alone / sampled (py-spy `record "
+         f"{'--nonblocking' if args.nonblocking else '--native'} --idle "
          f"--subprocesses --threads --rate {args.rate:g}` and the /proc thread sampler, as `diagnose attach` runs "
          f"them; observers: {args.only}) in ABBA order."),
         (f"- Step time sampled / alone (median of {args.cycles} pairs): **{100 * (med - 1):+.2f}%**, bootstrap 95% "
