@@ -69,7 +69,13 @@ from __future__ import annotations
 import math
 
 from diagnose.findings.stake import operator_stake
-from diagnose.findings.suggestions import MATMUL, bandwidth_text, matmul_dims, suggestion_for, weight_init_row
+from diagnose.findings.suggestions import (
+    MATMUL,
+    bandwidth_text,
+    matmul_dims,
+    suggestion_for,
+    weight_init_row,
+)
 from diagnose.report import borderline
 from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, MicrobenchRow, Report
 
@@ -110,7 +116,8 @@ def sequential_operator(report: Report) -> list[Finding]:
             continue
         speedup = one.median_us / most.median_us
         rel = max(borderline.RUN_NOISE_MIN, math.hypot(one.noise_pct or 0.0, most.noise_pct or 0.0) / 100)
-        if borderline.interval(speedup, rel)[0] >= SEQUENTIAL_MAX_SPEEDUP or _weight_init(report, one):
+        slowest, fastest = borderline.interval(speedup, rel)  # the speedup's interval
+        if slowest >= SEQUENTIAL_MAX_SPEEDUP or _weight_init(report, one):
             continue  # weight initialisation is set-up: never a suspect (a report from before the layer skipped it)
         share = float(one.self_pct or _share(report, one) or 0.0)
         if share < SHARE_MIN_PCT:
@@ -121,12 +128,12 @@ def sequential_operator(report: Report) -> list[Finding]:
         bound = fraction is not None and fraction >= BANDWIDTH_BOUND_FRACTION
         dims = matmul_dims(op, one.input_shapes) if MATMUL.match(op) else None
         severity = "high" if share >= SHARE_HIGH_PCT else "medium" if share >= SHARE_MEDIUM_PCT else "low"
+        # never None: the interval's low end is under the line (above); straddling it, `low`
         severity, border = borderline.grade(speedup, rel, ((SEQUENTIAL_MAX_SPEEDUP, severity),),
                                             f"speedup from 1 to {most.threads} threads", unit="x",
                                             lower_is_worse=True)
-        severity = severity or "low"
         doubts = [f"{r.threads}-thread run contended by other processes" for r in (one, most) if r.contended]
-        if borderline.interval(speedup, rel)[1] >= SEQUENTIAL_MAX_SPEEDUP:  # noise that can reach the line
+        if fastest >= SEQUENTIAL_MAX_SPEEDUP:  # noise that can reach the line
             doubts += [f"{r.threads}-thread run noisy (IQR {r.noise_pct:.0f}% of the median)"
                        for r in (one, most) if r.noisy]
         if dims and min(dims) >= LARGE_GEMM_DIM and not bound:
