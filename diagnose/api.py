@@ -47,7 +47,8 @@ def diagnose(target: Target, config: Config, progress: Progress | None = None) -
     report = Report(
         target=TargetInfo(script=target.script, argv=list(target.argv), mode=target.mode, function=target.function,
                           warmup=config.skip_steps if target.function else None,
-                          iters=config.steps if target.function else None),
+                          iters=config.steps if target.function else None, path=target.path, cwd=os.getcwd(),
+                          script_sha256=target_mod.sha256_of(target.path)),
         machine=machine.describe(),
     )
     report.run.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")

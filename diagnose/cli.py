@@ -18,7 +18,7 @@ Exit codes: 0 ok; 1 a bug in diagnose; 2 bad usage or target (nothing run);
 diagnose attach PID also: 3 the process exited while sampled (partial report written); 5 ptrace not permitted
 on it; 6 another user's process; 7 not a Python process.
 
-    diagnose compare BEFORE.json AFTER.json [--format terminal|md|json] [--fail-on-regression PCT]
+    diagnose compare BEFORE.json AFTER.json [--format terminal|md|json] [--fail-on-regression PCT] [--repeat N]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 
-from diagnose import __version__, api, budget, compare, findings, output
+from diagnose import __version__, api, budget, compare, findings, interleave, output
 from diagnose.attach import run as attach_run
 from diagnose.config import ATTACH_DURATION_S, ATTACH_RATE_HZ, AttachConfig, Config
 from diagnose.distributed import launcher
@@ -37,6 +37,7 @@ from diagnose.errors import DiagnoseError, ExitCode, UsageError
 from diagnose.layers.efficiency import probe
 from diagnose.render import PRINTABLE, RENDERERS, terminal
 from diagnose.render import compare as compare_render
+from diagnose.render.fmt import duration
 from diagnose.render.progress import TerminalProgress
 from diagnose.report import combine, comparison
 from diagnose.report import io as report_io
@@ -266,7 +267,8 @@ def _gate(report, fail_on: str | None, code: int) -> int:
 def _compare(argv: list[str]) -> int:
     p = _Parser(prog="diagnose compare",
                 description="What changed between two runs: wall time with each side's noise, findings gone "
-                            "or new, operator times per shape. Runs nothing.")
+                            "or new, operator times per shape. Runs nothing, unless --repeat asks it to run both "
+                            "targets again, interleaved.")
     p.add_argument("before", metavar="BEFORE.json", help="report.json of the run before the change")
     p.add_argument("after", metavar="AFTER.json", help="report.json of the run after the change")
     p.add_argument("--format", choices=("terminal", "md", "json"), default="terminal", help="what to print (terminal)")
@@ -274,12 +276,24 @@ def _compare(argv: list[str]) -> int:
                    help="exit 4 when the wall time grew by more than PCT%% outside the noise")
     p.add_argument("--noise-floor", type=float, default=compare.MIN_FLOOR_PCT, metavar="PCT",
                    help=f"smallest change called real, in %% ({compare.MIN_FLOOR_PCT:g}; all single runs get)")
+    p.add_argument("--repeat", type=int, metavar="N",
+                   help="run both targets again, a warm-up run each, then N rounds of BEFORE, AFTER, AFTER, "
+                        "BEFORE (4N runs of the measured window), and call the wall time's change on those: a "
+                        f"verdict that holds on a shared machine (N >= {interleave.MIN_ROUNDS})")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (--repeat)")
     args = p.parse_args(argv)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise UsageError("--fail-on-regression wants a percentage >= 0")
     if args.noise_floor < 0:
         raise UsageError("--noise-floor wants a percentage >= 0")
-    result = compare.compare(report_io.load(args.before), report_io.load(args.after), args.noise_floor)
+    if args.repeat is not None and args.repeat < interleave.MIN_ROUNDS:
+        raise UsageError(f"--repeat wants a number of rounds >= {interleave.MIN_ROUNDS} (fewer cannot bound the "
+                         "median round at 95%)")
+    before, after = report_io.load(args.before), report_io.load(args.after)
+    rerun = None
+    if args.repeat:
+        rerun = interleave.run(before, after, args.repeat, None if args.quiet else _round_progress(args.repeat))
+    result = compare.compare(before, after, args.noise_floor, rerun)
     if args.format == "json":
         sys.stdout.write(comparison.dumps(result) + "\n")
     elif args.format == "md":
@@ -292,6 +306,19 @@ def _compare(argv: list[str]) -> int:
               f"--fail-on-regression {limit:g}; exit {int(ExitCode.GATE)}", file=sys.stderr)
         return ExitCode.GATE
     return ExitCode.OK
+
+
+def _round_progress(rounds: int):
+    """compare --repeat's progress: one line a round on stderr."""
+    seen: list[str] = []
+
+    def on_run(r: int, side: str, seconds: float | None) -> None:
+        seen.append(f"{side} {duration(seconds) if seconds else 'failed'}")
+        if len(seen) == (2 if r == 0 else len(interleave.ORDER)):
+            what = "warm-up (not counted)" if r == 0 else f"round {r}/{rounds}"
+            print(f"diagnose compare: {what}: {', '.join(seen)}", file=sys.stderr, flush=True)
+            seen.clear()
+    return on_run
 
 
 def _run(args, extra: list[str], subcommand: str | None = None) -> int:
@@ -309,7 +336,9 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
 def _config(args, subcommand: str | None, function: str | None):
     """The parsed options as a Config; a value no run can use is a UsageError, checked in the order the
     options are listed."""
-    from diagnose.layers import LAYERS  # imports every layer: only once a run is certain
+    from diagnose.layers import (
+        LAYERS,  # imports every layer: only once a run is certain
+    )
 
     layers = tuple(name.strip() for name in args.layers.split(",") if name.strip())
     unknown = [name for name in layers if name not in LAYERS]

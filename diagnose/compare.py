@@ -1,8 +1,9 @@
 """What changed between two reports (`diagnose compare BEFORE.json AFTER.json`).
 
-Pure: `compare(before, after)` reads two Report objects and returns a
-Comparison (report/comparison.py: the typed result and its JSON form); it
-runs nothing and renders nothing (render/compare.py does).
+Pure: `compare(before, after)` reads two Report objects (and, with
+--repeat, interleave.run's re-runs) and returns a Comparison
+(report/comparison.py: the typed result and its JSON form); it runs nothing
+and renders nothing (render/compare.py does).
 
 Noise rule, the one `microbench compare` uses (microbench.stats): a ratio
 after/before is a real change only outside 1 ± floor. A run's steps give its
@@ -19,6 +20,9 @@ run on a shared machine, and the floor must cover that too:
   that two single runs cannot call a smaller change. A script without steps
   has no within-run noise either.
 - The floor is never under MIN_FLOOR_PCT (5%).
+- Neither holds when the machine changes state between the two reports (a group of runs at 4 ms, the next at
+  7.5 ms: benchmarks/RESULTS.md). `diagnose compare --repeat N` runs both targets again, interleaved
+  (diagnose/interleave.py), and the wall time's verdict rests on those rounds instead (interleaved_wall).
 - Operators: self CPU time of each (operator, input shapes) per recorded
   iteration (function mode) or per run (script mode), with the operator
   pass's own per-iteration noise as the floor; rows under OPERATOR_MIN_PCT of
@@ -42,6 +46,7 @@ from diagnose.report.comparison import (
     Comparison,
     Direction,
     FindingChange,
+    Interleaved,
     OperatorComparison,
     OperatorDelta,
     WallComparison,
@@ -53,10 +58,13 @@ from microbench.stats import ratio_is_real, two_sided_floor
 MIN_FLOOR_PCT = 5.0
 # the run-to-run drift between two single runs of the same script on a shared 2-CPU machine: two A/A runs of
 # examples/mlp.py measured 20% apart (issue 34), three runs under load spread 20%; a change under it is not called
-# without --repeat on both sides. Provisional: benchmarks/compare_drift.py's first 8 quiet A/A pairs drifted up to
-# 27.6% (benchmarks/RESULTS.md); the issue's 20 rounds are still to run
+# without --repeat on both sides. Not a floor that holds: in benchmarks/compare_drift.py's 20-round runs single A/A
+# runs drifted a median 5-16% and up to 185% apart, and 1-4 of 20 pairs were called a regression
+# (benchmarks/RESULTS.md); reports made at different times say so in the verdict, and `compare --repeat N`
+# (interleaved re-runs) is the verdict that holds
 SINGLE_RUN_DRIFT_PCT = 25.0
 OPERATOR_MIN_PCT = 1.0
+MIN_ROUNDS = 6  # compare --repeat's fewest rounds: the sign test's 95% interval of a median needs six
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
@@ -118,7 +126,37 @@ def _verdict_of(ratio: float, floor: float) -> tuple[bool, Direction]:
     return real, ("same" if not real else "faster" if ratio < 1 else "slower")
 
 
-def compare_wall(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> WallComparison:
+def interleaved_wall(run: Interleaved, before: Report, after: Report, min_floor_pct: float) -> WallComparison:
+    """The verdict on `diagnose compare --repeat N`'s interleaved rounds (diagnose/interleave.py): the median round
+    ratio's interval must exclude 1 and the ratio must clear the floor (the larger of min_floor_pct and the
+    measured drift within a round)."""
+    sides = []
+    for times, report in ((run.before_s, before), (run.after_s, after)):
+        mid = statistics.median(times)
+        sides.append(WallSide(seconds=mid, unit=run.unit, noise_pct=None, n=len(times), runs_s=list(times),
+                              drift_pct=round(100 * (max(times) - min(times)) / mid, 2) if mid > 0 else None,
+                              basis=f"median of {len(times)} interleaved runs' medians ({report.target.script})"))
+    floor = max(min_floor_pct, run.drift_pct) / 100
+    interval = (f"{run.ci_low:.3f}x-{run.ci_high:.3f}x ({100 * run.confidence:.0f}% interval)"
+                if run.ci_low is not None else "no interval (too few rounds)")
+    basis = (f"{run.rounds} interleaved rounds (BEFORE, AFTER, AFTER, BEFORE): median round ratio {run.ratio:.3f}x, "
+             f"{interval}; a change must exclude 1 and clear the larger of {min_floor_pct:g}% and the drift of one "
+             f"side within a round ({run.drift_pct:.1f}%)")
+    excludes_one = run.ci_low is not None and (run.ci_low > 1 or run.ci_high < 1)
+    significant, direction = _verdict_of(run.ratio, floor)
+    if significant and not excludes_one:
+        significant, direction = False, "same"
+    return WallComparison(before=sides[0], after=sides[1], ratio=run.ratio,
+                          speedup=round(1 / run.ratio, 4) if run.ratio else None,
+                          change_pct=round(100 * (run.ratio - 1), 2), noise_floor_pct=round(100 * floor, 2),
+                          noise_basis=basis, significant=significant, direction=direction, unit=run.unit,
+                          drift_measured=True, interleaved=run)
+
+
+def compare_wall(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT,
+                 interleaved: Interleaved | None = None) -> WallComparison:
+    if interleaved is not None and interleaved.rounds:
+        return interleaved_wall(interleaved, before, after, min_floor_pct)
     a, b = wall_side(before), wall_side(after)
     if a is None or b is None:
         missing = " and ".join(name for name, side in (("BEFORE", a), ("AFTER", b)) if side is None)
@@ -309,6 +347,17 @@ def _notes(before: Report, after: Report) -> list[str]:
     return notes
 
 
+def _rerun_notes(run: Interleaved | None) -> list[str]:
+    if run is None:
+        return []
+    out = [f"--repeat: {note}" for note in run.notes]
+    if run.failed:
+        out.append(f"--repeat: {run.failed} re-run(s) ended without a time; their rounds were dropped")
+    if not run.rounds:
+        out.append("--repeat: no round completed, so the wall time's verdict rests on the two reports as written")
+    return out
+
+
 def _times(seconds: float, unit: str) -> str:
     return f"{duration(seconds)}{' per iteration' if unit == 'iteration' else ''}"
 
@@ -323,8 +372,16 @@ def verdict(wall: WallComparison, findings: list[FindingChange]) -> str:
     unit = wall.unit or "run"
     span = f"{_times(a.seconds, unit)} -> {_times(b.seconds, unit)}"
     floor = f"noise floor ±{wall.noise_floor_pct:.1f}%"
-    if not wall.drift_measured:
+    run = wall.interleaved
+    if run is not None:
+        interval = (f"{100 * run.confidence:.0f}% interval {run.ci_low:.3f}x-{run.ci_high:.3f}x"
+                    if run.ci_low is not None else "too few rounds for an interval")
+        floor = f"{run.rounds} interleaved rounds, {interval}, {floor}"
+    elif not wall.drift_measured:
         floor += "; single runs: run-to-run drift not measured (--repeat 3 on both sides measures it)"
+    if run is None and wall.direction in ("faster", "slower"):
+        floor += ("; the two runs were made at different times, so a shift of the machine between them is not "
+                  f"measured: `diagnose compare --repeat {MIN_ROUNDS}` runs both again, interleaved")
     if wall.direction == "faster":
         return f"the fix helped: wall time {wall.speedup:.2f}x lower ({span}), outside the noise ({floor}){tail}"
     if wall.direction == "slower":
@@ -340,12 +397,14 @@ def _run(report: Report) -> ComparedRun:
     return ComparedRun(target=_label(report), mode=report.target.mode, started_at=report.run.started_at)
 
 
-def compare(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT) -> Comparison:
-    """Everything that changed from `before` to `after` (comparison.dumps writes it as JSON)."""
-    wall = compare_wall(before, after, min_floor_pct)
+def compare(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT,
+            interleaved: Interleaved | None = None) -> Comparison:
+    """Everything that changed from `before` to `after` (comparison.dumps writes it as JSON); with `interleaved`
+    (compare --repeat: interleave.run's re-runs) the wall time's verdict rests on those."""
+    wall = compare_wall(before, after, min_floor_pct, interleaved)
     findings = compare_findings(before, after)
     regression = wall.change_pct if wall.direction == "slower" else 0.0
     return Comparison(before=_run(before), after=_run(after), wall=wall,
                       operators=compare_operators(before, after, min_floor_pct), findings=findings,
-                      notes=_notes(before, after), verdict=verdict(wall, findings), regression_pct=regression,
+                      notes=_notes(before, after) + _rerun_notes(interleaved), verdict=verdict(wall, findings), regression_pct=regression,
                       min_floor_pct=min_floor_pct)

@@ -44,5 +44,11 @@ class OutputError(UsageError):
     """The output directory cannot be used without harming the user's files."""
 
 
+class RerunError(DiagnoseError):
+    """`diagnose compare --repeat`: a target that ran when it was diagnosed fails when run again."""
+
+    exit_code = ExitCode.TARGET_FAILED
+
+
 class AttachError(DiagnoseError):
     """diagnose attach cannot sample the process; each subclass (diagnose/attach/process.py) has its own code."""

@@ -146,6 +146,8 @@ class Session:
         self.workroot = tempfile.mkdtemp(prefix="diagnose-")
         self.server = _LazyServer(config.fork_server and not config.nproc_per_node)
         self.window = Window.first(target, config)
+        self.measured = 0  # measure()'s runs so far
+        self.cwd = os.getcwd()  # where the target runs
         self.all_threads = False  # the first pass saw the model called from worker threads
         self.distributed = (DistributedSpec(config.nproc_per_node, tuple(config.torchrun_args))
                             if config.nproc_per_node else None)
@@ -158,7 +160,7 @@ class Session:
         """The PassSpec of a pass of this run, over the current window."""
         t, c = self.target, self.config
         return PassSpec(name=name, layer=layer, script=t.path, display_script=t.script, argv=tuple(t.argv),
-                        function=t.function, cwd=os.getcwd(), window=self.window.spec,
+                        function=t.function, cwd=self.cwd, window=self.window.spec,
                         expect_steps=self.window.expect_steps, operators=c.operators, callgraph=c.callgraph,
                         overrides=overrides, distributed=self.distributed, all_threads=self.all_threads,
                         memory=c.memory)
@@ -266,6 +268,20 @@ class Session:
         status.elapsed_s = round(time.monotonic() - t0, 3)
         report.layers[layer.name] = status
         output.move_artifacts(report, workdir, self.output_dir)
+
+    def measure(self, name: str) -> PassResult | str:
+        """The uninstrumented workload once more, its output kept from the terminal, without the first pass's
+        observers and report (diagnose compare --repeat): the first call finds the window as the first pass does,
+        the later ones measure that window."""
+        self.measured += 1
+        res = self.rerun(name, {}, Overrides())
+        if self.measured == 1 and not isinstance(res, str):
+            if self.window.empty(res):  # the script ended where the window began: the whole run, as run() does
+                self.window = Window(None, expect_steps=False)
+                res = self.rerun(f"{name}-whole", {}, Overrides())
+                return res
+            self.window = self.window.after_first(res)
+        return res
 
     def rerun(self, name: str, env: dict[str, str], overrides: Overrides) -> PassResult | str:
         """DerivedContext.rerun: the uninstrumented workload again, over the same window, with `overrides`: a

@@ -7,6 +7,7 @@ looks for the function among the module's top-level names with `ast`.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -34,6 +35,15 @@ class Target:
     @property
     def label(self) -> str:
         return f"{self.script}:{self.function}" if self.function else self.script
+
+
+def sha256_of(path: str) -> str | None:
+    """The file's SHA-256 in hex (what TargetInfo.script_sha256 records); None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 def parse_target_spec(spec: str) -> tuple[str, str | None]:

@@ -18,7 +18,8 @@ def _side(side: WallSide | None) -> str:
     unit = "/iter" if side.unit == "iteration" else ""
     noise = f"IQR ±{side.noise_pct:.1f}%, n={side.n}" if side.noise_pct is not None else "one run: noise unknown"
     if side.runs_s:
-        noise += f"; {len(side.runs_s)} runs spread {side.drift_pct:.1f}%"
+        runs = f"{len(side.runs_s)} runs spread {side.drift_pct:.1f}%"
+        noise = f"{noise}; {runs}" if side.noise_pct is not None else runs
     return f"{fmt.duration(side.seconds)}{unit} ({noise})"
 
 
@@ -69,6 +70,8 @@ def terminal(cmp: Comparison) -> str:
            f"  before: {_side(wall.before)}", f"  after:  {_side(wall.after)}",
            "  noise floor: " + (f"±{wall.noise_floor_pct:.1f}% " if wall.noise_floor_pct is not None else "")
            + f"({wall.noise_basis})"]
+    if wall.interleaved:
+        out.append("  each round's after/before: " + " ".join(f"{x:.3f}" for x in wall.interleaved.round_ratios))
     if cmp.findings:
         out += ["", "Findings"] + fmt.text_table(finding_rows(cmp), right=set())
     ops = cmp.operators
@@ -104,6 +107,8 @@ def markdown(cmp: Comparison) -> str:
            f"{_cell(_side(wall.after))} | "
            + (f"±{wall.noise_floor_pct:.1f}%" if wall.noise_floor_pct is not None else "-") + " |", "",
            f"_{_cell(wall.noise_basis)}_", ""]
+    if wall.interleaved:
+        out += ["Each round's after/before: " + ", ".join(f"{x:.3f}" for x in wall.interleaved.round_ratios), ""]
     if cmp.findings:
         out += ["## Findings", ""] + _md_table(finding_rows(cmp), code={3, 4}, right=set()) + [""]
     ops = cmp.operators

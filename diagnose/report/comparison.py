@@ -54,6 +54,27 @@ class WallSide:
 
 
 @dataclass(frozen=True)
+class Interleaved:
+    """`diagnose compare --repeat N`: both workloads re-run in N rounds of BEFORE, AFTER, AFTER, BEFORE
+    (diagnose/interleave.py), each run its median step (or call, or its wall time without steps)."""
+
+    rounds: int  # complete rounds (four runs that each measured a time)
+    unit: str  # what the times are per: "iteration" or "run"
+    before_s: list[float]  # BEFORE's runs' medians in seconds, in the order they ran (two a round)
+    after_s: list[float]  # AFTER's
+    round_ratios: list[float]  # per round: sqrt(after1 * after2 / (before1 * before2)), 4 decimals
+    ratio: float  # after / before: the median round ratio, 4 decimals
+    ci_low: float | None  # the median's distribution-free interval (sign test); None: too few rounds for one
+    ci_high: float | None
+    confidence: float | None  # the interval's coverage, 0-1 (at least 0.95)
+    # the median within a round of |log(second run / first run)| of one side, as a percentage: how far the same
+    # workload drifts within a round, and the floor a change must clear (at least --noise-floor)
+    drift_pct: float
+    failed: int = 0  # runs that ended without a time (their round is dropped)
+    notes: list[str] = field(default_factory=list)  # what the re-runs could not hold equal, in words
+
+
+@dataclass(frozen=True)
 class WallComparison:
     """Wall time before and after, and whether the change is outside the noise."""
 
@@ -72,6 +93,9 @@ class WallComparison:
     # both sides ran with --repeat, so the floor covers their measured run-to-run drift; None (not written to
     # JSON) when direction is "unknown"
     drift_measured: bool | None = None
+    # --repeat N: the interleaved re-runs the verdict rests on (then before/after are their medians); None: the
+    # verdict rests on the two reports as written
+    interleaved: Interleaved | None = None
 
 
 @dataclass(frozen=True)

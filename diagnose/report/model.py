@@ -70,6 +70,11 @@ class TargetInfo:
     warmup: int | None = None  # function mode: calls before the measured ones (--skip-steps)
     iters: int | None = None  # function mode: measured calls (--steps)
     pid: int | None = None  # attach mode (diagnose attach PID): the process attached to
+    # what `diagnose compare --repeat` needs to run the target again as it ran (diagnose/interleave.py); None in
+    # reports written before they were recorded, and in attach mode
+    path: str | None = None  # the script's absolute path
+    cwd: str | None = None  # the working directory the script ran in
+    script_sha256: str | None = None  # the script file's SHA-256 when it ran: a changed script is not re-run
 
 
 @dataclass

@@ -168,3 +168,88 @@ def test_attach_to_a_process_that_exits_writes_a_partial_report(tmp_path):
     report = run.report
     assert report["sampled"]["exited"] and "exited after" in report["run"]["error"]
     assert report["sampled"]["samples"] > 0 and (run.outdir / "report.html").exists()
+
+
+def _ranks_ready(launcher: subprocess.Popen, ranks: int) -> None:
+    """Wait until torchrun's `ranks` ranks exist and each is in its training loop."""
+    from diagnose.attach import process
+
+    exe = pyspy.executable()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert launcher.poll() is None, "torchrun ended before it was attached to"
+        found = process.ranks(launcher.pid)
+        if len(found) == ranks:
+            dumps = [subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, check=False,
+                                    timeout=30).stdout for pid in found]
+            if all("train" in d and "_find_and_load" not in d for d in dumps):
+                time.sleep(1.0)
+                return
+        time.sleep(0.5)
+    raise AssertionError("torchrun's ranks never reached their loop")
+
+
+@pytest.mark.parallel_safe  # structure only: the ranks found and sampled, whatever the load
+def test_attach_to_a_torchrun_launcher_samples_every_rank(tmp_path):
+    """The PID given is torchrun's launcher; its two ranks are found through the process tree by the RANK in
+    their environment, and each is sampled. Structure only: which rank got how many samples is the machine's."""
+    launcher = _start(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                      str(EXAMPLES / "ddp_train.py"), "--steps", "100000", "--threads", "fair")
+    try:
+        _ranks_ready(launcher, 2)
+        run = _attach(launcher.pid, tmp_path / "out", "--duration", "3")
+    finally:
+        launcher.terminate()  # torchrun stops its ranks on SIGTERM
+        try:
+            launcher.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            launcher.wait()
+    assert run.code == 0, (run.code, run.stdout, run.stderr)
+    report = run.report
+    assert report["target"]["mode"] == "attach" and report["target"]["pid"] == launcher.pid
+    assert report["target"]["script"].endswith("examples/ddp_train.py")
+    sampled = {p["rank"]: p for p in report["sampled"]["processes"] if p["rank"] is not None}
+    assert set(sampled) == {0, 1}, report["sampled"]["processes"]
+    assert all(p["role"] == f"rank {r}" and p["samples"] > 0 for r, p in sampled.items())
+    threads = {p["rank"] for p in report["threads"]["processes"] if p.get("rank") is not None}
+    assert threads == {0, 1}, report["threads"]["processes"]
+    # the layers that need the script re-run say the command that would get them, with the ranks
+    assert "--nproc-per-node 2" in report["layers"]["operators"]["reason"], report["layers"]["operators"]
+
+
+@pytest.mark.parallel_safe  # structure and the rule from the report's own numbers
+def test_sample_cross_checks_the_operator_pass_on_the_uninstrumented_run(tmp_path):
+    """`diagnose --sample`: py-spy samples the uninstrumented pass's window; the report puts each operator's sampled
+    share beside its operator-pass share, and instrumentation_distortion follows from those two numbers (more
+    than 10 points apart, with at least 100 operator samples). Structure and the rule only: the shares are the
+    machine's (benchmarks/sampled_shares.py measures them over 30 s)."""
+    from tests.conftest import run_cli
+
+    run = run_cli("--sample", "--layers", "operators", "--steps", "100", "examples/mlp.py", "--", "--steps", "130",
+                  outdir=tmp_path / "out")
+    assert run.code == 0, run.stderr[-2000:]
+    report = run.report
+    assert report["layers"]["sample"]["status"] == "ok", report["layers"]["sample"]
+    s = report["sampled"]
+    assert "uninstrumented pass" in s["sampler"] and s["samples"] > 0 and s["operator_samples"] > 0
+    assert all(o["name"].startswith("aten::") for o in s["operators"])
+    assert {p["role"] for p in s["processes"]} >= {"target"}
+    traced: dict[str, float] = {}
+    for row in report["operators"]:
+        traced[row["name"]] = traced.get(row["name"], 0.0) + row["self_pct"]
+    sampled = {o["name"]: o["share_pct"] for o in s["operators"]}
+    flagged = {f["op"] for f in report["findings"] + [n["finding"] for n in report["not_confirmed"]]
+               if f["kind"] == "instrumentation_distortion"}
+    if s["operator_samples"] < 100:
+        assert not flagged  # too few samples to tell 10 points from sampling noise
+    for op in flagged:
+        assert abs(traced.get(op, 0.0) - sampled.get(op, 0.0)) > 10, (op, traced.get(op), sampled.get(op))
+    if s["operator_samples"] >= 100:  # and every operator shown that far apart is flagged
+        from diagnose.report.sampled import TOP_OPERATORS
+
+        shown = sorted(set(traced) | set(sampled), key=lambda n: -max(traced.get(n, 0.0), sampled.get(n, 0.0)))
+        apart = {n for n in shown[:TOP_OPERATORS] if abs(traced.get(n, 0.0) - sampled.get(n, 0.0)) > 10}
+        assert apart == flagged, (apart, flagged)
+    md = (run.outdir / "report.md").read_text()
+    assert "operator share: operator pass vs sampled uninstrumented pass (py-spy)" in md

@@ -8,6 +8,7 @@ and its fix; README.md there says how they were made).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 from conftest import DIAGNOSE, REPO, CliRun, assert_one_line_error, run_cli
@@ -16,8 +17,9 @@ DATA = REPO / "tests" / "data" / "compare"
 BEFORE, AFTER = DATA / "row_loop_before.json", DATA / "row_loop_after.json"
 
 
-def diagnose(*args: str) -> CliRun:
-    proc = subprocess.run([*DIAGNOSE, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=60)
+def diagnose(*args: str, timeout: float = 60) -> CliRun:
+    proc = subprocess.run([*DIAGNOSE, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          check=False)
     return CliRun(proc.returncode, proc.stdout, proc.stderr, None)
 
 
@@ -91,3 +93,61 @@ def test_fail_on_with_load_gates_an_existing_report(tmp_path):
     clean = diagnose("--load", tmp_path / "report.json", "--fail-on", "medium")
     assert clean.code == 0 and clean.stderr == ""
     assert diagnose("--load", tmp_path / "report.json").code == 0
+
+
+WORK_SCRIPT = """\
+import sys
+import torch
+
+work = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+a = torch.randn(128, 128)
+model = torch.nn.Identity()
+for _ in range(30):
+    x = model(a)  # the outermost module: one call a step
+    for _ in range(8 * work):
+        x = torch.mm(x, a) * 0.01
+"""
+
+
+def test_compare_repeat_reruns_both_sides_interleaved(tmp_path):
+    """`compare --repeat 6` runs both reports' targets again, 6 rounds of BEFORE, AFTER, AFTER, BEFORE, and calls
+    the change on the rounds. Asserted: the rounds' structure, that the verdict follows from the numbers shown,
+    and one measured outcome with a wide margin: AFTER does three times BEFORE's matmuls, so its median round must
+    read above 1.5x (a shift would have to halve at least four of the six rounds; a shift that lasts a round hits
+    both sides)."""
+    script = tmp_path / "work.py"
+    script.write_text(WORK_SCRIPT)
+    for name, args in (("before", ()), ("after", ("--", "3"))):
+        run = run_cli("--layers", ",", "--steps", "10", str(script), *args, outdir=tmp_path / name)
+        assert run.code == 0, run.stderr[-2000:]
+        assert run.report["target"]["script_sha256"] and run.report["target"]["cwd"] == str(REPO)
+    run = diagnose("compare", tmp_path / "before" / "report.json", tmp_path / "after" / "report.json",
+                   "--repeat", "6", "--format", "json", timeout=300)
+    assert run.code == 0, run.stderr[-2000:]
+    assert [line.split(":")[1].strip() for line in run.stderr.splitlines()] == \
+        ["warm-up (not counted)"] + [f"round {i}/6" for i in range(1, 7)]
+    wall = json.loads(run.stdout)["wall"]
+    rounds = wall["interleaved"]
+    assert rounds["rounds"] == 6 and rounds["failed"] == 0
+    assert len(rounds["before_s"]) == len(rounds["after_s"]) == 12 and len(rounds["round_ratios"]) == 6
+    assert rounds["ci_low"] <= rounds["ratio"] <= rounds["ci_high"] and rounds["confidence"] >= 0.95
+    assert wall["ratio"] == rounds["ratio"] and wall["before"]["runs_s"] == rounds["before_s"]
+    floor = max(5.0, rounds["drift_pct"])
+    assert wall["noise_floor_pct"] == round(floor, 2)
+    excludes = rounds["ci_low"] > 1 or rounds["ci_high"] < 1
+    assert wall["significant"] == (excludes and abs(math.log(rounds["ratio"])) > math.log1p(floor / 100))
+    assert rounds["ratio"] > 1.5, rounds
+
+
+def test_compare_repeat_refuses_what_it_cannot_run_again(tmp_path):
+    # reports written before diagnose recorded the script's path and hash
+    assert_one_line_error(diagnose("compare", BEFORE, AFTER, "--repeat", "6"), 2, "does not record its script")
+    assert_one_line_error(diagnose("compare", BEFORE, AFTER, "--repeat", "3"), 2, "--repeat wants a number of "
+                                                                                   "rounds >= 6")
+    script = tmp_path / "work.py"
+    script.write_text(WORK_SCRIPT)
+    run = run_cli("--layers", ",", "--steps", "3", str(script), outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr[-2000:]
+    script.write_text(WORK_SCRIPT + "# edited\n")  # the script changed since its report: it cannot run as it ran
+    report = tmp_path / "r" / "report.json"
+    assert_one_line_error(diagnose("compare", report, report, "--repeat", "6"), 2, "changed since its report")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from diagnose.report.model import (
     Steps,
     TargetInfo,
 )
+from microbench.stats import ratio_is_real
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "compare"
 
@@ -201,7 +203,7 @@ JSON_KEYS = {
     "": {"before", "after", "wall", "operators", "findings", "notes", "verdict", "regression_pct", "min_floor_pct"},
     "before": {"target", "mode", "started_at"},
     "wall": {"before", "after", "ratio", "speedup", "change_pct", "noise_floor_pct", "noise_basis", "significant",
-             "direction", "unit", "drift_measured"},
+             "direction", "unit", "drift_measured", "interleaved"},
     "wall.before": {"seconds", "unit", "noise_pct", "n", "basis", "runs_s", "drift_pct"},
     "operators": {"unit", "noise_floor_pct", "noise_basis", "rows", "total_before_us", "total_after_us",
                   "comparable"},
@@ -212,6 +214,8 @@ JSON_KEYS = {
 }
 # a side without a wall time: `wall` never had a unit or drift_measured then
 JSON_KEYS_NO_WALL = JSON_KEYS["wall"] - {"unit", "drift_measured"}
+JSON_KEYS_INTERLEAVED = {"rounds", "unit", "before_s", "after_s", "round_ratios", "ratio", "ci_low", "ci_high",
+                         "confidence", "drift_pct", "failed", "notes"}
 
 
 def _keys(data: dict) -> dict[str, set[str]]:
@@ -243,3 +247,86 @@ def test_json_of_a_side_without_a_wall_time_keeps_its_old_keys():
     assert set(data["wall"]) == JSON_KEYS_NO_WALL and data["wall"]["after"] is None
     assert data["wall"]["direction"] == "unknown" and data["regression_pct"] == 0.0
     assert io.typed(comparison.Comparison, data) == cmp
+
+
+# ------------------------------------------------------------------------- compare --repeat: interleaved rounds
+
+def interleaved(ratios, drift_pct=1.0, base=0.010) -> comparison.Interleaved:
+    """Rounds whose after/before is each of `ratios` (BEFORE steady at `base` seconds); the interval is the sign
+    test's over the rounds, as interleave.run computes it."""
+    from microbench.stats import AbbaRound, abba_summary
+
+    rounds = [AbbaRound(a1=base, b1=base * r, b2=base * r, a2=base) for r in ratios]
+    s = abba_summary(rounds, method="sign", confidence=0.95, min_effect=0.0)
+    return comparison.Interleaved(rounds=len(ratios), unit="iteration", before_s=[base] * 2 * len(ratios),
+                                  after_s=[base * r for r in ratios for _ in (0, 1)],
+                                  round_ratios=[round(r, 4) for r in ratios], ratio=round(s.ratio, 4),
+                                  ci_low=s.ci_low and round(s.ci_low, 4), ci_high=s.ci_high and round(s.ci_high, 4),
+                                  confidence=s.confidence, drift_pct=drift_pct)
+
+
+@pytest.mark.parametrize("ratios, drift, direction", [
+    ([1.15, 1.14, 1.16, 1.13, 1.17, 1.15], 1.0, "slower"),  # every round slower, well past the 5% floor
+    ([0.80, 0.82, 0.79, 0.81, 0.80, 0.83], 1.0, "faster"),
+    ([1.15, 1.14, 0.97, 1.13, 1.17, 1.15], 1.0, "same"),  # one round the other way: the interval holds 1
+    ([1.03, 1.02, 1.04, 1.03, 1.02, 1.03], 1.0, "same"),  # every round slower, but under the 5% floor
+    ([1.15, 1.14, 1.16, 1.13, 1.17, 1.15], 20.0, "same"),  # a side drifts 20% within a round: the floor
+])
+def test_interleaved_rounds_call_a_change_only_when_the_interval_and_the_floor_agree(ratios, drift, direction):
+    run = interleaved(ratios, drift)
+    wall = compare.compare_wall(rep(1.0), rep(1.0), interleaved=run)
+    assert wall.direction == direction and wall.interleaved is run and wall.drift_measured
+    assert wall.noise_floor_pct == max(compare.MIN_FLOOR_PCT, drift)
+    # the rule, from the numbers it shows: the interval excludes 1 and the ratio clears the floor
+    excludes = run.ci_low > 1 or run.ci_high < 1
+    assert wall.significant == (excludes and ratio_is_real(run.ratio, wall.noise_floor_pct / 100))
+    assert wall.before.runs_s == run.before_s and wall.after.seconds == statistics.median(run.after_s)
+    assert f"{run.rounds} interleaved rounds" in wall.noise_basis
+
+
+def test_too_few_rounds_have_no_interval_and_call_nothing():
+    run = interleaved([1.5, 1.5, 1.5, 1.5, 1.5])  # five rounds: the sign test's 95% interval needs six
+    assert run.ci_low is None
+    assert compare.compare_wall(rep(1.0), rep(1.0), interleaved=run).direction == "same"
+
+
+def test_interleaved_verdict_json_and_rendering():
+    cmp = compare.compare(rep(1.0), rep(1.0), interleaved=interleaved([1.15] * 6))
+    assert cmp.verdict.startswith("regression: wall time 1.15x higher") and "6 interleaved rounds" in cmp.verdict
+    assert cmp.regression_pct == 15.0
+    data = json.loads(comparison.dumps(cmp))
+    assert set(data["wall"]["interleaved"]) == JSON_KEYS_INTERLEAVED
+    assert io.typed(comparison.Comparison, data) == cmp
+    assert "each round's after/before: 1.150 1.150" in render.terminal(cmp)
+    assert "Each round's after/before: 1.150, 1.150" in render.markdown(cmp)
+
+
+def test_no_complete_round_falls_back_to_the_reports_and_says_so():
+    empty = comparison.Interleaved(rounds=0, unit="iteration", before_s=[], after_s=[], round_ratios=[], ratio=0.0,
+                                   ci_low=None, ci_high=None, confidence=None, drift_pct=0.0, failed=3)
+    cmp = compare.compare(rep(1.0, 2.0), rep(1.0, 2.0), interleaved=empty)
+    assert cmp.wall.interleaved is None and cmp.wall.direction == "same"
+    assert any("3 re-run(s) ended without a time" in n for n in cmp.notes)
+    assert any("no round completed" in n for n in cmp.notes)
+
+
+def test_repeat_refuses_reports_it_cannot_run_again_as_they_ran(tmp_path):
+    from diagnose import interleave
+    from diagnose.errors import UsageError
+    from diagnose.target import sha256_of
+
+    script = tmp_path / "m.py"
+    script.write_text("pass\n")
+    ok = rep(1.0)
+    ok.target.path, ok.target.cwd, ok.target.script_sha256 = str(script), str(tmp_path), sha256_of(str(script))
+    side = interleave._side("BEFORE", ok)
+    assert side.target.script == str(script) and side.cwd == str(tmp_path)
+    attached = rep(1.0)
+    attached.target.mode = "attach"
+    old = rep(1.0)  # no path, cwd or hash: written before they were recorded
+    for report, needle in ((attached, "attached process"), (old, "does not record its script's path")):
+        with pytest.raises(UsageError, match=needle):
+            interleave._side("BEFORE", report)
+    script.write_text("pass  # edited\n")
+    with pytest.raises(UsageError, match="changed since its report"):
+        interleave._side("AFTER", ok)
