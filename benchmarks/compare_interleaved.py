@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,9 @@ def table(results: list[dict], rounds: int) -> str:
 
 
 def main() -> None:
+    # killed with SIGTERM: unwind, so that measure()'s `finally` stops the hog (a hog left behind spoils every
+    # measurement after it)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--rounds", type=int, default=interleave.MIN_ROUNDS)
@@ -177,7 +181,7 @@ def main() -> None:
 
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         body = (f"{HEADING}\n\n- When: {when}; machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
-                f"{usable_cpus()} usable; {platform.platform()}; Python {platform.python_version()}. "
+                f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}. "
                 f"Took {time.monotonic() - t0:.0f} s.\n"
                 f"- Per condition, three reports of `{TARGET}` (`--layers ,`): BEFORE, SAME (A/A) and SLOW "
                 "(`--work 1.15`). Each trial runs what `diagnose compare --repeat "

@@ -65,6 +65,10 @@ MIN_FLOOR_PCT = 5.0
 SINGLE_RUN_DRIFT_PCT = 25.0
 OPERATOR_MIN_PCT = 1.0
 MIN_ROUNDS = 6  # compare --repeat's fewest rounds: the sign test's 95% interval of a median needs six
+# the rounds the docs and hints advise: 6 rounds' 95% interval is their whole range, so one round turned around by
+# the machine hides any change (a planted +15% was found in 17-18 of 20 quiet pairs); with 9 the interval drops
+# the lowest and the highest round (benchmarks/RESULTS.md, "diagnose compare --repeat")
+ROUNDS_ADVISED = 9
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
@@ -381,7 +385,7 @@ def verdict(wall: WallComparison, findings: list[FindingChange]) -> str:
         floor += "; single runs: run-to-run drift not measured (--repeat 3 on both sides measures it)"
     if run is None and wall.direction in ("faster", "slower"):
         floor += ("; the two runs were made at different times, so a shift of the machine between them is not "
-                  f"measured: `diagnose compare --repeat {MIN_ROUNDS}` runs both again, interleaved")
+                  f"measured: `diagnose compare --repeat {ROUNDS_ADVISED}` runs both again, interleaved")
     if wall.direction == "faster":
         return f"the fix helped: wall time {wall.speedup:.2f}x lower ({span}), outside the noise ({floor}){tail}"
     if wall.direction == "slower":
