@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from diagnose.config import ATTACH_RATE_HZ
+from diagnose.config import SAMPLE_RATE_HZ
 from diagnose.machine import cpu_model, usable_cpus
 
 HEADING = "## Sampled operator shares against the operator pass (--sample)"
@@ -68,7 +68,7 @@ def main() -> None:
               f"{usable_cpus()[0]} usable; {platform.platform()}; Python {platform.python_version()}. A shared "
               "machine: another engineer's diagnose runs used it at the same time (the two measures come from "
               "two passes run one after the other, so load that changes between them moves the shares apart)."),
-             (f"- `diagnose --sample --layers operators --steps N TARGET`, py-spy at {ATTACH_RATE_HZ:g} Hz over "
+             (f"- `diagnose --sample --layers operators --steps N TARGET`, py-spy at {SAMPLE_RATE_HZ:g} Hz over "
               f"the uninstrumented pass's window; the operator pass's top {TOP} operators (rows summed over shapes): "
               f"their share of operator self time there, and of the samples inside an operator; target: within "
               f"{LIMIT_POINTS:g} points."),

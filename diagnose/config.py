@@ -137,12 +137,15 @@ class Config:
     sample: bool = False
 
 
-# diagnose attach (and --sample): py-spy's samples a second. With --native py-spy pauses the process while it
-# unwinds each native stack. On examples/mlp.py's training step with both CPUs busy, on a quiet 2-CPU EPYC, 10
-# pairs of 3 s windows: +2.3% [-4.1%, +9.4%] and +3.4% [+0.4%, +10.4%] at 10 Hz, +3.9% [+0.6%, +6.3%] at 20 Hz (benchmarks/RESULTS.md,
-# "diagnose attach: the target's step time while sampled"); about the 3% a sampler may cost: 10 Hz, 300 samples a thread in
-# the default 30 s (a share to about 6 points)
-ATTACH_RATE_HZ = 10.0
+# diagnose attach: py-spy's samples a second. With --native py-spy pauses the process while it unwinds each native
+# stack. On examples/mlp.py's training step with both CPUs busy, on a quiet 2-CPU EPYC, 40 pairs of 3 s windows
+# alone / sampled (benchmarks/RESULTS.md, "diagnose attach: the target's step time while sampled"): +4.1% [+2.8%,
+# +5.0%] at 10 Hz, over the 3% a sampler may cost; +2.1% [+0.7%, +4.3%] at 5 Hz. So 5 Hz: 150 samples a thread in
+# the default 30 s, a share to about 8 points (--rate 10 or a longer --duration for more)
+ATTACH_RATE_HZ = 5.0
+# --sample: the cross-check of the operator pass samples the uninstrumented pass's window, seconds long, at twice
+# attach's rate for samples enough to compare shares; that pass's step times carry its ~4% (layers/sample.py says so)
+SAMPLE_RATE_HZ = 10.0
 ATTACH_DURATION_S = 30.0
 ATTACH_RSS_INTERVAL_S = 0.25  # the RSS of the tree read this often (diagnose/attach: memory growth over time)
 

@@ -19,7 +19,7 @@ import sys
 
 from diagnose import markers
 from diagnose.attach import stacks, window
-from diagnose.config import ATTACH_RATE_HZ
+from diagnose.config import SAMPLE_RATE_HZ
 from diagnose.layers.base import Layer, last_line, stop_observer
 from diagnose.report.model import LayerStatus, Report, Sampled
 from diagnose.tools import pyspy
@@ -30,7 +30,7 @@ EXIT_WAIT_S = 40.0  # py-spy writes its file after SIGINT; a large tree's symbol
 class PySpyWindow:
     """Observer: one `python -m diagnose.attach.window` per watched pass."""
 
-    def __init__(self, workdir: str, rate_hz: float = ATTACH_RATE_HZ):
+    def __init__(self, workdir: str, rate_hz: float = SAMPLE_RATE_HZ):
         self.workdir = workdir
         self.rate_hz = rate_hz
         self.proc: subprocess.Popen | None = None
@@ -101,7 +101,10 @@ class SampleLayer(Layer):
                                          f"{timing.rate_hz:g} Hz; py-spy needs about a second to start): more "
                                          "--steps give it time")
         notes = [(f"{result.samples} busy thread samples over {scope} at {timing.rate_hz:g} Hz: a share is known "
-                  f"to about {100 / result.samples ** 0.5:.0f} points")]
+                  f"to about {100 / result.samples ** 0.5:.0f} points"),
+                 (f"py-spy's pauses slow the sampled pass: its step times (the report's uninstrumented reference) "
+                  f"ran about 4% slower under {SAMPLE_RATE_HZ:g} Hz on a 2-CPU machine with both CPUs busy "
+                  "(benchmarks/RESULTS.md, \"diagnose attach: the target's step time while sampled\")")]
         if result.imputed_samples:
             notes.append(f"{result.imputed_samples} of the operator samples had lost their operator frame (a kernel "
                          "py-spy could not unwind: oneDNN's generated code): given to the operators seen from the "

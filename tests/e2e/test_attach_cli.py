@@ -54,7 +54,8 @@ def _attached(tmp_path: Path, example: str, *script_args: str, duration: str = "
     proc = _start(sys.executable, str(EXAMPLES / example), *script_args, env=env)
     try:
         _ready(proc, settle_s)
-        run = _attach(proc.pid, tmp_path / "out", "--duration", duration)
+        # 10 Hz, twice attach's default: the durations here are seconds (the suite's budget), not 30 s
+        run = _attach(proc.pid, tmp_path / "out", "--duration", duration, "--rate", "10")
     finally:
         proc.kill()
         proc.wait()
@@ -120,7 +121,7 @@ def test_attach_to_a_healthy_mlp_finds_nothing_above_low(tmp_path):
     assert not _loud(report), [(f["kind"], f["severity"], f["title"]) for f in _loud(report)]
     assert not report["memory"]["rss"]["continues"]
     s = report["sampled"]
-    # which operator leads is not asserted: 2 s at the default 10 Hz is about 20 samples of the main thread, 10 of
+    # which operator leads is not asserted: 2 s at 10 Hz is about 20 samples of the main thread, 10 of
     # them inside an operator in one run (7 aten::t, 3 aten::mm), so the order is noise; the shares against the
     # operator pass are benchmarks/sampled_shares.py's subject, over 30 s
     assert s["operators"] and all(o["name"].startswith("aten::") for o in s["operators"])
@@ -197,7 +198,7 @@ def test_attach_to_a_torchrun_launcher_samples_every_rank(tmp_path):
                       str(EXAMPLES / "ddp_train.py"), "--steps", "100000", "--threads", "fair")
     try:
         _ranks_ready(launcher, 2)
-        run = _attach(launcher.pid, tmp_path / "out", "--duration", "3")
+        run = _attach(launcher.pid, tmp_path / "out", "--duration", "3", "--rate", "10")
     finally:
         launcher.terminate()  # torchrun stops its ranks on SIGTERM
         try:
