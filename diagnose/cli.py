@@ -29,7 +29,7 @@ import os
 import signal
 import sys
 
-from diagnose import __version__, api, budget, compare, findings, interleave, output
+from diagnose import __version__, api, budget, compare, findings, output
 from diagnose.attach import run as attach_run
 from diagnose.config import ATTACH_DURATION_S, ATTACH_RATE_HZ, AttachConfig, Config
 from diagnose.distributed import launcher
@@ -279,19 +279,22 @@ def _compare(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, metavar="N",
                    help="run both targets again, a warm-up run each, then N rounds of BEFORE, AFTER, AFTER, "
                         "BEFORE (4N runs of the measured window), and call the wall time's change on those: a "
-                        f"verdict that holds on a shared machine (N >= {interleave.MIN_ROUNDS})")
+                        f"verdict that holds on a shared machine (N >= {compare.MIN_ROUNDS}; "
+                        f"{compare.ROUNDS_ADVISED} advised)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (--repeat)")
     args = p.parse_args(argv)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise UsageError("--fail-on-regression wants a percentage >= 0")
     if args.noise_floor < 0:
         raise UsageError("--noise-floor wants a percentage >= 0")
-    if args.repeat is not None and args.repeat < interleave.MIN_ROUNDS:
-        raise UsageError(f"--repeat wants a number of rounds >= {interleave.MIN_ROUNDS} (fewer cannot bound the "
+    if args.repeat is not None and args.repeat < compare.MIN_ROUNDS:
+        raise UsageError(f"--repeat wants a number of rounds >= {compare.MIN_ROUNDS} (fewer cannot bound the "
                          "median round at 95%)")
     before, after = report_io.load(args.before), report_io.load(args.after)
     rerun = None
     if args.repeat:
+        from diagnose import interleave  # runs the targets: imports the session and every layer, only then
+
         rerun = interleave.run(before, after, args.repeat, None if args.quiet else _round_progress(args.repeat))
     result = compare.compare(before, after, args.noise_floor, rerun)
     if args.format == "json":
@@ -314,7 +317,7 @@ def _round_progress(rounds: int):
 
     def on_run(r: int, side: str, seconds: float | None) -> None:
         seen.append(f"{side} {duration(seconds) if seconds else 'failed'}")
-        if len(seen) == (2 if r == 0 else len(interleave.ORDER)):
+        if len(seen) == (2 if r == 0 else 4):  # the warm-up runs, or a round's (interleave.ORDER)
             what = "warm-up (not counted)" if r == 0 else f"round {r}/{rounds}"
             print(f"diagnose compare: {what}: {', '.join(seen)}", file=sys.stderr, flush=True)
             seen.clear()
@@ -336,9 +339,7 @@ def _run(args, extra: list[str], subcommand: str | None = None) -> int:
 def _config(args, subcommand: str | None, function: str | None):
     """The parsed options as a Config; a value no run can use is a UsageError, checked in the order the
     options are listed."""
-    from diagnose.layers import (
-        LAYERS,  # imports every layer: only once a run is certain
-    )
+    from diagnose.layers import LAYERS  # imports every layer: only once a run is certain
 
     layers = tuple(name.strip() for name in args.layers.split(",") if name.strip())
     unknown = [name for name in layers if name not in LAYERS]

@@ -57,11 +57,12 @@ def test_not_a_report(tmp_path):
 def test_migration_is_applied(monkeypatch):
     data = json.loads(report_io.dumps(sample()))
     data["schema_version"] = "0"
-    data["target"]["path"] = data["target"].pop("script")
+    data["target"]["file"] = data["target"].pop("script")
 
     def from_zero(old):
         new = dict(old, schema_version="1")  # then "1" -> "2" as usual
-        new["target"] = dict(old["target"], script=old["target"]["path"])
+        target = dict(old["target"])
+        new["target"] = dict(target, script=target.pop("file"))
         return new
 
     monkeypatch.setitem(report_io.MIGRATIONS, "0", from_zero)
