@@ -32,7 +32,11 @@ from diagnose.stall import STACKS_FILE, StallWatch, request_dumps
 if TYPE_CHECKING:
     from diagnose.forkserver import ForkServer
 
-GRACE_S = 20.0  # time the child gets to write its results after SIGINT
+# time the child gets to write its results after SIGINT (a timeout, Ctrl-C). Stopping torch.profiler costs about
+# 45 µs per recorded operator event (a 64x64 matmul loop on a 2-CPU AVX-512 EPYC: 160k events 8 s, 330k events
+# 14 s), and the operator pass's event budget (config.MAX_RECORDED_CALLS torch calls from Python, 2-3 events
+# each) allows about 500k: 20 s cut that write short and lost every row of a timed-out pass; 60 s covers it twice
+GRACE_S = 60.0
 STALLED_GRACE_S = 5.0  # ... when it is hung: a deadlock in C++ ignores SIGINT, so do not wait long
 
 

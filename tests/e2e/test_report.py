@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
-from conftest import EXAMPLES, run_cli, line_of
+from conftest import EXAMPLES, REPO, run_cli, line_of
 
 MLP = EXAMPLES / "mlp.py"
 FORWARD = line_of(MLP, "logits = model(inputs)")
@@ -28,7 +29,10 @@ def test_report_files_and_contract_fields(mlp_script_run):
     r = run.report
     assert r["schema_version"] == "4"
     assert r["target"] == {"script": "examples/mlp.py", "argv": ["--steps", "5"], "mode": "script",
-                           "function": None, "warmup": None, "iters": None, "pid": None}  # pid: attach only
+                           "function": None, "warmup": None, "iters": None, "pid": None,  # pid: attach only
+                           # what `diagnose compare --repeat` runs again
+                           "path": str(EXAMPLES / "mlp.py"), "cwd": str(REPO),
+                           "script_sha256": hashlib.sha256((EXAMPLES / "mlp.py").read_bytes()).hexdigest()}
     assert r["machine"]["usable_cpus"] >= 1
     assert r["machine"]["torch_version"].startswith("2.")
     assert r["run"]["exit_code"] == 0 and r["run"]["error"] is None
