@@ -158,7 +158,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=interleave.MIN_ROUNDS)
+    p.add_argument("--rounds", type=int, default=compare.ROUNDS_ADVISED)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--conditions", default="quiet,hog")
     p.add_argument("--keep", metavar="DIR", help="keep every trial here (default: a temporary directory)")

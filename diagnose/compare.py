@@ -410,5 +410,5 @@ def compare(before: Report, after: Report, min_floor_pct: float = MIN_FLOOR_PCT,
     regression = wall.change_pct if wall.direction == "slower" else 0.0
     return Comparison(before=_run(before), after=_run(after), wall=wall,
                       operators=compare_operators(before, after, min_floor_pct), findings=findings,
-                      notes=_notes(before, after) + _rerun_notes(interleaved), verdict=verdict(wall, findings), regression_pct=regression,
-                      min_floor_pct=min_floor_pct)
+                      notes=_notes(before, after) + _rerun_notes(interleaved), verdict=verdict(wall, findings),
+                      regression_pct=regression, min_floor_pct=min_floor_pct)

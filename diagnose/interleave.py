@@ -11,11 +11,11 @@ terminal), after one warm-up run of each side that is not counted: it finds the 
 and in benchmarks/compare_interleaved.py's first run the first run of a side took up to 4.5x the others (the
 fork server just started, the window still to find), which turned the first round around in 2 of 20 planted
 pairs. A side whose warm-up run fails stops the comparison (RerunError: the script does not run again as it
-ran); a later run that fails drops its round. A shift that lasts longer than a round hits both sides of that round alike, and a steady drift within a
-round cancels between its two halves. Each round gives one ratio; the change is called on the median round
-ratio's sign-test interval, the rule microbench's interleaved A/B uses (microbench.stats.abba_summary): the
-interval must exclude 1, and the ratio must clear a floor, the larger of --noise-floor and how far one side's two
-runs of a round drift apart (their median).
+ran); a later run that fails drops its round. A shift that lasts longer than a round hits both sides of that
+round alike, and a steady drift within a round cancels between its two halves. Each round gives one ratio; the
+change is called on the median round ratio's sign-test interval, the rule microbench's interleaved A/B uses
+(microbench.stats.abba_summary): the interval must exclude 1, and the ratio must clear a floor, the larger of
+--noise-floor and how far one side's two runs of a round drift apart (their median).
 
 A report can be run again only as it ran: its script's absolute path, working directory and SHA-256 are in
 report.target (diagnose records them); a script that changed since, a report without them, an attached process
@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from diagnose import compare, machine
+from diagnose import machine
 from diagnose.config import Config
 from diagnose.errors import RerunError, UsageError
 from diagnose.report.comparison import Interleaved
@@ -41,7 +41,6 @@ from diagnose.session import Progress, Session
 from diagnose.target import Target, sha256_of
 from microbench.stats import AbbaRound, abba_summary
 
-MIN_ROUNDS = compare.MIN_ROUNDS
 CONFIDENCE = 0.95
 ORDER = ("before", "after", "after", "before")  # one round
 
