@@ -243,7 +243,9 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
     if result.samples and not result.operators and target.has_torch:
         sampled.notes.append("no ATen operator frame in the native stacks: the process ran no torch operator "
                              "while sampled, or py-spy could not unwind into libtorch")
-    if result.steps is None:
+    if result.unresolved:
+        sampled.notes.append(f"{result.unresolved}; `{rerun_command(target)}` times any step")
+    elif result.steps is None:
         sampled.notes.append("no step seen: no Optimizer.step or nn.Module call started at least "
                              f"{stacks.MIN_STEPS} times on the main thread while sampled (the step budget covers "
                              "the sampled time instead)")

@@ -23,16 +23,24 @@ Each span of a thread is one of:
   OpenBLAS: "numpy"), else the innermost Python frame's package ("your code" for the user's files,
   "stdlib"); torch's own Python code is not outside torch.
 
-Steps: on each target process's main thread, a step starts where a marker frame appears after spans
-without it: the outermost `Optimizer.step` (a `*.step` frame in torch/optim/), else the outermost
-nn.Module call. The detector with more starts wins (optimizer on a tie). Steps need at least MIN_STEPS
-starts; a step shorter than a few sample intervals can be missed (min_samples_per_step says how many
-samples the shortest had).
+Steps: on each target process's main thread, a step starts where a marker frame appears after spans without
+it: the outermost `Optimizer.step` (a `*.step` frame in torch/optim/), else the outermost nn.Module call. The
+detector with more starts wins (optimizer on a tie). Steps need at least MIN_STEPS starts; a step shorter than
+a few sample intervals can be missed (min_samples_per_step says how many samples the shortest had). Steps are
+timed only where the samples resolve them (`unresolved`): the median step spans at least RESOLVE_SAMPLES
+sample intervals, and the steps' times agree (IQR within ALIASED_SPREAD of their median; at least MIN_GAPS of
+them). Steps shorter than the sample interval still show "starts": each sample lands in the marker frame or
+outside it as if by chance, and the starts (a sample inside after one outside) come at random, spaced like the
+sum of two geometric runs (median 3-4 samples, IQR about 0.7x the median where the marker fills half the step;
+wider at any other fill). Measured at 5 and 10 Hz on examples/mlp.py's 15 ms steps: medians of 3.4-3.5
+samples, IQR/median 0.7 (a "step" of 338-692 ms); on a 1.5 s step at 5 Hz: 7.6 samples, IQR/median 0.2 (1.52
+s, as the script timed it); and on a 1 s recording of mlp at 50 Hz, 3 gaps of 7-13 samples (a "step" of 193
+ms). Unresolved steps give no step time; the budget then covers the sampled time.
 
 The step budget by sampling: the main threads' sampled time split into kernels (in an operator), python,
 native (outside torch, by library: budget.outside_torch reads these items), data (inside a DataLoader's
 __next__, waiting or not) and waiting, as shares carried onto the median step (or onto the sampled
-duration when no step was seen).
+duration when no step was seen or timed).
 """
 
 from __future__ import annotations
@@ -70,6 +78,9 @@ MARKER_FORWARD = ("Module._call_impl", "Module._wrapped_call_impl")
 JIT_FILES = ("?", "")  # py-spy's file for a frame in anonymous memory
 DNNL = re.compile(r"dnnl|ideep|mkldnn")  # oneDNN: its kernels are generated at run time, without unwind tables
 MIN_STEPS = 3  # step starts needed for a step time
+RESOLVE_SAMPLES = 4  # sample intervals the median step must span to be timed (module docstring)
+ALIASED_SPREAD = 0.5  # the steps' IQR / median above which their starts look random (aliasing gives ~0.7)
+MIN_GAPS = 4  # step times needed to tell steps from starts at random (3 gaps of 7-13 samples were aliasing)
 DIAGNOSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 TOP = 30
 TOP_LINES = 5
@@ -232,6 +243,7 @@ class Analysis:
     libraries: list[SampledLibrary] = field(default_factory=list)
     processes: list[SampledProcess] = field(default_factory=list)
     steps: SampledSteps | None = None
+    unresolved: str | None = None  # why steps were seen but not timed (unresolved())
     imputed_samples: int = 0  # operator samples given by impute() (the unwinder lost their operator frame)
     main: list[Sample] = field(default_factory=list)  # the target processes' main threads, in time order
     duration_s: float = 0.0
@@ -343,6 +355,9 @@ def analyse(spans: list[Span], rate_hz: float, where: Where, names: dict[str, st
         out.processes.append(SampledProcess(pid=pid, role="", samples=round(n), threads=len(proc_threads[pid])))
     out.main.sort(key=lambda s: (s.span.pid, s.span.start_us))
     out.steps = steps(out.main, rate_hz, where)
+    out.unresolved = unresolved(out.steps, rate_hz)
+    if out.unresolved:
+        out.steps = None
     return out
 
 
@@ -434,6 +449,30 @@ def steps(main: list[Sample], rate_hz: float, where: Where) -> SampledSteps | No
                         min_samples_per_step=round(min(per_step)) if per_step else 0)
 
 
+def unresolved(st: SampledSteps | None, rate_hz: float) -> str | None:
+    """Why the steps seen are not timed (module docstring: too few samples a step, or starts spaced as at
+    random), with the rate that would time them; None: timed, or no step seen."""
+    if st is None:
+        return None
+    if len(st.step_s) < MIN_GAPS:
+        return (f"steps seen but not timed: {st.steps} starts of {st.detail} give {len(st.step_s)} step times, "
+                f"too few to tell steps from starts where samples happened to land (at least {MIN_GAPS}); a longer "
+                "--duration sees more")
+    n = [t * rate_hz for t in st.step_s]
+    q1, median, q3 = statistics.quantiles(n, n=4, method="inclusive")
+    interval = 1000 / rate_hz
+    if median >= RESOLVE_SAMPLES and (q3 - q1) <= ALIASED_SPREAD * median:
+        return None
+    why = (f"the median gap between starts spans {median:.1f} sample intervals, under {RESOLVE_SAMPLES}"
+           if median < RESOLVE_SAMPLES else
+           f"the gaps between starts spread like chance (IQR {(q3 - q1) / median:.0%} of their median)")
+    faster = RESOLVE_SAMPLES * rate_hz  # times steps as short as today's sample interval
+    return (f"steps seen but not timed: {st.steps} starts of {st.detail}, and {why}, as when steps are shorter "
+            f"than a few sample intervals ({interval:.0f} ms at {rate_hz:g} Hz) and the starts fall where samples "
+            f"happened to land; a step needs about {RESOLVE_SAMPLES} intervals, so --rate {faster:g} times steps "
+            f"from {interval:.0f} ms (at more cost to the target: docs/attach.md)")
+
+
 def budget(analysis: Analysis, rate_hz: float, where: Where) -> StepBudget | None:
     """The step budget by sampling: the main threads' sampled time by slice, carried onto the median step
     (module docstring); None without main-thread samples."""
@@ -481,4 +520,6 @@ def budget(analysis: Analysis, rate_hz: float, where: Where) -> StepBudget | Non
                       costs="sampled: shares of the main thread's samples, no per-call costs",
                       notes=["a step budget by sampling: each slice is its share of the main thread's samples "
                              + (f"carried onto the median step between {st.steps} step starts ({st.detail})"
-                                if st else "over the sampled time (no step was seen in the stacks)")])
+                                if st else "over the sampled time (" + ("the steps seen could not be timed at this rate"
+                                                          if analysis.unresolved else "no step was seen in the stacks")
+                                + ")")])

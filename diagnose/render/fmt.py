@@ -96,7 +96,9 @@ def timing_lines(report: Report) -> list[str]:
     lines = []
     if report.target.mode == "attach":  # no pass of diagnose's own: the steps seen in the stacks, if any
         st = report.sampled.steps if report.sampled else None
-        return [f"sampled step: median {duration(st.median_s)} over {st.steps} step starts ({st.detail})"] if st else []
+        if st:
+            return [f"sampled step: median {duration(st.median_s)} over {st.steps} step starts ({st.detail})"]
+        return ["sampled step: none timed (the notes under Sampled say why)"]
     if run.iterations:
         lines.append(f"uninstrumented: {spread(run.iterations, unit)}")
     elif run.wall_s is not None:
