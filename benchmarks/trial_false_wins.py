@@ -124,7 +124,7 @@ def _busy_cpus() -> tuple[float, float]:
     return sum(parts) - idle, sum(parts)
 
 
-def one_trial(n: int, units: int, record: list) -> dict[str, str]:
+def one_trial(n: int, units: int, record: list) -> dict[str, tuple[str, int]]:
     """One run_trials call with the baseline, an A/A side and the planted side; every pass recorded."""
     sides = {"baseline": units, "a_a": units, "planted": round(units / (1 + PLANTED))}
 
@@ -136,7 +136,7 @@ def one_trial(n: int, units: int, record: list) -> dict[str, str]:
 
     variants = [trials_mod.Variant("a_a", "bench", "the same step"),
                 trials_mod.Variant("planted", "bench", f"{PLANTED:.0%} faster")]
-    return {t.name: t.verdict for t in trials_mod.run_trials(variants, run)}
+    return {t.name: (t.verdict, t.rounds) for t in trials_mod.run_trials(variants, run)}
 
 
 def collect(trials: int, sizes: list[float]) -> dict:
@@ -156,8 +156,9 @@ def collect(trials: int, sizes: list[float]) -> dict:
                 c0 = time.monotonic()
                 for i in range(trials):
                     record: list = []
-                    verdicts = one_trial(n, units, record)
-                    cond["trials"].append({"verdicts": verdicts, "passes": record})
+                    got = one_trial(n, units, record)
+                    cond["trials"].append({"verdicts": {k: v for k, (v, _) in got.items()},
+                                           "rounds": {k: r for k, (_, r) in got.items()}, "passes": record})
                     load.append(os.getloadavg()[0])
                 busy1, total1 = _busy_cpus()
                 cond["busy_cpus"] = round((busy1 - busy0) / (total1 - total0) * (os.cpu_count() or 1), 2)
@@ -169,33 +170,36 @@ def collect(trials: int, sizes: list[float]) -> dict:
     return data
 
 
-def rejudge(data: dict) -> None:
-    """Today's rule on the saved passes: each trial's verdicts again, from its recorded passes."""
+def rejudge(data: dict, extended: int = trials_mod.EXTENDED_ROUNDS) -> None:
+    """Today's rule on the saved passes: each trial's verdicts again, replayed through run_trials with the recorded
+    passes (a pass the replay asks for and the recording lacks, a round past those recorded, fails that side).
+    `extended`: the rounds an undecided trial runs to (trials.ROUNDS: never run on)."""
     for cond in data["conditions"]:
         for tr in cond["trials"]:
-            by_round: dict[str, dict[str, list[float]]] = {}
-            for p in tr["passes"]:
-                r = p["pass"].split("-")[1]
-                by_round.setdefault(r, {})[p["side"]] = p["times"]
-            base = [sides["baseline"] for sides in by_round.values()]
-            for name in ("a_a", "planted"):
-                passes = [sides[name] for sides in by_round.values()]
-                per_round = [trials_mod.step_of(b) / trials_mod.step_of(v) for b, v in zip(base, passes)]
-                trial = trials_mod.judge(Trial(name, "bench", ""), base, passes, per_round)
-                tr["verdicts"][name] = trial.verdict
+            recorded = {p["pass"]: p["times"] for p in tr["passes"]}
+
+            def run(name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
+                return recorded.get(name, "not recorded")
+
+            variants = [trials_mod.Variant("a_a", "bench", "the same step"),
+                        trials_mod.Variant("planted", "bench", f"{PLANTED:.0%} faster")]
+            out = trials_mod.run_trials(variants, run, extended=extended)
+            tr["verdicts"] = {t.name: t.verdict for t in out}
+            tr["rounds"] = {t.name: t.rounds for t in out}
 
 
-def with_medians(data: dict) -> dict:
-    """The same passes judged by the rule before this benchmark: each side's median step, beyond the floor once."""
+def three_rounds(data: dict) -> dict:
+    """The same passes judged by the rule before the minimum effect and the extended rounds: three rounds, the
+    pooled rule alone."""
     import copy
 
     old = copy.deepcopy(data)
-    step_of, margin = trials_mod.step_of, trials_mod.NOISE_MARGIN
-    trials_mod.step_of, trials_mod.NOISE_MARGIN = statistics.median, 1.0
+    min_effect = trials_mod.MIN_EFFECT
+    trials_mod.MIN_EFFECT = 0.0
     try:
-        rejudge(old)
+        rejudge(old, extended=trials_mod.ROUNDS)
     finally:
-        trials_mod.step_of, trials_mod.NOISE_MARGIN = step_of, margin
+        trials_mod.MIN_EFFECT = min_effect
     return old
 
 
@@ -229,7 +233,7 @@ def _floor(cond: dict) -> float:
 def report(data: dict) -> str:
     rows = []
     met = True
-    before = with_medians(data)["conditions"]
+    before = three_rounds(data)["conditions"]
     for cond, old in zip(data["conditions"], before):
         old_wins = sum(t["verdicts"]["a_a"] == "win" for t in old["trials"])
         old_found = sum(t["verdicts"]["planted"] == "win" for t in old["trials"])
@@ -241,9 +245,13 @@ def report(data: dict) -> str:
         ok = aa_win <= GOAL_FALSE * n / 40 and found >= GOAL_FOUND * n / 40
         met &= ok
         work = cond["units"] / round(cond["units"] / (1 + data["planted"]))
-        rows.append(f"| {cond['step_ms']:g} ms ({step * 1e3:.2f} ms measured) | {work:.3f}x | {'hog on one CPU' if cond['hog'] else 'no hog'} "
-                    f"| {cond['busy_cpus']:.2f} | {aa} ({aa_win} win) / {n} | {found} / {n} | {effect:.3f}x "
-                    f"| {100 * _floor(cond):.1f}% | {'met' if ok else 'missed'} | {old_wins} / {old_found} |")
+        ext = {side: sum(t.get("rounds", {}).get(side, 0) > trials_mod.ROUNDS for t in cond["trials"])
+               for side in ("a_a", "planted")}
+        load = f"{cond['loadavg'][0]:.1f}-{cond['loadavg'][1]:.1f}" if cond.get("loadavg") else "-"
+        rows.append(f"| {cond['step_ms']:g} ms ({step * 1e3:.2f} ms measured) | {work:.3f}x "
+                    f"| {'hog on one CPU' if cond['hog'] else 'no hog'} | {cond['busy_cpus']:.2f} | {load} "
+                    f"| {aa} ({aa_win} win) / {n} | {found} / {n} | {effect:.3f}x | {100 * _floor(cond):.1f}% "
+                    f"| {ext['a_a']} / {ext['planted']} | {'met' if ok else 'missed'} | {old_wins} / {old_found} |")
     when = (f"- When: {data['when']}; machine: {data['machine']}, {data['cpus']} logical CPUs, {data['usable']} "
             f"usable; {data['platform']}; Python {data['python']}, torch {data['torch']}. Took {data['took_s']} s.")
     gain = 1 + data["planted"]
@@ -254,22 +262,22 @@ def report(data: dict) -> str:
               f"measurement: a fork of a process with torch imported runs {data['window'][0]} warm-up steps and "
               f"times {data['window'][1]} (the default window); a step is a chain of `tanh(a @ b)` on one thread, "
               "calibrated to the step size (two threads on this loaded machine made 20 ms steps take 50-800 ms). "
-              f"{data['rounds']} rounds a trial, in the rule's alternating order.")
-    load = ("- \"No hog\" is not a quiet machine: other sessions were working on this 2-CPU machine while it ran "
-            "(busy CPUs below: the whole machine's, this benchmark included, from /proc/stat; the load average "
-            "stayed between 4 and 8). \"Hog\": one more busy process (`python -c \"while True: pass\"`) for the "
-            "whole block.")
+              f"{trials_mod.ROUNDS} rounds a trial in the rule's alternating order, run on to "
+              f"{trials_mod.EXTENDED_ROUNDS} for a side those cannot decide (the rule's own choice).")
+    load = ("- \"No hog\": nothing else of this benchmark's ran (busy CPUs: the whole machine's, this benchmark "
+            "included, from /proc/stat; the load average's range over the block beside it). \"Hog\": one more busy "
+            "process (`python -c \"while True: pass\"`) for the whole block.")
     legend = ("- A/A called = a verdict other than \"no gain\" for the A/A side (win or slower; the wins in "
               "brackets); found = the planted side called a win. Targets: A/A called a win in at most 1 of 40, the "
               "planted change found in at least 38 of 40, per condition. Step, planted speedup and noise floor are "
-              "the rule's own (each pass's lower-quartile step; medians over trials). The last column judges the same "
-              "passes with the rule as it was before this benchmark: each side's median step, beyond the noise floor "
-              "once.")
+              "the rule's own (each pass's lower-quartile step; medians over trials). Run on: the trials whose A/A "
+              "or planted side the first rounds could not decide. The last column judges the same passes with the "
+              "rule before the minimum effect and the extended rounds: three rounds, pooled, no minimum.")
     lines = [
         HEADING, "", when, method, load, legend, "",
-        ("| step | planted work ratio | load | busy CPUs | A/A called | planted 1.15x found | planted speedup "
-         "measured | noise floor | targets | with medians: A/A wins / found |"),
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        ("| step | planted work ratio | condition | busy CPUs | load average | A/A called | planted 1.15x found | planted "
+         "speedup measured | noise floor | run on (A/A / planted) | targets | 3 rounds alone: A/A wins / found |"),
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
         *rows, "",
         f"- Verdict: {'every condition met both targets' if met else 'NOT every condition met its targets'}.", "",
         ("- Reproduce: `.venv/bin/python benchmarks/trial_false_wins.py --write benchmarks/RESULTS.md` "

@@ -170,15 +170,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def assert_trial_follows_the_rule(t: dict) -> None:
-    """A trial's verdict is what diagnose/doctor/trials.py `judge` makes of the numbers the report shows: a
-    structural no_effect first (then "no gain"), else a win (slower) only with its interval above (below) 1x and
-    its speedup beyond the noise floor NOISE_MARGIN times over (each number rounded as stored). Holds whatever this machine measured."""
-    if t["no_effect"] is not None:
-        assert t["verdict"] == "no gain", t
-        return
-    from diagnose.doctor.trials import NOISE_MARGIN
+    """A trial's verdict is what diagnose/doctor/trials.py makes of the numbers the report shows: a structural
+    no_effect first (then "no gain"); else, judged on its first rounds ("pooled"), a win (slower) only with its
+    interval above (below) 1x and its speedup beyond the noise floor NOISE_MARGIN times over and MIN_EFFECT; run
+    on to EXTENDED_ROUNDS ("rounds"), a win (slower) only with its median round beyond MIN_EFFECT and its sign-test
+    interval above (below) 1x (each number rounded as stored). Holds whatever this machine measured."""
+    from diagnose.doctor.trials import EXTENDED_ROUNDS, MIN_EFFECT, NOISE_MARGIN, ROUNDS
 
-    beyond = (1 + t["noise_floor_pct"] / 100) ** NOISE_MARGIN - 0.003  # the rule's threshold, less the rounding
+    assert (t["rounds"], t["method"]) in ((ROUNDS, "pooled"), (EXTENDED_ROUNDS, "rounds")) or t["verdict"] in (
+        "failed", "skipped"), t
+    if t["no_effect"] is not None:
+        assert t["verdict"] == "no gain" and t["method"] == "pooled", t  # a structural truth is never run on
+        return
+    beyond = 1 + MIN_EFFECT
+    if t["method"] == "pooled":
+        beyond = max(beyond, (1 + t["noise_floor_pct"] / 100) ** NOISE_MARGIN)
+    beyond -= 0.003  # the rounding of the stored numbers
     if t["verdict"] == "win":
         assert t["speedup"] > beyond and (t["ci_low"] is None or t["ci_low"] >= 1.0), t
     elif t["verdict"] == "slower":

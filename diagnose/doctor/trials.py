@@ -33,8 +33,25 @@ the step times of all its passes are pooled:
   passes (a loaded 2-CPU machine) the margin took A/A false wins from up to
   3 of 40 to at most 1 of 40, but 2 of 40 on 20 ms steps under two hogs, and
   cost at most 2 of 40 detections of a real 1.11-1.14x on 0.2 and 2 ms steps.
+
+A change must also be worth recommending: at least MIN_EFFECT (5%) faster or slower. On this
+benchmark's 12-round passes (2026-11-26, AMD EPYC, 2 CPUs) every A/A call of the 3-round rule was a
+speedup of 0.979-1.014 (two forks of the same step differ by that much), and the minimum effect removed all
+of them (from 2 of 40 on 0.2 ms steps under a hog) without costing a detection.
+
+When the first ROUNDS rounds cannot tell (the verdict is "no gain", no structural truth settles it, and a
+round's ratio lies beyond MIN_EFFECT either way: the rounds do not rule out a change worth having), the
+trial runs to EXTENDED_ROUNDS rounds, baseline and the undecided variants only, and is judged on its rounds
+(`method` "rounds"): the median round ratio (baseline / variant, each pass's lower quartile) beyond
+MIN_EFFECT, and its sign-test 95% interval (microbench.stats.sign_test_ci: at 9 rounds, 8 of them on one
+side) excluding 1, the rule `diagnose compare --repeat` uses. A paired round cancels the machine's slow
+drift that widens the pooled floor: on a VM whose idle CPU comes and goes, 20 ms steps had an 18%
+pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40 trials. A trial whose first
+rounds agree within MIN_EFFECT costs nothing more (on the 12-round passes 0-2 variants of 40 a condition
+were extended).
+
 A script without steps gives one time per pass (its whole run): then there is
-no interval, and every round must agree beyond the floor.
+no interval, and every round must agree beyond the floor (run on: the sign test alone).
 
 Structural truths come before statistics: a change that provably changes
 nothing on this workload (a NoEffect: an allocator when the steps fault in no
@@ -58,8 +75,11 @@ from diagnose.doctor.environment import BLAS_VARIABLE_FACT
 from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
 from diagnose.report.model import DoctorCheck, NoEffect, Trial
+from microbench.stats import sign_test_ci
 
 ROUNDS = 3
+EXTENDED_ROUNDS = 9  # rounds for a trial the first ROUNDS cannot tell (module docstring); compare.ROUNDS_ADVISED
+MIN_EFFECT = 0.05  # the least change a trial calls (module docstring): 5% faster or slower
 NOISE_MARGIN = 2.0  # a change must beat the baseline's pass-to-pass spread this many times over (log scale)
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -232,25 +252,51 @@ def noise_floor(base: list[list[float]]) -> float:
 
 
 def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per_round: list[float],
-          unchanged: NoEffect | None = None) -> Trial:
+          unchanged: NoEffect | None = None, extended: bool = False) -> Trial:
     """Fill the trial's numbers and verdict from the baseline's and the variant's passes (module docstring); a
-    change that provably changes nothing (`unchanged`) is "no gain" before any statistic."""
+    change that provably changes nothing (`unchanged`) is "no gain" before any statistic. `extended` (run on
+    past the first rounds): judged on its rounds (`by_rounds`)."""
     trial.baseline_step_s = round(_pooled(base), 6)
     trial.variant_step_s = round(_pooled(variant), 6)
     trial.speedup = round(trial.baseline_step_s / trial.variant_step_s, 3) if trial.variant_step_s else None
     floor = noise_floor(base)
     trial.noise_floor_pct = round(100.0 * floor, 1)
-    ci = bootstrap_speedup(base, variant)
-    if ci:
-        trial.ci_low, trial.ci_high = round(ci[0], 3), round(ci[1], 3)
-    s = trial.speedup or 1.0
-    beyond = (1.0 + floor) ** NOISE_MARGIN  # the smallest ratio that is not the noise
-    faster = all(r > 1.0 for r in per_round) and s > beyond and (ci is None or ci[0] > 1.0)
-    slower = all(r < 1.0 for r in per_round) and 1.0 / s > beyond and (ci is None or ci[1] < 1.0)
-    trial.verdict = "win" if faster else "slower" if slower else "no gain"
+    if extended:
+        by_rounds(trial, per_round)
+    else:
+        ci = bootstrap_speedup(base, variant)
+        if ci:
+            trial.ci_low, trial.ci_high = round(ci[0], 3), round(ci[1], 3)
+        s = trial.speedup or 1.0
+        beyond = max((1.0 + floor) ** NOISE_MARGIN, 1.0 + MIN_EFFECT)  # the smallest ratio that is not the noise
+        faster = all(r > 1.0 for r in per_round) and s > beyond and (ci is None or ci[0] > 1.0)
+        slower = all(r < 1.0 for r in per_round) and 1.0 / s > beyond and (ci is None or ci[1] < 1.0)
+        trial.verdict = "win" if faster else "slower" if slower else "no gain"
     if unchanged is not None:
         trial.verdict, trial.no_effect = "no gain", unchanged
     return trial
+
+
+def by_rounds(trial: Trial, per_round: list[float]) -> Trial:
+    """An extended trial's verdict from its round ratios (module docstring): the median beyond MIN_EFFECT, its
+    sign-test 95% interval excluding 1; the speedup and interval shown are those."""
+    logs = sorted(math.log(r) for r in per_round if r > 0)
+    trial.method = "rounds"
+    median = math.exp(statistics.median(logs))
+    trial.speedup = round(median, 3)
+    ci = sign_test_ci(logs, CONFIDENCE)
+    trial.ci_low, trial.ci_high = (round(math.exp(ci[0]), 3), round(math.exp(ci[1]), 3)) if ci else (None, None)
+    faster = ci is not None and ci[0] > 0 and median > 1.0 + MIN_EFFECT
+    slower = ci is not None and ci[1] < 0 and 1.0 / median > 1.0 + MIN_EFFECT
+    trial.verdict = "win" if faster else "slower" if slower else "no gain"
+    return trial
+
+
+def undecided(trial: Trial, per_round: list[float]) -> bool:
+    """After the first rounds: "no gain" without a structural reason, and a round beyond MIN_EFFECT either way
+    (the rounds do not rule out a change worth having): more rounds decide (module docstring)."""
+    return (trial.verdict == "no gain" and trial.no_effect is None
+            and any(abs(math.log(r)) > math.log1p(MIN_EFFECT) for r in per_round if r > 0))
 
 
 # ---------------------------------------------------------------- running
@@ -260,20 +306,28 @@ RunWorkload = Callable[[str, dict[str, str], Overrides], "list[float] | str"]
 Rerun = Callable[[str, dict[str, str], Overrides], "PassResult | str"]
 
 
-def counted(rerun: Rerun, total: int, on_trial: Callable[..., None] | None, kind: str = "doctor") -> RunWorkload:
-    """`rerun` (DerivedContext.rerun) as run_trials' `run`: each pass announced (index of `total`), and what it
-    measured as step times."""
-    state = {"i": 0}
+@dataclass
+class Counted:
+    """`rerun` (DerivedContext.rerun) as run_trials' `run`: each pass announced (index of `total`; `more` adds
+    an extended trial's passes), and what it measured as step times."""
 
-    def run(name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
-        state["i"] += 1
-        if on_trial:
-            on_trial(state["i"], total, kind, f"trial {name}")
-        out = rerun(name, env, overrides)
+    rerun: Rerun
+    total: int
+    on_trial: Callable[..., None] | None
+    kind: str = "doctor"
+    done: int = 0
+
+    def __call__(self, name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
+        self.done += 1
+        if self.on_trial:
+            self.on_trial(self.done, self.total, self.kind, f"trial {name}")
+        out = self.rerun(name, env, overrides)
         if isinstance(out, str):
             return out
         return out.measured_s or "the pass measured no step"
-    return run
+
+    def more(self, passes: int) -> None:
+        self.total += passes
 
 
 def pass_name(round_index: int, side: str) -> str:
@@ -283,23 +337,26 @@ def pass_name(round_index: int, side: str) -> str:
 
 def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                baseline: Overrides = Overrides(),
-               unchanged: Callable[[Variant], NoEffect | None] | None = None) -> list[Trial]:
+               unchanged: Callable[[Variant], NoEffect | None] | None = None,
+               extended: int = EXTENDED_ROUNDS, more: Callable[[int], None] | None = None) -> list[Trial]:
     """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
     times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
     `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture). `unchanged`:
-    asked after the rounds, why a variant provably changed nothing (what its passes or the report say)."""
+    asked after the first rounds, why a variant provably changed nothing (what its passes or the report say).
+    A variant the first `rounds` cannot decide runs on to `extended` rounds with the baseline (module
+    docstring); `more(n)` hears of those n extra passes before they run."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
-    base: list[list[float]] = []
-    passes: dict[str, list[list[float]]] = {v.name: [] for v in variants}
-    per_round: dict[str, list[float]] = {v.name: [] for v in variants}
-    sides: list[Variant | None] = [None, *variants]
+    base: dict[int, list[float]] = {}  # round -> the baseline's pass
+    passes: dict[str, dict[int, list[float]]] = {v.name: {} for v in variants}
     # every side starts alike: all in fresh interpreters when one needs an environment at launch, else all
     # forked from the fork server (diagnose/forkserver.py)
     fresh = any(v.env for v in variants)
-    for r in range(rounds):
-        order = sides if r % 2 == 0 else sides[::-1]
-        got: dict[str | None, list[float]] = {}
-        for v in order:
+    no_effects: dict[str, NoEffect | None] = {}
+
+    def play(r: int, playing: list[Variant]) -> None:
+        sides: list[Variant | None] = [None, *playing]
+        got: dict[str, list[float]] = {}
+        for v in (sides if r % 2 == 0 else sides[::-1]):
             if v is not None and trials[v.name].verdict == "failed":
                 continue
             name = "baseline" if v is None else v.name
@@ -307,26 +364,43 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
             out = run(pass_name(r, name), env, v.overrides if v else baseline)
             if isinstance(out, str) or not out:
                 if v is None:  # without the baseline this round compares nothing
-                    break
+                    return
                 trials[v.name].verdict, trials[v.name].reason = "failed", out or "the pass measured no step"
                 continue
             got[name] = out
-        if "baseline" not in got:
-            continue
-        base.append(got["baseline"])
-        for v in variants:
-            if v.name in got:
-                passes[v.name].append(got[v.name])
-                per_round[v.name].append(step_of(got["baseline"]) / step_of(got[v.name]))
-    for v in variants:
+        if "baseline" in got:
+            base[r] = got["baseline"]
+            for v in playing:
+                if v.name in got:
+                    passes[v.name][r] = got[v.name]
+
+    def decide(v: Variant) -> Trial:
         t = trials[v.name]
-        t.rounds = len(passes[v.name])
-        if t.verdict == "failed":
-            continue
-        if not passes[v.name] or not base:
+        mine = passes[v.name]
+        t.rounds = len(mine)
+        if t.verdict != "failed" and not mine:
             t.verdict, t.reason = "failed", "no round measured both the baseline and this change"
-            continue
-        judge(t, base, passes[v.name], per_round[v.name], unchanged(v) if unchanged else None)
+        if t.verdict == "failed":
+            return t
+        if v.name not in no_effects:
+            no_effects[v.name] = unchanged(v) if unchanged else None
+        ratios = [step_of(base[r]) / step_of(mine[r]) for r in sorted(mine)]
+        return judge(t, [base[r] for r in sorted(mine)], [mine[r] for r in sorted(mine)], ratios,
+                     no_effects[v.name], extended=max(mine) >= rounds)
+
+    for r in range(rounds):
+        play(r, variants)
+    for v in variants:
+        decide(v)
+    pending = [v for v in variants if undecided(trials[v.name], [step_of(base[r]) / step_of(p)
+                                                                  for r, p in passes[v.name].items()])]
+    if pending and extended > rounds:
+        if more:
+            more((extended - rounds) * (len(pending) + 1))
+        for r in range(rounds, extended):
+            play(r, pending)
+        for v in pending:
+            decide(v)
     return list(trials.values())
 
 

@@ -53,7 +53,8 @@ def environment(report: Report) -> list[Finding]:
             evidence = {
                 "check": name, "facts": _facts(check),
                 "trials": [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
-                            "noise_floor_pct": t.noise_floor_pct, "verdict": t.verdict, "rounds": t.rounds}
+                            "noise_floor_pct": t.noise_floor_pct, "verdict": t.verdict, "rounds": t.rounds,
+                            "method": t.method}
                            for t in tried],
             }
             stake = Stake(pct=round(gain, 1), basis=(f"measured: 1 - 1/speedup of the step with {best.name}, "

@@ -56,7 +56,8 @@ class DoctorLayer(Layer):
             status.notes.append("no trial ran: the workload cannot be re-run from here")
             return status
         total = trials_mod.ROUNDS * (len(variants) + 1)
-        doctor.trials = trials_mod.run_trials(variants, trials_mod.counted(context.rerun, total, context.on_trial),
+        run = trials_mod.Counted(context.rerun, total, context.on_trial)
+        doctor.trials = trials_mod.run_trials(variants, run, more=run.more,
                                               unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks))
         doctor.launch = trials_mod.launch_line(doctor.trials, command)
         return status

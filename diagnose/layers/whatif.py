@@ -63,7 +63,8 @@ class WhatIfLayer(Layer):
         if context.say:
             context.say(f"what-if: {len(chosen)} variant(s) ({', '.join(c.name for c in chosen)}) x {rounds} rounds "
                         f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s "
-                        f"= about {what_if.estimate_s:.0f} s"
+                        f"= about {what_if.estimate_s:.0f} s (a variant those rounds cannot decide runs on to "
+                        f"{trials_mod.EXTENDED_ROUNDS})"
                         + (", plus torch.compile's compilation in each of the compile runs (seconds for a small "
                            "model, minutes for a large one)" if compiling else ""))
         out_dir = os.path.join(workdir, "passes")
@@ -71,7 +72,7 @@ class WhatIfLayer(Layer):
         baseline = Overrides(what_if=WhatIfSpec(None, out_dir))
         variants = [trials_mod.Variant(c.name, "what_if", c.change, overrides=Overrides(
             what_if=WhatIfSpec(c.name, out_dir), flush_denormal=c.name == "flush_denormal")) for c in chosen]
-        run = trials_mod.counted(context.rerun, passes, context.on_trial, "what-if")
+        run = trials_mod.Counted(context.rerun, passes, context.on_trial, "what-if")
 
         def pass_info(r: int, side: str) -> WhatIfPass | None:  # what one pass wrote (whatif/child.py), or None
             return protocol.read_result(os.path.join(out_dir, f"{trials_mod.pass_name(r, side)}.json"), WhatIfPass)
@@ -80,7 +81,7 @@ class WhatIfLayer(Layer):
             return variants_mod.no_effect(v.name, report, [pass_info(r, v.name) for r in range(rounds)])
 
         t0 = time.monotonic()
-        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline, unchanged)}
+        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline, unchanged, more=run.more)}
         what_if.elapsed_s = round(time.monotonic() - t0, 1)
         unchecked = outputs.self_check(pass_info(1, "baseline"))
         reference = pass_info(0, "baseline")

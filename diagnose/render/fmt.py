@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from diagnose.doctor import trials as trials_rule
 from diagnose.report import sampled as sampled_views
 from diagnose.report.model import Borderline, Finding, IterationStats, Report
 
@@ -269,6 +270,14 @@ def no_effect_line(t) -> str | None:
     """A trial whose change provably changes nothing here: "REASON: NAME changes nothing here (EVIDENCE)"."""
     e = t.no_effect
     return f"{e.reason}: {t.name} changes nothing here ({e.evidence})" if e is not None else None
+
+
+def trial_rule() -> str:
+    """How a trial decides (diagnose/doctor/trials.py), in the words every renderer prints."""
+    return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
+            f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; one those "
+            f"rounds cannot decide runs {trials_rule.EXTENDED_ROUNDS} and is judged on its median round (its "
+            f"interval: a sign test over the rounds)")
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:

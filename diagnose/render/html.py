@@ -571,9 +571,8 @@ def _doctor(report: Report) -> str:
         out.append(f'<p class="recommend">Measured on your steps, launch with: {_code(doctor.launch)}</p>')
     rows = fmt.doctor_trial_rows(report)
     if rows:
-        out.append("<h3>Trials</h3><p>Your steps with and without each change, in interleaved rounds; a change is "
-                   "recommended only when its 95% interval is above 1x, it beats the noise floor and it won every "
-                   "round.</p>" + _table(rows, numeric=(2, 3, 4, 5, 6, 7)))
+        out.append(f"<h3>Trials</h3><p>Your steps with and without each change, in interleaved rounds; "
+                   f"{_e(fmt.trial_rule())}.</p>" + _table(rows, numeric=(2, 3, 4, 5, 6, 7)))
     checks = fmt.doctor_check_rows(report)
     if checks:
         out.append("<h3>Checks</h3>" + _table(checks))
@@ -593,9 +592,9 @@ def _what_if(report: Report) -> str:
     out = [_status(report, "what_if")]
     rows = fmt.what_if_rows(report)
     if rows:
-        out.append("<p>Your steps with each change applied from outside, in interleaved rounds against the unchanged "
-                   "run; a change is recommended only when it won outside the noise in every round and its outputs "
-                   "match.</p>" + _table(rows, numeric=(1, 2, 3, 4, 5, 6)))
+        out.append(f"<p>Your steps with each change applied from outside, in interleaved rounds against the "
+                   f"unchanged run; {_e(fmt.trial_rule())}, and its outputs match.</p>"
+                   + _table(rows, numeric=(1, 2, 3, 4, 5, 6)))
     lines = fmt.what_if_lines(report)
     if lines:
         out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in lines) + "</ul>")

@@ -239,9 +239,8 @@ def _doctor(report: Report) -> list[str]:
         out += ["Measured on your steps, launch with:", "", "```", report.doctor.launch, "```", ""]
     rows = fmt.doctor_trial_rows(report)
     if rows:
-        out += ["Trials: your steps with and without each change, in interleaved rounds (a change is "
-                "recommended only when its 95% interval is above 1x, it beats the noise floor and it won every "
-                "round):", ""] + _rows_table(rows, {2, 3, 4, 5, 6, 7})
+        out += [f"Trials: your steps with and without each change, in interleaved rounds ({fmt.trial_rule()}):",
+                ""] + _rows_table(rows, {2, 3, 4, 5, 6, 7})
     out += _rows_table(fmt.doctor_check_rows(report), set())
     out += [f"- {n}" for n in layer.notes] + ([""] if layer.notes else [])
     return out
@@ -256,9 +255,8 @@ def _what_if(report: Report) -> list[str]:
         out += [f"_{layer.status}: {layer.reason}_", ""]
     rows = fmt.what_if_rows(report)
     if rows:
-        out += [("Your steps with each change applied from outside, in interleaved rounds against the unchanged "
-                 "run; a change is recommended only when it won outside the noise in every round and its outputs "
-                 "match:"), ""] + _rows_table(rows, {1, 2, 3, 4, 5, 6})
+        out += [(f"Your steps with each change applied from outside, in interleaved rounds against the unchanged "
+                 f"run; {fmt.trial_rule()}, and its outputs match:"), ""] + _rows_table(rows, {1, 2, 3, 4, 5, 6})
     out += [f"- {line}" for line in fmt.what_if_lines(report) + layer.notes]
     return out + [""]
 

@@ -338,6 +338,10 @@ class Trial:
     ci_low: float | None = None  # 95% interval of the speedup
     ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
     noise_floor_pct: float | None = None  # same-setting variation between passes
+    # how the verdict was reached (diagnose/doctor/trials.py): "pooled" (the first rounds: the pooled steps, their
+    # bootstrap interval, the noise floor, every round agreeing) or "rounds" (the first rounds could not tell, so it
+    # ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high)
+    method: str = "pooled"
     verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
     reason: str | None = None  # why skipped or failed
     # why the change provably changes nothing here (then the verdict is "no gain", whatever the timings); None: no

@@ -42,7 +42,7 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     # jemalloc comes from `make install` (libjemalloc2); glibc's thresholds need nothing
     assert {"jemalloc", "glibc_malloc_thresholds"} <= set(trials)
     for t in trials.values():
-        assert t["check"] == "page_faults" and t["rounds"] == 3 and t["speedup"] and t["ci_low"] is not None
+        assert t["check"] == "page_faults" and t["rounds"] in (3, 9) and t["speedup"] and t["ci_low"] is not None
     # a measured outcome kept because the signal is overwhelming: four fresh 64 MiB temporaries a step are
     # 32 k page faults the kernel must zero on any CPU; jemalloc measured 5.4x (interval 5.1-5.7x) on an AMD EPYC
     # and won in every CI run on the Xeon and the EPYCs, so 1.2x leaves a margin of more than 4x
@@ -68,7 +68,7 @@ def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_i
     assert den["status"] == "warn" and "0.weight [1024, 1024]" in den["summary"], den
     assert "Sequential" in report["doctor"]["process"]["subnormal_scope"]
     ftz = trials["flush_denormal"]
-    assert ftz["rounds"] == 3 and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
+    assert ftz["rounds"] in (3, 9) and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
     kinds = [f["kind"] for f in report["findings"]]
     # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed)
     assert ("denormals" in kinds) == (ftz["verdict"] == "win"), (kinds, ftz)
@@ -106,7 +106,7 @@ def test_subnormal_weights_in_a_loop_without_modules_are_found_and_tried(tmp_pat
     den = checks["denormals"]
     assert den["status"] == "warn" and "w [1024, 1024]" in den["summary"], den
     ftz = trials["flush_denormal"]
-    assert ftz["rounds"] == 3 and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
+    assert ftz["rounds"] in (3, 9) and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
     kinds = [f["kind"] for f in report["findings"]]
     # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed)
     assert ("denormals" in kinds) == (ftz["verdict"] == "win"), (kinds, ftz)
@@ -123,7 +123,7 @@ def test_numpys_blas_pool_beside_torchs_is_found_and_its_variable_tried(tmp_path
     assert facts["separate BLAS pool started (threaded BLAS work ran)"] is True
     assert facts["thread variable to set"] == "OPENBLAS_NUM_THREADS"
     one = trials["blas_one_thread"]
-    assert one["rounds"] == 3 and one["speedup"] and one["change"].startswith("OPENBLAS_NUM_THREADS=1 python ")
+    assert one["rounds"] in (3, 9) and one["speedup"] and one["change"].startswith("OPENBLAS_NUM_THREADS=1 python ")
     kinds = [f["kind"] for f in report["findings"]]
     assert ("blas_threads" in kinds) == (one["verdict"] == "win"), (kinds, one)
 

@@ -27,7 +27,7 @@ def _what_if(tmp_path, *args: str) -> tuple[dict, dict]:
 
 def _measured(v: dict) -> dict:
     t = v["trial"]
-    assert t["rounds"] == 3 and t["speedup"] and t["ci_low"] is not None and t["noise_floor_pct"] is not None, t
+    assert t["speedup"] and t["ci_low"] is not None and t["noise_floor_pct"] is not None, t  # rounds: the rule's
     assert v["recommended"] == (t["verdict"] == "win" and v["outputs"]["status"] == "match"), v
     assert_trial_follows_the_rule(t)
     return t

@@ -281,3 +281,61 @@ def test_a_speedup_must_beat_the_noise_floor_twice_over():
     assert 9 < t.noise_floor_pct < 11 and t.ci_low > 1.1 and t.verdict == "no gain", t
     far = [_steps(0.075, spread=0.005, seed=70 + i) for i in range(3)]  # 1.33x > 1.1 ** 2
     assert T.judge(Trial("a", "c", "x"), base, far, per_round=[1.33, 1.47, 1.33]).verdict == "win"
+
+
+def test_a_change_under_the_minimum_effect_is_no_gain_however_steady():
+    # two forks of the same step differ by up to ~2% (the A/A calls on benchmarks/trial_false_wins.py's
+    # passes: 0.979-1.014x); a steady 3% is below trials.MIN_EFFECT, and the rounds agree within it
+    base = [_steps(0.100, spread=0.002, seed=i) for i in range(3)]
+    near = [_steps(0.097, spread=0.002, seed=80 + i) for i in range(3)]
+    t = T.judge(Trial("a", "c", "x"), base, near, per_round=[1.03, 1.03, 1.03])
+    assert t.ci_low > 1.0 and t.noise_floor_pct < 1 and t.verdict == "no gain", t
+    assert not T.undecided(t, [1.03, 1.03, 1.03])
+
+
+def _rounds_run(ratios: dict[str, list[float]], seen: list[str]):
+    """A workload whose variant's per-round speedup is given round by round (the baseline's step is 0.1 s)."""
+    def run(name, env, options):
+        seen.append(name)
+        r, side = int(name.split("-")[1]), name.split("-", 2)[2]
+        step = 0.1 if side == "baseline" else 0.1 / ratios[side][r]
+        return [step] * 8
+    return run
+
+
+def test_a_trial_the_first_rounds_cannot_decide_runs_on_and_is_judged_on_its_rounds():
+    # rounds 1.15, 0.97, 1.20: the pooled rule sees a round against it ("no gain") but the rounds do not rule out
+    # a change worth having; 9 rounds, 8 of them faster, median 1.15: a win on the median round
+    ratios = {"v": [1.15, 0.97, 1.20, 1.12, 1.18, 1.16, 1.14, 1.19, 1.13], "steady": [1.0] * 9}
+    seen: list[str] = []
+    extra: list[int] = []
+    out = {t.name: t for t in T.run_trials([T.Variant("v", "c", "V"),
+                                            T.Variant("steady", "c", "S")], _rounds_run(ratios, seen),
+                                           more=extra.append)}
+    v, steady = out["v"], out["steady"]
+    assert v.rounds == T.EXTENDED_ROUNDS and v.method == "rounds" and v.verdict == "win", v
+    assert v.speedup == 1.15 and 1.0 < v.ci_low <= 1.12 and v.ci_high >= 1.19
+    assert steady.rounds == T.ROUNDS and steady.method == "pooled" and steady.verdict == "no gain"
+    # only the baseline and the undecided variant ran on, announced before they ran
+    assert extra == [(T.EXTENDED_ROUNDS - T.ROUNDS) * 2]
+    assert len(seen) == 3 * 3 + extra[0] and "trial-3-steady" not in seen and "trial-8-v" in seen
+
+
+def test_an_extended_trial_needs_its_sign_test_interval_clear_of_one():
+    # 7 of 9 rounds faster: the median is 1.14 but the 95% interval of a median from 9 rounds drops only the
+    # lowest and the highest, and the second lowest is 0.95: no gain
+    ratios = {"v": [1.15, 0.90, 1.20, 1.12, 0.95, 1.16, 1.14, 1.19, 1.13]}
+    (t,) = T.run_trials([T.Variant("v", "c", "V")], _rounds_run(ratios, []))
+    assert t.rounds == 9 and t.method == "rounds" and t.speedup == 1.14 and t.ci_low < 1 and t.verdict == "no gain"
+    # and a slowdown mirrors a win
+    slow = {"v": [0.85, 1.02, 0.80, 0.86, 0.84, 0.88, 0.83, 0.87, 0.86]}
+    (t,) = T.run_trials([T.Variant("v", "c", "V")], _rounds_run(slow, []))
+    assert t.rounds == 9 and t.verdict == "slower" and t.ci_high < 1
+
+
+def test_a_change_that_changes_nothing_is_not_run_on():
+    ratios = {"v": [1.15, 0.97, 1.20] + [1.15] * 6}
+    seen: list[str] = []
+    none = NoEffect("no page faults", "fewer than 1 a step")
+    (t,) = T.run_trials([T.Variant("v", "page_faults", "V")], _rounds_run(ratios, seen), unchanged=lambda v: none)
+    assert t.rounds == T.ROUNDS and t.verdict == "no gain" and t.no_effect == none and len(seen) == 6
