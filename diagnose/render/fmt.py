@@ -37,7 +37,11 @@ def budget_line(report: Report) -> str | None:
         top = [(k, v) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05][:3]
         tops = f" ({', '.join(f'{k} {100 * v:.0f}%' for k, v in top)})" if top else ""
         # round() to an int first: a slice of -0.4% (unexplained, slices over-counting a little) reads 0%, not -0%
-        parts.append(f"{'Python' if s.name == 'python' else s.name} {round(100 * s.share)}%{tops}")
+        pct = round(100 * s.share)
+        if s.name == "unexplained" and pct < 0:  # the slices, each from its own pass, sum past the step
+            parts.append(f"over-counted {-pct}% (the slices sum to {100 + -pct}% of the {b.unit})")
+            continue
+        parts.append(f"{'Python' if s.name == 'python' else s.name} {pct}%{tops}")
     return f"{b.unit} {duration(b.step_s)}: " + ", ".join(parts)
 
 
