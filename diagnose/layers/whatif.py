@@ -80,8 +80,16 @@ class WhatIfLayer(Layer):
         def unchanged(v: trials_mod.Variant):  # a structural truth before any statistic (variants.no_effect)
             return variants_mod.no_effect(v.name, report, [pass_info(r, v.name) for r in range(rounds)])
 
+        def may_win(v: trials_mod.Variant) -> bool:  # asked after the first rounds: recommended needs matching outputs
+            reference = pass_info(0, "baseline")
+            return outputs.check(pass_info(0, v.name), variants_mod.TOLERANCE[v.name],
+                                 reference.captured if reference else None,
+                                 outputs.self_check(pass_info(1, "baseline"))).status == "match"
+
         t0 = time.monotonic()
-        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline, unchanged, more=run.more)}
+
+        trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline, unchanged, more=run.more,
+                                                           may_win=may_win)}
         what_if.elapsed_s = round(time.monotonic() - t0, 1)
         unchecked = outputs.self_check(pass_info(1, "baseline"))
         reference = pass_info(0, "baseline")

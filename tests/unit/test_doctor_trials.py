@@ -327,10 +327,29 @@ def test_an_extended_trial_needs_its_sign_test_interval_clear_of_one():
     ratios = {"v": [1.15, 0.90, 1.20, 1.12, 0.95, 1.16, 1.14, 1.19, 1.13]}
     (t,) = T.run_trials([T.Variant("v", "c", "V")], _rounds_run(ratios, []))
     assert t.rounds == 9 and t.method == "rounds" and t.speedup == 1.14 and t.ci_low < 1 and t.verdict == "no gain"
-    # and a slowdown mirrors a win
+    # a slowdown is not run on: no round was more than 5% faster, and "slower" or "no gain" recommend nothing alike
     slow = {"v": [0.85, 1.02, 0.80, 0.86, 0.84, 0.88, 0.83, 0.87, 0.86]}
     (t,) = T.run_trials([T.Variant("v", "c", "V")], _rounds_run(slow, []))
-    assert t.rounds == 9 and t.verdict == "slower" and t.ci_high < 1
+    assert t.rounds == 3 and t.verdict == "no gain" and t.method == "pooled"
+    # judged on its rounds, a slowdown mirrors a win
+    t = T.by_rounds(Trial("v", "c", "V"), slow["v"])
+    assert t.verdict == "slower" and t.ci_high < 1 and t.speedup == 0.86
+
+
+def test_a_change_whose_win_would_change_nothing_is_not_run_on():
+    # the what-if layer: a variant whose outputs differ is never recommended, so more rounds buy nothing
+    ratios = {"v": [1.15, 0.97, 1.20] + [1.15] * 6, "w": [1.15, 0.97, 1.20] + [1.15] * 6}
+    seen: list[str] = []
+    asked: list[str] = []
+
+    def may_win(v):
+        asked.append(v.name)
+        return v.name == "w"
+
+    out = {t.name: t for t in T.run_trials([T.Variant("v", "c", "V"), T.Variant("w", "c", "W")],
+                                           _rounds_run(ratios, seen), may_win=may_win)}
+    assert asked == ["v", "w"] and out["v"].rounds == 3 and out["w"].rounds == 9 and out["w"].verdict == "win"
+    assert not any(n.startswith("trial-3-v") for n in seen)
 
 
 def test_a_change_that_changes_nothing_is_not_run_on():
