@@ -236,6 +236,12 @@ def test_resnet_training_has_nothing_above_medium(resnet):
 
 # -------------------------------------------------------------------- planted examples (issue-16 rules)
 
+def _unmeasured(r: dict) -> list[dict]:
+    """The findings in ranked order less those a measured trial made (their stake "measured: ..."), which rank
+    by what this machine measured."""
+    return [f for f in r["findings"] if not (f["stake"] and f["stake"]["basis"].startswith("measured:"))]
+
+
 @pytest.mark.parametrize("script, must, must_not", [
     ("module_scope_loop.py",
      lambda r: r["findings"] and r["findings"][0]["op"] == "aten::mm"
@@ -254,10 +260,14 @@ def test_resnet_training_has_nothing_above_medium(resnet):
      and r["operators"][0]["source"].startswith("examples/compiled_model.py:"),
      lambda r: [o for o in r["operators"] if "dynamo_timed" in o["name"]]
      + [f for f in r["findings"] if f["op"] and not (f["op"].startswith("aten::") or "fused" in f["op"])]),
-    ("no_inference_mode.py",  # the cause named first at the model(x) line, the framework overhead beside it
-     lambda r: r["findings"] and r["findings"][0]["kind"] == "autograd_in_inference"
-     and r["findings"][0]["location"] == _line("no_inference_mode.py", "out = model(x)")
-     and "torch.inference_mode()" in r["findings"][0]["suggestion"]
+    # the cause named first at the model(x) line, the framework overhead beside it. First of the rules' findings:
+    # a change the doctor measured as a win ranks above a cause without a stake of its own (stake.rank), and
+    # whether jemalloc's win on these 0.24 ms steps with 32 page faults each clears the trial's rule is this
+    # machine's call (1.10x, interval 1.104-1.108x, against a 3.5% floor in one CI run of three)
+    ("no_inference_mode.py",
+     lambda r: (c := _unmeasured(r)) and c[0]["kind"] == "autograd_in_inference"
+     and c[0]["location"] == _line("no_inference_mode.py", "out = model(x)")
+     and "torch.inference_mode()" in c[0]["suggestion"]
      and r["autograd"]["backward_ops"] == 0 and r["autograd"]["recording_calls"] > 0.5 * r["autograd"]["calls"],
      lambda r: [f for f in r["findings"] if f["kind"] == "python_overhead"
                 and f["location"] == _line("no_inference_mode.py", "out = model(x)")]),
