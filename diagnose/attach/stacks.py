@@ -516,10 +516,9 @@ def budget(analysis: Analysis, rate_hz: float, where: Where) -> StepBudget | Non
         out.append(BudgetSlice(name=name, s=round(step_s * n / total, 6), share=round(n / total, 4),
                                basis=f"{n:.0f} of {total:.0f} samples of the main thread at {rate_hz:g} Hz "
                                      f"(py-spy, from outside)", items=items))
+    onto = (f"carried onto the median step between {st.steps} step starts ({st.detail})" if st else
+            "over the sampled time (" + ("the steps seen could not be timed at this rate" if analysis.unresolved
+                                         else "no step was seen in the stacks") + ")")
     return StepBudget(unit=unit, step_s=step_s, slices=out, unexplained_share=0.0,
                       costs="sampled: shares of the main thread's samples, no per-call costs",
-                      notes=["a step budget by sampling: each slice is its share of the main thread's samples "
-                             + (f"carried onto the median step between {st.steps} step starts ({st.detail})"
-                                if st else "over the sampled time (" + ("the steps seen could not be timed at this rate"
-                                                          if analysis.unresolved else "no step was seen in the stacks")
-                                + ")")])
+                      notes=[f"a step budget by sampling: each slice is its share of the main thread's samples {onto}"])

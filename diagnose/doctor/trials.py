@@ -283,7 +283,7 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
 def by_rounds(trial: Trial, per_round: list[float]) -> Trial:
     """An extended trial's verdict from its round ratios (module docstring): the median beyond MIN_EFFECT, its
     sign-test 95% interval excluding 1; the speedup and interval shown are those."""
-    logs = sorted(math.log(r) for r in per_round if r > 0)
+    logs = [math.log(r) for r in per_round if r > 0]
     trial.method = "rounds"
     median = math.exp(statistics.median(logs))
     trial.speedup = round(median, 3)
@@ -379,6 +379,9 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                 if v.name in got:
                     passes[v.name][r] = got[v.name]
 
+    def ratios(v: Variant) -> list[float]:  # baseline / variant, round by round
+        return [step_of(base[r]) / step_of(passes[v.name][r]) for r in sorted(passes[v.name])]
+
     def decide(v: Variant) -> Trial:
         t = trials[v.name]
         mine = passes[v.name]
@@ -389,17 +392,14 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
             return t
         if v.name not in no_effects:
             no_effects[v.name] = unchanged(v) if unchanged else None
-        ratios = [step_of(base[r]) / step_of(mine[r]) for r in sorted(mine)]
-        return judge(t, [base[r] for r in sorted(mine)], [mine[r] for r in sorted(mine)], ratios,
+        return judge(t, [base[r] for r in sorted(mine)], [mine[r] for r in sorted(mine)], ratios(v),
                      no_effects[v.name], extended=max(mine) >= rounds)
 
     for r in range(rounds):
         play(r, variants)
     for v in variants:
         decide(v)
-    pending = [v for v in variants if undecided(trials[v.name], [step_of(base[r]) / step_of(p)
-                                                                  for r, p in passes[v.name].items()])
-               and (may_win is None or may_win(v))]
+    pending = [v for v in variants if undecided(trials[v.name], ratios(v)) and (may_win is None or may_win(v))]
     if pending and extended > rounds:
         if more:
             more((extended - rounds) * (len(pending) + 1))
