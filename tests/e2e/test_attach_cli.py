@@ -50,12 +50,12 @@ def _attach(pid: int | str, outdir: Path, *args: str, prefix: tuple[str, ...] = 
 
 
 def _attached(tmp_path: Path, example: str, *script_args: str, duration: str = "2", settle_s: float = 0.5,
-              env: dict[str, str] | None = None) -> dict:
+              env: dict[str, str] | None = None, rate: str = "10") -> dict:
     proc = _start(sys.executable, str(EXAMPLES / example), *script_args, env=env)
     try:
         _ready(proc, settle_s)
         # 10 Hz, twice attach's default: the durations here are seconds (the suite's budget), not 30 s
-        run = _attach(proc.pid, tmp_path / "out", "--duration", duration, "--rate", "10")
+        run = _attach(proc.pid, tmp_path / "out", "--duration", duration, "--rate", rate)
     finally:
         proc.kill()
         proc.wait()
@@ -117,14 +117,22 @@ def test_attach_sees_numpy_outside_torch_at_its_line(tmp_path):
 def test_attach_to_a_healthy_mlp_finds_nothing_above_low(tmp_path):
     # examples/mlp.py's RSS grows ~7 MiB/s in its loop's first second, ~1 MiB/s for 8 more, then not at all: 2 s
     # of it are too short for a growth verdict (growth.MIN_GROWTH_SPAN_S), which the report says
-    report = _attached(tmp_path, "mlp.py", "--steps", "100000", settle_s=1.0)
+    # 20 Hz: py-spy unwinds a sample to its operator frame only when the kernel under it has unwind tables. MKL's
+    # sgemm kernels have none, and 4 of 24 busy samples (17%) were unwound in one run at 10 Hz; a CI run unwound
+    # none of its ~20 (0.83^20 = 2.4%). At 20 Hz about 48 samples: 0.83^48 ~ 1e-4
+    report = _attached(tmp_path, "mlp.py", "--steps", "100000", settle_s=1.0, rate="20")
     assert not _loud(report), [(f["kind"], f["severity"], f["title"]) for f in _loud(report)]
     assert not report["memory"]["rss"]["continues"]
     s = report["sampled"]
-    # which operator leads is not asserted: 2 s at 10 Hz is about 20 samples of the main thread, 10 of
-    # them inside an operator in one run (7 aten::t, 3 aten::mm), so the order is noise; the shares against the
-    # operator pass are benchmarks/sampled_shares.py's subject, over 30 s
-    assert s["operators"] and all(o["name"].startswith("aten::") for o in s["operators"])
+    # which operator leads is not asserted: 2 s is about 40 samples of the main thread, most of them imputed from
+    # the few unwound, so the order is noise; the shares against the operator pass are benchmarks/sampled_shares.py's
+    # subject, over 30 s
+    if s["operators"]:
+        assert all(o["name"].startswith("aten::") for o in s["operators"])
+    else:  # no sample unwound to its operator: the report says so, and the time is still torch's native code
+        assert any("no ATen operator frame" in n for n in s["notes"]), s["notes"]
+    kernels = [x for x in report["step_budget"]["slices"] if x["name"] == "kernels"]
+    assert kernels and kernels[0]["share"] > 0.5, report["step_budget"]["slices"]  # mlp is GEMMs: ~100%
     assert all(o["source"] is None or o["source"].startswith("examples/mlp.py:") for o in s["operators"])
     budget = report["step_budget"]
     assert budget and abs(sum(x["share"] for x in budget["slices"]) - 1) < 0.01
