@@ -114,6 +114,10 @@ class WhatIfLayer(Layer):
         what_if.notes.append("each run seeds torch, random and numpy with 0 before your script, so unseeded weights "
                              "and inputs are the same in every run; the outputs compared are the outermost "
                              "module's at its second call, the first with the change applied")
+        if any(c.name == "compile" for c in chosen):
+            what_if.notes.append("compile ran with inductor's fallback_random on: compiled code draws its random "
+                                 "numbers (dropout's masks) from eager's generator, so its outputs can be compared; "
+                                 "by default inductor draws its own (the timing is of compile with fallback_random on)")
         return LayerStatus("ok")
 
 
