@@ -240,9 +240,8 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
     if not target.has_torch:
         sampled.notes.append("torch is not loaded in the process (no libtorch mapped when diagnose attached): "
                              "no operator can be seen")
-    if result.samples and not result.operators and target.has_torch:
-        sampled.notes.append("no ATen operator frame in the native stacks: the process ran no torch operator "
-                             "while sampled, or py-spy could not unwind into libtorch")
+    if target.has_torch:
+        sampled.notes += stacks.operator_notes(result)
     if result.unresolved:
         sampled.notes.append(f"{result.unresolved}; `{rerun_command(target)}` times any step")
     elif result.steps is None:
@@ -255,10 +254,6 @@ def _fill(report: Report, target: process.Attachable, config: AttachConfig, span
                              "lengthens the step times (a higher --rate sees them)")
     if errors:
         sampled.notes.append(f"py-spy could not take {errors} samples")
-    if result.imputed_samples:
-        sampled.notes.append(f"{result.imputed_samples} of the operator samples had lost their operator frame (a "
-                             "kernel py-spy could not unwind: oneDNN's generated code, a BLAS kernel): given to the "
-                             "operators seen from the same Python line")
     report.sampled = sampled
     report.step_budget = stacks.budget(result, config.rate_hz, where)
     again = rerun_command(target)

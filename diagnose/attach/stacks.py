@@ -249,6 +249,20 @@ class Analysis:
     duration_s: float = 0.0
 
 
+def operator_notes(result: Analysis) -> list[str]:
+    """What the report says about the operator samples (attach and --sample alike): none unwound to an operator
+    frame, or how many were given to operators by `impute`."""
+    if result.samples and not result.operators:
+        return [f"no ATen operator frame in the native stacks of {result.samples} busy samples: the process ran no "
+                "torch operator while sampled, or py-spy could not unwind into libtorch (MKL's and oneDNN's "
+                "kernels have no unwind tables); their time is the budget's torch native code"]
+    if result.imputed_samples:
+        return [f"{result.imputed_samples} of the operator samples had lost their operator frame (a kernel py-spy "
+                "could not unwind: oneDNN's generated code, a BLAS kernel): given to the operators seen from the "
+                "same Python line"]
+    return []
+
+
 def _lines(counter: Counter, total: float, where: Where, functions: dict[tuple[str, int], str]) -> list[SampledLine]:
     return [SampledLine(location=f"{where.show(file)}:{line}", samples=round(n), share_pct=round(100 * n / total, 1),
                         function=functions.get((file, line)))

@@ -92,7 +92,8 @@ class SampleLayer(Layer):
             rate_hz=timing.rate_hz, duration_s=round(result.duration_s, 3), samples=result.samples,
             operator_samples=result.operator_samples, imputed_samples=result.imputed_samples,
             operators=result.operators, functions=result.functions,
-            libraries=result.libraries, steps=result.steps, processes=result.processes)
+            libraries=result.libraries, steps=result.steps, processes=result.processes,
+            notes=stacks.operator_notes(result))
         for p in report.sampled.processes:
             p.role = "target" if p.pid == timing.pid else "child"
         scope = "the window of steps" if timing.window_s is not None else "the whole workload (no window)"
@@ -105,8 +106,4 @@ class SampleLayer(Layer):
                  (f"py-spy's pauses slow the sampled pass: its step times (the report's uninstrumented reference) "
                   f"ran about 4% slower under {SAMPLE_RATE_HZ:g} Hz on a 2-CPU machine with both CPUs busy "
                   "(benchmarks/RESULTS.md, \"diagnose attach: the target's step time while sampled\")")]
-        if result.imputed_samples:
-            notes.append(f"{result.imputed_samples} of the operator samples had lost their operator frame (a kernel "
-                         "py-spy could not unwind: oneDNN's generated code): given to the operators seen from the "
-                         "same Python line")
         return LayerStatus("ok", notes=notes)

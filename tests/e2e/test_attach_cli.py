@@ -235,14 +235,20 @@ def test_sample_cross_checks_the_operator_pass_on_the_uninstrumented_run(tmp_pat
     machine's (benchmarks/sampled_shares.py measures them over 30 s)."""
     from tests.conftest import run_cli
 
-    run = run_cli("--sample", "--layers", "operators", "--steps", "100", "examples/mlp.py", "--", "--steps", "130",
+    run = run_cli("--sample", "--layers", "operators", "--steps", "300", "examples/mlp.py", "--", "--steps", "330",
                   outdir=tmp_path / "out")
     assert run.code == 0, run.stderr[-2000:]
     report = run.report
     assert report["layers"]["sample"]["status"] == "ok", report["layers"]["sample"]
     s = report["sampled"]
-    assert "uninstrumented pass" in s["sampler"] and s["samples"] > 0 and s["operator_samples"] > 0
-    assert all(o["name"].startswith("aten::") for o in s["operators"])
+    assert "uninstrumented pass" in s["sampler"] and s["samples"] > 0
+    # py-spy unwinds to the operator frame in ~17% of mlp's busy samples (MKL's sgemm has no unwind tables): a
+    # window of 100 steps, ~13 samples at 10 Hz, had none in one quiet run. 300 steps give ~40 (0.83^40 ~ 6e-4 of
+    # having none); with none, the report says so
+    if s["operators"]:
+        assert s["operator_samples"] > 0 and all(o["name"].startswith("aten::") for o in s["operators"])
+    else:
+        assert any("no ATen operator frame" in n for n in s["notes"]), s["notes"]
     assert {p["role"] for p in s["processes"]} >= {"target"}
     traced: dict[str, float] = {}
     for row in report["operators"]:
