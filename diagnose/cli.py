@@ -315,8 +315,9 @@ def _round_progress(rounds: int):
     """compare --repeat's progress: one line a round on stderr."""
     seen: list[str] = []
 
-    def on_run(r: int, side: str, seconds: float | None) -> None:
-        seen.append(f"{side} {duration(seconds) if seconds else 'failed'}")
+    def on_run(r: int, side: str, seconds: float | None, waited: float | None) -> None:
+        contended = f" (waited {100 * waited:.0f}% for CPUs others held)" if waited is not None else ""
+        seen.append(f"{side} {duration(seconds) if seconds else 'failed'}{contended}")
         if len(seen) == (2 if r == 0 else 4):  # the warm-up runs, or a round's (interleave.ORDER)
             what = "warm-up (not counted)" if r == 0 else f"round {r}/{rounds}"
             print(f"diagnose compare: {what}: {', '.join(seen)}", file=sys.stderr, flush=True)

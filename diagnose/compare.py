@@ -357,8 +357,14 @@ def _rerun_notes(run: Interleaved | None) -> list[str]:
     out = [f"--repeat: {note}" for note in run.notes]
     if run.failed:
         out.append(f"--repeat: {run.failed} re-run(s) ended without a time; their rounds were dropped")
+    if run.contended:
+        out.append(f"--repeat: {run.contended} round(s) left out: in each, a run's threads waited for CPUs that other "
+                   f"processes held (up to {run.contended_wait_pct:g}% of their runnable time, with no more of them "
+                   f"runnable than the {run.usable_cpus} usable CPUs), so that run measured the machine, not the "
+                   "change; compare on a quiet machine, or give the runs CPUs of their own (taskset -c) and a "
+                   "thread count to match")
     if not run.rounds:
-        out.append("--repeat: no round completed, so the wall time's verdict rests on the two reports as written")
+        out.append("--repeat: no round was counted, so the wall time's verdict rests on the two reports as written")
     return out
 
 
@@ -379,7 +385,7 @@ def verdict(wall: WallComparison, findings: list[FindingChange]) -> str:
     run = wall.interleaved
     if run is not None:
         interval = (f"{100 * run.confidence:.0f}% interval {run.ci_low:.3f}x-{run.ci_high:.3f}x"
-                    if run.ci_low is not None else "too few rounds for an interval")
+                    if run.ci_low is not None else "too few rounds for an interval (a 95% one needs 6)")
         floor = f"{run.rounds} interleaved rounds, {interval}, {floor}"
     elif not wall.drift_measured:
         floor += "; single runs: run-to-run drift not measured (--repeat 3 on both sides measures it)"
@@ -391,6 +397,8 @@ def verdict(wall: WallComparison, findings: list[FindingChange]) -> str:
     if wall.direction == "slower":
         return (f"regression: wall time {wall.ratio:.2f}x higher (+{wall.change_pct:.1f}%, {span}), "
                 f"outside the noise ({floor}){tail}")
+    if run is not None and run.ci_low is None:
+        return f"no verdict: wall time {wall.change_pct:+.1f}% ({span}); {floor}{tail}"
     if not wall.drift_measured:
         return (f"no verdict: wall time {wall.change_pct:+.1f}% ({span}); two single runs cannot call a change "
                 f"under {wall.noise_floor_pct:.0f}% ({floor}){tail}")

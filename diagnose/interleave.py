@@ -17,6 +17,13 @@ change is called on the median round ratio's sign-test interval, the rule microb
 (microbench.stats.abba_summary): the interval must exclude 1, and the ratio must clear a floor, the larger of
 --noise-floor and how far one side's two runs of a round drift apart (their median).
 
+A round in which a run's threads waited for CPUs that other processes held (`contended`: schedstat's wait over
+the window, protocol.Scheduling) is left out of the verdict and counted. Such a run measures the machine, not the
+change: on this 2-CPU VM, with one busy process beside a 2-thread target, a step of eight 128x128 matmuls took
+0.3 ms in some runs and 120 ms in others, the whole run in one regime or the other (OpenMP's spinning threads
+behind the busy one), and 6 rounds of a 3x change read 0.61x. A wait caused by the target's own threads (more of
+them runnable than there are CPUs) is the target's doing and is measured like any other time.
+
 A report can be run again only as it ran: its script's absolute path, working directory and SHA-256 are in
 report.target (diagnose records them); a script that changed since, a report without them, an attached process
 and a torchrun job are refused with the reason. Only the script file is checked: a module it imports that
@@ -35,6 +42,8 @@ from dataclasses import dataclass, replace
 from diagnose import machine
 from diagnose.config import Config
 from diagnose.errors import RerunError, UsageError
+from diagnose.findings.threads import EXTERNAL_WAIT_SHARE_LOW
+from diagnose.protocol import PassResult
 from diagnose.report.comparison import Interleaved
 from diagnose.report.model import Report
 from diagnose.session import Progress, Session
@@ -43,6 +52,19 @@ from microbench.stats import AbbaRound, abba_summary
 
 CONFIDENCE = 0.95
 ORDER = ("before", "after", "after", "before")  # one round
+RUNNABLE_SLACK_CPUS = 0.5  # schedstat's readings over a window of a few ms are that coarse
+
+
+def waited_for_others(res: PassResult, usable: int) -> float | None:
+    """The share of its runnable time a run's threads waited for a CPU that other processes held: at least
+    EXTERNAL_WAIT_SHARE_LOW while no more of them were runnable than the usable CPUs. None: it did not, or no
+    schedstat here."""
+    s = res.scheduling
+    if s is None or not res.wall_s:
+        return None
+    runnable = (s.run_s + s.wait_s) / res.wall_s
+    share = s.wait_share
+    return share if share >= EXTERNAL_WAIT_SHARE_LOW and runnable <= usable + RUNNABLE_SLACK_CPUS else None
 
 
 @dataclass
@@ -98,13 +120,15 @@ def notes(before: Report, after: Report) -> list[str]:
 
 
 def run(before: Report, after: Report, rounds: int,
-        on_run: Callable[[int, str, float | None], None] | None = None) -> Interleaved:
-    """Both targets, `rounds` rounds of ORDER; `on_run(round, side, seconds or None)` after each run. Ctrl-C
-    propagates (nothing is written); a run that fails drops its round."""
+        on_run: Callable[[int, str, float | None, float | None], None] | None = None) -> Interleaved:
+    """Both targets, `rounds` rounds of ORDER; `on_run(round, side, seconds or None, waited_for_others)` after
+    each run. Ctrl-C propagates (nothing is written); a run that fails drops its round, a contended run too."""
     sides = {"before": _side("BEFORE", before), "after": _side("AFTER", after)}
     times: dict[str, list[float]] = {"before": [], "after": []}
     complete: list[AbbaRound] = []
-    failed = 0
+    failed = contended = 0
+    waits: list[float] = []
+    usable = machine.usable_cpus()[0]
     try:
         for side in sides.values():
             side.workdir = tempfile.mkdtemp(prefix="diagnose-compare-")
@@ -114,20 +138,29 @@ def run(before: Report, after: Report, rounds: int,
         for key, side in sides.items():  # the warm-up run: not counted (module docstring)
             res = side.session.measure(f"{key}-warm-up")
             if on_run:
-                on_run(0, side.name, None if isinstance(res, str) else res.median_s)
+                on_run(0, side.name, None if isinstance(res, str) else res.median_s,
+                       None if isinstance(res, str) else waited_for_others(res, usable))
             if isinstance(res, str):
                 reason = res.strip().splitlines()[-1] if res.strip() else "no reason given"
                 raise RerunError(f"compare --repeat: {side.label} failed when run again: {reason}")
         for r in range(1, rounds + 1):
             got: list[float | None] = []
+            waited: list[float] = []
             for i, key in enumerate(ORDER):
                 res = sides[key].session.measure(f"{key}-{r}-{i}")
                 seconds = None if isinstance(res, str) else res.median_s
+                wait = None if isinstance(res, str) else waited_for_others(res, usable)
                 got.append(seconds)
+                if wait is not None:
+                    waited.append(wait)
                 if on_run:
-                    on_run(r, sides[key].name, seconds)
+                    on_run(r, sides[key].name, seconds, wait)
             if any(s is None or s <= 0 for s in got):
                 failed += sum(1 for s in got if s is None)
+                continue
+            if waited:
+                contended += 1
+                waits += waited
                 continue
             b1, a1, a2, b2 = got  # ORDER: before, after, after, before
             times["before"] += [b1, b2]
@@ -142,7 +175,8 @@ def run(before: Report, after: Report, rounds: int,
     unit = "iteration" if before.run.iterations and before.run.iterations.n else "run"
     if not complete:
         return Interleaved(rounds=0, unit=unit, before_s=[], after_s=[], round_ratios=[], ratio=0.0, ci_low=None,
-                           ci_high=None, confidence=None, drift_pct=0.0, failed=failed, notes=notes(before, after))
+                           ci_high=None, confidence=None, drift_pct=0.0, failed=failed, contended=contended,
+                           contended_wait_pct=_pct(waits), usable_cpus=usable, notes=notes(before, after))
     summary = abba_summary(complete, method="sign", confidence=CONFIDENCE, min_effect=0.0)
     return Interleaved(rounds=len(complete), unit=unit, before_s=[round(x, 9) for x in times["before"]],
                        after_s=[round(x, 9) for x in times["after"]],
@@ -151,4 +185,10 @@ def run(before: Report, after: Report, rounds: int,
                        ci_low=None if summary.ci_low is None else round(summary.ci_low, 4),
                        ci_high=None if summary.ci_high is None else round(summary.ci_high, 4),
                        confidence=None if summary.confidence is None else round(summary.confidence, 4),
-                       drift_pct=round(100 * summary.measured_floor, 2), failed=failed, notes=notes(before, after))
+                       drift_pct=round(100 * summary.measured_floor, 2), failed=failed, contended=contended,
+                       contended_wait_pct=_pct(waits), usable_cpus=usable, notes=notes(before, after))
+
+
+def _pct(waits: list[float]) -> float | None:
+    """The most a contended run waited, as a percentage of its runnable time."""
+    return round(100 * max(waits), 1) if waits else None

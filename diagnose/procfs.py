@@ -140,6 +140,18 @@ def list_tids(pid: int, proc_root: str = PROC, errors: ReadErrors | None = None)
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def task_sched_ns(pid: int, proc_root: str = PROC) -> dict[int, tuple[int, int]]:
+    """Each thread's schedstat: tid -> (run_ns, wait_ns); {} where the kernel has no schedstat. Threads that
+    exit between the listing and the read are left out."""
+    out: dict[int, tuple[int, int]] = {}
+    for tid in list_tids(pid, proc_root):
+        text = read_text(f"{proc_root}/{pid}/task/{tid}/schedstat")
+        parts = text.split() if text else []
+        if len(parts) >= 2:
+            out[tid] = (int(parts[0]), int(parts[1]))
+    return out
+
+
 def _field(status: str, key: str) -> str | None:
     at = status.find(key)
     if at < 0:

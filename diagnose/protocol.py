@@ -241,6 +241,21 @@ class ChildResult:
 
 
 @dataclass
+class Scheduling:
+    """The target process's threads over the window, from schedstat (procfs.task_sched_ns): seconds on a CPU and
+    seconds runnable but waiting on a run queue. Threads that ended inside the window are not counted."""
+
+    run_s: float
+    wait_s: float
+
+    @property
+    def wait_share(self) -> float:
+        """The share of the threads' runnable time spent waiting for a CPU."""
+        total = self.run_s + self.wait_s
+        return self.wait_s / total if total > 0 else 0.0
+
+
+@dataclass
 class PassResult:
     """What one pass measured: how the target ended, its timings and steps, and its layer's data."""
 
@@ -254,6 +269,7 @@ class PassResult:
     # function mode: each measured call; script mode: each step of the window
     iteration_s: list[float] = field(default_factory=list)
     minor_faults: int | None = None  # this process's minor page faults over wall_s
+    scheduling: Scheduling | None = None  # its threads' time on a CPU and waiting for one, over wall_s
     steps: StepsSeen | None = None  # script mode: the step clock's account
     torch: TorchInfo = field(default_factory=TorchInfo)
     compile: Compile | None = None  # torch.compile's work in the process (runner.compile_info)

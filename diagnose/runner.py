@@ -39,7 +39,7 @@ import traceback
 import types
 from typing import Any
 
-from diagnose import children, loops, markers, protocol
+from diagnose import children, loops, markers, procfs, protocol
 from diagnose.doctor import process as process_facts
 from diagnose.doctor.environment import CpuStat, read_own_cpu_stat
 from diagnose.layers import get as get_layer
@@ -238,6 +238,16 @@ def minor_faults() -> int | None:
         return None
 
 
+
+def _scheduling(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> protocol.Scheduling | None:
+    """The threads' schedstat between two readings; a thread started meanwhile counts from zero. None: no
+    schedstat here, or the kernel's scheduler statistics are off (every reading 0 0)."""
+    if not after or not any(run or wait for run, wait in after.values()):
+        return None
+    run = sum(r - before.get(tid, (0, 0))[0] for tid, (r, _) in after.items())
+    wait = sum(w - before.get(tid, (0, 0))[1] for tid, (_, w) in after.items())
+    return protocol.Scheduling(run_s=round(max(0, run) / 1e9, 6), wait_s=round(max(0, wait) / 1e9, 6))
+
 def _pin_workers(workers: int) -> PinnedWorkers:
     """Sweep point: every DataLoader gets `workers` worker processes."""
     from torch.utils.data import DataLoader
@@ -273,6 +283,7 @@ class Run:
         self.clock: StepClock | None = None
         self.compile_before: float | None = None  # torch.compile seconds spent when the window began
         self.faults0: int | None = None  # this process's minor page faults when the measured part began
+        self.sched0: dict[int, tuple[int, int]] = {}  # its threads' schedstat then (procfs.task_sched_ns)
         self.baseline = not spec.instrumented  # the uninstrumented pass (and the re-runs: trials, sweep points)
         self.cpu_stat0: CpuStat | None = None  # the cgroup's cpu.stat when the measured part began
         self.ended_after_window = False
@@ -398,6 +409,7 @@ class Run:
         """The measured part begins: its clock, page-fault count and (uninstrumented) the cgroup's counters."""
         self.t0 = time.perf_counter()
         self.faults0 = minor_faults()
+        self.sched0 = procfs.task_sched_ns(os.getpid())
         if self.baseline:
             self.cpu_stat0 = read_own_cpu_stat()
 
@@ -440,6 +452,7 @@ class Run:
             faults = minor_faults()
             if faults is not None and self.faults0 is not None:
                 self.result.minor_faults = faults - self.faults0
+            self.result.scheduling = _scheduling(self.sched0, procfs.task_sched_ns(os.getpid()))
             self._mark(markers.STOP)
             if self.baseline:  # after the stop marker: the thread sampler does not watch the readings
                 self._read_process()

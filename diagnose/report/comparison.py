@@ -71,6 +71,10 @@ class Interleaved:
     # workload drifts within a round, and the floor a change must clear (at least --noise-floor)
     drift_pct: float
     failed: int = 0  # runs that ended without a time (their round is dropped)
+    # rounds left out because a run in them waited for CPUs other processes held (interleave.waited_for_others)
+    contended: int = 0
+    contended_wait_pct: float | None = None  # the most such a run waited, % of its threads' runnable time
+    usable_cpus: int | None = None  # the CPUs the runs could use (the contention test's bound)
     notes: list[str] = field(default_factory=list)  # what the re-runs could not hold equal, in words
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from diagnose import compare
 from diagnose.layers import repeat as layers_repeat
+from diagnose.protocol import PassResult, Scheduling
 from diagnose.render import compare as render
 from diagnose.report import comparison, io
 from diagnose.report.model import (
@@ -215,7 +217,8 @@ JSON_KEYS = {
 # a side without a wall time: `wall` never had a unit or drift_measured then
 JSON_KEYS_NO_WALL = JSON_KEYS["wall"] - {"unit", "drift_measured"}
 JSON_KEYS_INTERLEAVED = {"rounds", "unit", "before_s", "after_s", "round_ratios", "ratio", "ci_low", "ci_high",
-                         "confidence", "drift_pct", "failed", "notes"}
+                         "confidence", "drift_pct", "failed", "contended", "contended_wait_pct", "usable_cpus",
+                         "notes"}
 
 
 def _keys(data: dict) -> dict[str, set[str]]:
@@ -288,6 +291,8 @@ def test_too_few_rounds_have_no_interval_and_call_nothing():
     run = interleaved([1.5, 1.5, 1.5, 1.5, 1.5])  # five rounds: the sign test's 95% interval needs six
     assert run.ci_low is None
     assert compare.compare_wall(rep(1.0), rep(1.0), interleaved=run).direction == "same"
+    verdict = compare.compare(rep(1.0), rep(1.0), interleaved=run).verdict
+    assert verdict.startswith("no verdict: wall time +50.0%") and "too few rounds for an interval" in verdict
 
 
 def test_interleaved_verdict_json_and_rendering():
@@ -307,7 +312,33 @@ def test_no_complete_round_falls_back_to_the_reports_and_says_so():
     cmp = compare.compare(rep(1.0, 2.0), rep(1.0, 2.0), interleaved=empty)
     assert cmp.wall.interleaved is None and cmp.wall.direction == "same"
     assert any("3 re-run(s) ended without a time" in n for n in cmp.notes)
-    assert any("no round completed" in n for n in cmp.notes)
+    assert any("no round was counted" in n for n in cmp.notes)
+
+
+def test_contended_rounds_are_left_out_and_the_note_says_why():
+    run = dataclasses.replace(interleaved([1.15] * 6), contended=3, contended_wait_pct=50.1, usable_cpus=2)
+    cmp = compare.compare(rep(1.0), rep(1.0), interleaved=run)
+    note = next(n for n in cmp.notes if "3 round(s) left out" in n)
+    assert "up to 50.1% of their runnable time" in note and "the 2 usable CPUs" in note and "taskset -c" in note
+    assert cmp.wall.direction == "slower"  # the six rounds counted still call it
+
+
+def _result(run_s: float, wait_s: float, wall_s: float) -> PassResult:
+    return PassResult(name="x", wall_s=wall_s, scheduling=Scheduling(run_s=run_s, wait_s=wait_s))
+
+
+@pytest.mark.parametrize("run_s, wait_s, contended", [
+    (1.5, 0.5, True),  # 25% waited, 2 threads runnable on 2 CPUs: others held them
+    (1.9, 0.1, False),  # 5% waited: under EXTERNAL_WAIT_SHARE_LOW
+    (2.0, 6.0, False),  # 75% waited, but 8 threads runnable on 2 CPUs: the target's own doing
+])
+def test_a_run_waited_for_others_only_with_no_more_threads_runnable_than_cpus(run_s, wait_s, contended):
+    from diagnose import interleave
+
+    share = interleave.waited_for_others(_result(run_s, wait_s, wall_s=1.0), usable=2)
+    assert (share is not None) == contended
+    assert share is None or share == pytest.approx(wait_s / (run_s + wait_s))
+    assert interleave.waited_for_others(PassResult(name="x", wall_s=1.0), usable=2) is None  # no schedstat
 
 
 def test_repeat_refuses_reports_it_cannot_run_again_as_they_ran(tmp_path):

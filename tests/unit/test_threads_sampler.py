@@ -595,3 +595,30 @@ def test_live_start_and_stop_markers_bound_the_recording(tmp_path):
     span = rec.snapshots[-1].t_s - rec.snapshots[0].t_s
     # the 1.5 s between the markers (each seen up to a second late on a loaded machine), not the 2 s before
     assert 0.5 < span < 3.4, span
+
+
+def test_scheduling_over_a_busy_window_counts_its_runnable_time_and_a_new_thread_from_zero():
+    """runner._scheduling from real /proc/self/task/*/schedstat: a thread started inside the window counts from
+    zero, and a busy loop is runnable (on a CPU or waiting for one) for the whole of its 80 ms, so run + wait
+    covers at least 50 ms of it whatever else the machine runs (a running thread's count lags by up to a tick)."""
+    import threading
+    import time
+
+    from diagnose import runner
+
+    before = procfs.task_sched_ns(os.getpid())
+    if not any(run or wait for run, wait in before.values()):
+        pytest.skip("this kernel's scheduler statistics are off (schedstat reads 0 0 0)")
+    done = threading.Event()
+    worker = threading.Thread(target=done.wait)
+    worker.start()
+    end = time.perf_counter() + 0.08
+    while time.perf_counter() < end:
+        pass
+    after = procfs.task_sched_ns(os.getpid())
+    done.set()
+    worker.join()
+    assert worker.native_id in after and worker.native_id not in before
+    s = runner._scheduling(before, after)  # noqa: SLF001
+    assert s is not None and s.run_s + s.wait_s >= 0.05 and 0.0 <= s.wait_share <= 1.0
+    assert runner._scheduling(before, {}) is None  # noqa: SLF001 - no schedstat here
