@@ -140,15 +140,20 @@ def list_tids(pid: int, proc_root: str = PROC, errors: ReadErrors | None = None)
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def parse_schedstat(text: str | None) -> tuple[int, int, int] | None:
+    """A schedstat file's (run_ns, wait_ns, timeslices), or None when it is absent or short."""
+    parts = text.split() if text else []
+    return (int(parts[0]), int(parts[1]), int(parts[2])) if len(parts) >= 3 else None
+
+
 def task_sched_ns(pid: int, proc_root: str = PROC) -> dict[int, tuple[int, int]]:
     """Each thread's schedstat: tid -> (run_ns, wait_ns); {} where the kernel has no schedstat. Threads that
     exit between the listing and the read are left out."""
     out: dict[int, tuple[int, int]] = {}
     for tid in list_tids(pid, proc_root):
-        text = read_text(f"{proc_root}/{pid}/task/{tid}/schedstat")
-        parts = text.split() if text else []
-        if len(parts) >= 2:
-            out[tid] = (int(parts[0]), int(parts[1]))
+        sched = parse_schedstat(read_text(f"{proc_root}/{pid}/task/{tid}/schedstat"))
+        if sched is not None:
+            out[tid] = sched[:2]
     return out
 
 
@@ -176,12 +181,7 @@ def read_thread(pid: int, tid: int, proc_root: str = PROC, errors: ReadErrors | 
     if parsed is None:
         return None
     comm, rest = parsed
-    run_ns = wait_ns = slices = None
-    sched = read_text(f"{base}/schedstat", errors)
-    if sched is not None:
-        parts = sched.split()
-        if len(parts) >= 3:
-            run_ns, wait_ns, slices = int(parts[0]), int(parts[1]), int(parts[2])
+    run_ns, wait_ns, slices = parse_schedstat(read_text(f"{base}/schedstat", errors)) or (None, None, None)
     voluntary = nonvoluntary = None
     cpus = None
     if with_status:

@@ -269,7 +269,8 @@ class PassResult:
     # function mode: each measured call; script mode: each step of the window
     iteration_s: list[float] = field(default_factory=list)
     minor_faults: int | None = None  # this process's minor page faults over wall_s
-    scheduling: Scheduling | None = None  # its threads' time on a CPU and waiting for one, over wall_s
+    # its threads' time on a CPU and waiting for one, over wall_s (uninstrumented passes: the baseline, re-runs)
+    scheduling: Scheduling | None = None
     steps: StepsSeen | None = None  # script mode: the step clock's account
     torch: TorchInfo = field(default_factory=TorchInfo)
     compile: Compile | None = None  # torch.compile's work in the process (runner.compile_info)

@@ -238,7 +238,6 @@ def minor_faults() -> int | None:
         return None
 
 
-
 def _scheduling(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> protocol.Scheduling | None:
     """The threads' schedstat between two readings; a thread started meanwhile counts from zero. None: no
     schedstat here, or the kernel's scheduler statistics are off (every reading 0 0)."""
@@ -247,6 +246,7 @@ def _scheduling(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, 
     run = sum(r - before.get(tid, (0, 0))[0] for tid, (r, _) in after.items())
     wait = sum(w - before.get(tid, (0, 0))[1] for tid, (_, w) in after.items())
     return protocol.Scheduling(run_s=round(max(0, run) / 1e9, 6), wait_s=round(max(0, wait) / 1e9, 6))
+
 
 def _pin_workers(workers: int) -> PinnedWorkers:
     """Sweep point: every DataLoader gets `workers` worker processes."""
@@ -406,12 +406,13 @@ class Run:
         self._start_clock()
 
     def _start_clock(self) -> None:
-        """The measured part begins: its clock, page-fault count and (uninstrumented) the cgroup's counters."""
+        """The measured part begins: its clock, page-fault count and (uninstrumented) the cgroup's counters and
+        its threads' schedstat."""
         self.t0 = time.perf_counter()
         self.faults0 = minor_faults()
-        self.sched0 = procfs.task_sched_ns(os.getpid())
         if self.baseline:
             self.cpu_stat0 = read_own_cpu_stat()
+            self.sched0 = procfs.task_sched_ns(os.getpid())
 
     def _mark(self, name: str) -> None:
         markers.touch(self.spec.workdir, name)
@@ -452,7 +453,8 @@ class Run:
             faults = minor_faults()
             if faults is not None and self.faults0 is not None:
                 self.result.minor_faults = faults - self.faults0
-            self.result.scheduling = _scheduling(self.sched0, procfs.task_sched_ns(os.getpid()))
+            if self.baseline:
+                self.result.scheduling = _scheduling(self.sched0, procfs.task_sched_ns(os.getpid()))
             self._mark(markers.STOP)
             if self.baseline:  # after the stop marker: the thread sampler does not watch the readings
                 self._read_process()
