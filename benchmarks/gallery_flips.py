@@ -2,6 +2,8 @@
 (kind, severity >= medium, location) the same in at least 4 of the 5 runs.
 
     .venv/bin/python benchmarks/gallery_flips.py [--runs 5] [--only mlp.py,...] [--write benchmarks/RESULTS.md]
+        [--keep DIR]   keep each run's report (DIR/<example>-<run>/report.json)
+        [--analyse DIR]   re-judge kept reports with the rules as they are now (no run): the same table
 
 Each run is a plain `diagnose examples/X.py` (default layers, HF_HUB_OFFLINE=1), as a user runs it, one after
 the other. A run's verdict is its set of findings at medium or high: (kind, severity, location), the merged
@@ -49,6 +51,28 @@ def verdict(report: dict) -> frozenset[tuple[str, str, str]]:
     return frozenset(out)
 
 
+def rejudge(path: Path) -> tuple[dict, list[str]]:
+    """A kept report judged again by today's rules: the doctor's workload checks (which read only the report)
+    and the findings, as the run would have made them; and what re-judging cannot do: a check that now warns
+    where the run's did not would have started trials (doctor/trials.py) that no kept report holds."""
+    from diagnose import findings
+    from diagnose.doctor.workload import check_denormals, check_page_faults
+    from diagnose.report import io
+
+    report = io.load(str(path))
+    caveats = []
+    if report.doctor is not None:
+        again = {c.name: c for c in (check_page_faults(report), check_denormals(report))}
+        for c in report.doctor.checks:
+            if c.name in again and again[c.name].status != c.status:
+                caveats.append(f"{path.parent.name}: {c.name} {c.status} -> {again[c.name].status}"
+                               + (" (a run would have tried its fix: not re-run)" if again[c.name].status == "warn"
+                                  else ""))
+        report.doctor.checks = [again.get(c.name, c) for c in report.doctor.checks]
+    findings.judge(report)
+    return json.loads(io.dumps(report)), caveats
+
+
 def run_once(example: str, out: Path) -> tuple[frozenset, float | None, float]:
     cmd = [sys.executable, "-m", "diagnose", "-q", "--force", "-o", str(out), *ARGS.get(example, []),
            f"examples/{example}"]
@@ -77,22 +101,47 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--only", help="comma-separated examples (default: the whole gallery)")
     parser.add_argument("--write", help="replace this benchmark's section of RESULTS.md")
+    parser.add_argument("--keep", help="keep each run's report in this directory (it must not exist)")
+    parser.add_argument("--analyse", help="re-judge the reports --keep kept there with today's rules; run nothing")
     args = parser.parse_args()
     examples = [e for e in gallery() if not args.only or e in args.only.split(",")]
     started = time.monotonic()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="diagnose-flips-") as tmp:
+    caveats: list[str] = []
+    if args.analyse:
+        kept = Path(args.analyse)
         for example in examples:
-            sets, others, took = [], [], []
-            for r in range(args.runs):
-                s, o, t = run_once(example, Path(tmp) / f"{Path(example).stem}-{r}")
-                sets.append(s)
-                others.append(o)
-                took.append(t)
-                print(f"{example} run {r + 1}: {sorted(s)} ({t:.0f} s)", file=sys.stderr, flush=True)
+            paths = sorted(kept.glob(f"{Path(example).stem}-*/report.json"),
+                           key=lambda q: int(q.parent.name.rsplit("-", 1)[1]))
+            if not paths:
+                continue
+            judged = [rejudge(q) for q in paths]
+            reports = [r for r, _ in judged]
+            caveats += [c for _, cs in judged for c in cs]
+            sets = [verdict(r) for r in reports]
+            for r, s in enumerate(sets):
+                print(f"{example} run {r + 1}: {sorted(s)} (re-judged)", file=sys.stderr, flush=True)
+            others = [(r.get("threads") or {}).get("others_cpus") for r in reports]
             mode, agree = Counter(sets).most_common(1)[0]
             rows.append((example, agree, len(set(sets)), describe(sets),
-                         max((o for o in others if o is not None), default=None), sum(took) / len(took), mode))
+                         max((o for o in others if o is not None), default=None), float("nan"), mode))
+        args.runs = max((len(list(kept.glob(f"{Path(e).stem}-*/report.json"))) for e in examples), default=0)
+    else:
+        keep = Path(args.keep) if args.keep else None
+        if keep is not None:
+            keep.mkdir(parents=True)  # never into a directory that holds something already
+        with tempfile.TemporaryDirectory(prefix="diagnose-flips-") as tmp:
+            for example in examples:
+                sets, others, took = [], [], []
+                for r in range(args.runs):
+                    s, o, t = run_once(example, (keep or Path(tmp)) / f"{Path(example).stem}-{r}")
+                    sets.append(s)
+                    others.append(o)
+                    took.append(t)
+                    print(f"{example} run {r + 1}: {sorted(s)} ({t:.0f} s)", file=sys.stderr, flush=True)
+                mode, agree = Counter(sets).most_common(1)[0]
+                rows.append((example, agree, len(set(sets)), describe(sets),
+                             max((o for o in others if o is not None), default=None), sum(took) / len(took), mode))
     need = round(TARGET * args.runs / 5)
     lines = [HEADING, "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_model()}, "
@@ -109,6 +158,8 @@ def main() -> None:
     short = [r[0] for r in rows if r[1] < need]
     lines += ["", f"**Verdict (at least {need} of {args.runs} runs alike for every example):** "
               + ("met on every example run." if not short else "missed on " + ", ".join(short) + ".")]
+    if caveats:
+        lines += ["", "Re-judged checks whose status changed: " + "; ".join(caveats) + "."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

@@ -5,8 +5,9 @@ name (page_faults, denormals, openmp_runtimes, blas_threads, cpu_quota,
 topology, low_precision):
 - a check whose suggestion was tried (diagnose/doctor/trials.py) gets a
   finding only when a trial won: the time at stake is what the best winning
-  trial measured, 1 - 1/speedup of the step (its interval's low end in the
-  evidence), and the suggestion is that trial's exact change. A trial that
+  trial measured, 1 - 1/speedup of the step, with the interval its 95%
+  interval gives (stake.measured: severity is judged on it), and the
+  suggestion is that trial's exact change. A trial that
   won without its check warning (--doctor runs them all) is reported too:
   it was measured.
 - a warning whose suggestion cannot be tried from outside (two OpenMP
@@ -22,6 +23,7 @@ topology, low_precision):
 
 from __future__ import annotations
 
+from diagnose.findings.stake import measured
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake
 
 THREAD_FINDINGS = ("undersubscription", "oversubscription")  # kinds whose trials findings/threads.py reads
@@ -46,7 +48,6 @@ def environment(report: Report) -> list[Finding]:
         wins = sorted((t for t in tried if t.verdict == "win"), key=lambda t: -(t.speedup or 0))
         if wins:
             best = wins[0]
-            gain = 100.0 * (1.0 - 1.0 / best.speedup)
             interval = f" (95% interval {best.ci_low:.2f}-{best.ci_high:.2f}x)" if best.ci_low is not None else ""
             lead = f"{check.summary.rstrip('.')}: " if check and check.status == "warn" else ""
             title = f"{lead}measured {best.speedup:.2f}x faster per step with {best.name}{interval}"
@@ -57,8 +58,8 @@ def environment(report: Report) -> list[Finding]:
                             "method": t.method}
                            for t in tried],
             }
-            stake = Stake(pct=round(gain, 1), basis=(f"measured: 1 - 1/speedup of the step with {best.name}, "
-                                                     f"{best.rounds} interleaved rounds on your own steps"))
+            stake = measured(best, f"measured: 1 - 1/speedup of the step with {best.name}, "
+                                   f"{best.rounds} interleaved rounds on your own steps")
             suggestion = f"{best.change}" + (f"  ({check.suggestion})" if check and check.suggestion else "")
             out.append(Finding(kind=name, severity="high", layer="doctor", title=title[:1].upper() + title[1:],
                                op=None, location=None, evidence=evidence, suggestion=suggestion, stake=stake))

@@ -59,7 +59,7 @@ from collections import defaultdict
 from diagnose.doctor.workload import FAULT_US, fault_share
 from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
-from diagnose.findings.stake import UPPER_BOUND, operator_stake
+from diagnose.findings.stake import UPPER_BOUND, measured, operator_stake
 from diagnose.findings.suggestions import (
     ACTIVATION_CLASSES,
     COPY_LABEL,
@@ -301,25 +301,42 @@ def memory_churn(report: Report) -> list[Finding]:
 def _churn_stake(report: Report) -> Stake:
     """What the churn costs. Where the uninstrumented pass counted minor page faults over steps (or measured
     calls): the fresh pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median
-    step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted); when the
-    doctor warned about those faults, they are its finding (with the trial that measured the fix), so this
-    one claims no stake of its own and keeps its rule's severity, ranked after what has a stake; where its
-    trials ran and none won there is no such finding, and the basis says so instead. Without
+    step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted). When the
+    doctor warned about those faults and tried allocators that keep freed pages, their cost was measured: the
+    best winning trial's 1 - 1/speedup with its interval (the doctor's page_faults finding holds the same time,
+    with its launch line), or 0 when none won (so at most low, as a thread finding whose trial gained
+    nothing). By the estimate alone, examples/autocast_weights.py's faults came to 4-19% of its step in five
+    runs (8-463 faults a step: where glibc's heap lands differs from run to run), and resnet_train's churn
+    kept its rule's medium with no stake beside a jemalloc win of 1.007-1.36x. When it warned and no trial
+    ran, the doctor's finding carries the estimate and this one claims none, keeping its rule's severity. Without
     steps, the run's faults over its wall time (an upper bound: setup's first touch of its data counts too).
     Only without a fault count, the allocating operators' whole time, a far looser upper bound: nearly every
     operator allocates its output, so that bound is most of the run (an MLP's activations at 1.2 GiB/s read
     as ~50% at stake on a machine with AMX, while faults put them at 19%)."""
     faults, wall = report.run.minor_faults, report.run.wall_s
     check = next((c for c in report.doctor.checks if c.name == "page_faults"), None) if report.doctor else None
-    if check is not None and check.status == "warn":  # one time, one finding: the doctor's has the measured fix
-        carried = any(f.kind == "page_faults" for f in doctor_findings.environment(report))
-        return Stake(pct=None, basis="the fresh pages these allocations fault in: " + (
-            "the doctor's page_faults finding carries that time (measured where its trials ran)" if carried
-            else "the doctor's page_faults check tried allocator changes on your steps and none won "
-                 "(its trials), so no stake is claimed for them"))
-    measured = fault_share(report)
-    if measured is not None:
-        unit, _, _, share = measured
+    if check is not None and check.status == "warn":
+        tried = [t for t in report.doctor.trials
+                 if t.check == "page_faults" and t.verdict in ("win", "no gain", "slower")]
+        wins = sorted((t for t in tried if t.verdict == "win"), key=lambda t: -(t.speedup or 0))
+        if wins:  # what keeping the freed pages measured on these steps: the faults' cost, the doctor's finding's too
+            best = wins[0]
+            return measured(best, f"measured: the fresh pages these allocations fault in, what {best.name} "
+                                  f"(keeping freed pages) won on your steps, 1 - 1/speedup, {best.rounds} interleaved "
+                                  "rounds; the doctor's page_faults finding has the same time and its launch line")
+        if tried:  # measured: keeping freed pages (what the faults cost) gained nothing on these steps
+            return Stake(pct=0.0, basis=("measured: the fresh pages these allocations fault in cost nothing "
+                                         "beyond the noise; the doctor's allocator trials on your steps ("
+                                         + ", ".join(f"{t.name} {t.speedup:.2f}x" for t in tried if t.speedup)
+                                         + ") gained nothing"))
+        if any(f.kind == "page_faults" for f in doctor_findings.environment(report)):  # warned, nothing tried
+            return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's page_faults "
+                                         "finding carries that time (its estimate; no trial ran)")
+        return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's allocator trials "
+                                     "measured nothing (they failed or were skipped)")
+    estimate = fault_share(report)
+    if estimate is not None:
+        unit, _, _, share = estimate
         return Stake(pct=round(min(share, 100.0), 2),
                      basis=(f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
                             "(uninstrumented pass): the fresh pages the allocations fault in"))

@@ -59,7 +59,7 @@ import dataclasses
 from typing import Any
 
 from diagnose.doctor.trials import THREAD_TRIAL
-from diagnose.findings.stake import UPPER_BOUND
+from diagnose.findings.stake import UPPER_BOUND, measured
 from diagnose.report.model import (
     Finding,
     Report,
@@ -167,8 +167,7 @@ def _measured_stake(trial: Trial) -> tuple[Stake, str] | None:
     interval = f", 95% interval {trial.ci_low:.2f}-{trial.ci_high:.2f}x" if trial.ci_low is not None else ""
     how = f"{trial.rounds} interleaved rounds on your own steps"
     if trial.verdict == "win":
-        return (Stake(pct=round(100.0 * (1.0 - 1.0 / trial.speedup), 1),
-                      basis=f"measured: 1 - 1/speedup of the step with {trial.change}, {how}{interval}"),
+        return (measured(trial, f"measured: 1 - 1/speedup of the step with {trial.change}, {how}{interval}"),
                 f"; measured {trial.speedup:.2f}x faster per step with {trial.change}{interval}")
     said = "a slower step" if trial.verdict == "slower" else "no gain beyond the noise"
     return (Stake(pct=0.0, basis=(f"measured: {trial.change} gave {said} ({trial.speedup:.2f}x{interval}; noise "

@@ -3,7 +3,7 @@
 One finding per recommended variant: it won outside the noise in every
 interleaved round on the user's own steps and its outputs matched the
 unchanged run's. The time at stake is what it measured, 1 - 1/speedup of the
-step (the interval's low end in the evidence); the suggestion is the code
+step, with the interval its 95% interval gives (stake.measured); the suggestion is the code
 change, with torch.compile's one-off cost and break-even beside it. Variants
 that did not win, or whose outputs differ, get no finding: the what-if
 section lists them with why. A float32 win is the dtype finding's stake
@@ -13,7 +13,8 @@ section lists them with why. A float32 win is the dtype finding's stake
 from __future__ import annotations
 
 from diagnose.findings import dtypes
-from diagnose.report.model import Finding, Report, Stake
+from diagnose.findings.stake import measured
+from diagnose.report.model import Finding, Report
 
 
 def what_if(report: Report) -> list[Finding]:
@@ -27,7 +28,6 @@ def what_if(report: Report) -> list[Finding]:
         if v.name == dtypes.FLOAT32_VARIANT and dtypes.float64_pct(report) >= dtypes.MIN_PCT:
             continue  # the dtype finding carries it: the cause, its line and this measurement
         t = v.trial
-        gain = 100.0 * (1.0 - 1.0 / t.speedup)
         interval = f" (95% interval {t.ci_low:.2f}-{t.ci_high:.2f}x)" if t.ci_low is not None else ""
         outputs = (f"outputs match within {v.outputs.tolerance:g} of their scale" if v.outputs.rel_diff
                    else "outputs identical")
@@ -37,8 +37,8 @@ def what_if(report: Report) -> list[Finding]:
                     "noise_floor_pct": t.noise_floor_pct, "rounds": t.rounds, "baseline_step_s": t.baseline_step_s,
                     "variant_step_s": t.variant_step_s, "max_abs_diff": v.outputs.max_abs_diff,
                     "rel_diff": v.outputs.rel_diff, "tolerance": v.outputs.tolerance}
-        stake = Stake(pct=round(gain, 1), basis=(f"measured: 1 - 1/speedup of the step with {v.name}, {t.rounds} "
-                                                 "interleaved rounds on your own steps"))
+        stake = measured(t, f"measured: 1 - 1/speedup of the step with {v.name}, {t.rounds} "
+                            "interleaved rounds on your own steps")
         c = v.compile
         if c is not None and c.compile_s is not None:
             evidence.update(compile_s=c.compile_s, break_even_steps=c.break_even_steps)

@@ -13,10 +13,15 @@ low_efficiency's share of the roof, copy_overhead's copy share, memory_churn's r
   reporting (hot_operator's 10%) is reported, `low` and borderline when that line's severity is higher.
 
 The interval is value / (1 + `noise(report)`) to value x (1 + `noise(report)`), a spread of times being a
-ratio (never below 0, however noisy the run: a loaded run's steps spread 86%, and value x (1 - 0.86) or
-less would reach every line below the number): the uninstrumented steps' interquartile range over their
-median (the spread `diagnose compare` and the trials read), at least RUN_NOISE_MIN. That floor is the
-run-to-run spread of equal work measured where nothing else ran: the two identical `.contiguous()` lines of
+ratio (never below 0, however noisy the run). Every number graded here is an aggregate over the measured window
+(a share of the operator pass's time, an operator's mean call, faults per step over the window's median step),
+so its noise is the precision of such an aggregate, not the spread of one step: the 95% interval of the window's
+median step, MEDIAN_CI_IQR x the uninstrumented steps' IQR over their median / sqrt(steps) (a median of n
+samples has a standard error of about 0.93 IQR / sqrt(n); x 1.96), at least RUN_NOISE_MIN. Judged on one
+step's spread (the IQR itself), one run of examples/autocast_weights.py whose 35 steps spread 72% read its
+cast's 47% share of operator time as 28-81%, "medium, borderline high", where the four runs beside it, their
+steps spreading 6-57%, read 42-49% high. The floor is the run-to-run spread of equal work measured where
+nothing else ran: the two identical `.contiguous()` lines of
 examples/contiguous_copies.py summed 184 and 161 ms in one run and the other way round in the next (13%
 apart, benchmarks/RESULTS.md "gallery flips"), and report/rows.py's TIE_SHARE, the least two lines' times
 may differ by and be called tied, is the same number.
@@ -24,19 +29,21 @@ may differ by and be called tied, is the same number.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from diagnose.report.model import Borderline, Report
 from diagnose.report.rows import TIE_SHARE
 
+MEDIAN_CI_IQR = 1.82  # 1.96 x 0.93: the 95% half-width of a median of n samples, in IQRs / sqrt(n)
 RUN_NOISE_MIN = TIE_SHARE  # 10%: a share's relative spread from run to run on a quiet machine (module docstring)
 
 
 def noise(report: Report) -> float:
-    """The relative half-width of a measured time's interval in this run: the uninstrumented steps' IQR over
-    their median, at least RUN_NOISE_MIN."""
+    """The relative half-width of a window aggregate's interval in this run: the 95% interval of the window's
+    median step from its steps' spread (MEDIAN_CI_IQR x IQR / median / sqrt(n)), at least RUN_NOISE_MIN."""
     it = report.run.iterations
-    spread = it.iqr_over_median if it and it.n and it.n >= 4 else 0.0
+    spread = MEDIAN_CI_IQR * it.iqr_over_median / math.sqrt(it.n) if it and it.n and it.n >= 4 else 0.0
     return max(RUN_NOISE_MIN, float(spread))
 
 

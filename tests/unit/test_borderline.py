@@ -50,13 +50,17 @@ def test_numbers_clear_of_every_line_are_graded_as_before_without_a_borderline()
     assert (severity, b.would_be, b.threshold) == ("medium", "high", 10.0)
 
 
-def test_the_noise_is_the_steps_spread_at_least_the_run_to_run_floor():
+def test_the_noise_is_the_window_medians_interval_at_least_the_run_to_run_floor():
     r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
     assert borderline.noise(r) == borderline.RUN_NOISE_MIN  # no steps
     r.run.iterations = IterationStats(n=20, median_s=0.1, q1_s=0.099, q3_s=0.101, min_s=0.09, max_s=0.2)
     assert borderline.noise(r) == borderline.RUN_NOISE_MIN  # a quiet run: 2% IQR, the floor holds
+    # steps spreading 30% over 20 steps: their median is known to 1.82 x 0.3 / sqrt(20) = 12%, past the floor
     r.run.iterations = IterationStats(n=20, median_s=0.1, q1_s=0.085, q3_s=0.115, min_s=0.08, max_s=0.2)
-    assert borderline.noise(r) == pytest.approx(0.3)  # a noisy run widens every interval
+    assert borderline.noise(r) == pytest.approx(1.82 * 0.3 / 20 ** 0.5)
+    # the same spread over 100 steps pins the median closer: the floor again
+    r.run.iterations = IterationStats(n=100, median_s=0.1, q1_s=0.085, q3_s=0.115, min_s=0.08, max_s=0.2)
+    assert borderline.noise(r) == borderline.RUN_NOISE_MIN
     # a loaded run's steps spread 86%: the interval divides by 1.86, it never reaches 0 nor below
     assert borderline.interval(10.0, 0.86) == pytest.approx((10.0 / 1.86, 18.6))
 

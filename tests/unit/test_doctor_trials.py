@@ -174,8 +174,25 @@ def test_only_measured_wins_and_untriable_warnings_become_findings():
     assert faults.stake.pct == 75.0 and "measured" in faults.stake.basis and not faults.stake.upper_bound
     assert faults.suggestion.startswith("LD_PRELOAD=j python t.py") and "4.00x" in faults.title
     assert found["openmp_runtimes"].severity == "low" and found["openmp_runtimes"].evidence["measured"] is False
+    assert (faults.stake.low, faults.stake.high) == (round(100 * (1 - 1 / 3.5), 2), round(100 * (1 - 1 / 4.5), 2))
     ranked = derive(r)
     assert ranked[0].kind == "page_faults" and ranked[0].severity == "high"
+
+
+def test_a_measured_wins_severity_is_judged_on_its_interval_not_its_point():
+    # two runs of examples/conv_nchw.py: jemalloc 1.58x (1.19-1.79x) and 1.24x (1.21-1.78x). By their points 37%
+    # and 19% of the step, high and medium; by their intervals 16-44% and 17-44%: medium, borderline high, in both
+    def judged(speedup, low, high):
+        r = _report(faults=0)
+        r.doctor.checks = [DoctorCheck("page_faults", "warn", "Many faults", suggestion="reuse")]
+        r.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", rounds=9, speedup=speedup,
+                                 ci_low=low, ci_high=high, verdict="win")]
+        (f,) = [f for f in derive(r) if f.kind == "page_faults"]
+        return f
+
+    for f in (judged(1.583, 1.193, 1.79), judged(1.236, 1.209, 1.78)):
+        assert f.severity == "medium" and f.borderline.would_be == "high" and f.borderline.threshold == 20.0
+        assert f.stake.low < 20.0 <= f.stake.high
 
 
 def test_sides_without_a_launch_environment_all_run_forked():

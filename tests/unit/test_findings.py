@@ -203,12 +203,26 @@ def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding()
     assert churn.stake.pct is None and "page_faults" in churn.stake.basis
     assert churn.severity == "medium"  # the rule's own (4 GiB/s over the 1.5 s pass)
     assert [f.kind for f in fs].index("page_faults") < [f.kind for f in fs].index("memory_churn")
-    # the trials ran and none won: no page_faults finding, and the churn's basis does not point at one
-    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="no gain")]
+    # a trial won: the faults' cost was measured, and the churn's severity is judged on that measurement's interval
+    # (resnet_train: jemalloc 1.007-1.36x left it medium with no stake by its rule, now low by the interval's low end)
+    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="win", speedup=1.123,
+                               ci_low=1.007, ci_high=1.358, rounds=9)]
+    churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
+    assert (churn.stake.pct, churn.stake.low, churn.stake.high) == (10.9, 0.7, 26.36)
+    assert churn.stake.basis.startswith("measured: the fresh pages") and "jemalloc" in churn.stake.basis
+    assert churn.severity == "low" and churn.borderline.would_be == "medium"
+    # the trials ran and none won: no page_faults finding, and the faults' cost was measured as nothing, so the
+    # churn claims a measured 0 and is low (its rule said medium), as a thread finding whose trial gained nothing
+    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="no gain", speedup=1.01)]
     fs = findings.derive(rep)
     churn = next(f for f in fs if f.kind == "memory_churn")
-    assert "page_faults" not in [f.kind for f in fs] and churn.stake.pct is None
-    assert "none won" in churn.stake.basis and "finding carries" not in churn.stake.basis
+    assert "page_faults" not in [f.kind for f in fs] and churn.stake.pct == 0.0
+    assert "gained nothing" in churn.stake.basis and "jemalloc 1.01x" in churn.stake.basis
+    assert churn.severity == "low" and churn.rule_severity == "medium"
+    # trials that measured nothing (failed) say nothing of the faults' cost: no stake, the rule's severity
+    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="failed")]
+    churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
+    assert churn.stake.pct is None and churn.severity == "medium" and "measured nothing" in churn.stake.basis
 
 
 def test_a_kernels_internal_copy_is_a_low_observation_not_a_hot_operator_to_fix():
