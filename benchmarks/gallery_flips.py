@@ -96,6 +96,13 @@ def describe(sets: list[frozenset]) -> str:
     return "; ".join(f"{k} {sev} at {loc}: {n}/{len(sets)}" for (k, sev, loc), n in sorted(varying))
 
 
+def row(example: str, sets: list[frozenset], others: list[float | None], took: float) -> tuple:
+    """One example's row of the table: its runs' verdicts, how many agree, what varied, the load, the time."""
+    mode, agree = Counter(sets).most_common(1)[0]
+    return (example, agree, len(set(sets)), describe(sets), max((o for o in others if o is not None), default=None),
+            took, mode)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -109,7 +116,7 @@ def main() -> None:
     rows = []
     caveats: list[str] = []
     if args.analyse:
-        kept = Path(args.analyse)
+        kept, most = Path(args.analyse), 0
         for example in examples:
             paths = sorted(kept.glob(f"{Path(example).stem}-*/report.json"),
                            key=lambda q: int(q.parent.name.rsplit("-", 1)[1]))
@@ -121,11 +128,10 @@ def main() -> None:
             sets = [verdict(r) for r in reports]
             for r, s in enumerate(sets):
                 print(f"{example} run {r + 1}: {sorted(s)} (re-judged)", file=sys.stderr, flush=True)
-            others = [(r.get("threads") or {}).get("others_cpus") for r in reports]
-            mode, agree = Counter(sets).most_common(1)[0]
-            rows.append((example, agree, len(set(sets)), describe(sets),
-                         max((o for o in others if o is not None), default=None), float("nan"), mode))
-        args.runs = max((len(list(kept.glob(f"{Path(e).stem}-*/report.json"))) for e in examples), default=0)
+            rows.append(row(example, sets, [(r.get("threads") or {}).get("others_cpus") for r in reports],
+                            float("nan")))
+            most = max(most, len(paths))
+        args.runs = most  # the table's "of N": the most runs any example kept
     else:
         keep = Path(args.keep) if args.keep else None
         if keep is not None:
@@ -139,9 +145,7 @@ def main() -> None:
                     others.append(o)
                     took.append(t)
                     print(f"{example} run {r + 1}: {sorted(s)} ({t:.0f} s)", file=sys.stderr, flush=True)
-                mode, agree = Counter(sets).most_common(1)[0]
-                rows.append((example, agree, len(set(sets)), describe(sets),
-                             max((o for o in others if o is not None), default=None), sum(took) / len(took), mode))
+                rows.append(row(example, sets, others, sum(took) / len(took)))
     need = round(TARGET * args.runs / 5)
     lines = [HEADING, "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_model()}, "

@@ -59,7 +59,7 @@ from collections import defaultdict
 from diagnose.doctor.workload import FAULT_US, fault_share
 from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
-from diagnose.findings.stake import UPPER_BOUND, measured, operator_stake
+from diagnose.findings.stake import UPPER_BOUND, operator_stake
 from diagnose.findings.suggestions import (
     ACTIVATION_CLASSES,
     COPY_LABEL,
@@ -318,18 +318,18 @@ def _churn_stake(report: Report) -> Stake:
     if check is not None and check.status == "warn":
         tried = [t for t in report.doctor.trials
                  if t.check == "page_faults" and t.verdict in ("win", "no gain", "slower")]
-        wins = sorted((t for t in tried if t.verdict == "win"), key=lambda t: -(t.speedup or 0))
-        if wins:  # what keeping the freed pages measured on these steps: the faults' cost, the doctor's finding's too
-            best = wins[0]
-            return measured(best, f"measured: the fresh pages these allocations fault in, what {best.name} "
-                                  f"(keeping freed pages) won on your steps, 1 - 1/speedup, {best.rounds} interleaved "
-                                  "rounds; the doctor's page_faults finding has the same time and its launch line")
+        # the doctor's finding exists where a trial won (its stake, the best win's) or where none ran (the estimate)
+        found = next((f for f in doctor_findings.environment(report) if f.kind == "page_faults"), None)
+        if found is not None and tried:  # what keeping the freed pages won on these steps: the faults' cost
+            return dataclasses.replace(found.stake, basis=(
+                "measured: the fresh pages these allocations fault in, what the doctor's page_faults finding (the "
+                "same time, with its launch line) measured keeping freed pages: " + found.stake.basis))
         if tried:  # measured: keeping freed pages (what the faults cost) gained nothing on these steps
             return Stake(pct=0.0, basis=("measured: the fresh pages these allocations fault in cost nothing "
                                          "beyond the noise; the doctor's allocator trials on your steps ("
                                          + ", ".join(f"{t.name} {t.speedup:.2f}x" for t in tried if t.speedup)
                                          + ") gained nothing"))
-        if any(f.kind == "page_faults" for f in doctor_findings.environment(report)):  # warned, nothing tried
+        if found is not None:  # warned, nothing tried
             return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's page_faults "
                                          "finding carries that time (its estimate; no trial ran)")
         return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's allocator trials "
