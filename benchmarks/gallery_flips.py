@@ -55,7 +55,7 @@ def rejudge(path: Path) -> tuple[dict, list[str]]:
     """A kept report judged again by today's rules: the doctor's workload checks (which read only the report)
     and the findings, as the run would have made them; and what re-judging cannot do: a check that now warns
     where the run's did not would have started trials (doctor/trials.py) that no kept report holds."""
-    from diagnose import findings
+    from diagnose import budget, findings
     from diagnose.doctor.workload import check_denormals, check_page_faults
     from diagnose.report import io
 
@@ -69,6 +69,7 @@ def rejudge(path: Path) -> tuple[dict, list[str]]:
                                + (" (a run would have tried its fix: not re-run)" if again[c.name].status == "warn"
                                   else ""))
         report.doctor.checks = [again.get(c.name, c) for c in report.doctor.checks]
+    report.step_budget = budget.of(report)  # as api.diagnose does: the budget reads the trials too
     findings.judge(report)
     return json.loads(io.dumps(report)), caveats
 

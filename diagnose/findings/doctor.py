@@ -45,9 +45,8 @@ def environment(report: Report) -> list[Finding]:
     for name in names:
         check = checks.get(name)
         tried = [t for t in doctor.trials if t.check == name]
-        wins = sorted((t for t in tried if t.verdict == "win"), key=lambda t: -(t.speedup or 0))
-        if wins:
-            best = wins[0]
+        best = doctor.best_win(name)
+        if best is not None:
             interval = f" (95% interval {best.ci_low:.2f}-{best.ci_high:.2f}x)" if best.ci_low is not None else ""
             lead = f"{check.summary.rstrip('.')}: " if check and check.status == "warn" else ""
             title = f"{lead}measured {best.speedup:.2f}x faster per step with {best.name}{interval}"

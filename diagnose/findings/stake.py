@@ -238,7 +238,7 @@ def bound(finding: Finding, budget: StepBudget | None) -> Finding:
     if cap is None or finding.stake is None or not isinstance(finding.stake.pct, (int, float)):
         return finding
     limit, names = cap
-    if finding.stake.pct > limit:
+    if finding.stake.pct > limit + 1e-6:  # a slice that is the stake (a measured allocator saving) is not a cap
         measured = finding.kind in budget_mod.SLICE_IS_STAKE  # the slice is this finding's time, measured
         low, high = finding.stake.low, finding.stake.high
         finding.stake = dataclasses.replace(

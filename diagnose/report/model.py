@@ -392,6 +392,12 @@ class Doctor:
     trials: list[Trial] = field(default_factory=list)
     launch: str | None = None  # the launch line with every winning change, None when none won
 
+    def best_win(self, check: str) -> Trial | None:
+        """The winning trial of `check`'s suggestion that measured the largest speedup, None when none won (the
+        one choice the doctor's finding and the step budget's allocator slice both read)."""
+        wins = [t for t in self.trials if t.check == check and t.verdict == "win" and t.speedup]
+        return max(wins, key=lambda t: t.speedup or 0.0) if wins else None
+
 
 @dataclass
 class LayerStatus:
