@@ -201,9 +201,9 @@ def of(report: Report) -> StepBudget | None:
             "python", python_s, basis + " (your functions and other Python code)" + (
                 f", less the {1e3 * freed_python:.3g} ms of blocks freed between operators (the allocator's)"
                 if freed_python else ""),
-            [BudgetItem(label=f.function, s=f.self_s * keep / py_n * python_kept,
+            [BudgetItem(label=f.function, s=f.python_s * keep / py_n * python_kept,
                         location=f.location if f.kind == "user" else None)
-             for f in sorted(users, key=lambda f: -f.self_s)[:TOP]])
+             for f in sorted(users, key=lambda f: -f.python_s)[:TOP]])
         callers = {}
         for f in sorted(report.python_hotspots, key=lambda f: -f.self_s):
             lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None

@@ -33,7 +33,7 @@ def _library_roots() -> list[str]:
     return sorted(roots)
 
 
-def _torch_root() -> str | None:
+def torch_root() -> str | None:
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
         return None
@@ -65,7 +65,7 @@ class UserCode:
         self.library_roots = _library_roots()
         self._script_dir_is_library = any(_under(self.script_dir, r) for r in self.library_roots)
         self._cache: dict[str, bool] = {}
-        self._own = [r for r in (_torch_root(), os.path.realpath(os.path.dirname(os.path.abspath(__file__))))
+        self._own = [r for r in (torch_root(), os.path.realpath(os.path.dirname(os.path.abspath(__file__))))
                      if r] + _stdlib_roots()
         self._site = sorted((r for r in self.library_roots if os.path.basename(r) in ("site-packages",
                                                                                      "dist-packages")),

@@ -515,9 +515,15 @@ class PythonFunction:
     # user functions: self time of the large operators (>= TINY_CALL_US a call) at its lines, in the operator
     # pass's iterations; a package's function: those whose library line is one of its lines; None: none
     operators_all_s: float | None = None
-    # operator work cProfile booked in self_s (operator overloads, indexing: C slots it does not see as calls),
-    # moved to python_summary's torch time, and for user functions out of loop_overhead_s; None: none
+    # operator work cProfile booked in self_s (operator overloads, indexing: C slots it does not see as calls; a
+    # scripted module's forward in nn.Module's call frames), moved to python_summary's torch time, and for user
+    # functions out of loop_overhead_s; None: none
     hidden_operator_s: float | None = None
+
+    @property
+    def python_s(self) -> float:
+        """Its own time that is Python's: self_s less the operator work cProfile booked there."""
+        return max(0.0, self.self_s - (self.hidden_operator_s or 0.0))
 
 
 @dataclass
@@ -973,6 +979,9 @@ class OperatorSummary:
     total_self_cpu_us: float = 0.0  # all operator rows, before MAX_ROWS kept the largest
     attributed_share: float | None = None  # of total_self_cpu_us, the part with a user line (0-1)
     attribution_overhead_us: float = 0.0  # self time of diagnose's user-line label spans (not operator time)
+    # the target's own process: operators a scripted or traced module's C++ forward ran, below no torch call from
+    # Python (cProfile books their time to the nn.Module call frames that called it: layers/python.py moves it)
+    below_python_us: float = 0.0
     events: int = 0  # profiler events in the window
     # CPU allocations in the window; under torchrun summed over ranks (peak_live_bytes: the largest)
     memory: OperatorMemory = field(default_factory=OperatorMemory)
@@ -1068,7 +1077,8 @@ class PythonSummary:
     # how much slower this pass ran its operators than the operator pass, beyond cProfile's per-call cost
     # (>= 1): the operator-pass times moved into split_s.torch were scaled by it
     operator_pace: float | None = None
-    # operator work moved from user and package functions' self time to split_s.torch
+    # operator work moved from user and package functions' self time (and nn.Module call frames', for a scripted
+    # module's forward) to split_s.torch
     hidden_operator_s: float | None = None
     wall_s: float | None = None  # this pass's wall time over the measured span
     overhead_ratio: float | None = None  # wall_s / the uninstrumented run.wall_s

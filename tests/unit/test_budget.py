@@ -175,3 +175,25 @@ def test_an_allocator_saving_measured_by_a_trial_is_the_slice_and_the_stake_is_n
     report.step_budget = estimated  # the estimate alone caps it, and says so
     faults = next(f for f in findings.derive(report) if f.kind == "page_faults")
     assert faults.stake.pct < saved / 2 and "at most the step budget's allocator" in faults.stake.basis
+
+
+def test_a_slice_of_a_budget_that_over_counts_bounds_a_stake_but_is_not_lent_as_a_measurement():
+    # a scripted GRU's forward read as 99% Python beside 95% in kernels (the slices summed to 197% of the step):
+    # the python slice bounded python_overhead and, taken as measured, raised it from low to medium
+    from diagnose.findings import stake as stake_mod
+    from diagnose.report.model import Finding, Stake
+
+    report = _loaded(DATA / "findings" / "gpt2_generate_window_report.json")
+    b = budget.of(report)
+    limit = 100 * sum(s.share for s in b.slices if s.name in ("python", "dispatch"))
+
+    def bounded(unexplained: float) -> Stake:
+        f = Finding(kind="python_overhead", severity="low", layer="python", title="t", op=None, location=None,
+                    evidence={}, suggestion="", stake=Stake(pct=limit + 30, basis="cProfile, an upper bound",
+                                                            upper_bound=True))
+        return stake_mod.bound(f, dataclasses.replace(b, unexplained_share=unexplained)).stake
+
+    adds_up, over = bounded(-0.05), bounded(-0.97)
+    assert adds_up.pct == over.pct == round(limit, 2)
+    assert not adds_up.upper_bound and "measured: no longer an upper bound" in adds_up.basis
+    assert over.upper_bound and "measured" not in over.basis

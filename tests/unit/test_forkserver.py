@@ -98,9 +98,12 @@ def test_the_children_of_a_run_that_went_away_are_killed(shared):
             os.kill(pid, 0)
         except ProcessLookupError:
             return
-        with open(f"/proc/{pid}/stat") as fh:  # reaped by the server soon after; a zombie meanwhile
-            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return
+        try:
+            with open(f"/proc/{pid}/stat") as fh:  # reaped by the server soon after; a zombie meanwhile
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:  # reaped between the kill(0) above and this read: gone
+            return
         time.sleep(0.1)
     pytest.fail(f"pid {pid} still runs 10 s after its requester went away")
 

@@ -75,6 +75,7 @@ class OperatorsLayer(Layer):
             total_self_cpu_us=round(total_self_us, 3),
             attributed_share=round(attributed_us / total_self_us, 4) if total_self_us else None,
             attribution_overhead_us=round(raw.get("attribution_overhead_us", 0.0), 3),
+            below_python_us=round(raw.get("below_python_us") or 0.0, 3),
             events=raw.get("events") or 0,
             memory=report_io.typed(OperatorMemory, raw.get("memory") or {}),
             window=raw.get("window"),

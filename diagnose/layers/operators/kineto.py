@@ -28,11 +28,19 @@ class Label:
     `diagnose@USER<TAB>LIBRARY<TAB>MODULE`, the user line, the library line, and `~` + the module path
     ("" when no module's forward runs; `~` alone is the outermost module itself)."""
 
+    ROOT = "root"  # the fourth field of a root module's call label (ModuleTracker), not a torch call's
+
     @staticmethod
-    def text(user: str | None, library: str | None, module: str | None, site: int | None = None) -> str:
-        """`site`: a call with list arguments, the recorder's index of its ListSite (a fourth field)."""
+    def text(user: str | None, library: str | None, module: str | None, site: int | str | None = None) -> str:
+        """`site`: a call with list arguments, the recorder's index of its ListSite (a fourth field); ROOT for
+        the label of a root module's call from Python."""
         text = f"{SOURCE_PREFIX}{user or '?'}\t{library or ''}\t{'' if module is None else '~' + module}"
         return text if site is None else f"{text}\t{site}"
+
+    @staticmethod
+    def is_root(name: str) -> bool:
+        """A root module's call label (its operators ran below no torch call from Python)."""
+        return name.endswith("\t" + Label.ROOT)
 
     @staticmethod
     def parse(name: str) -> tuple[str | None, str | None, str | None]:
@@ -293,6 +301,10 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
     # function run for the op with the same sequence number on its forward thread) and
     # what runs under it take the library line and module of that forward op.
     context: list[tuple | None] = [None] * n
+    # below a root module's call label with no torch call from Python between: run by C++ that Python called (a
+    # scripted or traced module's forward), which cProfile books as the calling Python frame's own time
+    unseen = [False] * n
+    unseen_us = 0.0
     forward: dict[tuple[int, int], tuple] = {}  # (thread, sequence nr) -> (library, module) of a forward op
     parent_op: list[str] = [""] * n
     signature: list[tuple | None] = [None] * n  # reprs of shapes and dtypes, for operators
@@ -310,6 +322,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             if removed[p]:
                 p = parent[p]
             context[i] = labels[p] if kinds[p] == _SOURCE else context[p]
+            unseen[i] = Label.is_root(names[p]) if kinds[p] == _SOURCE else unseen[p]
             parent_op[i] = names[p] if kinds[p] == _OP else parent_op[p]
         seq = seqs[i]
         if seq >= 0 and context[i] is not None:
@@ -327,6 +340,8 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
             attribution_us += self_us
             continue
         ctx = context[i] or _NO_CONTEXT
+        if unseen[i]:
+            unseen_us += self_us
         sig = signature[i] = (repr(shapes[i]), repr(dtypes[i]))
         # an operator with a TensorList input right under a call's label: that call's list site (recorder.py)
         site = Label.site(names[p]) if p >= 0 and kinds[p] == _SOURCE and "TensorList" in (dtypes[i] or ()) \
@@ -408,6 +423,7 @@ def _reduce_kineto(results, trace_path: str, max_events: int) -> dict[str, Any]:
         "rows": rows,
         "memory": memory,
         "attribution_overhead_us": attribution_us,
+        "below_python_us": unseen_us,
         "events": n_events,
         "trace": trace,
     }

@@ -345,7 +345,9 @@ class ModuleTracker:
     """
 
     def __init__(self, label=None) -> None:
-        self.label = label  # (module path) -> a record_function to open around a root's call, or None
+        # (module path, whether the module is scripted or traced) -> a record_function to open around a root's
+        # call, or None
+        self.label = label
         self.stack: list[str] = []
         self.names: dict[int, str] = {}  # id(module) -> path
         self.roots: dict[int, str] = {}  # id(root module) -> its path
@@ -358,6 +360,7 @@ class ModuleTracker:
         from torch.nn.modules import module as module_mod
 
         is_compiling = torch.compiler.is_compiling
+        script_module = torch.jit.ScriptModule  # scripted and traced modules (RecursiveScriptModule, TracedModule)
         stack, names, calls = self.stack, self.names, self.calls
 
         opened: list[Any] = []  # root calls' open labels
@@ -370,7 +373,7 @@ class ModuleTracker:
             if path is None or (root and id(module) not in self.roots):
                 path = self._learn(module)
             if root and self.counting and self.label is not None:
-                rf = self.label(path)
+                rf = self.label(path, isinstance(module, script_module))
                 rf.__enter__()
                 opened.append((len(stack), rf))
             stack.append(path)
@@ -601,14 +604,15 @@ class OperatorsRecorder(Recorder):
         except Exception as exc:  # noqa: BLE001 - the operator rows stand without it
             return {"error": f"{type(exc).__name__}: {exc}"}
 
-    def _root_label(self, path: str):
-        """The label of a root module's call from Python (ModuleTracker)."""
+    def _root_label(self, path: str, scripted: bool = False):
+        """The label of a root module's call from Python (ModuleTracker); a scripted or traced module's is marked
+        (kineto.Label.ROOT): its forward is C++, whose operators no Python frame calls."""
         import torch
 
         if self.spec.all_threads and threading.get_ident() not in self.threads_seen:
             self.mark_thread()  # the module hooks are global: a thread the source mode (thread-local) does not see
         user, library = self.usercode.locations(sys._getframe(1))  # torch's and diagnose's frames are skipped
-        return torch.profiler.record_function(Label.text(user, library, path))
+        return torch.profiler.record_function(Label.text(user, library, path, Label.ROOT if scripted else None))
 
     def trim_heap(self) -> None:
         """Give the heap's freed pages back once the process grew by TRIM_AFTER_GROWTH_BYTES (see there)."""
