@@ -46,8 +46,9 @@ Thresholds:
   alone (21-36%, small GEMMs alone are noisier). Without an alone measurement, a
   memory-bound verdict is doubted when the operator pass page-faulted at
   least FAULTS_RATIO (2x) as often per step as the uninstrumented run (and
-  >= 1000 times a step more): its times then carry faults the real run
-  does not have.
+  >= 1000 times a step more; the real run's count is the larger of the
+  uninstrumented and call-graph passes'): its times then carry faults the
+  real run does not have.
 - Time at stake: the operator's share of operator time on the wall-time
   scale (stake.operator_stake); a context finding's, the part of that share
   its context adds (1 - alone / in the model).
@@ -61,6 +62,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from diagnose.doctor.workload import call_graph_faults
 from diagnose.findings import copies
 from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
@@ -203,10 +205,12 @@ def _alone(report: Report, op: RooflineRow) -> float | None:
 def _fault_doubt(report: Report, op: RooflineRow, context: dict | None) -> tuple[dict[str, Any], list[str]]:
     """A doubt on a memory-bound verdict, or on a context finding, when the operator pass page-faulted far more
     per step than the uninstrumented run: the operator's time there carries faults the real run does not have.
-    (The fault counts for the evidence, the doubt), both empty without one."""
+    (The fault counts for the evidence, the doubt), both empty without one. The real run's count is the larger of
+    the uninstrumented and call-graph passes' (doctor/workload.py: glibc's heap differs from process to process)."""
     plain, instrumented = report.faults_per_step()
     if (op.bound != "memory" and not context) or plain is None or instrumented is None:
         return {}, []
+    plain = max(plain, call_graph_faults(report) or 0.0)
     if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
         return ({"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented)},
                 [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} "

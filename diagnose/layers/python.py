@@ -447,6 +447,7 @@ class PythonLayer(Layer):
         wall = outcome.result.wall_s if outcome.result else None
         correct_hidden_operators(rows, summary, report, wall)
         summary.wall_s = wall
+        summary.minor_faults = outcome.result.minor_faults if outcome.result else None
         if wall and report.run.wall_s:
             summary.overhead_ratio = round(wall / report.run.wall_s, 3)
         report.python_hotspots = rows

@@ -1081,6 +1081,9 @@ class PythonSummary:
     # module's forward) to split_s.torch
     hidden_operator_s: float | None = None
     wall_s: float | None = None  # this pass's wall time over the measured span
+    # its process's minor page faults over that span: a second sample of the workload's heap, without an
+    # allocating profiler (doctor/workload.call_graph_faults); None: not read
+    minor_faults: int | None = None
     overhead_ratio: float | None = None  # wall_s / the uninstrumented run.wall_s
     callgraph: CallgraphSettings | None = None  # how callgraph.dot was drawn
 
