@@ -10,7 +10,8 @@ probe measured (model.CallCosts; the efficiency layer's cached peaks), and carri
   CallCosts.page at the run's intra-op threads). In a step that does not grow each fresh page is given back
   once (glibc munmaps a freed block over its mmap threshold). The operator pass's memory records say which share
   of the bytes was freed inside operators (that time is in the kernels) and which between them, when Python
-  dropped a tensor's last reference (cProfile booked that to the Python line: it leaves the python slice).
+  dropped a tensor's last reference (cProfile booked that to the Python line: it leaves the python slice, by the
+  call-graph pass's own fault count where it was read).
   The count is one process's, and glibc's heap differs from process to process: when the doctor's allocator
   trial (an interleaved A/B on these steps) measured a larger saving, the slice is that measured saving, taken
   out of the kernels, so the page_faults finding's measured stake fits inside it.
@@ -190,7 +191,12 @@ def of(report: Report) -> StepBudget | None:
                          "DataLoader without workers loads inside its iterator, on this thread")
         # blocks freed between operators were freed by the Python line that dropped them: cProfile booked that
         # time to the line's function, so it leaves the Python slice for the allocator's
-        freed_python = min(python_s, free_out_s)
+        # the call-graph pass's own frees, from its own fault count where it was read: glibc's heap differs from
+        # process to process (allocation_churn's python slice came out 0.9-13% by run from the baseline's count)
+        py_faults = py.minor_faults / py_n if py.minor_faults is not None and py_n else plain_faults
+        py_free_out_s = (py_faults * free_us * 1e-6 * freed_out * py_pace if py_faults is not None
+                         and py.minor_faults is not None else free_out_s)
+        freed_python = min(python_s, py_free_out_s)
         python_kept = (python_s - freed_python) / python_s if python_s else 0.0
         python_s -= freed_python
         basis = (f"the call-graph pass's self time, less cProfile's {costs.cprofile_call_us:g} µs on each of its "

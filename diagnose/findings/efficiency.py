@@ -36,7 +36,9 @@ Thresholds:
   not that the kernel is inefficient (when the threads layer found the CPUs
   oversubscribed, that is the likely context: the finding says so and claims
   no time at stake, which the oversubscription finding carries, so it ranks
-  after it); if it is slow alone too, the usual
+  after it and is `low`: a symptom whose time another finding holds, which
+  examples/ddp_train.py had at `medium` in the runs its share reached 10%
+  and not in the others); if it is slow alone too, the usual
   verdict stands, graded by its time in the model (what the step pays), as
   below 2x, the alone efficiency beside it in the title and evidence. Graded
   by the model's time below 2x and by the alone time above it, one copy's
@@ -237,7 +239,8 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
         first = ("Its threads waited for CPUs other threads held: fix the oversubscription first (see Threads), "
                  "then measure again. ")
     return Finding(
-        kind="low_efficiency", severity="medium" if share >= HOT_SHARE_PCT else "low", layer="efficiency",
+        kind="low_efficiency", severity="medium" if share >= HOT_SHARE_PCT and waited is None else "low",
+        layer="efficiency",
         title=(f"{op.name} on {_shape_text(report, op)} takes {ratio:.1f}x longer a call in "
                f"the model than alone ({context['in_model_us_per_call']:.0f} vs {context['alone_us_per_call']:.0f} "
                f"µs), where it reaches {context['efficiency_pct_alone']:.3g}% of this machine's roof: the context "
