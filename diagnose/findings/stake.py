@@ -240,14 +240,20 @@ def bound(finding: Finding, budget: StepBudget | None) -> Finding:
     cap = budget_mod.cap_pct(budget, finding.kind)
     if cap is None or finding.stake is None or not isinstance(finding.stake.pct, (int, float)):
         return finding
-    limit, names = cap
+    limit, names, noise = cap
     if finding.stake.pct > limit + 1e-6:  # a slice that is the stake (a measured allocator saving) is not a cap
         adds_up = budget.unexplained_share >= -borderline.RUN_NOISE_MIN
         measured = finding.kind in budget_mod.SLICE_IS_STAKE and adds_up  # the slice is this finding's time
         low, high = finding.stake.low, finding.stake.high
+        if noise is not None:  # the slice's own interval: a difference of larger terms (BudgetSlice.noise_share)
+            low = max(0.0, limit - noise) if low is None else min(low, max(0.0, limit - noise))
+            high = limit + noise if high is None else min(high, limit + noise)
+        else:
+            low = None if low is None else min(low, limit)
+            high = None if high is None else min(high, limit)
         finding.stake = dataclasses.replace(
             finding.stake, pct=round(limit, 2), upper_bound=finding.stake.upper_bound and not measured,
-            low=None if low is None else round(min(low, limit), 2), high=None if high is None else round(min(high, limit), 2),
+            low=None if low is None else round(low, 2), high=None if high is None else round(high, 2),
             basis=f"{finding.stake.basis}; at most the step budget's {names} ({limit:.3g}% of the step)"
                   + (", measured: no longer an upper bound" if measured else ""))
     return finding

@@ -658,6 +658,10 @@ class BudgetSlice:
     basis: str  # how it was measured
     items: list[BudgetItem] = field(default_factory=list)  # its top contributors, largest first
     share: float = 0.0  # of the step (0-1)
+    # half-width of its interval, as a share of the step, where it is a difference of larger measured and
+    # estimated terms (python: cProfile's self time less the operators and frees moved out of it, each known to
+    # the run-to-run noise); None: the run's noise on the share itself
+    noise_share: float | None = None
 
 
 @dataclass
