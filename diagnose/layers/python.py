@@ -172,7 +172,10 @@ def add_loop_frame(stats: dict, frame, wall_s: float) -> list:
 
 # --------------------------------------------------------------- parent side
 
-_TORCH_BUILTIN = re.compile(r"torch")
+# torch's built-ins, and the C++ kernels torch.compile generated (inductor loads each as a module named after its
+# code's hash: "<built-in method c<hash>.kernel.kernel>", or inductor_entry_cpp with the C++ wrapper): their time
+# is the compiled graph's operator work, which cProfile would otherwise count as native code outside torch
+_TORCH_BUILTIN = re.compile(r"torch|<built-in method c[a-z0-9]{40,}\.(kernel|inductor_entry_cpp)\b")
 # cProfile's names of built-ins that block the calling thread
 _WAIT_BUILTIN = re.compile(r"time\.sleep|'acquire' of '_thread|posix\.wait|select\.|'(poll|select|control)' of "
                            r"'select\.|posix\.read\b|'(recv\w*|accept)' of '_socket|'get' of '_queue|"

@@ -63,6 +63,11 @@ def test_pstats_round_trip_classifies_and_counts(rowloop_stats):
     assert std.kind == "torch" and std.calls == 600
     assert classify(("~", 0, "<built-in method builtins.print>"), usercode) == "builtin"
     assert classify((pstats.__file__, 1, "f"), usercode) == "library"
+    # a C++ kernel torch.compile generated, as cProfile names it (inductor's module is its code's hash): operator
+    # work, not native code outside torch (examples/compiled_model.py's read as "native 5%, other built-ins")
+    kernel = "<built-in method cwvlmlnddzzaceujspfjrxcq4qkdh6vtsyhitupn5ffvjnif2bc3.kernel.kernel>"
+    assert classify(("~", 0, kernel), usercode) == "torch"
+    assert classify(("~", 0, "<built-in method cat.kernel>"), usercode) == "builtin"
     # the split adds up to the total, and the loop dominates the user functions
     assert abs(sum(dataclasses.asdict(summary.split_s).values()) - summary.total_s) < 1e-3
     assert summary.operator_share + summary.python_share == pytest.approx(1.0, abs=1e-3)
