@@ -129,7 +129,7 @@ def of(report: Report) -> StepBudget | None:
                 "; the memory section (report.memory) has the live bytes per step, their growth and what keeps "
                 "them" if report.memory else ""))
     trial = report.doctor.best_win("page_faults") if report.doctor else None
-    saved = round(100.0 * (1.0 - 1.0 / trial.speedup), 1) / 100.0 if trial and trial.speedup else 0.0
+    saved = (trial.saved_pct or 0.0) / 100.0 if trial else 0.0
     if saved * step_s > fault_s + free_s:
         # An allocator change measured on these steps (interleaved rounds, diagnose/doctor/trials.py) saved more
         # than the faults' estimate: the count is one process's (glibc's heap differs from process to process:
@@ -194,9 +194,8 @@ def of(report: Report) -> StepBudget | None:
         # time to the line's function, so it leaves the Python slice for the allocator's
         # the call-graph pass's own frees, from its own fault count where it was read: glibc's heap differs from
         # process to process (allocation_churn's python slice came out 0.9-13% by run from the baseline's count)
-        py_faults = py.minor_faults / py_n if py.minor_faults is not None and py_n else plain_faults
-        py_free_out_s = (py_faults * free_us * 1e-6 * freed_out * py_pace if py_faults is not None
-                         and py.minor_faults is not None else free_out_s)
+        py_free_out_s = (py.minor_faults / py_n * free_us * 1e-6 * freed_out * py_pace
+                         if py.minor_faults is not None and py_n else free_out_s)
         freed_python = min(python_s, py_free_out_s)
         python_kept = (python_s - freed_python) / python_s if python_s else 0.0
         python_s -= freed_python

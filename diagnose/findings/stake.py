@@ -150,11 +150,11 @@ def measured(trial: Trial, basis: str) -> Stake:
     def gain(x: float | None) -> float | None:
         return None if x is None or x <= 0 else round(max(0.0, 100.0 * (1.0 - 1.0 / x)), 2)
 
-    pct = gain(trial.speedup)
+    pct = trial.saved_pct  # the number the step budget's allocator slice takes too
     low, high = gain(trial.ci_low), gain(trial.ci_high)
     if pct is None or low is None or high is None:
-        return Stake(pct=None if pct is None else round(pct, 1), basis=basis)
-    return Stake(pct=round(pct, 1), basis=basis, low=min(low, pct), high=max(high, pct))
+        return Stake(pct=pct, basis=basis)
+    return Stake(pct=pct, basis=basis, low=min(low, pct), high=max(high, pct))
 
 
 def stake(finding: Finding) -> float:

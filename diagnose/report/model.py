@@ -348,6 +348,12 @@ class Trial:
     # such structural fact, the statistics decide
     no_effect: NoEffect | None = None
 
+    @property
+    def saved_pct(self) -> float | None:
+        """The share of the step the change saved, 1 - 1/speedup in percent to 0.1 (at least 0): a measured stake
+        (findings/stake.measured) and the step budget's allocator slice read this one number."""
+        return None if not self.speedup or self.speedup <= 0 else round(max(0.0, 100.0 * (1.0 - 1.0 / self.speedup)), 1)
+
 
 @dataclass
 class SubnormalScan:

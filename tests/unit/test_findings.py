@@ -208,7 +208,7 @@ def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding()
     rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="win", speedup=1.123,
                                ci_low=1.007, ci_high=1.358, rounds=9)]
     churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
-    assert (churn.stake.pct, churn.stake.low, churn.stake.high) == (10.9, 0.7, 26.36)
+    assert (churn.stake.pct, churn.stake.low, churn.stake.high) == (11.0, 0.7, 26.36)
     assert churn.stake.basis.startswith("measured: the fresh pages") and "jemalloc" in churn.stake.basis
     assert churn.severity == "low" and churn.borderline.would_be == "medium"
     # the trials ran and none won: no page_faults finding, and the faults' cost was measured as nothing, so the
