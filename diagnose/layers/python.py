@@ -353,7 +353,7 @@ def _move_below_python(rows: list[PythonFunction], report: Report, scale: float)
     moved = 0.0
     frames = [r for r in rows if r.kind == "library" and os.path.realpath(r.location.rpartition(":")[0]) == module_py]
     for row in sorted(frames, key=lambda r: -r.self_s):
-        hidden = min(left, row.self_s - (row.hidden_operator_s or 0.0))
+        hidden = min(left, row.python_s)
         if hidden <= 0:
             continue
         row.hidden_operator_s = round((row.hidden_operator_s or 0.0) + hidden, 6)
