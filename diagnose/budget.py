@@ -77,10 +77,16 @@ def _unit(report: Report) -> tuple[str, float, int] | None:
     return None
 
 
-def page_costs(report: Report, costs: CallCosts) -> tuple[float, float, str]:
+def call_costs(report: Report) -> CallCosts:
+    """This machine's probed per-call and per-page costs, else DEFAULT_COSTS."""
+    peaks = report.efficiency.peaks if report.efficiency else None
+    return peaks.call_costs if peaks and peaks.call_costs else DEFAULT_COSTS
+
+
+def page_costs(report: Report, costs: CallCosts | None = None) -> tuple[float, float, str]:
     """(µs a fresh page costs when first written, µs to give it back, how they were obtained) at the run's
     intra-op threads: this machine's probe, else doctor/workload.FAULT_US for both (measured once as a whole)."""
-    page = costs.page(report.machine.intra_op_threads)
+    page = (costs or call_costs(report)).page(report.machine.intra_op_threads)
     if page is not None:
         return page.fault_us, page.free_us, (f"{page.fault_us:g} µs a fault and {page.free_us:g} µs a page given "
                                              f"back, this machine's probe at {page.threads} thread"
@@ -93,8 +99,7 @@ def of(report: Report) -> StepBudget | None:
     if unit is None:
         return None
     name, step_s, n = unit
-    peaks = report.efficiency.peaks if report.efficiency else None
-    costs = peaks.call_costs if peaks and peaks.call_costs else DEFAULT_COSTS
+    costs = call_costs(report)
     notes: list[str] = []
     slices: dict[str, BudgetSlice] = {}
     # Every slice is measured as a share of its own pass's window (or as counts per step x a measured cost) and

@@ -83,6 +83,19 @@ def call_graph_faults(report: Report) -> float | None:
     return py.minor_faults / steps
 
 
+def real_faults(report: Report) -> tuple[float, str] | None:
+    """(minor page faults per step or measured call, which pass counted them) of the run without an allocating
+    profiler: the larger of the uninstrumented and call-graph passes' (module docstring: glibc's heap differs
+    from process to process); None without the uninstrumented pass's count."""
+    plain = report.faults_per_step()[0]
+    if plain is None:
+        return None
+    other = call_graph_faults(report)
+    if other is not None and other > plain:
+        return other, "/proc/self/stat minflt, call-graph pass (it faulted more than the uninstrumented pass)"
+    return plain, PAGE_FAULTS_SOURCE
+
+
 def check_page_faults(report: Report) -> DoctorCheck:
     measured = fault_share(report)
     if measured is None:
@@ -94,12 +107,9 @@ def check_page_faults(report: Report) -> DoctorCheck:
     process = report.doctor.process if report.doctor else None
     allocator = classify(process.libraries).allocator if process and process.libraries else None
     # the largest of the processes that ran the steps without an allocating profiler (module docstring)
-    other = call_graph_faults(report)
-    plain = per
-    source = PAGE_FAULTS_SOURCE
-    if other is not None and other > per:
-        per, source = other, "/proc/self/stat minflt, call-graph pass (it faulted more than the uninstrumented pass)"
-        share = 100.0 * per * FAULT_US * 1e-6 / median_s
+    plain, other = per, call_graph_faults(report)
+    per, source = real_faults(report) or (per, PAGE_FAULTS_SOURCE)
+    share = 100.0 * per * FAULT_US * 1e-6 / median_s
     facts = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", source),
              Fact("minor page faults per second", round(per / median_s), "faults/s", source),
              Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",

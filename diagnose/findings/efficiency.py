@@ -45,12 +45,20 @@ Thresholds:
   verdict jumped from 6% to 17% of the roof (high to medium) between runs
   whose ratio landed at 1.98x and 2.6x; graded by the alone time at every
   ratio, float64 GEMMs at 18-23% in the model flipped around the 25% line
-  alone (21-36%, small GEMMs alone are noisier). Without an alone measurement, a
-  memory-bound verdict is doubted when the operator pass page-faulted at
-  least FAULTS_RATIO (2x) as often per step as the uninstrumented run (and
-  >= 1000 times a step more; the real run's count is the larger of the
-  uninstrumented and call-graph passes'): its times then carry faults the
-  real run does not have.
+  alone (21-36%, small GEMMs alone are noisier).
+- Faults the operator pass added: the profiler's own heap fragmentation can
+  hand an operator's outputs fresh pages every call that the real run (the
+  larger of the uninstrumented and call-graph passes' counts) reuses. The
+  profiler records no faults per operator, so a verdict is doubted when
+  the operator pass's extra faults per step, as many as the operator's bytes
+  allow landed on each of its calls (the most it could carry), at this
+  machine's probed cost of a fresh page, taken out of its time, leave a time
+  at which the rule would not give it. examples/quantized_linear.py's
+  clamp_min on [64, 4096]: 56-78 µs a call in three runs, 146-154 µs in
+  two whose operator pass faulted 287-404 times a step against 0.5-4
+  uninstrumented (a fresh 1 MiB output each call, 0.6 µs a page here); 11
+  µs alone. A count rule (2x as many, and 1000 more a step) missed those
+  and doubted a 5%-of-roof verdict that no fault count could explain.
 - Time at stake: the operator's share of operator time on the wall-time
   scale (stake.operator_stake); a context finding's, the part of that share
   its context adds (1 - alone / in the model).
@@ -62,16 +70,17 @@ Thresholds:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
-from diagnose.doctor.workload import call_graph_faults
+from diagnose.budget import page_costs
+from diagnose.doctor.workload import real_faults
 from diagnose.findings import copies
 from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
 from diagnose.findings.threads import oversubscribed
 from diagnose.opkinds import no_verdict
 from diagnose.report import borderline
-from diagnose.report.model import Finding, Report, RooflineRow, Stake
+from diagnose.report.model import Borderline, Finding, Report, RooflineRow, Stake
 
 HOT_SHARE_PCT = 10.0
 MIN_US_PER_CALL = 20.0
@@ -82,7 +91,7 @@ CPI_LOW, CPI_MEDIUM = 1.0, 2.0
 SPIN_MEDIUM_PCT = 20.0
 CONTEXT_RATIO = 2.0
 CONTEXT_MIN_US = 20.0
-FAULTS_RATIO, FAULTS_MIN_EXTRA = 2.0, 1000
+PAGE_BYTES = 4096
 
 
 def _shape_text(report: Report, op: RooflineRow) -> str:
@@ -135,23 +144,22 @@ def low_efficiency(report: Report) -> list[Finding]:
                 or no_verdict(op.name) or copies.internal(report, op.name, op.input_shapes):
             continue
         alone = _alone(report, op)
-        context, ratio, facts = None, 1.0, {}
+        ratio, facts = 1.0, {}
         if alone is not None:
             ratio = op.us_per_call / alone
             facts = {"in_model_us_per_call": op.us_per_call, "alone_us_per_call": round(alone, 3),
                      "in_model_vs_alone": round(ratio, 2), "efficiency_pct_alone": round(pct * ratio, 3)}
-            if ratio >= CONTEXT_RATIO and op.us_per_call - alone >= CONTEXT_MIN_US:
-                context = facts
-                if pct * ratio >= MEDIUM_BELOW_PCT:
-                    out.append(_context_finding(report, op, context, share))
-                    continue
+            if _context_holds(op.us_per_call, alone) and pct * ratio >= MEDIUM_BELOW_PCT:
+                out.append(_context_finding(report, op, facts, share, alone))
+                continue
         # slow alone too, or faster alone by less than the context rule's 2x: graded by its time in the model, what
         # the step pays, the same on both sides of 2x (module docstring); the alone figures are evidence
-        severity, border = borderline.grade(pct, rel, ((HIGH_BELOW_PCT, "high"), (MEDIUM_BELOW_PCT, "medium")),
-                                            "efficiency (share of this machine's roof)", lower_is_worse=True)
+        severity, border = _grade(pct, rel)
         if severity is None:
             continue
-        fault_counts, fault_doubts = _fault_doubt(report, op, context)
+        # the verdict at a time less the extra faults: the same rule, at the efficiency that time gives
+        fault_counts, fault_doubts = _fault_doubt(
+            report, op, lambda us: us > 0 and _grade(pct * op.us_per_call / us, rel)[0] is not None)
         if op.roof_gflops_per_s is not None:
             rate = f"{op.achieved_gflops_per_s:.3g} of {op.roof_gflops_per_s:.3g} GFLOP/s"
         else:
@@ -196,6 +204,12 @@ def low_efficiency(report: Report) -> list[Finding]:
     return out
 
 
+def _grade(pct: float, rel: float) -> tuple[str | None, Borderline | None]:
+    """The efficiency verdict at `pct`% of the roof, judged against its interval from the run's noise `rel`."""
+    return borderline.grade(pct, rel, ((HIGH_BELOW_PCT, "high"), (MEDIUM_BELOW_PCT, "medium")),
+                            "efficiency (share of this machine's roof)", lower_is_worse=True)
+
+
 def _alone(report: Report, op: RooflineRow) -> float | None:
     """The operator's median µs per call micro-benchmarked alone at the run's thread count, if measured."""
     rows = [r for r in report.microbenchmarks if r.op == op.name
@@ -204,23 +218,39 @@ def _alone(report: Report, op: RooflineRow) -> float | None:
     return float(same[0].median_us) if same else None
 
 
-def _fault_doubt(report: Report, op: RooflineRow, context: dict | None) -> tuple[dict[str, Any], list[str]]:
-    """A doubt on a memory-bound verdict, or on a context finding, when the operator pass page-faulted far more
-    per step than the uninstrumented run: the operator's time there carries faults the real run does not have.
+def _fault_doubt(report: Report, op: RooflineRow, holds: Callable[[float], bool]) -> tuple[dict[str, Any], list[str]]:
+    """A doubt on a verdict the faults the operator pass took beyond the real run's could account for. Those extra
+    faults per step, as many as the operator's bytes allow landed on each of its calls (the most it could carry:
+    the profiler records no faults per operator), at this machine's probed cost of a fresh page, are taken out of
+    its time in the model; `holds(µs per call)` says whether the rule still gives the verdict at what is left.
     (The fault counts for the evidence, the doubt), both empty without one. The real run's count is the larger of
-    the uninstrumented and call-graph passes' (doctor/workload.py: glibc's heap differs from process to process)."""
-    plain, instrumented = report.faults_per_step()
-    if (op.bound != "memory" and not context) or plain is None or instrumented is None:
+    the uninstrumented and call-graph passes' (doctor/workload.real_faults)."""
+    instrumented, real = report.faults_per_step()[1], real_faults(report)
+    steps = report.recorded_steps()
+    if instrumented is None or real is None or not steps or not op.calls or not op.us_per_call:
         return {}, []
-    plain = max(plain, call_graph_faults(report) or 0.0)
-    if instrumented >= FAULTS_RATIO * max(plain, 1.0) and instrumented - plain >= FAULTS_MIN_EXTRA:
-        return ({"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented)},
-                [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} "
-                 "uninstrumented: a memory-bound operator's time there carries faults the real run does not have"])
-    return {}, []
+    plain = real[0]
+    pages = (instrumented - plain) / (op.calls / steps)
+    if op.bytes:
+        pages = min(pages, op.bytes / PAGE_BYTES)
+    fault_us = page_costs(report)[0]
+    extra_us = pages * fault_us
+    if extra_us <= 0 or holds(op.us_per_call - extra_us):
+        return {}, []
+    return ({"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented)},
+            [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} in the real run: "
+             f"up to {pages:.0f} of those fresh pages a call at {fault_us:.2g} µs each ({extra_us:.0f} of its "
+             f"{op.us_per_call:.0f} µs) are faults the real run does not have, and without them the rule would not "
+             "give this verdict"])
 
 
-def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], share: float) -> Finding:
+def _context_holds(us_per_call: float, alone: float) -> bool:
+    """The context rule: >= CONTEXT_RATIO times the alone time a call, and >= CONTEXT_MIN_US more."""
+    return us_per_call >= CONTEXT_RATIO * alone and us_per_call - alone >= CONTEXT_MIN_US
+
+
+def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], share: float,
+                     alone: float) -> Finding:
     plain, instrumented = report.faults_per_step()
     ratio = context["in_model_vs_alone"]
     faults = ""
@@ -260,7 +290,8 @@ def _context_finding(report: Report, op: RooflineRow, context: dict[str, Any], s
                     "larger than the caches: fuse them, torch.compile), or other threads competing for the CPUs "
                     "(see Threads). The operator pass's own profiler adds faults, so compare with the "
                     "uninstrumented count first."),
-        stake=stake, doubts=_fault_doubt(report, op, context)[1],  # its fault counts are in the evidence already
+        # its fault counts are in the evidence already
+        stake=stake, doubts=_fault_doubt(report, op, lambda us: _context_holds(us, alone))[1],
     )
 
 

@@ -2058,11 +2058,16 @@ class Report:
             return it.n * it.median_s, f"{it.n} recorded iterations x their median {it.median_s:.4g} s"
         return self.run.instrumented_wall_s, "the operator pass's wall time"
 
+    def recorded_steps(self) -> int | None:
+        """The steps (or measured calls) the operator pass recorded."""
+        run = self.run
+        return self.target.iters or (run.instrumented_iterations.n if run.instrumented_iterations else None)
+
     def faults_per_step(self) -> tuple[float | None, float | None]:
         """Minor page faults per step (or measured call): uninstrumented, and in the operator pass."""
         run = self.run
         steps = run.iterations.n if run.iterations else None
-        recorded = self.target.iters or (run.instrumented_iterations.n if run.instrumented_iterations else None)
+        recorded = self.recorded_steps()
         plain = run.minor_faults / steps if run.minor_faults is not None and steps else None
         instrumented = (run.instrumented_minor_faults / recorded
                         if run.instrumented_minor_faults is not None and recorded else None)
