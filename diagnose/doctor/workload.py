@@ -96,6 +96,21 @@ def real_faults(report: Report) -> tuple[float, str] | None:
     return plain, PAGE_FAULTS_SOURCE
 
 
+def pass_faults(report: Report) -> tuple[float, float, int] | None:
+    """(the real run's minor page faults, the operator pass's, over how many of the operator pass's steps): per
+    step (or measured call) where the run has steps, else over the whole run, which every pass measured (a
+    script without steps); None without both counts."""
+    run = report.run
+    if run.iterations and run.iterations.n:
+        real, instrumented, steps = real_faults(report), report.faults_per_step()[1], report.recorded_steps()
+        return (real[0], instrumented, steps) if real and instrumented is not None and steps else None
+    if run.minor_faults is None or run.instrumented_minor_faults is None:
+        return None
+    py = report.python_summary
+    other = py.minor_faults if py and py.minor_faults is not None else 0
+    return float(max(run.minor_faults, other)), float(run.instrumented_minor_faults), 1
+
+
 def check_page_faults(report: Report) -> DoctorCheck:
     measured = fault_share(report)
     if measured is None:

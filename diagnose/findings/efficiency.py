@@ -73,7 +73,7 @@ import math
 from typing import Any, Callable
 
 from diagnose.budget import page_costs
-from diagnose.doctor.workload import real_faults
+from diagnose.doctor.workload import pass_faults
 from diagnose.findings import copies
 from diagnose.findings.stake import UNKNOWN, operator_stake
 from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggestion_for
@@ -224,12 +224,12 @@ def _fault_doubt(report: Report, op: RooflineRow, holds: Callable[[float], bool]
     the profiler records no faults per operator), at this machine's probed cost of a fresh page, are taken out of
     its time in the model; `holds(µs per call)` says whether the rule still gives the verdict at what is left.
     (The fault counts for the evidence, the doubt), both empty without one. The real run's count is the larger of
-    the uninstrumented and call-graph passes' (doctor/workload.real_faults)."""
-    instrumented, real = report.faults_per_step()[1], real_faults(report)
-    steps = report.recorded_steps()
-    if instrumented is None or real is None or not steps or not op.calls or not op.us_per_call:
+    the uninstrumented and call-graph passes' (doctor/workload.pass_faults; a script without steps: the whole run's)."""
+    counts = pass_faults(report)
+    if counts is None or not op.calls or not op.us_per_call:
         return {}, []
-    plain = real[0]
+    plain, instrumented, steps = counts
+    unit = "a step" if report.run.iterations else "in the run"
     pages = (instrumented - plain) / (op.calls / steps)
     if op.bytes:
         pages = min(pages, op.bytes / PAGE_BYTES)
@@ -238,7 +238,7 @@ def _fault_doubt(report: Report, op: RooflineRow, holds: Callable[[float], bool]
     if extra_us <= 0 or holds(op.us_per_call - extra_us):
         return {}, []
     return ({"minor_faults_per_step": round(plain), "minor_faults_per_step_operator_pass": round(instrumented)},
-            [f"the operator pass page-faulted {instrumented:.0f} times a step against {plain:.0f} in the real run: "
+            [f"the operator pass page-faulted {instrumented:.0f} times {unit} against {plain:.0f} in the real run: "
              f"up to {pages:.0f} of those fresh pages a call at {fault_us:.2g} µs each ({extra_us:.0f} of its "
              f"{op.us_per_call:.0f} µs) are faults the real run does not have, and without them the rule would not "
              "give this verdict"])

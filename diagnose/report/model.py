@@ -2058,6 +2058,20 @@ class Report:
             return it.n * it.median_s, f"{it.n} recorded iterations x their median {it.median_s:.4g} s"
         return self.run.instrumented_wall_s, "the operator pass's wall time"
 
+    def real_span(self) -> tuple[float | None, str]:
+        """(seconds the uninstrumented pass took for the work the operator pass recorded, how): the recorded steps
+        (or calls) at the uninstrumented pass's mean one; without steps, its wall time (every pass ran the whole
+        run); else the operator pass's own span (recorded_span)."""
+        run = self.run
+        recorded = run.instrumented_iterations.n if run.instrumented_iterations else self.recorded_steps()
+        if run.iterations and run.iterations.n and recorded and run.wall_s:
+            mean = run.wall_s / run.iterations.n
+            unit = "call" if self.target.mode == "function" else "step"
+            return recorded * mean, f"{recorded} recorded {unit}s x the uninstrumented pass's mean {unit}, {mean:.4g} s"
+        if not run.iterations and self.target.mode == "script" and run.wall_s:
+            return run.wall_s, "the uninstrumented pass's wall time (every pass ran the whole run)"
+        return self.recorded_span()
+
     def recorded_steps(self) -> int | None:
         """The steps (or measured calls) the operator pass recorded."""
         run = self.run

@@ -369,7 +369,7 @@ def test_a_quantised_models_int8_gemm_gets_gemm_advice_and_its_set_up_is_never_a
     assert not [f for f in found if f["op"] == "aten::uniform_" and (f["kind"] == "sequential_operator"
                                                                      or f["severity"] != "low")]
     # a rate is only reported over a span that holds what it counts
-    assert all(f["evidence"]["recorded_s"] >= 0.01 for f in found if f["kind"] == "memory_churn")
+    assert all(f["evidence"]["span_s"] >= 0.01 for f in found if f["kind"] == "memory_churn")
 
 
 # the findings asserted follow from the shares this run's report shows, whatever the load made of them

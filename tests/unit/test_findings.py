@@ -61,12 +61,13 @@ def test_memory_churn_thresholds():
     churn = report(row("aten::addmm", 60), row("aten::empty", 40, source="m.py:9", mem=6 * gib),
                    memory={"allocated_bytes": 6 * gib, "allocations": 50_000})
     fs = [f for f in findings.derive(churn) if f.kind == "memory_churn"]
-    assert len(fs) == 1 and fs[0].severity == "medium"  # 4 GiB/s over the 1.5 s instrumented pass
+    # 6 GiB/s over the 1.0 s the uninstrumented pass took for the same run (4 GiB/s over the operator pass's 1.5 s)
+    assert len(fs) == 1 and fs[0].severity == "medium" and fs[0].evidence["span_s"] == 1.0
     assert fs[0].location == "m.py:9" and fs[0].evidence["allocations"] == 50_000
     assert fs[0].borderline is None
     # 2 GiB/s is at the medium line: within this run's noise (10%) it is low, borderline medium, in every run
-    at = report(row("aten::addmm", 60), row("aten::empty", 40, source="m.py:9", mem=3 * gib),
-                memory={"allocated_bytes": 3 * gib, "allocations": 50_000})
+    at = report(row("aten::addmm", 60), row("aten::empty", 40, source="m.py:9", mem=2 * gib),
+                memory={"allocated_bytes": 2 * gib, "allocations": 50_000})
     (f,) = [f for f in findings.derive(at) if f.kind == "memory_churn"]
     assert f.severity == "low" and f.borderline.would_be == "medium" and f.borderline.measure == "allocation rate"
     assert f.borderline.low < 2.0 <= f.borderline.high and f.borderline.threshold == 2.0
@@ -136,13 +137,20 @@ def test_memory_churn_rate_is_over_the_recorded_window():
                                                          max_s=0.12))
     (f,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
     # 1.5 GiB in 0.5 s = 3 GiB/s (medium); over the 2.0 s wall it read 0.75 GiB/s, under the 1 GiB/s floor
-    assert f.severity == "medium" and f.evidence["bytes_per_s"] == 3 * gib and f.evidence["recorded_s"] == 0.5
-    assert f.evidence["recorded_s_basis"].startswith("5 recorded iterations")
+    assert f.severity == "medium" and f.evidence["bytes_per_s"] == 3 * gib and f.evidence["span_s"] == 0.5
+    assert f.evidence["span_s_basis"].startswith("5 recorded iterations")
     # every iteration recorded: the operator pass's wall time is the span
     rep.target.iters = 5
     rep.run.instrumented_wall_s = 0.5
     (g,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
-    assert g.evidence["recorded_s"] == 0.5 and g.evidence["recorded_s_basis"] == "the operator pass's wall time"
+    assert g.evidence["span_s"] == 0.5 and g.evidence["span_s_basis"] == "the operator pass's wall time"
+    # with the uninstrumented pass's calls (20 in 1.9 s): the 5 recorded ones at their mean, 0.475 s, without the
+    # profiler's cost and the faults its heap adds (Report.real_span)
+    rep.target.iters = 20
+    rep.run.iterations = IterationStats(n=20, median_s=0.095, q1_s=0.09, q3_s=0.1, min_s=0.09, max_s=0.1)
+    (h,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+    assert h.evidence["span_s"] == 0.475 and h.evidence["bytes_per_s"] == round(1.5 * gib / 0.475)
+    assert h.evidence["span_s_basis"].startswith("5 recorded calls x the uninstrumented pass's mean call")
 
 
 def test_autograd_recording_without_a_backward_is_named_at_its_line():
