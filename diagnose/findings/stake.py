@@ -32,15 +32,14 @@ one scale:
   a trial: the idle usable CPUs' share (perfect scaling, an upper bound); memory_churn:
   the fresh pages it faults in per step at 1 µs a fault (the doctor's
   page_faults estimate); without steps the run's faults over its wall time
-  (an upper bound); without a fault count the time of the operators that
-  allocated (an upper bound).
+  (an upper bound); without a fault count none (not measured).
 
 Confidence (`stake.confidence` and `stake.confidence_why`): the share of the
 stake to believe, 1.0 unless
 - the estimate is an upper bound (`stake.upper_bound`; its basis says
   UPPER_BOUND): x 0.5, since the bounds above are typically about twice the
   real win (cProfile's slowdown of Python is 1.5-3x on the project's
-  examples; perfect scaling and "every allocating operator's whole time" are
+  examples; perfect scaling is
   ceilings);
 - the measurement behind the finding is doubted (`doubts`, set by its rule:
   a noisy or contended micro-benchmark, a flat result where the shape says
@@ -75,7 +74,11 @@ library model every finding sits at the user's one line that calls the model,
 and only the library line tells two places apart) raised by two or more
 layers become one finding: the primary is the cause
 rather than the symptom (any kind before low_efficiency before hot_operator,
-then the larger expected share); the others go to its `also`, as they are;
+then the larger expected share) among the pieces about the same time as
+one at the group's highest severity (autograd_in_inference and
+memory_growth, named causes, at any: a low python_overhead about another
+operator of the statement, 0.01% at stake, once led a line whose
+hot_operator was medium); the others go to its `also`, as they are;
 the merged severity is the group's highest (`severity_from` names the piece
 it came from when that is not the primary)
 and its stake (with its confidence) the group's largest (the pieces
@@ -293,7 +296,13 @@ def dedup(findings: list[Finding]) -> list[Finding]:
     for group in groups.values():
         if len({f.layer for f in group}) < 2:
             continue
-        primary = min(group, key=lambda f: (SYMPTOM_TIER.get(f.kind, 0), *rank_key(f)))
+        # the cause before its symptom, among the pieces about the time that makes the line as severe as it is (a
+        # named cause, tier < 0, at any): a low python_overhead of another operator's statement, 0.01% at stake,
+        # led a line whose hot_operator was medium in the runs it was found
+        top = min(SEVERITY_RANK.get(f.severity, 3) for f in group)
+        severe = [f for f in group if SEVERITY_RANK.get(f.severity, 3) == top]
+        candidates = [f for f in group if SYMPTOM_TIER.get(f.kind, 0) < 0 or any(_same_time(f, g) for g in severe)]
+        primary = min(candidates, key=lambda f: (SYMPTOM_TIER.get(f.kind, 0), *rank_key(f)))
         also = [dataclasses.replace(f, also=[]) for f in group if f is not primary]
         # pieces about the same time lend stake and severity; an observation (a healthy GEMM) has nothing to fix
         same = [f for f in group if _same_time(f, primary) and (f is primary or not observation(f))]

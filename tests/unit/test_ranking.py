@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 
 import pytest
@@ -238,8 +240,8 @@ def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_st
                   "efficiency", stake=Stake(29.8, ""))
     hot_tanh = Finding("hot_operator", "medium", "tanh hot", "aten::tanh", "m.py:17", {}, "s", "operators",
                        stake=Stake(29.8, ""))
-    hot_mm = Finding("hot_operator", "high", "mm hot", "aten::mm", "m.py:17", {}, "s", "operators",
-                     stake=Stake(69.4, ""))
+    hot_mm = Finding("hot_operator", "low", "mm hot", "aten::mm", "m.py:17", {}, "s", "operators",
+                     stake=Stake(69.4, ""), observation=True)
     over = Finding("oversubscription", "high", "8 threads", None, "m.py:12", {}, "s", "threads",
                    stake=Stake(61.2, ""))
     ranked = stake.rank(stake.dedup([eff, hot_tanh, hot_mm, over]))
@@ -248,6 +250,12 @@ def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_st
     assert (merged.severity, merged.stake.pct) == ("medium", 29.8)
     assert [a.op for a in merged.also] == ["aten::tanh", "aten::mm"]
     assert merged.severity_from is None
+    # a piece about another operator leads where it is the line's most severe: a high one is not hidden in the
+    # `also` of a medium one (nor does it lend that one its severity or stake)
+    hot_mm = dataclasses.replace(hot_mm, severity="high", observation=False)
+    (line,) = stake.dedup([eff, hot_tanh, hot_mm])
+    assert (line.kind, line.op, line.severity, line.stake.pct) == ("hot_operator", "aten::mm", "high", 69.4)
+    assert sorted(a.kind for a in line.also) == ["hot_operator", "low_efficiency"]
 
 
 def test_the_same_operator_at_other_shapes_lends_neither_its_severity_nor_its_stake():
@@ -255,14 +263,20 @@ def test_the_same_operator_at_other_shapes_lends_neither_its_severity_nor_its_st
     # operators) merged with a hot_operator on mm at [1024,256],[256,1024] showed that one's 26.7% at stake
     seq = Finding("sequential_operator", "low", "mm flat", "aten::mm", "mlp.py:30",
                   {"input_shapes": [[1024, 256], [256, 512]]}, "s", "microbench", stake=Stake(11.2, ""))
-    hot_other = Finding("hot_operator", "medium", "mm hot", "aten::mm", "mlp.py:30",
-                        {"input_shapes": [[1024, 256], [256, 1024]]}, "s", "operators", stake=Stake(26.7, ""))
+    # (a healthy GEMM's hot_operator is a low observation)
+    hot_other = Finding("hot_operator", "low", "mm hot", "aten::mm", "mlp.py:30",
+                        {"input_shapes": [[1024, 256], [256, 1024]]}, "s", "operators", stake=Stake(26.7, ""),
+                        observation=True)
     hot_same = Finding("hot_operator", "low", "mm hot", "aten::mm", "mlp.py:30",
                        {"input_shapes": [[1024, 256], [256, 512]]}, "s", "operators", stake=Stake(12.0, ""))
     [merged] = stake.dedup([seq, hot_other, hot_same])
     assert merged.kind == "sequential_operator"
     assert (merged.severity, merged.stake.pct) == ("low", 12.0)
     assert [a.evidence["input_shapes"][1] for a in merged.also] == [[256, 1024], [256, 512]]
+    # the other shape's piece at medium is the line's most severe: it leads, on its own severity and stake
+    [line] = stake.dedup([seq, dataclasses.replace(hot_other, severity="medium", observation=False), hot_same])
+    assert (line.kind, line.severity, line.stake.pct, line.evidence) == (
+        "hot_operator", "medium", 26.7, {"input_shapes": [[1024, 256], [256, 1024]]})
 
 
 def test_a_healthy_kernel_lends_no_stake_to_a_finding_merged_at_its_line():

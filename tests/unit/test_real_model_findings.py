@@ -49,8 +49,11 @@ def test_bert_inference_has_nothing_above_low():
     gelu = [f for f in r.findings if f.op == "aten::gelu"]
     assert gelu and all(f.severity == "low" and f.kind == "hot_operator" for f in gelu)
     assert gelu[0].place.module == "encoder.layer.*.intermediate.intermediate_act_fn (GELUActivation)"
-    top = r.findings[0]
-    assert top.op == "aten::addmm" and top.observation
+    # where the time goes: the Linear layers' addmm, a healthy GEMM (an observation); the activations' churn,
+    # 1.1 GiB/s over the uninstrumented steps, is low and unmeasured in this recording (no fault count)
+    top = next(f for f in r.findings if f.observation)
+    assert top.op == "aten::addmm"
+    assert [(f.kind, f.severity) for f in r.findings if not f.observation] in ([], [("memory_churn", "low")])
 
 
 @pytest.mark.parametrize("name", ["bert_infer", "gpt2_generate", "resnet_train"])
