@@ -6,10 +6,14 @@
         [--analyse DIR]   re-judge kept reports with the rules as they are now (no run): the same table
 
 Each run is a plain `diagnose examples/X.py` (default layers, HF_HUB_OFFLINE=1), as a user runs it, one after
-the other. A run's verdict is its set of findings at medium or high: (kind, severity, location), the merged
-ones included. The table gives per example how many runs gave the most common set, how many distinct sets
-there were, and what came and went between them (a finding in some runs and not in others, or at another
-severity). The machine's load (the threads layer's other processes' CPUs) is shown beside it: a flip on a
+the other. A run's verdict is its set of findings at medium or high: (kind, severity, location), as the report
+lists them (one finding per line, findings/stake.py dedup; its severity the highest of the pieces about its
+time). The table gives per example how many runs gave the most common set, how many distinct sets there were,
+and what came and went between them (a finding in some runs and not in others, or at another severity). Beside
+it, the stricter count of every piece merged under a finding (`also`) at its own severity: a piece about another
+operator of the line, or the same operator at another shape, lends the finding nothing, and its severity can
+flip where the finding's does not (autocast_weights' two weight casts, 10-50% of operator time each as the
+operator pass's allocator happens to fault on one, both or neither). The machine's load (the threads layer's other processes' CPUs) is shown beside it: a flip on a
 loaded machine may be the load's, not the rule's.
 """
 
@@ -42,10 +46,11 @@ def gallery() -> list[str]:
     return sorted(p.name for p in (REPO / "examples").glob("*.py"))
 
 
-def verdict(report: dict) -> frozenset[tuple[str, str, str]]:
+def verdict(report: dict, pieces: bool = False) -> frozenset[tuple[str, str, str]]:
+    """The report's findings at medium or high as (kind, severity, location); `pieces`: every merged piece too."""
     out = set()
     for f in report["findings"]:
-        for g in [f, *f.get("also", [])]:
+        for g in [f, *(f.get("also", []) if pieces else [])]:
             if g["severity"] in ("high", "medium"):
                 out.add((g["kind"], g["severity"], g.get("location") or f.get("location") or "-"))
     return frozenset(out)
@@ -74,7 +79,7 @@ def rejudge(path: Path) -> tuple[dict, list[str]]:
     return json.loads(io.dumps(report)), caveats
 
 
-def run_once(example: str, out: Path) -> tuple[frozenset, float | None, float]:
+def run_once(example: str, out: Path) -> tuple[dict, float | None, float]:
     cmd = [sys.executable, "-m", "diagnose", "-q", "--force", "-o", str(out), *ARGS.get(example, []),
            f"examples/{example}"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
@@ -85,7 +90,7 @@ def run_once(example: str, out: Path) -> tuple[frozenset, float | None, float]:
         raise RuntimeError(f"{example}: diagnose exited {proc.returncode}: {proc.stderr[-1500:]}")
     report = json.loads((out / "report.json").read_text())
     others = (report.get("threads") or {}).get("others_cpus")
-    return verdict(report), others, took
+    return report, others, took
 
 
 def describe(sets: list[frozenset]) -> str:
@@ -97,11 +102,15 @@ def describe(sets: list[frozenset]) -> str:
     return "; ".join(f"{k} {sev} at {loc}: {n}/{len(sets)}" for (k, sev, loc), n in sorted(varying))
 
 
-def row(example: str, sets: list[frozenset], others: list[float | None], took: float) -> tuple:
-    """One example's row of the table: its runs' verdicts, how many agree, what varied, the load, the time."""
+def row(example: str, reports: list[dict], took: float) -> tuple:
+    """One example's row of the table: its runs' verdicts, how many agree, what varied, how many agree counting
+    every merged piece, the load, the time."""
+    sets = [verdict(r) for r in reports]
     mode, agree = Counter(sets).most_common(1)[0]
-    return (example, agree, len(set(sets)), describe(sets), max((o for o in others if o is not None), default=None),
-            took, mode)
+    strict = Counter(verdict(r, pieces=True) for r in reports).most_common(1)[0][1]
+    others = [(r.get("threads") or {}).get("others_cpus") for r in reports]
+    return (example, agree, len(set(sets)), describe(sets), strict,
+            max((o for o in others if o is not None), default=None), took, mode)
 
 
 def main() -> None:
@@ -126,11 +135,9 @@ def main() -> None:
             judged = [rejudge(q) for q in paths]
             reports = [r for r, _ in judged]
             caveats += [c for _, cs in judged for c in cs]
-            sets = [verdict(r) for r in reports]
-            for r, s in enumerate(sets):
-                print(f"{example} run {r + 1}: {sorted(s)} (re-judged)", file=sys.stderr, flush=True)
-            rows.append(row(example, sets, [(r.get("threads") or {}).get("others_cpus") for r in reports],
-                            float("nan")))
+            for r, rep in enumerate(reports):
+                print(f"{example} run {r + 1}: {sorted(verdict(rep))} (re-judged)", file=sys.stderr, flush=True)
+            rows.append(row(example, reports, float("nan")))
             most = max(most, len(paths))
         args.runs = most  # the table's "of N": the most runs any example kept
     else:
@@ -139,27 +146,28 @@ def main() -> None:
             keep.mkdir(parents=True)  # never into a directory that holds something already
         with tempfile.TemporaryDirectory(prefix="diagnose-flips-") as tmp:
             for example in examples:
-                sets, others, took = [], [], []
+                reports, took = [], []
                 for r in range(args.runs):
-                    s, o, t = run_once(example, (keep or Path(tmp)) / f"{Path(example).stem}-{r}")
-                    sets.append(s)
-                    others.append(o)
+                    rep, _, t = run_once(example, (keep or Path(tmp)) / f"{Path(example).stem}-{r}")
+                    reports.append(rep)
                     took.append(t)
-                    print(f"{example} run {r + 1}: {sorted(s)} ({t:.0f} s)", file=sys.stderr, flush=True)
-                rows.append(row(example, sets, others, sum(took) / len(took)))
+                    print(f"{example} run {r + 1}: {sorted(verdict(rep))} ({t:.0f} s)", file=sys.stderr, flush=True)
+                rows.append(row(example, reports, sum(took) / len(took)))
     need = round(TARGET * args.runs / 5)
     lines = [HEADING, "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_model()}, "
              f"{usable_cpus()[0]} usable CPUs, Python {platform.python_version()}; `benchmarks/gallery_flips.py "
              f"--runs {args.runs}{' --only ' + args.only if args.only else ''}`, {time.monotonic() - started:.0f} s. "
-             "A run's verdict: its findings at medium or high as (kind, severity, location).", "",
+             "A run's verdict: its findings at medium or high as (kind, severity, location), as the report lists "
+             "them; beside it, the runs alike counting every piece merged under a finding at its own severity.", "",
              f"| example | runs with the most common verdict | distinct verdicts | what varied (in how many runs) | "
-             "others' CPUs (most) | s a run | the most common verdict |",
-             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
-    for example, agree, distinct, varied, others, took, mode in rows:
+             "runs alike, every piece counted | others' CPUs (most) | s a run | the most common verdict |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    for example, agree, distinct, varied, strict, others, took, mode in rows:
         common = "; ".join(f"{k} {sev} at {loc}" for k, sev, loc in sorted(mode)) or "nothing above low"
         lines.append(f"| {example} | {agree}/{args.runs} | {distinct} | {varied.replace('|', '/')} | "
-                     f"{'-' if others is None else format(others, '.1f')} | {took:.0f} | {common.replace('|', '/')} |")
+                     f"{strict}/{args.runs} | {'-' if others is None else format(others, '.1f')} | {took:.0f} | "
+                     f"{common.replace('|', '/')} |")
     short = [r[0] for r in rows if r[1] < need]
     lines += ["", f"**Verdict (at least {need} of {args.runs} runs alike for every example):** "
               + ("met on every example run." if not short else "missed on " + ", ".join(short) + ".")]

@@ -73,7 +73,7 @@ def settled(report: Report) -> list[Finding]:
 
 def derive(report: Report) -> list[Finding]:
     """The confirmed findings, most important first (by time at stake x confidence, observations last),
-    severities bounded by the stake; one finding per line of code that several layers flagged. Doubted ones
+    severities bounded by the stake; one finding per line of code. Doubted ones
     are left out (judge lists them as not confirmed)."""
     return _ranked(verdict.split(settled(report))[0])
 

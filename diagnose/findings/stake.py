@@ -68,11 +68,11 @@ Ranking (`rank`): actionable findings first, by expected share (largest
 first), then severity; observations last, whatever their share: a large
 share of time in a healthy GEMM is where a model should spend it.
 
-De-duplication (`dedup`): findings at the same `location` (file:line)
+De-duplication (`dedup`): the findings at the same `location` (file:line)
 and the same library line (`place.library_line`, findings/place.py: inside a
 library model every finding sits at the user's one line that calls the model,
-and only the library line tells two places apart) raised by two or more
-layers become one finding: the primary is the cause
+and only the library line tells two places apart) become one finding,
+whichever layers raised them: the primary is the cause
 rather than the symptom (any kind before low_efficiency before hot_operator,
 then the larger expected share) among the pieces about the same time as
 one at the group's highest severity (autograd_in_inference and
@@ -90,8 +90,13 @@ Another operator of the same statement (`tanh(x @ x)`: a low_efficiency tanh
 beside a healthy mm), or the same operator at other shapes (one `x @ w` line
 called with two batch sizes), rides along in `also` without lending the
 primary its severity or its stake.
-Findings of one layer at one line (two hot operators of one statement) stay
-separate, and findings without a location are never merged.
+Findings without a location are never merged. One layer's findings at a line
+merge as two layers' do: the grouping must not hang on whether a second
+layer happened to flag the line. It did until 2026-11-27, and
+examples/autocast_weights.py:36 came out as one finding (copy_overhead with
+the casts' hot_operator and low_efficiency under it) in the runs where the
+efficiency layer flagged the cast, and as three (copy_overhead and two
+hot_operator) where it did not: the same diagnosis, listed two ways.
 """
 
 from __future__ import annotations
@@ -286,7 +291,7 @@ def _same_time(a: Finding, b: Finding) -> bool:
 
 
 def dedup(findings: list[Finding]) -> list[Finding]:
-    """Merge findings of two or more layers at the same location (see the module docstring)."""
+    """Merge the findings at each location into one (see the module docstring)."""
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
         if f.location:  # inside a library model every finding is at the one line calling it: the library line tells
@@ -294,7 +299,7 @@ def dedup(findings: list[Finding]) -> list[Finding]:
     merged: dict[int, Finding] = {}  # id of the group's first finding -> the merged one
     dropped: set[int] = set()
     for group in groups.values():
-        if len({f.layer for f in group}) < 2:
+        if len(group) < 2:
             continue
         # the cause before its symptom, among the pieces about the time that makes the line as severe as it is (a
         # named cause, tier < 0, at any): a low python_overhead of another operator's statement, 0.01% at stake,

@@ -179,7 +179,7 @@ def _finding(report: Report, i: int, f: Finding) -> str:
     where = f'<div class="where">at {_code(f.location)}</div>' if f.location else ""
     op = f" · {_code(f.op)}" if f.op else ""
     also = ""
-    if f.also:  # other layers' findings at the same line (findings/stake.py)
+    if f.also:  # the other findings at the same line (findings/stake.py)
         items = []
         for a in f.also:
             link = _anchor(report, a.kind, a.layer, a.op, f.location)

@@ -763,7 +763,7 @@ class Finding:
     severity_from: str | None = None  # a merged finding's severity came from this piece: "hot_operator (operators)"
     # its number straddles a severity threshold within this run's noise: the milder severity was taken
     borderline: Borderline | None = None
-    # other layers' findings at the same line (and library line), merged into this one: each as its rule raised
+    # the other findings at the same line (and library line), merged into this one: each as its rule raised
     # and settled it, at this location, with no `also` of its own
     also: list[Finding] = field(default_factory=list)
 

@@ -72,7 +72,7 @@ def _expected(f: dict) -> float:
 
 
 def _flat(findings: list[dict]) -> list[dict]:
-    """Findings with the ones merged into them (same line, other layers), each with its location."""
+    """Findings with the ones merged into them (the same line), each with its location."""
     out = []
     for f in findings:
         out.append(f)
@@ -87,7 +87,7 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
     run = run_cli(f"examples/{script}", *args, outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     report = run.report
-    # findings several layers raised at one line are merged: the others sit in its "also"
+    # the findings at one line are merged: the others sit in its "also"
     found = [g for g in _flat(report["findings"]) if g["kind"] == kind]
     assert found, [(f["kind"], f["severity"], f["title"]) for f in report["findings"]]
     assert any(check(f) for f in found), found

@@ -159,7 +159,7 @@ def test_bert_diagnosis_is_nothing_above_low_but_a_measured_allocator_win(bert):
     no_memory_growth(r)
     # the core compute is named with its module and the dtype to try (a healthy GEMM's hot_operator is an
     # observation: it ranks after what can be fixed, e.g. a low memory_churn where the allocations fault)
-    addmm = [f for f in r["findings"] if f["op"] == "aten::addmm" and f["kind"] == "hot_operator"]
+    addmm = [g for f in r["findings"] for g in (f, *f["also"]) if g["op"] == "aten::addmm" and g["kind"] == "hot_operator"]
     assert addmm and addmm[0]["place"]["module"].endswith("(Linear)"), r["findings"]
     assert "bfloat16" in addmm[0]["suggestion"]
 

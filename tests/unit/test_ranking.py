@@ -65,7 +65,8 @@ def test_time_at_stake_outranks_a_share_of_a_different_denominator():
     # a hot operator at 35% of operator time (high by its rule), but operators are only 20% of the run (7% at
     # stake: too little for high, so medium), against a medium Python loop at 30% of the cProfile pass (an
     # upper bound: 15% expected): the loop comes first; the healthy addmm's 13% is an observation, last
-    rep = report([op("aten::div", 35), op("aten::addmm", 65)], [loop_function(30)], operator_share=0.2)
+    rep = report([op("aten::div", 35, source="m.py:4"), op("aten::addmm", 65)], [loop_function(30)],
+                 operator_share=0.2)
     ranked = [(f.kind, f.severity, round(f.stake.pct, 1)) for f in findings.derive(rep)]
     assert ranked == [("python_overhead", "medium", 30.0), ("hot_operator", "medium", 7.0),
                       ("hot_operator", "low", 13.0)]
@@ -169,12 +170,22 @@ def test_merged_severity_is_the_highest_and_stake_the_largest():
     assert not low_cause.also and low_cause.stake == Stake(10.0, "b1") and low_cause.severity_from is None
 
 
-def test_one_layer_at_one_line_and_findings_without_a_line_stay_separate():
+def test_one_layers_findings_at_one_line_merge_and_findings_without_a_line_stay_separate():
+    # two hot operators of one statement: one finding, the larger leading, the other under it with its own numbers
     a = Finding("hot_operator", "medium", "a", "aten::add", "m.py:3", {}, "s", "operators", stake=Stake(9.0, ""))
     b = Finding("hot_operator", "medium", "b", "aten::mul", "m.py:3", {}, "s", "operators", stake=Stake(8.0, ""))
     c = Finding("oversubscription", "high", "c", None, None, {}, "s", "threads", stake=Stake(30.0, ""))
     d = Finding("external_contention", "high", "d", None, None, {}, "s", "threads", stake=Stake(30.0, ""))
-    assert stake.dedup([a, b, c, d]) == [a, b, c, d]
+    merged, *rest = stake.dedup([a, b, c, d])
+    assert rest == [c, d]
+    assert (merged.op, merged.severity, merged.stake, merged.also) == ("aten::add", "medium", a.stake, [b])
+    # autocast_weights.py:36 where the efficiency layer flagged nothing: the copy, and the two casts' hot_operator
+    # (one operator at two shapes, no shape on the copy), are one finding, as they are where it flagged the cast
+    copy = Finding("copy_overhead", "high", "c", "aten::copy_", "a.py:36", {}, "s", "operators", stake=Stake(54.0, ""))
+    casts = [Finding("hot_operator", sev, "h", "aten::copy_", "a.py:36", {"input_shapes": [[n, m]]}, "s", "operators",
+                     stake=Stake(pct, "")) for sev, n, m, pct in (("high", 4096, 1024, 36.0), ("medium", 1024, 4096, 16.0))]
+    (line,) = stake.dedup([copy, *casts])
+    assert (line.kind, line.severity, line.stake, line.also) == ("copy_overhead", "high", copy.stake, casts)
 
 
 def test_operator_rules_put_their_share_on_the_wall_time_scale_and_a_rule_without_an_estimate_gets_none():
