@@ -291,6 +291,21 @@ def test_the_doctor_layer_asks_each_trial_whether_its_change_changes_nothing(tmp
     assert r.doctor.launch == trials["bind_threads"].change  # no allocator in the launch line
 
 
+def test_the_interval_resamples_the_rounds_not_only_the_steps_within_a_pass():
+    # each pass a fresh process whose steps agree within 0.5% while the rounds measured 1.03x, 1.09x, 1.16x: an
+    # interval from the steps alone sat within 1% of the pooled 1.09x (a severity read at its low end then flips
+    # between runs); drawn by rounds it reaches the rounds' own spread
+    base = [_steps(0.100, spread=0.005, seed=i) for i in range(3)]
+    variant = [_steps(0.100 / r, spread=0.005, seed=20 + i) for i, r in enumerate((1.03, 1.09, 1.16))]
+    low, high = T.bootstrap_speedup(base, variant)
+    assert low < 1.05 and high > 1.13, (low, high)
+    # the pairing holds: a round the machine slowed for both sides alike does not widen it
+    slow = [_steps(m, spread=0.005, seed=40 + i) for i, m in enumerate((0.100, 0.150, 0.100))]
+    alike = [[x / 1.1 for x in p] for p in slow]
+    low, high = T.bootstrap_speedup(slow, alike)
+    assert 1.09 < low <= high < 1.11, (low, high)
+
+
 def test_a_speedup_must_beat_the_noise_floor_twice_over():
     base = [_steps(m, spread=0.005, seed=i) for i, m in enumerate((0.100, 0.110, 0.100))]  # a 10% floor
     near = [_steps(0.085, spread=0.005, seed=60 + i) for i in range(3)]  # 1.18x: beyond the floor, not twice
