@@ -55,6 +55,7 @@ PAGE_FAULT_WARN_PCT = 10.0
 MMAP_THRESHOLD_BYTES = 32 << 20
 SUBNORMAL_WARN_SHARE = 0.01
 PAGE_FAULTS_SOURCE = "/proc/self/stat minflt, uninstrumented pass"
+CALL_GRAPH_SOURCE = "/proc/self/stat minflt, call-graph pass (it faulted more than the uninstrumented pass)"
 FAULTS_PER = "minor page faults per "  # + the unit ("step", "call"): the fact the allocator trials' no_effect reads
 BORDERLINE_FACT = "borderline: the estimated share's interval"
 SUBNORMALS_FACT = "subnormal values"  # all values scanned below the smallest normal: flush_denormal's no_effect
@@ -92,17 +93,17 @@ def real_faults(report: Report) -> tuple[float, str] | None:
         return None
     other = call_graph_faults(report)
     if other is not None and other > plain:
-        return other, "/proc/self/stat minflt, call-graph pass (it faulted more than the uninstrumented pass)"
+        return other, CALL_GRAPH_SOURCE
     return plain, PAGE_FAULTS_SOURCE
 
 
 def pass_faults(report: Report) -> tuple[float, float, int] | None:
-    """(the real run's minor page faults, the operator pass's, over how many of the operator pass's steps): per
-    step (or measured call) where the run has steps, else over the whole run, which every pass measured (a
-    script without steps); None without both counts."""
+    """(the real run's minor page faults, the operator pass's, over how many steps its profiler recorded: an
+    operator's calls a step are its calls over those): per step (or measured call) where the run has steps, else
+    over the whole run, which every pass measured (a script without steps); None without both counts."""
     run = report.run
     if run.iterations and run.iterations.n:
-        real, instrumented, steps = real_faults(report), report.faults_per_step()[1], report.recorded_steps()
+        real, instrumented, steps = real_faults(report), report.faults_per_step()[1], report.profiled_steps()
         return (real[0], instrumented, steps) if real and instrumented is not None and steps else None
     if run.minor_faults is None or run.instrumented_minor_faults is None:
         return None
@@ -123,7 +124,7 @@ def check_page_faults(report: Report) -> DoctorCheck:
     allocator = classify(process.libraries).allocator if process and process.libraries else None
     # the largest of the processes that ran the steps without an allocating profiler (module docstring)
     plain, other = per, call_graph_faults(report)
-    per, source = real_faults(report) or (per, PAGE_FAULTS_SOURCE)
+    per, source = (other, CALL_GRAPH_SOURCE) if other is not None and other > plain else (plain, PAGE_FAULTS_SOURCE)
     share = 100.0 * per * FAULT_US * 1e-6 / median_s
     facts = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", source),
              Fact("minor page faults per second", round(per / median_s), "faults/s", source),

@@ -2063,7 +2063,7 @@ class Report:
         (or calls) at the uninstrumented pass's mean one; without steps, its wall time (every pass ran the whole
         run); else the operator pass's own span (recorded_span)."""
         run = self.run
-        recorded = run.instrumented_iterations.n if run.instrumented_iterations else self.recorded_steps()
+        recorded = self.profiled_steps()
         if run.iterations and run.iterations.n and recorded and run.wall_s:
             mean = run.wall_s / run.iterations.n
             unit = "call" if self.target.mode == "function" else "step"
@@ -2072,16 +2072,23 @@ class Report:
             return run.wall_s, "the uninstrumented pass's wall time (every pass ran the whole run)"
         return self.recorded_span()
 
-    def recorded_steps(self) -> int | None:
-        """The steps (or measured calls) the operator pass recorded."""
+    def timed_steps(self) -> int | None:
+        """The steps (or measured calls) the operator pass's clock and fault count spanned: in function mode every
+        measured call (its profiler's schedule records only the last --profile-iters of them), in a script the
+        window's steps."""
         run = self.run
         return self.target.iters or (run.instrumented_iterations.n if run.instrumented_iterations else None)
+
+    def profiled_steps(self) -> int | None:
+        """The steps (or calls) the operator pass's profiler recorded: its rows' calls and bytes are over these."""
+        run = self.run
+        return run.instrumented_iterations.n if run.instrumented_iterations else self.timed_steps()
 
     def faults_per_step(self) -> tuple[float | None, float | None]:
         """Minor page faults per step (or measured call): uninstrumented, and in the operator pass."""
         run = self.run
         steps = run.iterations.n if run.iterations else None
-        recorded = self.recorded_steps()
+        recorded = self.timed_steps()
         plain = run.minor_faults / steps if run.minor_faults is not None and steps else None
         instrumented = (run.instrumented_minor_faults / recorded
                         if run.instrumented_minor_faults is not None and recorded else None)

@@ -317,6 +317,19 @@ def test_a_verdict_the_operator_pass_extra_faults_could_explain_is_doubted():
     assert not k.doubts, k.doubts
 
 
+def test_the_extra_faults_land_on_the_calls_of_the_steps_the_profiler_recorded():
+    # --iters 20 --profile-iters 5: the fault count spans all 20 calls, the row's 5 calls only the last 5 (one a
+    # call): 500 extra pages a call, 500 of its 5000 µs, leave it at 22% of the roof: the verdict stands. Read
+    # as 5 calls over 20 (a quarter of one a call), it was 2000 pages, and a doubt the numbers do not give
+    rep = _faulting(eff_report(20.0, calls=5, bytes=8 << 20), 100, 600)
+    rep.target.mode = "function"
+    rep.run.instrumented_iterations = IterationStats(n=5, median_s=0.05, q1_s=0.05, q3_s=0.05, min_s=0.05,
+                                                     max_s=0.05)
+    (f,) = low_efficiency(rep)
+    assert not f.doubts, f.doubts
+    assert rep.timed_steps() == 20 and rep.profiled_steps() == 5
+
+
 def test_a_context_finding_the_extra_faults_could_explain_is_doubted():
     # examples/quantized_linear.py, one run here: clamp_min on [64, 4096] took 146 µs a call in the operator pass
     # and 11 µs alone; that process faulted 287 times a step, the uninstrumented one 0.5 (fresh 1 MiB outputs).
