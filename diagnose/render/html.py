@@ -189,7 +189,7 @@ def _finding(report: Report, i: int, f: Finding) -> str:
                          f'<details><summary>its evidence and suggestion</summary>'
                          f'<p class="try">{_e(a.suggestion)}</p>{_evidence_table(a)}'
                          f"</details></li>")
-        also = (f'<div class="also"><div class="label">the same line, seen by other layers</div>'
+        also = (f'<div class="also"><div class="label">also at this line</div>'
                 f'<ul>{"".join(items)}</ul></div>')
     return (f'<article class="finding sev-{_e(f.severity)}" id="finding-{i}">'
             f'<header><span class="rank">{i}</span>{_badge(f.severity)}{_borderline(f)}'
@@ -211,8 +211,8 @@ def _verdict(report: Report) -> str:
     else:
         parts = ", ".join(f'<span class="count sev-{s}">{n} {s}</span>' for s, n in counts.items() if n)
         head = (f'<p class="summary">{len(fs)} finding{"s" if len(fs) != 1 else ""}: {parts}. '
-                f"Ranked by the share of wall time a fix could win; findings several layers raised at one "
-                f"line are one finding.</p>")
+                f"Ranked by the share of wall time a fix could win; the findings at one line are one "
+                f"finding.</p>")
     budget = fmt.budget_line(report)
     verdict = fmt.verdict_line(report)
     lead = ""

@@ -108,7 +108,7 @@ def test_every_link_lands_on_an_anchor_of_the_page():
     assert links and all(h.startswith("#") and h[1:] in ids for h in links), [h for h in links if h[1:] not in ids]
     # the top finding (the Python loop) merges the operators found at its line; each links to its evidence
     first = html.render(rep).split('id="finding-1"', 1)[1].split("</article>", 1)[0]
-    assert "python_overhead" in first and "the same line, seen by other layers" in first
+    assert "python_overhead" in first and "also at this line" in first
     assert 'href="#op-' in first and 'href="#python"' in first
 
 
