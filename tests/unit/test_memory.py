@@ -206,6 +206,11 @@ def test_memory_growth_at_the_holders_line_with_severity_from_the_projection():
     assert memory_growth(_report(2 * MIB, 3 * MIB, more=6 << 30, room=20 << 30))[0].severity == "medium"
     assert memory_growth(_report(2 * MIB, 3 * MIB, more=30 << 30, room=20 << 30))[0].severity == "high"
     assert memory_growth(_report(2 * MIB, 3 * MIB, more=None, room=20 << 30))[0].severity == "medium"
+    # the window ran to the script's last step (examples/growing_cache.py, 400 steps): nothing more is to come, and
+    # the title says what the run's steps kept at this rate, not "by step 400, 0.00 MiB more"
+    (end,) = memory_growth(_report(2 * MIB, 3 * MIB, more=0, room=20 << 30))
+    assert end.severity == "low" and end.evidence["projected_more_bytes"] == 0
+    assert "0.00 MiB more" not in end.title and "over the run's 25 steps at this rate" in end.title, end.title
 
 
 def test_no_memory_growth_when_torch_bytes_stay_flat_or_nothing_grows():
