@@ -581,9 +581,11 @@ def severity_tag(f: Finding) -> str:
     return f"{f.severity}, borderline {f.borderline.would_be}" if f.borderline else f.severity
 
 
-def also_label(piece: Finding) -> str:
-    """A finding merged into another at its line (Finding.also): "[low] hot_operator (operators)"."""
-    return f"[{piece.severity}] {piece.kind} ({piece.layer})"
+def also_label(piece: Finding, op: bool = True) -> str:
+    """A finding merged into another at its line (Finding.also): "[low] hot_operator aten::std (operators)", its
+    operator named (`op`) where the label stands alone, as in the terminal summary."""
+    named = f" {piece.op}" if op and piece.op else ""
+    return f"[{piece.severity}] {piece.kind}{named} ({piece.layer})"
 
 
 def findings_list(findings: list[Finding], top: int, *, head: Callable[[int, Finding], str], indent: str,

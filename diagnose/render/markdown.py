@@ -52,7 +52,7 @@ def render(report: Report) -> str:
             head=lambda i, f: f"{i}. **[{fmt.severity_tag(f)}] {f.kind}**{f' at `{f.location}`' if f.location else ''}: "
                               f"{_cell(f.title)}",
             evidence=lambda f: ", ".join(f"{k}={_evidence(v)}" for k, v in fmt.evidence_items(f)),
-            also=lambda a: f"{fmt.also_label(a)}: {_cell(a.title)}",
+            also=lambda a: f"{fmt.also_label(a, op=False)}: {_cell(a.title)}",
             more=lambda n: f"\n_{n} more findings in report.json._")
     else:
         out.append("No findings: nothing crossed a threshold.")
