@@ -232,7 +232,7 @@ def test_every_finding_of_a_real_report_has_a_time_at_stake():
             assert len({g.layer for g in fs if g.location == f.location}) == 1, f.location
 
 
-def test_the_terminal_summary_names_what_other_layers_saw_at_the_same_line():
+def test_the_terminal_summary_names_what_else_was_found_at_the_same_line():
     from diagnose.render import terminal
     from diagnose.report import io
 
@@ -241,7 +241,10 @@ def test_the_terminal_summary_names_what_other_layers_saw_at_the_same_line():
     assert top.also
     text = terminal.render(rep)
     block = text.split(f"[{top.severity}] {top.kind}: ", 1)[1].split("\n  [", 1)[0]
-    assert "also at this line: " + "; ".join(f"[{a.severity}] {a.kind} ({a.layer})" for a in top.also) in block
+    # each piece with its operator: five unnamed "[medium] hot_operator (operators)" said nothing apart
+    pieces = "; ".join(f"[{a.severity}] {a.kind}{' ' + a.op if a.op else ''} ({a.layer})" for a in top.also)
+    assert "also at this line: " + pieces in block
+    assert all(a.op in block for a in top.also if a.op)
 
 
 def test_another_operator_of_the_same_line_lends_neither_its_severity_nor_its_stake():
