@@ -84,6 +84,14 @@ def call_graph_faults(report: Report) -> float | None:
     return py.minor_faults / steps
 
 
+def _larger(plain: float, call_graph: float | None) -> tuple[float, str]:
+    """(the larger of the uninstrumented and call-graph passes' fault counts, its source): the run without an
+    allocating profiler (module docstring: glibc's heap differs from process to process)."""
+    if call_graph is not None and call_graph > plain:
+        return call_graph, CALL_GRAPH_SOURCE
+    return plain, PAGE_FAULTS_SOURCE
+
+
 def real_faults(report: Report) -> tuple[float, str] | None:
     """(minor page faults per step or measured call, which pass counted them) of the run without an allocating
     profiler: the larger of the uninstrumented and call-graph passes' (module docstring: glibc's heap differs
@@ -91,10 +99,7 @@ def real_faults(report: Report) -> tuple[float, str] | None:
     plain = report.faults_per_step()[0]
     if plain is None:
         return None
-    other = call_graph_faults(report)
-    if other is not None and other > plain:
-        return other, CALL_GRAPH_SOURCE
-    return plain, PAGE_FAULTS_SOURCE
+    return _larger(plain, call_graph_faults(report))
 
 
 def pass_faults(report: Report) -> tuple[float, float, int] | None:
@@ -108,8 +113,8 @@ def pass_faults(report: Report) -> tuple[float, float, int] | None:
     if run.minor_faults is None or run.instrumented_minor_faults is None:
         return None
     py = report.python_summary
-    other = py.minor_faults if py and py.minor_faults is not None else 0
-    return float(max(run.minor_faults, other)), float(run.instrumented_minor_faults), 1
+    real, _ = _larger(float(run.minor_faults), py.minor_faults if py else None)
+    return float(real), float(run.instrumented_minor_faults), 1
 
 
 def check_page_faults(report: Report) -> DoctorCheck:
@@ -124,7 +129,7 @@ def check_page_faults(report: Report) -> DoctorCheck:
     allocator = classify(process.libraries).allocator if process and process.libraries else None
     # the largest of the processes that ran the steps without an allocating profiler (module docstring)
     plain, other = per, call_graph_faults(report)
-    per, source = (other, CALL_GRAPH_SOURCE) if other is not None and other > plain else (plain, PAGE_FAULTS_SOURCE)
+    per, source = _larger(plain, other)
     share = 100.0 * per * FAULT_US * 1e-6 / median_s
     facts = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", source),
              Fact("minor page faults per second", round(per / median_s), "faults/s", source),

@@ -126,7 +126,7 @@ def memory_growth(report: Report) -> list[Finding]:
         title += f", 95% interval {mib(s.ci_low)} to {mib(s.ci_high)})"
     if kept:
         title += f": {_what(kept)}"
-    if more is not None and more == 0 and p.total_steps:  # the window ran to the script's last step
+    if more == 0 and p.total_steps:  # the window ran to the script's last step
         title += (f"; {mib(s.bytes_per_step * p.total_steps)} over the run's {p.total_steps} steps at this rate "
                   "(the window ran to its end)")
     elif more is not None:
