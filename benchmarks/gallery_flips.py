@@ -79,7 +79,7 @@ def rejudge(path: Path) -> tuple[dict, list[str]]:
     return json.loads(io.dumps(report)), caveats
 
 
-def run_once(example: str, out: Path) -> tuple[dict, float | None, float]:
+def run_once(example: str, out: Path) -> tuple[dict, float]:
     cmd = [sys.executable, "-m", "diagnose", "-q", "--force", "-o", str(out), *ARGS.get(example, []),
            f"examples/{example}"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
@@ -88,9 +88,7 @@ def run_once(example: str, out: Path) -> tuple[dict, float | None, float]:
     took = time.monotonic() - t0
     if proc.returncode not in (0, 4):
         raise RuntimeError(f"{example}: diagnose exited {proc.returncode}: {proc.stderr[-1500:]}")
-    report = json.loads((out / "report.json").read_text())
-    others = (report.get("threads") or {}).get("others_cpus")
-    return report, others, took
+    return json.loads((out / "report.json").read_text()), took
 
 
 def describe(sets: list[frozenset]) -> str:
@@ -148,7 +146,7 @@ def main() -> None:
             for example in examples:
                 reports, took = [], []
                 for r in range(args.runs):
-                    rep, _, t = run_once(example, (keep or Path(tmp)) / f"{Path(example).stem}-{r}")
+                    rep, t = run_once(example, (keep or Path(tmp)) / f"{Path(example).stem}-{r}")
                     reports.append(rep)
                     took.append(t)
                     print(f"{example} run {r + 1}: {sorted(verdict(rep))} ({t:.0f} s)", file=sys.stderr, flush=True)
