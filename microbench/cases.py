@@ -11,7 +11,11 @@ Contract
   `torch.ops.aten.mm` or bare `mm`. The profiler records no overload, so the
   overload is chosen by matching what was recorded for each input (a tensor
   dtype, `Scalar`, `ScalarList`, `TensorList` or `""` for None) against each
-  overload's schema; `out=` overloads are never chosen.
+  overload's schema. An `out=` overload is tried only after every other
+  fails: the profiler records an out tensor as the call's last input, so a
+  row whose inputs only an `out=` overload takes was such a call (a compiled
+  graph's `aten::addmm.out`, `aten::sum.IntList_out` inside `aten::std`).
+  Its out tensor is written, not read (`ArgSpec.out`).
 - Non-tensor arguments: the report records their kind, not their value. A
   value comes from, in order: the row's optional `concrete_inputs` (or a
   `--arg name=value` on the command line), the schema default, a conventional
@@ -162,6 +166,7 @@ class ArgSpec:
     tensor: TensorSpec | None = None
     value: Any = None
     assumed: bool = False
+    out: bool = False                # an out= tensor: the call writes it and does not read it
 
 
 @dataclass
@@ -187,6 +192,11 @@ class Case:
     @property
     def tensors(self) -> list[TensorSpec]:
         return [a.tensor for a in self.args if a.tensor is not None]
+
+    @property
+    def read(self) -> list[bool]:
+        """Per tensor input (x0, x1, ...): does the call read it? An out= tensor it only writes."""
+        return [not a.out for a in self.args if a.tensor is not None]
 
     @property
     def contiguous(self) -> bool:
@@ -313,20 +323,15 @@ def _is_out_overload(schema) -> bool:
 
 
 def _candidate_overloads(packet, overload: str | None) -> list[tuple[str, Any]]:
+    """The overloads to match, in order: the one named; else `default` first, the out= overloads last (the
+    profiler records an out tensor as an input, so only a row no other overload takes was an out= call)."""
     names = list(packet.overloads())
     if overload is not None:
         if overload not in names:
             raise CannotRebuild(f"{packet} has no overload {overload!r} (has: {', '.join(names)})")
         names = [overload]
-    else:
-        names.sort(key=lambda n: n != "default")
-    out = []
-    for n in names:
-        schema = getattr(packet, n)._schema
-        if overload is None and _is_out_overload(schema):
-            continue
-        out.append((n, schema))
-    return out
+    schemas = [(n, getattr(packet, n)._schema) for n in names]
+    return sorted(schemas, key=lambda ns: (_is_out_overload(ns[1]), ns[0] != "default"))
 
 
 def _tensor_spec(shape, dtype, strides, contiguous_flag) -> tuple[TensorSpec, str | None]:
@@ -438,7 +443,7 @@ def _arg_specs(op_name, args, input_shapes, dtypes, kinds, strides, contiguous, 
             cf = contiguous[i] if isinstance(contiguous, list) and i < len(contiguous) else (
                 contiguous if isinstance(contiguous, bool) else None)
             spec, how = _tensor_spec(input_shapes[i], dtypes[i], st, cf)
-            specs.append(ArgSpec(a.name, a.kwarg_only, tensor=spec))
+            specs.append(ArgSpec(a.name, a.kwarg_only, tensor=spec, out=bool(getattr(a, "is_out", False))))
             layouts.append(how)
             continue
         recorded = concrete[i] if isinstance(concrete, list) and i < len(concrete) else None
@@ -530,7 +535,7 @@ def validate(case: Case) -> Case:
     except Exception as e:  # noqa: BLE001 - any failure building inputs makes the row unusable
         raise CannotRebuild(f"building the inputs failed: {_first_line(e)}") from None
     code = compile(case.stmt(), f"<stmt {case.op}>", "eval")
-    inputs = [v for k, v in ns.items() if k.startswith("x") and isinstance(v, torch.Tensor)]
+    inputs = [ns[f"x{i}"] for i, read in enumerate(case.read) if read]
     in_bytes = sum(t.numel() * t.element_size() for t in inputs)
     try:
         with FlopCounterMode(display=False) as counter:

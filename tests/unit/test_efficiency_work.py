@@ -75,3 +75,19 @@ def test_the_cpu_flash_attention_kernel_counts_its_two_matmuls():
     e = estimate({"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "input_shapes": shapes,
                   "dtypes": ["float"] * 3 + ["Scalar", "Scalar", "", "Scalar"]})
     assert e.flops == 4 * 8 * 4 * 128 * 128 * 64 and "attention" in e.flops_source, e
+
+
+def test_an_out_call_is_rebuilt_with_its_out_overload_and_its_out_tensor_is_written_not_read():
+    # a compiled graph's GEMM (extern_kernels.addmm(bias, x, w, out=buf)): the profiler records the out tensor
+    # as a sixth input; only addmm.out takes that row, and its out tensor is written once, never read
+    e = estimate({"name": "aten::addmm", "input_shapes": [[512], [64, 512], [512, 512], [], [], [64, 512]],
+                  "dtypes": ["float", "float", "float", "Scalar", "Scalar", "float"]})
+    assert e.reason is None and e.flops == 2 * 64 * 512 * 512 and e.flops_source == "flop_counter"
+    assert e.output_shapes == [[64, 512]]
+    assert e.bytes == 4 * (512 + 64 * 512 + 512 * 512) + 4 * 64 * 512
+    # aten::std's own sum into its [4096, 1] buffer, with the values the recorder took
+    s = estimate({"name": "aten::sum", "input_shapes": [[4096, 4096], [], [], [], [4096, 1]],
+                  "dtypes": ["float", "ScalarList", "Scalar", "Scalar", "float"],
+                  "concrete_inputs": [None, [1], True, 6, None]})
+    assert s.reason is None and s.output_shapes == [[4096, 1]]
+    assert s.flops == 4096 * 4096 and s.bytes == 4 * (4096 * 4096 + 4096)

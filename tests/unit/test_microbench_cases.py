@@ -230,6 +230,19 @@ def test_operator_names(name, parts):
     assert C.split_op_name(name) == parts
 
 
+def test_a_row_only_an_out_overload_takes_is_rebuilt_with_it_and_its_out_tensor_is_not_read():
+    # a compiled graph's GEMM: the profiler records addmm's out tensor as its last input
+    shapes = [[16], [64, 32], [32, 16], [], [], [64, 16]]
+    case = C.validate(C.build_case("aten::addmm", shapes, ["float"] * 3 + ["Scalar", "Scalar", "float"]))
+    assert case.overload == "out" and case.read == [True, True, True, False]
+    assert case.stmt() == "torch.ops.aten.addmm.out(x0, x1, x2, beta=1, alpha=1, out=x3)"
+    assert case.flops == 2 * 64 * 32 * 16
+    assert case.bytes == (16 + 64 * 32 + 32 * 16) * 4 + 64 * 16 * 4   # inputs read, the out tensor written once
+    # a row a plain overload takes never gets the out= one
+    assert C.build_case("aten::addmm", shapes[:5], ["float"] * 3 + ["Scalar", "Scalar"]).overload == "default"
+    assert C.build_case("aten::mm", [[2, 3], [3, 4]], ["float", "float"]).overload == "default"
+
+
 def test_explicit_overload_is_honoured():
     case = C.build_case("aten::add.Tensor", [[4], [4], []], ["float", "float", "Scalar"])
     assert case.stmt() == "torch.ops.aten.add.Tensor(x0, x1, alpha=1)"

@@ -25,8 +25,9 @@ Contract
   the compulsory traffic, a LOWER bound on what the kernel moves (a matmul
   re-reads tiles that miss the cache), so the intensity is an upper bound.
   For out-of-place writes into an argument (copy_, fill_, zero_, normal_ ...)
-  the destination counts as written, not read. A gather (embedding,
-  index_select, gather, take, index) reads only the rows it picks from its
+  and the out tensor of an `out=` overload (a compiled graph's
+  `aten::addmm.out`) the destination counts as written, not read. A gather
+  (embedding, index_select, gather, take, index) reads only the rows it picks from its
   source, as many elements as it writes, not the whole table: an embedding
   lookup of 2 tokens in a [30522, 256] table reads 2 rows, not 31 MB.
 """
@@ -117,7 +118,7 @@ def estimate(row: dict[str, Any]) -> Work:
     outputs = [t for t in _tensors(result)]
     out.output_shapes = [list(t.shape) for t in outputs]
     out.contiguous = all(st is None for _, st in tensors)
-    read = [t for t in tensors]
+    read = [t for t, reads in zip(tensors, case.read) if reads]  # an out= tensor is written, not read
     if opname in WRITE_ONLY_FIRST_ARG and read:
         read = read[1:]
     read_bytes = [_distinct_elements(list(t.shape), st) * t.element_size() for t, st in read]
@@ -129,7 +130,7 @@ def estimate(row: dict[str, Any]) -> Work:
     out.bytes = int(in_bytes + out_bytes)
     out.bytes_source = "inputs read once + outputs written once (compulsory traffic, a lower bound)"
     out_elems = sum(t.numel() for t in outputs)
-    in_elems = max((t.numel() for t, _ in tensors), default=0)
+    in_elems = max((t.numel() for t, _ in read), default=0)
     base = opname.rstrip("_")
     if packet in flop_registry:
         out.flops, out.flops_source = int(counter.get_total_flops()), "flop_counter"
