@@ -134,14 +134,22 @@ def _suggestion(report: Report, op: RooflineRow) -> str:
     return " ".join(parts)
 
 
+def judged(report: Report, op: RooflineRow) -> bool:
+    """A roofline row the efficiency verdicts judge (low_efficiency here, the healthy verdict's top kernels in
+    findings/verdict.py): it has an efficiency, from calls of at least MIN_US_PER_CALL, of an operator with a
+    work model (opkinds.no_verdict), and is not a kernel's own internal copy (copies.internal: that kernel's
+    cost, judged with its row)."""
+    return (op.efficiency_pct is not None and (op.us_per_call or 0.0) >= MIN_US_PER_CALL
+            and not no_verdict(op.name) and not copies.internal(report, op.name, op.input_shapes))
+
+
 def low_efficiency(report: Report) -> list[Finding]:
     eff = report.efficiency
     out = []
     rel = borderline.noise(report)
     for op in eff.operators if eff else []:
         pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
-        if pct is None or share < HOT_SHARE_PCT or (op.us_per_call or 0.0) < MIN_US_PER_CALL \
-                or no_verdict(op.name) or copies.internal(report, op.name, op.input_shapes):
+        if share < HOT_SHARE_PCT or not judged(report, op):
             continue
         alone = _alone(report, op)
         ratio, facts = 1.0, {}

@@ -4,9 +4,10 @@ Healthy (`of`, model.Verdict) when all three hold:
 - kernels: the step budget's kernels slice (diagnose/budget.py) is at least KERNELS_MIN_SHARE (70%) of the
   step: the step is spent computing, not in Python, dispatch, the allocator, data or waiting;
 - roofs: each of the TOP_KERNELS (3) roofline rows (the efficiency layer's) with the largest share of operator
-  time that have an efficiency, from calls of at least efficiency.MIN_US_PER_CALL (20 µs: below it the
-  profiler's per-call cost and the kernel's start-up make the ratio noise, so low_efficiency does not judge
-  them either), reaches at least efficiency.MEDIUM_BELOW_PCT (25%) of this machine's roof at its intensity:
+  time among those low_efficiency judges (efficiency.judged: an efficiency, from calls of at least
+  efficiency.MIN_US_PER_CALL, 20 µs: below it the profiler's per-call cost and the kernel's start-up make the
+  ratio noise; not a kernel's own internal copy, such as addmm writing its broadcast bias: that kernel's cost),
+  reaches at least efficiency.MEDIUM_BELOW_PCT (25%) of this machine's roof at its intensity:
   the share below which low_efficiency flags a kernel, and what real kernels reach at awkward shapes (a good
   fp32 GEMM 60-90% of the probe's square-matrix peak, a streaming kernel 50-90% of copy bandwidth);
 - findings: no confirmed finding is medium or higher.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import shlex
 
-from diagnose.findings.efficiency import MEDIUM_BELOW_PCT, MIN_US_PER_CALL
+from diagnose.findings.efficiency import MEDIUM_BELOW_PCT, MIN_US_PER_CALL, judged
 from diagnose.findings.stake import SEVERITY_RANK
 from diagnose.render.fmt import shapes as shape_text
 from diagnose.report.model import (
@@ -87,8 +88,7 @@ def of(report: Report) -> Verdict:
     b = report.step_budget
     kernels = next((s for s in b.slices if s.name == "kernels"), None) if b else None
     eff = report.efficiency
-    rows = sorted((o for o in (eff.operators if eff else [])
-                   if o.efficiency_pct is not None and (o.us_per_call or 0.0) >= MIN_US_PER_CALL),
+    rows = sorted((o for o in (eff.operators if eff else []) if judged(report, o)),
                   key=lambda o: -o.share_pct)[:TOP_KERNELS]
     top = [KernelAtRoof(op=o.name, input_shapes=o.input_shapes, share_pct=round(o.share_pct, 2),
                         efficiency_pct=round(o.efficiency_pct, 2), bound=o.bound) for o in rows]
