@@ -23,13 +23,20 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   assignment (out[i] = v) and kernels' internal copies are not counted: the
   evidence lists them apart (`not_counted_us`), and the copy_ row can still
   be a hot_operator with a suggestion for what the user wrote.
-- memory_churn: allocations >= 256 MiB in total and >= 1 GiB/s is `low`,
+- memory_churn: allocations at >= 1 GiB/s are `low`,
   >= 2 GiB/s `medium`, >= 8 GiB/s `high`: the bytes the operator pass saw
   allocated over the time the uninstrumented pass took for the same steps
   (Report.real_span; the whole run without steps). The operator pass's own
   span carries the profiler's cost and the faults its heap adds:
   examples/contiguous_copies.py's 0.8 GiB took 0.22-0.35 s there (2.2-3.4
   GiB/s, medium or not from run to run) and 0.22-0.24 s uninstrumented.
+  A run without steps also needs CHURN_MIN_BYTES (256 MiB) in all: over a
+  whole run, a one-off allocation (loading data) makes a rate too. With
+  steps (or measured calls) the window's whole steps are the evidence,
+  however many it held: a total would make the verdict hang on the window's
+  length (examples/attention.py allocates 100 MiB a step; its loop was found
+  at step 6 or 8 of 10, so its window held 400 or 200 MiB, and the finding
+  came and went).
   The recorded span (Report.recorded_span: with --iters above
   --profile-iters only the last iterations are recorded, and allocations
   are counted over those alone) must hold the allocations: no rate is reported over a span shorter
@@ -247,8 +254,8 @@ def memory_churn(report: Report) -> list[Finding]:
     mem = report.operator_summary.memory
     allocated = int(mem.allocated_bytes or 0)
     recorded, _ = report.recorded_span()
-    if allocated < CHURN_MIN_BYTES or not recorded:
-        return []
+    if not recorded or (allocated < CHURN_MIN_BYTES and not report.profiled_steps()):
+        return []  # without steps, too little for a rate (module docstring); with them, the steps are the evidence
     operators_s = (report.operator_summary.total_self_cpu_us or 0.0) * 1e-6
     if recorded < max(CHURN_MIN_SPAN_S, CHURN_SPAN_MIN_OPERATOR_SHARE * operators_s):
         return []  # a span that did not hold the recorded allocations: no rate (module docstring)

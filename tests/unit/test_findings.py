@@ -154,6 +154,31 @@ def test_memory_churn_rate_is_over_the_recorded_window():
     assert h.evidence["span_s_basis"].startswith("5 recorded calls x the uninstrumented pass's mean call")
 
 
+def test_memory_churn_with_steps_does_not_hang_on_how_many_steps_the_window_held():
+    # examples/attention.py allocates 100 MiB a step; its loop was found at step 6 or 8 of 10, so its window held 4
+    # steps (400 MiB) or 2 (200 MiB): under the 256 MiB a run needs without steps, the finding came and went
+    from diagnose.report.model import IterationStats
+
+    mib = 1 << 20
+
+    def steps(n: int, s: float) -> IterationStats:
+        return IterationStats(n=n, median_s=s, q1_s=s, q3_s=s, min_s=s, max_s=s)
+
+    for n in (2, 4):
+        rep = report(row("aten::addmm", 60), row("aten::bmm", 40, source="m.py:9", mem=n * 100 * mib),
+                     memory={"allocated_bytes": n * 100 * mib, "allocations": 10 * n})
+        rep.run = Run(wall_s=0.035 * n, instrumented_wall_s=0.05 * n, iterations=steps(n, 0.035),
+                      instrumented_iterations=steps(n, 0.05))
+        (f,) = [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+        # 100 MiB a step of 35 ms: 2.8 GiB/s, medium, whatever the window's length
+        assert f.severity == "medium" and f.evidence["bytes_per_s"] == round(100 * mib / 0.035), f.evidence
+    # without steps the same 200 MiB over a run make no rate: a one-off allocation could (CHURN_MIN_BYTES)
+    rep = report(row("aten::addmm", 60), row("aten::bmm", 40, source="m.py:9", mem=200 * mib),
+                 memory={"allocated_bytes": 200 * mib, "allocations": 20})
+    rep.run = Run(wall_s=0.07, instrumented_wall_s=0.1)
+    assert not [f for f in findings.derive(rep) if f.kind == "memory_churn"]
+
+
 def test_autograd_recording_without_a_backward_is_named_at_its_line():
     from diagnose.report.model import Autograd, RecordingLine, Steps
 
