@@ -298,10 +298,10 @@ def bandwidth_text(dims, input_shapes, dtypes) -> str:
 
 
 def recorded_steps(report: Report) -> int | None:
-    """How many of the script's steps the operator pass recorded (None: no steps, or function mode's iterations)."""
+    """How many of the script's steps (or the function's calls) the operator pass recorded; None: no steps."""
     st = report.steps
     if st is None or st.detector is None:
-        return report.target.iters if report.target and report.target.function else None
+        return report.profiled_steps() if report.target and report.target.function else None
     if st.window_first is not None and st.window_last is not None and not st.full_run:
         return st.window_last - st.window_first + 1
     return st.steps_seen or None

@@ -20,7 +20,7 @@ from diagnose.findings.operators import (
 )
 from diagnose.opkinds import COMPUTE_CLASSES, low_precision, op_class, weight_init
 from diagnose.report import io
-from diagnose.report.model import MicrobenchRow, OperatorRow, Steps
+from diagnose.report.model import IterationStats, MicrobenchRow, OperatorRow, Steps
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "findings"
 ELEMENTWISE = suggestions.TEXT["elementwise"]
@@ -179,6 +179,19 @@ def test_weight_initialisation_is_never_a_sequential_operator():
     loop = dataclasses.replace(init, calls=6)
     report = dataclasses.replace(report, operators=[loop])
     assert [f.kind for f in sequential_operator(report)] == ["sequential_operator"]
+
+
+def test_in_function_mode_init_is_judged_against_the_calls_the_profiler_recorded():
+    # --steps 20 --profile-iters 5: the rows count 5 calls, so an in-place fill once a call is the function's own
+    # work, not set-up (judged against the 20 timed calls it looked like init)
+    once_a_call = _row("aten::uniform_", [[4096, 1024]], 40.0, calls=5)
+    report = _report_with([once_a_call], instrumented_iterations=IterationStats(
+        n=5, median_s=0.01, q1_s=0.01, q3_s=0.01, min_s=0.01, max_s=0.01))
+    report = dataclasses.replace(report, target=dataclasses.replace(
+        report.target, mode="function", function="step", warmup=3, iters=20))
+    assert report.timed_steps() == 20 and report.profiled_steps() == 5
+    assert not suggestions.weight_init_row(report, once_a_call)
+    assert suggestions.weight_init_row(report, dataclasses.replace(once_a_call, calls=1))
 
 
 def test_no_allocation_rate_over_a_span_that_cannot_hold_it():
