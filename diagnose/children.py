@@ -11,7 +11,11 @@
   (layers/operators/processes.py). `role()` names what the child is.
 - `watch_exec`: the Python processes the target starts from a fresh
   interpreter (multiprocessing's spawn and forkserver, subprocess), which no
-  pass records, noted in the pass's result so that the report says so.
+  pass records, noted in the pass's result so that the report says so. Not
+  the ones torch.compile starts for itself (`COMPILE_HELPERS`: inductor's
+  instruction-set checks, `python -c "...cdll.LoadLibrary(...)"`, and its
+  compile workers): they run no model work, so nothing of the model is
+  missing, and there is nothing for the user to change.
 - `end_children`: what multiprocessing does at the interpreter's exit, for a
   pass forked from the fork server, which leaves by os._exit.
 """
@@ -124,6 +128,21 @@ def end_children() -> None:
             pass
 
 
+# code whose processes are torch.compile's own helpers, by file: a process started with one of these frames on the
+# stack (inductor's instruction-set checks and compile workers, dynamo's) runs no model work
+COMPILE_HELPERS = tuple(os.sep + os.path.join("torch", d) + os.sep for d in ("_inductor", "_dynamo"))
+
+
+def _compile_helper(frame) -> bool:
+    """Whether a process started from this frame is torch.compile's own helper: a frame of inductor or dynamo is
+    on the stack that starts it."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in COMPILE_HELPERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def watch_exec(result: PassResult, owner: int) -> None:
     """Note the Python processes the target starts from a fresh interpreter (multiprocessing's spawn and
     forkserver, subprocess) into `result.not_recorded`: the operator pass records none of them, and says so.
@@ -144,7 +163,7 @@ def watch_exec(result: PassResult, owner: int) -> None:
                 text = " ".join(argv)
                 # multiprocessing's resource tracker runs no torch: not the user's work
                 if argv and (os.path.realpath(argv[0]) == executable or program.startswith("python")) \
-                        and "multiprocessing.resource_tracker" not in text:
+                        and "multiprocessing.resource_tracker" not in text and not _compile_helper(sys._getframe(1)):
                     how = ("spawn" if "spawn_main" in text else "forkserver" if "multiprocessing.forkserver" in text
                            else "subprocess")
                     result.not_recorded.append(StartedProcess(how=how, command=text[:200], pid=pid))
