@@ -1,7 +1,8 @@
 """The step budget: where one step's time goes, slice by measured slice, and what is left unexplained.
 
 `of(report)` -> model.StepBudget, a pure function of the report (it re-runs on a loaded one). The ground truth is
-the uninstrumented pass's median step (or call; or the whole measured run when the script has no steps). Each
+the uninstrumented pass's median step (or call; or the whole measured run when the script has no steps, or when
+--full-run recorded it whole, set-up included). Each
 slice is measured from the pass that sees it, as a share of that pass's window (passes run at different moments
 on a shared machine, and a window's mean step is not its median) or as counts per step x a cost this machine's
 probe measured (model.CallCosts; the efficiency layer's cached peaks), and carried to the median step:
@@ -68,8 +69,13 @@ def _library(function: str, location: str = "~") -> str | None:
 
 
 def _unit(report: Report) -> tuple[str, float, int] | None:
-    """(unit, its median seconds uninstrumented, how many the passes measured) or None without a timing."""
+    """(unit, its median seconds uninstrumented, how many the passes measured) or None without a timing. With
+    --full-run every pass recorded the whole script, set-up included: the unit is the run, whose wall time every
+    slice is measured over (a share of it carried to one median step would put set-up's Python and operators in a
+    step)."""
     it = report.run.iterations
+    if report.steps is not None and report.steps.full_run and report.target.mode == "script" and report.run.wall_s:
+        return "run", report.run.wall_s, 1
     if it and it.n and it.median_s:
         return ("call" if report.target.mode == "function" else "step"), it.median_s, it.n
     if report.run.wall_s:
@@ -101,6 +107,9 @@ def of(report: Report) -> StepBudget | None:
     name, step_s, n = unit
     costs = call_costs(report)
     notes: list[str] = []
+    if name == "run" and report.steps is not None and report.steps.full_run:
+        notes.append("--full-run: every pass recorded the whole script, set-up included, so this is the whole run's "
+                     "budget (set-up's Python and operators are in their slices), not one step's")
     slices: dict[str, BudgetSlice] = {}
     # Every slice is measured as a share of its own pass's window (or as counts per step x a measured cost) and
     # carried over to the uninstrumented median step: the passes run at different moments on a shared machine (a
@@ -151,7 +160,7 @@ def of(report: Report) -> StepBudget | None:
 
     ops = report.operator_summary
     op_it = report.run.instrumented_iterations
-    op_n = op_it.n if op_it and op_it.n else n
+    op_n = 1 if name == "run" else (op_it.n if op_it and op_it.n else n)  # the pass's span holds op_n units
     autograd = report.autograd
     if autograd and autograd.calls:
         s = (autograd.calls * costs.dispatch_us
@@ -163,7 +172,7 @@ def of(report: Report) -> StepBudget | None:
 
     data_s = 0.0
     if report.steps and report.steps.data_wait_s and report.steps.window_steps:
-        data_s = report.steps.data_wait_s / report.steps.window_steps * scale
+        data_s = report.steps.data_wait_s / (1 if name == "run" else report.steps.window_steps) * scale
         slices["data"] = BudgetSlice("data", data_s, "time inside DataLoader iterators (the step clock)",
                                      [BudgetItem(label=report.steps.data_wait_at or "DataLoader", s=data_s,
                                                  location=report.steps.data_wait_at)] if data_s else [])
@@ -171,8 +180,8 @@ def of(report: Report) -> StepBudget | None:
     py = report.python_summary
     if py and py.total_s:
         split = py.split_s
-        py_n = report.steps.window_steps if report.steps and report.steps.window_steps else (
-            report.target.iters or n)
+        py_n = 1 if name == "run" else (report.steps.window_steps if report.steps and report.steps.window_steps
+                                         else (report.target.iters or n))
         timed = split.user + split.library + split.builtin
         added = min(timed, py.calls * costs.cprofile_call_us * 1e-6)
         # likewise a share of that pass's own step, carried over to the uninstrumented one

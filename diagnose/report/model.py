@@ -675,7 +675,7 @@ class StepBudget:
     """A top-down account of one step: measured slices that add up to the uninstrumented median step, and what
     they leave unexplained (diagnose/budget.py). A finding's time at stake never exceeds the slice it is about."""
 
-    unit: str  # "step", "call" (function mode) or "run" (a script without steps: the whole measured run)
+    unit: str  # "step", "call" (function mode) or "run" (a script without steps, or --full-run: the whole run)
     step_s: float  # the uninstrumented pass's median step (the unit's time): the budget's 100%
     slices: list[BudgetSlice] = field(default_factory=list)  # in a fixed order, unexplained last
     unexplained_share: float = 0.0  # the unexplained slice's share (negative: the slices over-count)

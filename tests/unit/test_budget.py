@@ -252,3 +252,19 @@ def test_a_measured_saving_at_a_rounding_edge_is_the_same_number_in_the_slice_an
         faults = next(f for f in findings.derive(report) if f.kind == "page_faults")
         assert faults.stake.pct == report.doctor.best_win("page_faults").saved_pct
         assert "at most the step budget" not in faults.stake.basis, (speedup, faults.stake)
+
+
+def test_a_full_run_is_budgeted_as_the_run_it_recorded_not_as_a_step():
+    # with --full-run every pass records the whole script, set-up included: its slices are shares of the whole run,
+    # and carried to one median step they put set-up's Python and operators in a step. The unit is the run: the
+    # same measurements give the same shares, over the run's wall time, and the notes say what it holds
+    report = _loaded(DATA / "findings" / "resnet_train_window_report.json")
+    step = budget.of(report)
+    report.steps = dataclasses.replace(report.steps, full_run=True)
+    run = budget.of(report)
+    assert (step.unit, run.unit) == ("step", "run") and run.step_s == round(report.run.wall_s, 9)
+    assert [s.name for s in run.slices] == [s.name for s in step.slices]
+    for a, b in zip(step.slices, run.slices):
+        assert abs(a.share - b.share) <= 0.005, (a.name, a.share, b.share)
+    assert any(n.startswith("--full-run: every pass recorded the whole script, set-up included") for n in run.notes)
+    assert fmt.budget_line(dataclasses.replace(report, step_budget=run)).startswith("run ")
