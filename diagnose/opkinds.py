@@ -19,7 +19,11 @@ plain values the rules pass in:
 - `weight_init(name, module, calls, steps)`: an RNG filling a tensor in place
   outside any forward, less than once a step: set-up, never a suspect;
 - autocast's weight casts are a copy kind (findings/copies.py: `aten::to`
-  called by the GEMM itself, to a lower precision).
+  called by the GEMM itself, to a lower precision);
+- `compiled`: a kernel torch.compile generated (COMPILED_KERNEL), already a
+  fused loop over several operators: never told to fuse with torch.compile;
+  `compiled_rng` when its loop draws random numbers (dropout's mask), which
+  costs a generator step per element: not an activation-like observation.
 Imports nothing of diagnose's: the ground floor.
 """
 
@@ -83,7 +87,14 @@ def _names(*names: str) -> re.Pattern:
 
 
 MATMUL = _names(*GEMMS)  # matrix multiplies whose (M, N, K) matmul_dims reads from the input shapes
+# a kernel torch.compile generated (inductor: `cpp_fused_add_gelu_0`, with the kernel profile on
+# `graph_0_cpp_fused_add_gelu_0`; `triton_` on GPUs): a loop over several fused operators, recorded without shapes
+COMPILED_KERNEL = re.compile(r"^(graph_\d+_)?(cpp|triton)_\w+$")
+# one that draws random numbers (dropout's mask): a generator step per element, far more than its bytes cost
+COMPILED_RNG = re.compile(r"^(graph_\d+_)?(cpp|triton)_\w*(dropout|bernoulli|rand|normal|uniform)\w*$")
 CLASSES: list[tuple[str, re.Pattern]] = [
+    ("compiled_rng", COMPILED_RNG),
+    ("compiled", COMPILED_KERNEL),
     ("matmul", _names(*GEMMS, "einsum", "mkldnn_matmul")),
     # int8 GEMMs of quantised models: dynamic (quantized::linear_dynamic), static (quantized::linear), oneDNN's
     # (onednn::qlinear_pointwise); their weight packing (linear_prepack) is set-up, its own kind below
@@ -127,8 +138,9 @@ QUANTIZED_CLASSES = {"quantized_matmul", "quantized_convolution"}
 # the profiler's names of the half-size float dtypes a model computes in (matmul and convolution rows)
 LOW_PRECISION = {"c10::BFloat16": "bfloat16", "c10::Half": "float16"}
 FLOAT32 = "float"
-# a fused activation function: part of a healthy model's time, though it only reads and writes its tensor
-ACTIVATION_CLASSES = {"activation"}
+# one fused kernel already (an activation function, a loop torch.compile generated): part of a healthy model's
+# time, though it only reads and writes its tensors
+ACTIVATION_CLASSES = {"activation", "compiled"}
 CHANNELS_LAST_CLASSES = {"convolution", "pooling", "batch_norm"}
 
 

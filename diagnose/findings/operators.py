@@ -6,7 +6,8 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   model spends its time, so only the top row gets a finding if it is one,
   `low` and marked an observation (`observation`, stake.py: ranked after what
   there is to fix; look at its efficiency). A fused activation function
-  (gelu, relu, silu, sigmoid, ...) is part of what a model computes too: under
+  (gelu, relu, silu, sigmoid, ...) or a kernel torch.compile generated
+  (opkinds.COMPILED_KERNEL) is part of what a model computes too: under
   30% it is `low` and an observation (BERT's GELU took 11%); at 30% or more
   it is `medium` (something slows it: page faults of fresh outputs, a tiny
   tensor per call). A kernel's own internal copy (addmm writing its broadcast
@@ -102,7 +103,11 @@ AUTOGRAD_MIN_CALLS = 20
 
 
 def _shape_text(row: OperatorRow) -> str:
-    return ", ".join(str(s) for s in row.shapes_shown() if s != []) or "scalars"
+    """' on [64, 512], [512]' (' on scalars'), or nothing for a row that recorded no inputs (a kernel torch.compile
+    generated)."""
+    if not row.input_shapes:
+        return ""
+    return " on " + (", ".join(str(s) for s in row.shapes_shown() if s != []) or "scalars")
 
 
 def _overhead(report: Report) -> float | None:
@@ -139,7 +144,7 @@ def hot_operator(report: Report) -> list[Finding]:
         out.append(Finding(
             kind="hot_operator",
             severity=severity,
-            title=f"{row.name} on {_shape_text(row)} takes {row.self_pct:.0f}% of operator CPU time{where}",
+            title=f"{row.name}{_shape_text(row)} takes {row.self_pct:.0f}% of operator CPU time{where}",
             op=row.name,
             location=row.source,
             evidence={

@@ -194,6 +194,31 @@ def test_in_function_mode_init_is_judged_against_the_calls_the_profiler_recorded
     assert suggestions.weight_init_row(report, dataclasses.replace(once_a_call, calls=1))
 
 
+def test_a_kernel_torch_compile_generated_is_never_told_to_fuse_with_torch_compile():
+    # a compiled training step's fused backward kernel (kernel profile on): 13% of operator time. It read "[medium]
+    # hot_operator ... on scalars" with "Fuse chains of them (torch.compile)": a compiled kernel, told to compile
+    name = "graph_0_cpp_fused_add_gelu_native_layer_norm_2"
+    assert op_class(name) == op_class("cpp_fused_add_gelu_0") == "compiled" and op_class("aten::relu") != "compiled"
+    fused = OperatorRow(name=name, input_shapes=[], dtypes=[], calls=40, self_cpu_us=13_000.0,
+                        total_cpu_us=13_000.0, self_pct=13.0, module="Net (compiled)", source="t.py:27")
+    report = _report_with([fused, _row("aten::mm", [[2048, 128], [128, 512]], 87.0)])
+    (f,) = [f for f in hot_operator(report) if f.op == name]
+    assert f.severity == "low" and f.observation and f.title.startswith(f"{name} takes 13%"), f.title
+    assert "torch.compile generated" in f.suggestion and ELEMENTWISE not in f.suggestion
+    # a fused loop holding most of the time is still worth a look, as an activation's would be: medium (its share's
+    # interval, from this recording's noise, clear of the 30% line)
+    report.operators[0] = dataclasses.replace(fused, self_pct=70.0)
+    (g,) = [f for f in hot_operator(report) if f.op == name]
+    assert g.severity == "medium" and not g.observation and g.borderline is None, g
+    # one whose loop draws dropout's random numbers (a compiled training step's: 13.7 ms a call for 1M elements)
+    # pays a generator step per element: judged as any other operator, with that cost named
+    rng = "graph_0_cpp_fused_native_dropout_relu_threshold_backward_view_9"
+    assert op_class(rng) == op_class("cpp_fused_bernoulli_0") == "compiled_rng"
+    report.operators[0] = dataclasses.replace(fused, name=rng, self_pct=20.0)
+    (h,) = [f for f in hot_operator(report) if f.op == rng]
+    assert h.severity == "medium" and not h.observation and "random numbers" in h.suggestion, h
+
+
 def test_no_allocation_rate_over_a_span_that_cannot_hold_it():
     report = _report_with([_row("aten::empty_like", [[64, 4096]], 50.0)])
     report.operator_summary = dataclasses.replace(report.operator_summary, total_self_cpu_us=1_050_000.0)
