@@ -5,7 +5,8 @@ Every finding about an operator at given input shapes (evidence
 (model.Place): `module` (the module path, instances' differing indices as
 `*`), `module_class` and `library_line` (the innermost frame outside torch
 that ran it, e.g. `transformers/models/bert/modeling_bert.py:335`, when it is
-not the user's line itself), and its title says them. In a module whose class is
+not one of the row's own user lines: OperatorRow.library_elsewhere), and its
+title says them. In a module whose class is
 an attention implementation that runs softmax(QK^T)V as separate operators,
 the suggestion names the fused kernel to switch to.
 """

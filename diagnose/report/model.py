@@ -634,8 +634,11 @@ class OperatorRow:
                 for i, (s, d) in enumerate(zip(self.input_shapes, [*self.dtypes, *[""] * len(self.input_shapes)]))]
 
     def library_elsewhere(self) -> str | None:
-        """The library line that ran most of it, when it is not its own user line."""
-        return self.library_line if self.library_line and self.library_line != self.source else None
+        """The library line that ran most of it, when it is not one of its own user lines (two user functions
+        making the same call, examples/contiguous_copies.py's two `.contiguous()` at :15 and :19, are its sources,
+        and which of them ran most differs from run to run: never a library line of the other's)."""
+        own = {self.source, *(s.location for s in self.sources)}
+        return self.library_line if self.library_line and self.library_line not in own else None
 
 
 # a finding's doubt when the machine's peaks (the roofs it is judged against) were measured under load

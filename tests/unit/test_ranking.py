@@ -188,6 +188,32 @@ def test_one_layers_findings_at_one_line_merge_and_findings_without_a_line_stay_
     assert (line.kind, line.severity, line.stake, line.also) == ("copy_overhead", "high", copy.stake, casts)
 
 
+def test_a_row_made_at_two_user_lines_has_no_library_line_so_its_findings_at_one_line_merge():
+    # examples/contiguous_copies.py: one copy_ row from `.contiguous()` at :15 and at :19, tied and listed in
+    # source order; in the runs where :19 ran longer, the row's "library line" was :19, another of its own user
+    # lines, so the micro-benchmark's finding at :15 carried it and did not merge with copy_overhead's at :15
+    from diagnose.findings import place
+    from diagnose.report.model import ModuleShare, SourceShare
+
+    lines = [SourceShare("c.py:15", 4, 40_000.0, min_self_us=9_000.0), SourceShare("c.py:19", 4, 52_000.0,
+                                                                                  min_self_us=9_100.0)]
+    row = OperatorRow(name="aten::copy_", input_shapes=[[2048, 2048], [2048, 2048]], dtypes=["float"] * 2, calls=8,
+                      self_cpu_us=92_000.0, total_cpu_us=92_000.0, self_pct=70.0, source="c.py:15", sources=lines,
+                      library_line="c.py:19", modules=[ModuleShare(None, None, "c.py:19", 4, 52_000.0),
+                                                       ModuleShare(None, None, "c.py:15", 4, 40_000.0)])
+    assert row.library_elsewhere() is None
+    assert dataclasses.replace(row, library_line="transformers/x.py:335").library_elsewhere() == "transformers/x.py:335"
+    rep = report()
+    rep.operators = [row]
+    shapes = {"input_shapes": row.input_shapes}
+    copy = Finding("copy_overhead", "high", "c", "aten::copy_", "c.py:15", {}, "s", "operators", stake=Stake(72.0, ""))
+    seq = place.annotate(Finding("sequential_operator", "high", "s", "aten::copy_", "c.py:15", shapes, "s",
+                                 "microbench", stake=Stake(72.0, "")), rep)
+    assert seq.place.library_line is None and "c.py:19" not in seq.title
+    (line,) = stake.dedup([copy, seq])
+    assert line.location == "c.py:15" and [f.kind for f in line.also] == ["sequential_operator"]
+
+
 def test_operator_rules_put_their_share_on_the_wall_time_scale_and_a_rule_without_an_estimate_gets_none():
     rep = report([op("aten::sort", 50), op("aten::add", 50, source="m.py:4")], operator_share=0.8)
     mb = Finding("sequential_operator", "high", "t", "aten::sort", "m.py:3", {"share_pct": 50.0}, "s", "microbench",
