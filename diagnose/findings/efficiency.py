@@ -38,7 +38,10 @@ Thresholds:
   no time at stake, which the oversubscription finding carries, so it ranks
   after it and is `low`: a symptom whose time another finding holds, which
   examples/ddp_train.py had at `medium` in the runs its share reached 10%
-  and not in the others); if it is slow alone too, the usual
+  and not in the others); likewise any kernel below its roof in an
+  oversubscribed run that was not measured slow alone (cause
+  `oversubscription`: its threads waited for CPUs, so its efficiency is not
+  the kernel's); if it is slow alone too, the usual
   verdict stands, graded by its time in the model (what the step pays), as
   below 2x, the alone efficiency beside it in the title and evidence. Graded
   by the model's time below 2x and by the alone time above it, one copy's
@@ -165,6 +168,15 @@ def low_efficiency(report: Report) -> list[Finding]:
         severity, border = _grade(pct, rel)
         if severity is None:
             continue
+        waited = oversubscribed(report)
+        # slow alone: a call long enough to judge by the roof (a 3 µs log_softmax reads 0.6% of it alone, its own
+        # start-up) that still ran below the medium line
+        slow_alone = alone is not None and alone >= MIN_US_PER_CALL and pct * ratio < MEDIUM_BELOW_PCT
+        if waited is not None and not slow_alone:
+            # its threads waited for CPUs, and nothing measured it slow without that: a symptom of the
+            # oversubscription, whose finding holds the time (module docstring)
+            out.append(_starved_finding(report, op, facts, share, waited, pct))
+            continue
         # the verdict at a time less the extra faults: the same rule, at the efficiency that time gives
         fault_counts, fault_doubts = _fault_doubt(
             report, op, lambda us: us > 0 and _grade(pct * op.us_per_call / us, rel)[0] is not None)
@@ -210,6 +222,27 @@ def low_efficiency(report: Report) -> list[Finding]:
         ))
     out.extend(_counter_findings(report))
     return out
+
+
+def _starved_finding(report: Report, op: RooflineRow, facts: dict[str, Any], share: float, waited: float,
+                     pct: float) -> Finding:
+    """A kernel below its roof in a run whose threads waited for CPUs, and not measured slow alone: `low`, its time
+    the oversubscription finding's (examples/dataloader_contention.py's GEMMs read 0.02-4% of the roof beside two
+    busy DataLoader workers, high, medium or absent from run to run, under an oversubscription that was high in
+    every run)."""
+    where = f" at {op.source}" if op.source else ""
+    return Finding(
+        kind="low_efficiency", severity="low", layer="efficiency",
+        title=(f"{op.name} on {_shape_text(report, op)} runs at {pct:.3g}% of this machine's roof while its threads "
+               f"waited {100 * waited:.0f}% of their runnable time for a CPU (oversubscription){where}"),
+        op=op.name, location=op.source,
+        evidence={"cause": "oversubscription", "efficiency_pct": pct, "share_pct": share, "bound": op.bound,
+                  "us_per_call": op.us_per_call, "threads": op.threads, "input_shapes": op.input_shapes,
+                  "runqueue_wait_share": waited, "threshold_pct": MEDIUM_BELOW_PCT, **facts},
+        suggestion=("Its threads waited for CPUs other threads held, so this efficiency is not the kernel's: fix the "
+                    "oversubscription first (see Threads), then measure again. " + _suggestion(report, op)),
+        stake=Stake(pct=None, basis="the time its threads waited for a CPU: the oversubscription finding carries it"),
+    )
 
 
 def _grade(pct: float, rel: float) -> tuple[str | None, Borderline | None]:
