@@ -84,7 +84,7 @@ from diagnose.findings.suggestions import MATMUL, matmul_dims, op_class, suggest
 from diagnose.findings.threads import oversubscribed
 from diagnose.opkinds import no_verdict
 from diagnose.report import borderline
-from diagnose.report.model import Borderline, Finding, Report, RooflineRow, Stake
+from diagnose.report.model import Borderline, Finding, MicrobenchRow, Report, RooflineRow, Stake
 
 HOT_SHARE_PCT = 10.0
 MIN_US_PER_CALL = 20.0
@@ -151,6 +151,7 @@ def low_efficiency(report: Report) -> list[Finding]:
     eff = report.efficiency
     out = []
     rel = borderline.noise(report)
+    waited = oversubscribed(report)  # the share of runnable time threads waited for a CPU, when oversubscribed
     for op in eff.operators if eff else []:
         pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
         if share < HOT_SHARE_PCT or not judged(report, op):
@@ -166,7 +167,6 @@ def low_efficiency(report: Report) -> list[Finding]:
                 continue
         # slow alone too, or faster alone by less than the context rule's 2x: graded by its time in the model, what
         # the step pays, the same on both sides of 2x (module docstring); the alone figures are evidence
-        waited = oversubscribed(report)
         # slow alone: a call long enough to judge by the roof (a 3 µs log_softmax reads 0.6% of it alone, its own
         # start-up) that still ran below the medium line
         slow_alone = alone is not None and alone >= MIN_US_PER_CALL and pct * ratio < MEDIUM_BELOW_PCT
@@ -260,20 +260,23 @@ def _grade(pct: float, rel: float) -> tuple[str | None, Borderline | None]:
                             "efficiency (share of this machine's roof)", lower_is_worse=True)
 
 
+def _alone_row(report: Report, op: RooflineRow) -> MicrobenchRow | None:
+    """The operator's micro-benchmark alone at its shapes and the run's thread count, if measured."""
+    return next((r for r in report.microbenchmarks if r.op == op.name and r.input_shapes == op.input_shapes
+                 and r.median_us and r.threads == op.threads), None)
+
+
 def _alone(report: Report, op: RooflineRow) -> float | None:
     """The operator's median µs per call micro-benchmarked alone at the run's thread count, if measured."""
-    rows = [r for r in report.microbenchmarks if r.op == op.name
-            and r.input_shapes == op.input_shapes and r.median_us]
-    same = [r for r in rows if r.threads == op.threads]
-    return float(same[0].median_us) if same else None
+    row = _alone_row(report, op)
+    return float(row.median_us) if row else None
 
 
 def _alone_noise(report: Report, op: RooflineRow) -> float:
     """The relative noise of the alone measurement (its IQR over its median), at least borderline.RUN_NOISE_MIN: the
     run's own step spread is not the micro-benchmark's (an oversubscribed run's steps spread far wider)."""
-    rows = [r for r in report.microbenchmarks if r.op == op.name and r.input_shapes == op.input_shapes
-            and r.median_us and r.threads == op.threads]
-    spread = (rows[0].iqr_us or 0.0) / rows[0].median_us if rows else 0.0
+    row = _alone_row(report, op)
+    spread = (row.iqr_us or 0.0) / row.median_us if row else 0.0
     return max(borderline.RUN_NOISE_MIN, spread)
 
 
