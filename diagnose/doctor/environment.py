@@ -328,6 +328,7 @@ def _first_count(value: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+BLAS_CHECK = "blas_threads"
 BLAS_VARIABLE_FACT = "thread variable to set"
 
 
@@ -350,7 +351,7 @@ def check_blas_threads(runtimes: Runtimes, env: dict[str, str], usable_cpus: int
     for lib in runtimes.blas:
         facts.append(Fact("BLAS library", f"{lib.name} ({lib.owner or 'system'}): {lib.path}", "", "/proc/PID/maps"))
     if not separate:
-        return DoctorCheck("blas_threads", "ok", "No BLAS library is loaded besides torch's own.", facts)
+        return DoctorCheck(BLAS_CHECK, "ok", "No BLAS library is loaded besides torch's own.", facts)
     unset: list[Library] = []
     pools: list[str] = []
     for lib in separate:
@@ -369,11 +370,11 @@ def check_blas_threads(runtimes: Runtimes, env: dict[str, str], usable_cpus: int
                           "OpenBLAS blas_server_avail at the window's end, in a pass forked from the fork server"))
     torch_part = f"torch's {torch_threads} intra-op threads" if torch_threads is not None else "torch's pool"
     if not unset:
-        return DoctorCheck("blas_threads", "ok",
+        return DoctorCheck(BLAS_CHECK, "ok",
                            f"{', '.join(pools)} beside {torch_part}: its thread count is set.", facts)
     if not blas_busy:
         why = "did no work in this run" if blas_busy is False else "is idle unless numpy/scipy linear algebra runs"
-        return DoctorCheck("blas_threads", "ok",
+        return DoctorCheck(BLAS_CHECK, "ok",
                            f"{', '.join(pools)} is loaded beside {torch_part} with its thread count unset; "
                            f"its pool {why}.", facts)
     lib = unset[0]
@@ -384,7 +385,7 @@ def check_blas_threads(runtimes: Runtimes, env: dict[str, str], usable_cpus: int
     suggestion = (f"Export {var}=1 before numpy is imported (or wrap the numpy code in "
                   f"threadpoolctl.threadpool_limits(1); in DataLoader workers, call it in worker_init_fn), so "
                   f"{lib.owner or lib.name}'s linear algebra does not start {usable_cpus} threads beside torch's.")
-    return DoctorCheck("blas_threads", "warn", summary, facts, suggestion=suggestion)
+    return DoctorCheck(BLAS_CHECK, "warn", summary, facts, suggestion=suggestion)
 
 
 def check_cpu_quota(before: dict[str, int] | None, after: dict[str, int] | None, elapsed_s: float,

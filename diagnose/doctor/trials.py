@@ -49,7 +49,8 @@ speedup of 0.979-1.014 (two forks of the same step differ by that much), and the
 of them (from 2 of 40 on 0.2 ms steps under a hog) without costing a detection.
 
 When the first ROUNDS rounds cannot tell (the verdict is "no gain", no structural truth settles it, and a
-round was more than MIN_EFFECT faster: the rounds do not rule out a change worth recommending), the
+round was more than MIN_EFFECT faster: the rounds do not rule out a change worth recommending; or a win
+whose interval reaches under a saving of MIN_EFFECT: they do not tell whether it is worth recommending), the
 trial runs to EXTENDED_ROUNDS rounds, baseline and the undecided variants only, and is judged on its rounds
 (`method` "rounds"): the median round ratio (baseline / variant, each pass's lower quartile) beyond
 MIN_EFFECT, and its sign-test 95% interval (microbench.stats.sign_test_ci: at 9 rounds, 8 of them on one
@@ -83,7 +84,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from diagnose.doctor.environment import BLAS_VARIABLE_FACT
+from diagnose.doctor.environment import BLAS_CHECK, BLAS_VARIABLE_FACT
 from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
 from diagnose.report.model import DoctorCheck, NoEffect, Trial
@@ -168,7 +169,7 @@ def quota_threads_variant(command: str, quota_cpus: float) -> Variant:
 
 def blas_threads_variant(command: str, variable: str) -> Variant:
     env = {variable: "1"}
-    return Variant("blas_one_thread", "blas_threads", _launch(env, command), env)
+    return Variant("blas_one_thread", BLAS_CHECK, _launch(env, command), env)
 
 
 def thread_count_variant(check: str, threads: int) -> Variant:
@@ -196,7 +197,7 @@ def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpu
         variants.append(bind_threads_variant(command))
     if "cpu_quota" in warned and quota_cpus:
         variants.append(quota_threads_variant(command, quota_cpus))
-    blas = next((c for c in checks if c.name == "blas_threads" and c.status == "warn"), None)
+    blas = next((c for c in checks if c.name == BLAS_CHECK and c.status == "warn"), None)
     variable = next((f.value for f in blas.facts if f.name == BLAS_VARIABLE_FACT), None) if blas else None
     if variable:
         variants.append(blas_threads_variant(command, str(variable)))
@@ -311,9 +312,25 @@ def by_rounds(trial: Trial, per_round: list[float]) -> Trial:
 
 def undecided(trial: Trial, per_round: list[float]) -> bool:
     """After the first rounds: "no gain" without a structural reason, and a round more than MIN_EFFECT faster (the
-    rounds do not rule out a change worth recommending): more rounds decide (module docstring)."""
-    return (trial.verdict == "no gain" and trial.no_effect is None
-            and any(r > 1.0 + MIN_EFFECT for r in per_round))
+    rounds do not rule out a change worth recommending); or a win whose 95% interval reaches under a saving of
+    MIN_EFFECT of the step (the rounds do not tell whether it is worth recommending): more rounds decide (module
+    docstring). examples/numpy_beside_torch.py's OPENBLAS_NUM_THREADS=1 won 1.15x (1.03-1.42) on three rounds,
+    a time at stake of 3-29%, where three runs of nine rounds measured 1.15-1.30x."""
+    if trial.no_effect is not None:
+        return False
+    if trial.verdict == "win":
+        return trial.ci_low is not None and trial.ci_low < 1.0 / (1.0 - MIN_EFFECT)
+    return trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round)
+
+
+def could_win(trial: Trial) -> bool:
+    """A "no gain" that does not show the change gains nothing: no structural reason, and its 95% interval still
+    reaches a gain worth recommending (above 1 + MIN_EFFECT). A finding that carries the trial keeps its own
+    estimate then, rather than a stake of 0: examples/numpy_beside_torch.py's OPENBLAS_NUM_THREADS=1 measured
+    1.30x (1.21-1.40) and 1.30x (1.09-1.41) in two runs of nine rounds, and 1.15x (0.95-1.40), "no gain", in a
+    third: the sign test cannot tell there, which is not a measured absence of gain."""
+    return (trial.verdict == "no gain" and trial.no_effect is None and trial.ci_high is not None
+            and trial.ci_high > 1.0 + MIN_EFFECT)
 
 
 # ---------------------------------------------------------------- running

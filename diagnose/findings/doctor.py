@@ -18,12 +18,19 @@ topology, low_precision):
   section lists it as tried, with no gain.
 - the thread-count trial (check undersubscription or oversubscription) gets
   none here: it measures the threads finding's fix, and that finding carries
-  it (findings/threads.py).
+  it (findings/threads.py). So do blas_threads and its trial when the threads
+  layer measured that one process oversubscribed (threads.blas_cause): the
+  second pool is the oversubscription's cause, and one cause is one finding
+  (examples/numpy_beside_torch.py listed "numpy's openblas did work beside
+  torch's pool" and "one process runs 3 busy intra-op threads ...
+  torch.set_num_threads(2)", advice for a count already at 2).
 """
 
 from __future__ import annotations
 
+from diagnose.doctor.environment import BLAS_CHECK
 from diagnose.findings.stake import measured
+from diagnose.findings.threads import blas_cause
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake
 
 THREAD_FINDINGS = ("undersubscription", "oversubscription")  # kinds whose trials findings/threads.py reads
@@ -42,6 +49,8 @@ def environment(report: Report) -> list[Finding]:
     # the thread-count trial answers a threads finding, which reads it (findings/threads.py)
     names = list(dict.fromkeys([c.name for c in doctor.checks] + [t.check for t in doctor.trials
                                                                  if t.check not in THREAD_FINDINGS]))
+    if blas_cause(report) is not None:  # the oversubscription finding carries it (module docstring)
+        names.remove(BLAS_CHECK)
     for name in names:
         check = checks.get(name)
         tried = [t for t in doctor.trials if t.check == name]

@@ -8,10 +8,16 @@ for a recording shorter than MIN_DURATION_S or without its measures.
 Thresholds (2-CPU measurements, docs/measurements.md: healthy runs had a run-queue
 wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
 - oversubscription: runqueue_wait_share >= 0.2 and mean_runnable > usable
-  CPUs. `high` at a wait share >= 0.33, else `medium`. The cause comes from
+  CPUs. `high` at a wait share >= 0.33, else `medium`, judged on the share's
+  interval (report/borderline.py, the least run-to-run spread): a share near
+  a line takes the milder severity, borderline. The cause comes from
   the process/pool breakdown, in this order: DataLoader workers doing compute
   beside a main process ("dataloader_workers"), several compute processes
-  ("several_processes"), else one process whose pools hold more active
+  ("several_processes"), one process beside which the doctor's blas_threads
+  check saw a second BLAS pool do work with its thread variable unset
+  ("blas_pool": the finding carries that check's suggestion and its
+  blas_one_thread trial, and findings/doctor.py raises no blas_threads
+  finding beside it), else one process whose pools hold more active
   threads than usable CPUs ("one_process"). The suggestion gives exact
   values: fair share = max(1, usable // compute processes); beside n
   workers the main process gets max(1, usable - n). A measured sweep
@@ -46,10 +52,13 @@ Measured fix (`configured_threads_fix`): when undersubscription (setting
 below the usable CPUs) or one process's oversubscription (setting above
 them) is raised, the doctor layer tries torch.set_num_threads(usable CPUs)
 on the steps (doctor/trials.thread_count_variant, THREAD_TRIAL). The finding
-reads that trial back: a win makes its stake the measured 1 - 1/speedup of
+reads that trial back (a "blas_pool" oversubscription its blas_one_thread
+trial): a win makes its stake the measured 1 - 1/speedup of
 the step (no longer an upper bound, and before the sweep's figure); no gain
 or slower makes its stake 0 and its severity `low`, saying the fix was not
-confirmed here; a failed trial leaves the estimate above. The trial follows
+confirmed here, unless the trial could not tell (trials.could_win: "no
+gain" whose interval still reaches a gain worth having), which keeps the
+estimate and says so; a failed trial leaves the estimate above. The trial follows
 the doctor's statistics (lower-quartile step, NOISE_MARGIN, 95% interval).
 """
 
@@ -58,9 +67,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from diagnose.doctor.trials import THREAD_TRIAL
+from diagnose.doctor.environment import BLAS_CHECK
+from diagnose.doctor.trials import THREAD_TRIAL, could_win
 from diagnose.findings.stake import UPPER_BOUND, measured
+from diagnose.report import borderline
 from diagnose.report.model import (
+    DoctorCheck,
     Finding,
     Report,
     Stake,
@@ -148,6 +160,17 @@ def thread_trial(report: Report, kind: str) -> Trial | None:
     return next((x for x in trials if x.check == kind and x.name == THREAD_TRIAL), None)
 
 
+def blas_cause(report: Report) -> DoctorCheck | None:
+    """The doctor's blas_threads check when it names the cause of one process's oversubscription: it warned (a
+    BLAS besides torch's, numpy's OpenBLAS, ran its own pool beside torch's with its thread variable unset) and
+    the threads layer measured one compute process oversubscribed. That finding then carries the check and its
+    trial (findings/doctor.py leaves both to it): one cause, one finding."""
+    t = report.threads
+    if oversubscribed(report) is None or t is None or len(_compute_processes(t)) > 1 or report.doctor is None:
+        return None
+    return next((c for c in report.doctor.checks if c.name == BLAS_CHECK and c.status == "warn"), None)
+
+
 def _trial_evidence(trial: Trial) -> dict[str, Any]:
     return {"name": trial.name, "change": trial.change, "verdict": trial.verdict, "rounds": trial.rounds,
             "baseline_step_s": trial.baseline_step_s, "variant_step_s": trial.variant_step_s,
@@ -159,13 +182,17 @@ def _outcome(trial: Trial) -> str:
     return "made your steps slower" if trial.verdict == "slower" else "gained nothing beyond the noise on your steps"
 
 
-def _measured_stake(trial: Trial) -> tuple[Stake, str] | None:
-    """The finding's stake from its trial (a win: 1 - 1/speedup of the step; otherwise no gain measured), and a
-    clause for its title; None when the trial measured nothing (failed or skipped)."""
+def _measured_stake(trial: Trial) -> tuple[Stake | None, str] | None:
+    """The finding's stake from its trial (a win: 1 - 1/speedup of the step; a gain ruled out: 0), and a clause
+    for its title; a stake of None when the trial could not tell (trials.could_win: the finding keeps its own
+    estimate); None when the trial measured nothing (failed or skipped)."""
     if trial.verdict not in ("win", "no gain", "slower") or not trial.speedup:
         return None
     interval = f", 95% interval {trial.ci_low:.2f}-{trial.ci_high:.2f}x" if trial.ci_low is not None else ""
     how = f"{trial.rounds} interleaved rounds on your own steps"
+    if could_win(trial):
+        return None, (f"; {trial.change} measured {trial.speedup:.2f}x per step{interval} over {trial.rounds} "
+                      f"rounds, which neither shows a gain nor rules one out")
     if trial.verdict == "win":
         return (measured(trial, f"measured: 1 - 1/speedup of the step with {trial.change}, {how}{interval}"),
                 f"; measured {trial.speedup:.2f}x faster per step with {trial.change}{interval}")
@@ -173,6 +200,12 @@ def _measured_stake(trial: Trial) -> tuple[Stake, str] | None:
     return (Stake(pct=0.0, basis=(f"measured: {trial.change} gave {said} ({trial.speedup:.2f}x{interval}; noise "
                                   f"floor {trial.noise_floor_pct}%), {how}")),
             f"; but {trial.change} measured {said} here ({trial.speedup:.2f}x{interval})")
+
+
+def _confirmed_none(trial: Trial | None) -> bool:
+    """The trial measured the fix and ruled out a gain worth making (no gain that could_win does not excuse, or
+    slower)."""
+    return trial is not None and trial.verdict in ("no gain", "slower") and not could_win(trial)
 
 
 def _severity(share: float, medium: float, high: float, low: float | None = None) -> str | None:
@@ -203,7 +236,12 @@ def oversubscription(report: Report) -> list[Finding]:
     t = report.threads
     usable = _usable(report, t)
     runnable = float(t.mean_runnable)
-    severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH)
+    # judged on the share's interval (report/borderline.py), the least run-to-run spread: the share counts the
+    # whole window's sampled thread states, not a median of steps, so the steps' spread is not its noise
+    # (numpy_beside_torch's threads waited 32.0-32.9% in five runs whose steps spread up to 50%, at the 33% line)
+    severity, border = borderline.grade(100 * share, borderline.RUN_NOISE_MIN,
+                                        ((100 * WAIT_SHARE_HIGH, "high"), (100 * WAIT_SHARE_MEDIUM, "medium")),
+                                        "share of runnable time waiting for a CPU")
     compute = _compute_processes(t)
     workers = [p for p in compute if p.role == "dataloader_worker"]
     mains = [p for p in compute if p.role != "dataloader_worker"]
@@ -263,6 +301,12 @@ def oversubscription(report: Report) -> list[Finding]:
                           f"in each rank" + (f"; the ranks saw OMP_NUM_THREADS={','.join(omp)} but ran "
                                              f"{','.join(map(str, intra))} intra-op threads" if intra else "")
                           + "." + _sweep_note(t))
+    elif (blas := blas_cause(report)) is not None:
+        # the process's second pool is a BLAS's own (numpy's OpenBLAS): torch's count is not the one to lower
+        evidence.update(cause="blas_pool", blas_check=blas.summary)
+        title = (f"{blas.summary.rstrip('.')} ({runnable:.1f} threads wanted a CPU); threads waited "
+                 f"{100 * share:.0f}% of their runnable time")
+        suggestion = blas.suggestion or ""
     else:
         proc = compute[0] if compute else max(t.processes, key=lambda p: p.mean_runnable or 0, default=None)
         pools = proc.pools if proc else {}
@@ -299,17 +343,18 @@ def oversubscription(report: Report) -> list[Finding]:
     rec = t.sweep.recommendation if t.sweep else None
     gain = rec.gain_vs_configured_pct if rec else None
     stake = Stake(pct=round(100 * share, 1), basis=f"run-queue wait share ({UPPER_BOUND})", upper_bound=True)
-    trial = thread_trial(report, "oversubscription")
+    trial = (next((x for x in report.doctor.trials if x.check == BLAS_CHECK), None)
+             if evidence["cause"] == "blas_pool" else thread_trial(report, "oversubscription"))
     measured_stake = _measured_stake(trial) if trial else None
     if trial is not None:
         evidence["trial"] = _trial_evidence(trial)
     if measured_stake is not None:  # measured on the steps, with an interval: it comes before the sweep's figure
-        stake, clause = measured_stake
+        stake, clause = measured_stake[0] or stake, measured_stake[1]
         title += clause
         if gain is not None:
             evidence["sweep_gain_pct"] = gain
-        if trial.verdict != "win":
-            severity = "low"
+        if _confirmed_none(trial):
+            severity, border = "low", None
             suggestion = (f"The measured cost is small for this workload: {trial.change} {_outcome(trial)}; fix it "
                           f"when convenient, since threads queueing for CPUs also slow everything else on the "
                           f"machine. " + suggestion)
@@ -320,12 +365,12 @@ def oversubscription(report: Report) -> list[Finding]:
                       basis="wall time the thread sweep measured to save")
         title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec.code}"
         if gain < SWEEP_NEGLIGIBLE_PCT:
-            severity = "low"
+            severity, border = "low", None
             suggestion = (f"The measured cost is small for this workload ({gain:+.1f}% throughput from the "
                           f"recommended setting); fix it when convenient, since threads queueing for CPUs also slow "
                           f"everything else on the machine. " + suggestion)
     return [Finding(kind="oversubscription", severity=severity, title=title, op=None, location=location,
-                    evidence=evidence, suggestion=suggestion, layer="threads", stake=stake)]
+                    evidence=evidence, suggestion=suggestion, layer="threads", stake=stake, borderline=border)]
 
 
 def external_contention(report: Report) -> list[Finding]:
@@ -438,9 +483,9 @@ def undersubscription(report: Report) -> list[Finding]:
         if trial is not None:
             evidence["trial"] = _trial_evidence(trial)
         if measured_stake is not None:
-            stake, clause = measured_stake
+            stake, clause = measured_stake[0] or stake, measured_stake[1]
             title += clause
-            if trial.verdict != "win":
+            if _confirmed_none(trial):
                 severity = "low"
                 suggestion = (f"Not confirmed on this machine: {trial.change} {_outcome(trial)}. "
                               + suggestion + _sweep_note(t))

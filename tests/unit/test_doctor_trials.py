@@ -353,6 +353,29 @@ def test_a_trial_the_first_rounds_cannot_decide_runs_on_and_is_judged_on_its_rou
     assert len(seen) == 3 * 3 + extra[0] and "trial-3-steady" not in seen and "trial-8-v" in seen
 
 
+def test_a_win_whose_interval_reaches_under_the_least_effect_runs_on():
+    # rounds 1.02, 1.25, 1.30: every round faster and the pooled step 1.25x, a win, but its interval reaches a 2%
+    # saving of the step, under the least worth recommending: whether to recommend it is not told, so it runs on
+    # and is judged on its nine rounds; a steady win does not
+    ratios = {"v": [1.02, 1.25, 1.30] + [1.2] * 6, "steady": [1.25] * 9}
+    out = {t.name: t for t in T.run_trials([T.Variant("v", "c", "V"), T.Variant("steady", "c", "S")],
+                                           _rounds_run(ratios, []))}
+    v, steady = out["v"], out["steady"]
+    assert v.rounds == T.EXTENDED_ROUNDS and v.method == "rounds" and v.verdict == "win" and v.speedup == 1.2, v
+    assert steady.rounds == T.ROUNDS and steady.method == "pooled" and steady.verdict == "win", steady
+    assert steady.ci_low >= 1 / (1 - T.MIN_EFFECT)
+
+
+def test_could_win_tells_an_open_no_gain_from_a_gain_ruled_out():
+    open_ = Trial("v", "c", "V", verdict="no gain", speedup=1.15, ci_low=0.95, ci_high=1.40)
+    assert T.could_win(open_)
+    assert not T.could_win(Trial("v", "c", "V", verdict="no gain", speedup=1.01, ci_low=0.97, ci_high=1.04))
+    assert not T.could_win(Trial("v", "c", "V", verdict="win", speedup=1.3, ci_low=1.2, ci_high=1.4))
+    none = NoEffect("no page faults", "fewer than 1 a step")
+    assert not T.could_win(Trial("v", "c", "V", verdict="no gain", speedup=1.15, ci_low=0.95, ci_high=1.40,
+                                 no_effect=none))
+
+
 def test_an_extended_trial_needs_its_sign_test_interval_clear_of_one():
     # 7 of 9 rounds faster: the median is 1.14 but the 95% interval of a median from 9 rounds drops only the
     # lowest and the highest, and the second lowest is 0.95: no gain

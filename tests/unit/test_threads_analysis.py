@@ -20,8 +20,9 @@ from diagnose.layers.threads import environment, recording
 from diagnose.layers.threads.analysis import TIMELINE_MAX_POINTS, analyse, pool_of, role_of
 from diagnose.layers.threads.recording import Process
 from diagnose.report import io as report_io
-from diagnose.report.model import (Doctor, Machine, Report, Sweep, SweepRecommendation, TargetInfo, ThreadCall,
-                                   Threads, Trial)
+from diagnose.findings import derive
+from diagnose.report.model import (Doctor, DoctorCheck, Machine, Report, Sweep, SweepRecommendation, TargetInfo,
+                                   ThreadCall, Threads, Trial)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "threads"
 USABLE = 2
@@ -318,11 +319,21 @@ def with_threads(t: Threads | None, intra: int | None = 4) -> Report:
 
 
 @pytest.mark.parametrize("share, runnable, expected", [
-    (0.19, 3.0, []), (0.2, 3.0, [("oversubscription", "medium")]), (0.33, 3.0, [("oversubscription", "high")]),
+    (0.19, 3.0, []), (0.23, 3.0, [("oversubscription", "medium")]), (0.37, 3.0, [("oversubscription", "high")]),
     (0.5, 2.0, []),  # waiting without more runnable threads than CPUs is not oversubscription
 ])
 def test_oversubscription_thresholds(share, runnable, expected):
     assert kinds(with_threads(threads_of(runqueue_wait_share=share, mean_runnable=runnable))) == expected
+
+
+@pytest.mark.parametrize("share, severity, would_be", [(0.2, "low", "medium"), (0.32, "medium", "high"),
+                                                       (0.33, "medium", "high")])
+def test_a_wait_share_near_a_line_is_borderline_at_the_milder_severity(share, severity, would_be):
+    # the share's interval is the least run-to-run spread (numpy_beside_torch's threads waited 32.0-32.9% in five
+    # runs, its steps spreading up to 50%): 32% is medium, borderline high, in every run
+    (f,) = findings(with_threads(threads_of(runqueue_wait_share=share)))
+    assert f.severity == severity and f.borderline.would_be == would_be, f
+    assert f.borderline.low < 100 * share < f.borderline.high
 
 
 def test_nothing_from_short_or_missing_measurements():
@@ -407,11 +418,23 @@ def test_a_winning_trial_sets_the_measured_stake():
 @pytest.mark.parametrize("verdict, speedup, said", [("no gain", 1.02, "no gain beyond the noise"),
                                                     ("slower", 0.6, "a slower step")])
 def test_a_trial_without_gain_says_so_and_lowers_the_finding(verdict, speedup, said):
-    (f,) = rules.undersubscription(one_idle_cpu(trial=thread_trial(verdict, speedup, ci=(0.5, 1.1))))
+    (f,) = rules.undersubscription(one_idle_cpu(trial=thread_trial(verdict, speedup, ci=(0.5, 1.04))))
     assert f.severity == "low" and f.stake.pct == 0.0 and not f.stake.upper_bound
     assert f.stake.basis.startswith(f"measured: torch.set_num_threads(2) gave {said}")
     assert f"torch.set_num_threads(2) measured {said} here" in f.title
     assert f.suggestion.startswith("Not confirmed on this machine")
+
+
+def test_a_trial_that_could_not_tell_keeps_the_findings_estimate():
+    # "no gain" whose interval still reaches a gain worth having (1.15x, 0.95-1.40 over nine rounds): not a
+    # measured absence of gain, so neither a stake of 0 nor `low`
+    unsure = thread_trial("no gain", 1.15, ci=(0.95, 1.40))
+    unsure.rounds = 9
+    (f,) = rules.undersubscription(one_idle_cpu(trial=unsure))
+    assert f.severity == "medium" and f.stake.upper_bound and "perfect scaling" in f.stake.basis
+    assert "measured 1.15x per step, 95% interval 0.95-1.40x over 9 rounds, which neither shows a gain nor rules " \
+           "one out" in f.title and f.evidence["trial"]["verdict"] == "no gain"
+    assert not f.suggestion.startswith("Not confirmed")
 
 
 def test_a_failed_trial_keeps_the_bound_and_is_shown():
@@ -436,9 +459,37 @@ def test_oversubscription_takes_its_trial_and_its_line():
     rep.doctor = Doctor(trials=[thread_trial("win", 1.25, check="oversubscription")])
     (f,) = findings(rep)
     assert f.location == "model.py:2" and f.stake.pct == 20.0 and "measured 1.25x faster" in f.title
-    rep.doctor = Doctor(trials=[thread_trial("no gain", 1.01, ci=(0.9, 1.1), check="oversubscription")])
+    rep.doctor = Doctor(trials=[thread_trial("no gain", 1.01, ci=(0.97, 1.04), check="oversubscription")])
     (g,) = findings(rep)
-    assert g.severity == "low" and g.stake.pct == 0.0
+    assert g.severity == "low" and g.stake.pct == 0.0 and g.borderline is None
+
+
+def test_numpys_blas_pool_is_the_oversubscriptions_cause_and_its_trial_the_measured_fix():
+    # examples/numpy_beside_torch.py: one process, torch's 2 intra-op threads and numpy's OpenBLAS pool of 2 on 2
+    # CPUs; the doctor's blas_threads check warned and OPENBLAS_NUM_THREADS=1 won 1.30x. One cause, one finding:
+    # the oversubscription names the pool and carries the trial, and no blas_threads finding stands beside it
+    # advising torch.set_num_threads(2), the count torch already ran
+    rep = with_threads(threads_of(runqueue_wait_share=0.32, mean_runnable=2.9), intra=2)
+    blas = DoctorCheck("blas_threads", "warn", "numpy's openblas (2 threads) did work beside torch's 2 intra-op "
+                       "threads on 2 usable CPUs with OPENBLAS_NUM_THREADS unset: the two pools together want more "
+                       "threads than there are CPUs.", suggestion="Export OPENBLAS_NUM_THREADS=1 before numpy is "
+                       "imported.")
+    one = Trial(name="blas_one_thread", check="blas_threads", change="OPENBLAS_NUM_THREADS=1 python m.py", rounds=9,
+                verdict="win", baseline_step_s=0.0264, variant_step_s=0.0203, speedup=1.303, ci_low=1.214,
+                ci_high=1.397, noise_floor_pct=9.0, method="rounds")
+    rep.doctor = Doctor(checks=[blas], trials=[one])
+    assert rules.blas_cause(rep) is blas
+    out = derive(rep)
+    assert [f.kind for f in out if f.layer == "doctor"] == []
+    (f,) = [f for f in out if f.kind == "oversubscription"]
+    assert f.evidence["cause"] == "blas_pool" and f.title.startswith("numpy's openblas (2 threads) did work")
+    assert "measured 1.30x faster per step with OPENBLAS_NUM_THREADS=1 python m.py" in f.title
+    assert f.suggestion.startswith("Export OPENBLAS_NUM_THREADS=1") and "set_num_threads" not in f.suggestion
+    assert f.stake.pct == one.saved_pct and not f.stake.upper_bound and f.severity == "medium"
+    # without the threads layer's oversubscription the check is the doctor's own finding, as before
+    alone = Report(target=TargetInfo(script="m.py"), machine=Machine(usable_cpus=2, intra_op_threads=2))
+    alone.doctor = Doctor(checks=[blas], trials=[one])
+    assert rules.blas_cause(alone) is None and [f.kind for f in derive(alone)] == ["blas_threads"]
 
 
 def test_dataloader_oversubscription_points_at_the_dataloader():
