@@ -169,6 +169,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def trial_could_win(t: dict) -> bool:
+    """doctor/trials.could_win on a report's trial: "no gain" with no structural reason whose interval still
+    reaches over 1 + MIN_EFFECT (it did not show the change gains nothing)."""
+    from diagnose.doctor.trials import MIN_EFFECT
+
+    return (t["verdict"] == "no gain" and t.get("no_effect") is None and t.get("ci_high") is not None
+            and t["ci_high"] > 1 + MIN_EFFECT)
+
+
+def doctor_finding_expected(tried: list[dict]) -> bool:
+    """Whether findings/doctor.py makes a finding of a warned check from its trials `tried`: one of them won, or
+    none ruled a gain out (no gain with a tight interval, or slower) and one could not tell."""
+    if any(t["verdict"] == "win" for t in tried):
+        return True
+    measured = [t for t in tried if t["verdict"] in ("no gain", "slower")]
+    return bool(measured) and all(trial_could_win(t) for t in measured)
+
+
 def assert_trial_follows_the_rule(t: dict) -> None:
     """A trial's verdict is what diagnose/doctor/trials.py makes of the numbers the report shows: a structural
     no_effect first (then "no gain"); else, judged on its first rounds ("pooled"), a win (slower) only with its

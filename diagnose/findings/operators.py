@@ -324,8 +324,8 @@ def _churn_stake(report: Report) -> Stake:
     step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted). When the
     doctor warned about those faults and tried allocators that keep freed pages, their cost was measured: the
     best winning trial's 1 - 1/speedup with its interval (the doctor's page_faults finding holds the same time,
-    with its launch line), or 0 when none won (so at most low, as a thread finding whose trial gained
-    nothing). By the estimate alone, examples/autocast_weights.py's faults came to 4-19% of its step in five
+    with its launch line), or 0 when they ruled a gain out (so at most low, as a thread finding whose trial
+    gained nothing); when they could not tell (trials.could_win), as when none ran. By the estimate alone, examples/autocast_weights.py's faults came to 4-19% of its step in five
     runs (8-463 faults a step: where glibc's heap lands differs from run to run), and resnet_train's churn
     kept its rule's medium with no stake beside a jemalloc win of 1.007-1.36x. When it warned and no trial
     ran, the doctor's finding carries the estimate and this one claims none, keeping its rule's severity. Without
@@ -339,20 +339,22 @@ def _churn_stake(report: Report) -> Stake:
     if check is not None and check.status == "warn":
         tried = [t for t in report.doctor.trials
                  if t.check == "page_faults" and t.verdict in ("win", "no gain", "slower")]
-        # the doctor's finding exists where a trial won (its stake, the best win's) or where none ran (the estimate)
+        # the doctor's finding exists where a trial won (its stake, the best win's), or where none ran or they could
+        # not tell (the check's estimate)
         found = next((f for f in doctor_findings.environment(report) if f.kind == "page_faults"), None)
-        if found is not None and tried:  # what keeping the freed pages won on these steps: the faults' cost
+        if found is not None and report.doctor.best_win("page_faults"):  # what keeping the freed pages won here
             return dataclasses.replace(found.stake, basis=(
                 "measured: the fresh pages these allocations fault in, what the doctor's page_faults finding (the "
                 "same time, with its launch line) measured keeping freed pages: " + found.stake.basis))
-        if tried:  # measured: keeping freed pages (what the faults cost) gained nothing on these steps
+        if found is None and tried:  # measured: keeping freed pages (what the faults cost) gained nothing here
             return Stake(pct=0.0, basis=("measured: the fresh pages these allocations fault in cost nothing "
                                          "beyond the noise; the doctor's allocator trials on your steps ("
                                          + ", ".join(f"{t.name} {t.speedup:.2f}x" for t in tried if t.speedup)
                                          + ") gained nothing"))
-        if found is not None:  # warned, nothing tried
+        if found is not None:  # warned, and nothing tried or the trials could not tell
             return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's page_faults "
-                                         "finding carries that time (its estimate; no trial ran)")
+                                         "finding carries that time (its estimate: no trial ran, or the trials "
+                                         "could not tell)")
         return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's allocator trials "
                                      "measured nothing (they failed or were skipped)")
     estimate = fault_share(report)

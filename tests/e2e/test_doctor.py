@@ -11,7 +11,7 @@ fresh 64 MiB temporaries, a 5x signal, is asserted as a measured outcome.
 
 from __future__ import annotations
 
-from conftest import EXAMPLES, assert_trial_follows_the_rule, line_of, run_cli
+from conftest import EXAMPLES, assert_trial_follows_the_rule, doctor_finding_expected, line_of, run_cli
 
 
 def _diagnose(tmp_path, *args: str) -> tuple[dict, dict, dict]:
@@ -73,8 +73,9 @@ def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_i
     ftz = trials["flush_denormal"]
     assert ftz["rounds"] in (3, 9) and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
     kinds = [f["kind"] for f in report["findings"]]
-    # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed)
-    assert ("denormals" in kinds) == (ftz["verdict"] == "win"), (kinds, ftz)
+    # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed); a
+    # trial that could not tell leaves the check's estimate as a finding that says so
+    assert ("denormals" in kinds) == doctor_finding_expected([ftz]), (kinds, ftz)
     md = (tmp_path / "r" / "report.md").read_text()
     assert "flush_denormal" in md and ("win: recommended" if ftz["verdict"] == "win" else "tried: ") in md
 
@@ -111,8 +112,9 @@ def test_subnormal_weights_in_a_loop_without_modules_are_found_and_tried(tmp_pat
     ftz = trials["flush_denormal"]
     assert ftz["rounds"] in (3, 9) and ftz["speedup"] and ftz["verdict"] in ("win", "no gain", "slower"), ftz
     kinds = [f["kind"] for f in report["findings"]]
-    # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed)
-    assert ("denormals" in kinds) == (ftz["verdict"] == "win"), (kinds, ftz)
+    # recommended only when measured as a win on this machine (some CPUs handle subnormals at full speed); a
+    # trial that could not tell leaves the check's estimate as a finding that says so
+    assert ("denormals" in kinds) == doctor_finding_expected([ftz]), (kinds, ftz)
 
 
 def test_numpys_blas_pool_beside_torchs_is_found_and_its_variable_tried(tmp_path):
@@ -128,6 +130,7 @@ def test_numpys_blas_pool_beside_torchs_is_found_and_its_variable_tried(tmp_path
     one = trials["blas_one_thread"]
     assert one["rounds"] in (3, 9) and one["speedup"] and one["change"].startswith("OPENBLAS_NUM_THREADS=1 python ")
     kinds = [f["kind"] for f in report["findings"]]
-    assert ("blas_threads" in kinds) == (one["verdict"] == "win"), (kinds, one)
+    # a finding when the trial won, or could not tell (the check's estimate, unknown here: low)
+    assert ("blas_threads" in kinds) == doctor_finding_expected([one]), (kinds, one)
 
 

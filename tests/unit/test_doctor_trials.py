@@ -179,6 +179,31 @@ def test_only_measured_wins_and_untriable_warnings_become_findings():
     assert ranked[0].kind == "page_faults" and ranked[0].severity == "high"
 
 
+def test_a_warning_whose_trials_could_not_tell_keeps_the_checks_estimate():
+    # examples/resnet_train.py: the page-fault check put its faults at 12-15% of the step; jemalloc measured 1.36x
+    # (1.15-1.59x) in one run, and 1.06x (0.84-1.21x) over nine rounds in another, "no gain": not a measured
+    # absence of gain, so the warning stays a finding with the estimate, at most what the interval reaches
+    r = _report(faults=0)
+    r.doctor.checks = [DoctorCheck("page_faults", "warn", "Many faults.", suggestion="reuse", at_stake_pct=12.4),
+                       DoctorCheck("blas_threads", "warn", "A second pool.", suggestion="one thread")]
+    unsure = Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", rounds=9, speedup=1.059, ci_low=0.836,
+                   ci_high=1.214, verdict="no gain", method="rounds")
+    r.doctor.trials = [unsure, Trial("blas_one_thread", "blas_threads", "OPENBLAS_NUM_THREADS=1 python t.py",
+                                     rounds=9, speedup=1.146, ci_low=0.945, ci_high=1.4, verdict="no gain")]
+    found = {f.kind: f for f in environment(r)}
+    faults, blas = found["page_faults"], found["blas_threads"]
+    assert faults.stake.pct == 12.4 and faults.evidence["measured"] is False and faults.severity == "high"
+    assert "jemalloc 1.06x (0.84-1.21x, 9 rounds), which neither shows a gain nor rules one out" in faults.title
+    assert [t["name"] for t in faults.evidence["trials"]] == ["jemalloc"]
+    assert blas.stake.pct is None and blas.severity == "low" and "could not tell" in blas.stake.basis
+    (settled,) = [f for f in derive(r) if f.kind == "page_faults"]
+    assert settled.severity == "medium"  # 12.4% of the step
+    # a second allocator that ruled a gain out (tight interval) settles the check: no finding
+    r.doctor.trials.append(Trial("glibc_malloc_thresholds", "page_faults", "M=1 python t.py", rounds=3,
+                                 speedup=1.0, ci_low=0.98, ci_high=1.02, verdict="no gain"))
+    assert "page_faults" not in {f.kind for f in environment(r)}
+
+
 def test_a_measured_wins_severity_is_judged_on_its_interval_not_its_point():
     # two runs of examples/conv_nchw.py: jemalloc 1.58x (1.19-1.79x) and 1.24x (1.21-1.78x). By their points 37%
     # and 19% of the step, high and medium; by their intervals 16-44% and 17-44%: medium, borderline high, in both

@@ -255,6 +255,16 @@ def test_memory_churn_leaves_the_fault_time_to_the_doctors_page_faults_finding()
     assert "page_faults" not in [f.kind for f in fs] and churn.stake.pct == 0.0
     assert "gained nothing" in churn.stake.basis and "jemalloc 1.01x" in churn.stake.basis
     assert churn.severity == "low" and churn.rule_severity == "medium"
+    # trials that could not tell (resnet_train: jemalloc 1.06x, 0.84-1.21x, over nine rounds) rule nothing out:
+    # the doctor's finding carries the check's estimate, at most the 17% the interval reaches, and the churn
+    # claims none, keeping its rule's severity, as when no trial ran
+    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="no gain", speedup=1.06,
+                               ci_low=0.84, ci_high=1.21, rounds=9, method="rounds")]
+    fs = findings.derive(rep)
+    churn = next(f for f in fs if f.kind == "memory_churn")
+    faults = next(f for f in fs if f.kind == "page_faults")
+    assert faults.stake.pct == 17.4 and "could not tell" in faults.stake.basis and faults.severity == "medium"
+    assert churn.stake.pct is None and "could not tell" in churn.stake.basis and churn.severity == "medium"
     # trials that measured nothing (failed) say nothing of the faults' cost: no stake, the rule's severity
     rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="failed")]
     churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
