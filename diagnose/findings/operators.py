@@ -325,7 +325,8 @@ def _churn_stake(report: Report) -> Stake:
     doctor warned about those faults and tried allocators that keep freed pages, their cost was measured: the
     best winning trial's 1 - 1/speedup with its interval (the doctor's page_faults finding holds the same time,
     with its launch line), or 0 when they ruled a gain out (so at most low, as a thread finding whose trial
-    gained nothing); when they could not tell (trials.could_win), as when none ran. By the estimate alone, examples/autocast_weights.py's faults came to 4-19% of its step in five
+    gained nothing); when they could not tell (trials.could_win), as when none ran. By the estimate alone,
+    examples/autocast_weights.py's faults came to 4-19% of its step in five
     runs (8-463 faults a step: where glibc's heap lands differs from run to run), and resnet_train's churn
     kept its rule's medium with no stake beside a jemalloc win of 1.007-1.36x. When it warned and no trial
     ran, the doctor's finding carries the estimate and this one claims none, keeping its rule's severity. Without
