@@ -333,6 +333,12 @@ def could_win(trial: Trial) -> bool:
             and trial.ci_high > 1.0 + MIN_EFFECT)
 
 
+def ruled_out(trial: Trial) -> bool:
+    """The trial measured the change and ruled out a gain worth making: slower, or a "no gain" that could_win does
+    not excuse. What settles a finding at low (threads) or leaves a check without one (doctor)."""
+    return trial.verdict in ("no gain", "slower") and not could_win(trial)
+
+
 # ---------------------------------------------------------------- running
 
 # (pass name, environment at launch, overrides) -> the pass's step (or call) times, or why it measured none

@@ -38,7 +38,7 @@ topology, low_precision):
 from __future__ import annotations
 
 from diagnose.doctor.environment import BLAS_CHECK
-from diagnose.doctor.trials import could_win
+from diagnose.doctor.trials import ruled_out
 from diagnose.findings.stake import measured
 from diagnose.findings.threads import blas_cause
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake, Trial
@@ -51,10 +51,10 @@ def _facts(check: DoctorCheck | None) -> dict:
 
 
 def _unsure(tried: list[Trial]) -> list[Trial]:
-    """The trials that could not tell (trials.could_win), when none ruled out a gain: one that measured no gain
-    with a tight interval, or a slowdown, settles the check (no finding)."""
+    """The trials that could not tell (trials.could_win), when none ruled out a gain (trials.ruled_out: one that
+    measured no gain with a tight interval, or a slowdown, settles the check: no finding)."""
     measured_ = [t for t in tried if t.verdict in ("no gain", "slower")]
-    return measured_ if measured_ and all(could_win(t) for t in measured_) else []
+    return measured_ if measured_ and not any(ruled_out(t) for t in measured_) else []
 
 
 def environment(report: Report) -> list[Finding]:

@@ -68,7 +68,7 @@ import dataclasses
 from typing import Any
 
 from diagnose.doctor.environment import BLAS_CHECK
-from diagnose.doctor.trials import THREAD_TRIAL, could_win
+from diagnose.doctor.trials import THREAD_TRIAL, could_win, ruled_out
 from diagnose.findings.stake import UPPER_BOUND, measured
 from diagnose.report import borderline
 from diagnose.report.model import (
@@ -200,12 +200,6 @@ def _measured_stake(trial: Trial) -> tuple[Stake | None, str] | None:
     return (Stake(pct=0.0, basis=(f"measured: {trial.change} gave {said} ({trial.speedup:.2f}x{interval}; noise "
                                   f"floor {trial.noise_floor_pct}%), {how}")),
             f"; but {trial.change} measured {said} here ({trial.speedup:.2f}x{interval})")
-
-
-def _confirmed_none(trial: Trial | None) -> bool:
-    """The trial measured the fix and ruled out a gain worth making (no gain that could_win does not excuse, or
-    slower)."""
-    return trial is not None and trial.verdict in ("no gain", "slower") and not could_win(trial)
 
 
 def _severity(share: float, medium: float, high: float, low: float | None = None) -> str | None:
@@ -353,7 +347,7 @@ def oversubscription(report: Report) -> list[Finding]:
         title += clause
         if gain is not None:
             evidence["sweep_gain_pct"] = gain
-        if _confirmed_none(trial):
+        if ruled_out(trial):
             severity, border = "low", None
             suggestion = (f"The measured cost is small for this workload: {trial.change} {_outcome(trial)}; fix it "
                           f"when convenient, since threads queueing for CPUs also slow everything else on the "
@@ -485,7 +479,7 @@ def undersubscription(report: Report) -> list[Finding]:
         if measured_stake is not None:
             stake, clause = measured_stake[0] or stake, measured_stake[1]
             title += clause
-            if _confirmed_none(trial):
+            if ruled_out(trial):
                 severity = "low"
                 suggestion = (f"Not confirmed on this machine: {trial.change} {_outcome(trial)}. "
                               + suggestion + _sweep_note(t))
