@@ -9,6 +9,9 @@ import pytest
 
 from conftest import EXAMPLES, REPO, run_cli, line_of
 
+from diagnose.findings.efficiency import judged
+from diagnose.report import io as report_io
+
 MLP = EXAMPLES / "mlp.py"
 FORWARD = line_of(MLP, "logits = model(inputs)")
 BACKWARD = line_of(MLP, "loss.backward()")
@@ -50,10 +53,13 @@ def test_the_verdict_and_what_is_not_confirmed_follow_from_the_report(mlp_script
     v = r["verdict"]
     kernels = next(s for s in r["step_budget"]["slices"] if s["name"] == "kernels")
     assert v["kernels_share"] == kernels["share"]
-    placed = sorted((o for o in r["efficiency"]["operators"]
-                     if o["efficiency_pct"] is not None and o["us_per_call"] >= 20),  # judged as low_efficiency
-                    key=lambda o: -o["share_pct"])[:3]
-    assert [(k["op"], k["input_shapes"]) for k in v["kernels"]] == [(o["name"], o["input_shapes"]) for o in placed]
+    # the top three by share of the roofline rows low_efficiency judges (efficiency.judged: an efficiency from calls
+    # of >= 20 µs, a work model, not a kernel's own internal copy, which an mm's copy_ of its operand is in some
+    # runs: a restatement without that last part failed in one fresh clone)
+    report = report_io.load(str(mlp_script_run.outdir / "report.json"))
+    placed = sorted((o for o in report.efficiency.operators if judged(report, o)), key=lambda o: -o.share_pct)[:3]
+    assert [(k["op"], k["input_shapes"]) for k in v["kernels"]] == [(o.name, o.input_shapes) for o in placed]
+    assert all(k["efficiency_pct"] is not None for k in v["kernels"])
     loud = [f for f in r["findings"] if f["severity"] in ("medium", "high")]
     assert v["findings_above_low"] == len(loud) and v["healthy"] == (not v["unmet"])
     assert v["healthy"] == (kernels["share"] >= 0.7 and not loud and all(k["efficiency_pct"] >= 25 for k in v["kernels"]))
