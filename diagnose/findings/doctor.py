@@ -17,7 +17,9 @@ topology, low_precision):
 - a warning whose trials could not tell (trials.could_win: "no gain" with
   an interval that still reaches a gain worth having) gets a finding with the
   check's own estimate, as an untried warning does, at most the largest
-  saving their intervals reach, and the title gives their numbers:
+  saving their intervals reach and judged on those intervals (stake.unsure_stake:
+  mostly `low`, borderline, where a gain of 0 is inside them, as a win's
+  stake is judged on its interval), and the title gives their numbers:
   examples/resnet_train.py's page faults (12-15% of the step by the check)
   measured jemalloc 1.36x (1.15-1.59x) in one run, 1.06x (0.84-1.21x) and
   1.21x (0.94-1.35x) in two others of nine rounds each: a finding in one run
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 from diagnose.doctor.environment import BLAS_CHECK
 from diagnose.doctor.trials import ruled_out
-from diagnose.findings.stake import measured
+from diagnose.findings.stake import measured, unsure_stake
 from diagnose.findings.threads import blas_cause
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake, Trial
 
@@ -95,15 +97,13 @@ def environment(report: Report) -> list[Finding]:
             if tried:
                 told = ", ".join(f"{t.name} {t.speedup:.2f}x ({t.ci_low:.2f}-{t.ci_high:.2f}x, {t.rounds} rounds)"
                                  for t in unsure)
-                reach = max(100.0 * (1.0 - 1.0 / t.ci_high) for t in unsure)  # the largest saving they allow
-                pct = None if pct is None else round(min(pct, reach), 1)
-                why = f"the trials could not tell: {told}; at most the {reach:.3g}% their intervals reach"
+                why = f"the trials could not tell: {told}"
                 title += f": tried, {told}, which neither shows a gain nor rules one out"
                 evidence["trials"] = [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low,
                                        "ci_high": t.ci_high, "verdict": t.verdict, "rounds": t.rounds,
                                        "method": t.method} for t in unsure]
-            stake = Stake(pct=pct, basis=f"the check's estimate ({why})" if pct is not None
-                          else f"unknown: {why}")
+            stake = unsure_stake(Stake(pct=pct, basis=f"the check's estimate ({why})" if pct is not None
+                                       else f"unknown: {why}"), unsure if tried else [])
             out.append(Finding(kind=name, severity="low" if pct is None else "high", layer="doctor",
                                title=title, op=None, location=None, evidence=evidence,
                                suggestion=check.suggestion or "", stake=stake))

@@ -49,8 +49,10 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   every training loop turns its activations over once per step. Its time at
   stake (`_churn_stake`) is what the churn measurably costs, the fresh pages
   faulted in per step at the doctor's 1 µs a fault, where the run has steps
-  (none when the doctor warned about those faults: its finding holds them);
-  without steps the run's faults over its wall time (an upper bound); the
+  (when the doctor's page_faults check warned, its finding's stake, the same
+  time: what its allocator trials measured, or its estimate judged on their
+  intervals; that stake then decides the churn's severity, not the
+  allocation rate; 0 when the trials ruled a gain out); without steps the run's faults over its wall time (an upper bound); the
   allocating operators' whole time only where no faults were counted.
 - autograd_in_inference: the window ran no backward (no backward operator
   in the profile, steps not ended by optimizer.step()) while at least half
@@ -275,6 +277,9 @@ def memory_churn(report: Report) -> list[Finding]:
                                         unit=" GiB/s")
     if severity is None:
         return []
+    at_stake, measured = _churn_stake(report)
+    if measured:  # what the churn costs was measured: that decides, as it does the doctor's finding (stake.settle)
+        severity, border = "high", None
     by_location: dict[str | None, int] = defaultdict(int)
     for row in report.operators:
         if row.cpu_memory_bytes > 0:  # a row's calls share its shapes, so its bytes go by calls, not by time
@@ -313,64 +318,67 @@ def memory_churn(report: Report) -> list[Finding]:
                    "tensors created once outside the loop, torch.inference_mode() for inference so autograd "
                    "keeps nothing alive; if the allocator itself shows up, try jemalloc or tcmalloc via LD_PRELOAD.",
         layer="operators",
-        stake=_churn_stake(report),
+        stake=at_stake,
         borderline=border,
     )]
 
 
-def _churn_stake(report: Report) -> Stake:
-    """What the churn costs. Where the uninstrumented pass counted minor page faults over steps (or measured
-    calls): the fresh pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median
-    step, the doctor's page_faults estimate (a lower bound: malloc's own calls are not counted). When the
-    doctor warned about those faults and tried allocators that keep freed pages, their cost was measured: the
-    best winning trial's 1 - 1/speedup with its interval (the doctor's page_faults finding holds the same time,
-    with its launch line), or 0 when they ruled a gain out (so at most low, as a thread finding whose trial
-    gained nothing); when they could not tell (trials.could_win), as when none ran. By the estimate alone,
-    examples/autocast_weights.py's faults came to 4-19% of its step in five
-    runs (8-463 faults a step: where glibc's heap lands differs from run to run), and resnet_train's churn
-    kept its rule's medium with no stake beside a jemalloc win of 1.007-1.36x. When it warned and no trial
-    ran, the doctor's finding carries the estimate and this one claims none, keeping its rule's severity. Without
-    steps, the run's faults over its wall time (an upper bound: setup's first touch of its data counts too).
-    Without a fault count, no stake, and the rule's severity stands: the allocating operators' whole time, the
-    bound this gave before, is most of the run, since nearly every operator allocates its output (an MLP's
-    activations at 1.2 GiB/s read as ~50% at stake on a machine with AMX, while faults put them at 19%; a BERT
-    recording without fault counts read as 66%, which lifted its low churn to medium)."""
+def _churn_stake(report: Report) -> tuple[Stake, bool]:
+    """What the churn costs, and whether that stake decides its severity (rather than the allocation rate, its
+    proxy). Where the uninstrumented pass counted minor page faults over steps (or measured calls): the fresh
+    pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median step, the doctor's
+    page_faults estimate (a lower bound: malloc's own calls are not counted). When the doctor's page_faults
+    check warned about those faults, its finding holds the same time, with its fix: the churn takes that
+    finding's stake, which then decides its severity too. That is the best winning allocator trial's
+    1 - 1/speedup with its interval; or, where the trials could not tell or none ran, the check's estimate,
+    judged on the trials' intervals (stake.unsure_stake). Where they ruled a gain out (no finding), 0,
+    measured (so at most low, as a thread finding whose trial gained nothing). One stake, one severity for the
+    one time: examples/conv_nchw.py allocated 1.9-2.1 GiB/s at the 2 GiB/s line, so by its rate the churn was
+    low in two of five runs whose trials measured a 13-32% saving; resnet_train's kept its rate's medium
+    beside a page_faults finding that was low on its trials' intervals. By the estimate alone,
+    examples/autocast_weights.py's faults came to 4-19% of its step in five runs (8-463 faults a step: where
+    glibc's heap lands differs from run to run). Without steps, the run's faults over its wall time (an upper
+    bound: setup's first touch of its data counts too). Without a fault count, no stake, and the rule's
+    severity stands: the allocating operators' whole time, the bound this gave before, is most of the run,
+    since nearly every operator allocates its output (an MLP's activations at 1.2 GiB/s read as ~50% at stake
+    on a machine with AMX, while faults put them at 19%; a BERT recording without fault counts read as 66%,
+    which lifted its low churn to medium)."""
     faults, wall = report.run.minor_faults, report.run.wall_s
     check = next((c for c in report.doctor.checks if c.name == "page_faults"), None) if report.doctor else None
     if check is not None and check.status == "warn":
         tried = [t for t in report.doctor.trials
                  if t.check == "page_faults" and t.verdict in ("win", "no gain", "slower")]
         # the doctor's finding exists where a trial won (its stake, the best win's), or where none ran or they could
-        # not tell (the check's estimate)
+        # not tell (the check's estimate, judged on their intervals)
         found = next((f for f in doctor_findings.environment(report) if f.kind == "page_faults"), None)
         if found is not None and report.doctor.best_win("page_faults"):  # what keeping the freed pages won here
             return dataclasses.replace(found.stake, basis=(
                 "measured: the fresh pages these allocations fault in, what the doctor's page_faults finding (the "
-                "same time, with its launch line) measured keeping freed pages: " + found.stake.basis))
-        if found is None and tried:  # measured: keeping freed pages (what the faults cost) gained nothing here
+                "same time, with its launch line) measured keeping freed pages: " + found.stake.basis)), True
+        if found is not None:  # the trials could not tell, or none ran: the doctor's finding's estimate
+            return dataclasses.replace(found.stake, basis=(
+                "the fresh pages these allocations fault in, the time the doctor's page_faults finding holds (not "
+                "measured: " + found.stake.basis + ")")), True
+        if tried:  # measured: keeping freed pages (what the faults cost) gained nothing here
             return Stake(pct=0.0, basis=("measured: the fresh pages these allocations fault in cost nothing "
                                          "beyond the noise; the doctor's allocator trials on your steps ("
                                          + ", ".join(f"{t.name} {t.speedup:.2f}x" for t in tried if t.speedup)
-                                         + ") gained nothing"))
-        if found is not None:  # warned, and nothing tried or the trials could not tell
-            return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's page_faults "
-                                         "finding carries that time (its estimate: no trial ran, or the trials "
-                                         "could not tell)")
+                                         + ") gained nothing")), False
         return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's allocator trials "
-                                     "measured nothing (they failed or were skipped)")
+                                     "measured nothing (they failed or were skipped)"), False
     estimate = fault_share(report)
     if estimate is not None:
         unit, _, _, share = estimate
         return Stake(pct=round(min(share, 100.0), 2),
                      basis=(f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
-                            "(uninstrumented pass): the fresh pages the allocations fault in"))
+                            "(uninstrumented pass): the fresh pages the allocations fault in")), False
     if faults is not None and wall:  # no steps: the whole run's faults, setup's first touch of its data too
         return Stake(pct=round(min(100.0 * faults * FAULT_US * 1e-6 / wall, 100.0), 2), upper_bound=True,
                      basis=(f"minor page faults x {FAULT_US:g} µs over the run's wall time "
                             f"(uninstrumented pass; {UPPER_BOUND}: without steps, setup's first touch "
-                            "of its data is counted too)"))
+                            "of its data is counted too)")), False
     return Stake(pct=None, basis="not measured: the run counted no page faults (/proc/self/stat unread), so what "
-                                 "the fresh pages cost is not known")
+                                 "the fresh pages cost is not known"), False
 
 
 def autograd_in_inference(report: Report) -> list[Finding]:

@@ -150,19 +150,39 @@ def operator_stake(report: Report, share_pct: float | None) -> Stake:
     return Stake(pct=round(pct, 2), basis=basis, low=round(low, 2), high=round(high, 2))
 
 
+def _gain(speedup: float | None) -> float | None:
+    """The share of the step a speedup saves, in %: 1 - 1/speedup, 0 for a slowdown."""
+    return None if speedup is None or speedup <= 0 else round(max(0.0, 100.0 * (1.0 - 1.0 / speedup)), 2)
+
+
 def measured(trial: Trial, basis: str) -> Stake:
     """The stake a trial measured: 1 - 1/speedup of the step, with its interval from the trial's 95% interval of
     the speedup (the measurement's own, which severity is judged against, rather than the run-to-run floor
     around the point: two runs of examples/conv_nchw.py measured jemalloc 1.58x (1.19-1.79x) and 1.24x
     (1.21-1.78x), high in one and medium in the other by their points, the same by their intervals)."""
-    def gain(x: float | None) -> float | None:
-        return None if x is None or x <= 0 else round(max(0.0, 100.0 * (1.0 - 1.0 / x)), 2)
-
     pct = trial.saved_pct  # the number the step budget's allocator slice takes too
-    low, high = gain(trial.ci_low), gain(trial.ci_high)
+    low, high = _gain(trial.ci_low), _gain(trial.ci_high)
     if pct is None or low is None or high is None:
         return Stake(pct=pct, basis=basis)
     return Stake(pct=pct, basis=basis, low=min(low, pct), high=max(high, pct))
+
+
+def unsure_stake(estimate: Stake, trials: list[Trial]) -> Stake:
+    """The stake of a finding whose trials could not tell (doctor/trials.could_win): its rule's own estimate, at
+    most the largest saving their 95% intervals reach, and judged, as a win's stake is (`measured`), on those
+    intervals: from the largest saving their low ends show (0 where they reach under no change) to that reach.
+    A win and a could-not-tell of one change are then judged on one kind of interval: examples/growing_cache.py's
+    jemalloc won 1.10x (1.05-1.62x) in one run, low at its 4.6% low end, while three runs whose trials could not
+    tell were medium on the check's 13-17% estimate with the least run-to-run spread around it."""
+    told = [t for t in trials if t.ci_low is not None and t.ci_high is not None]
+    if estimate.pct is None or not told:
+        return estimate
+    low = max(_gain(t.ci_low) or 0.0 for t in told)
+    reach = max(_gain(t.ci_high) or 0.0 for t in told)
+    pct = round(max(low, min(float(estimate.pct), reach)), 2)
+    return dataclasses.replace(estimate, pct=pct, low=round(low, 2), high=round(max(reach, pct), 2),
+                               basis=f"{estimate.basis}; the trials could not tell, so judged on their intervals "
+                                     f"({low:.3g}-{reach:.3g}% saved)")
 
 
 def stake(finding: Finding) -> float:

@@ -69,7 +69,7 @@ from typing import Any
 
 from diagnose.doctor.environment import BLAS_CHECK
 from diagnose.doctor.trials import THREAD_TRIAL, could_win, ruled_out
-from diagnose.findings.stake import UPPER_BOUND, measured
+from diagnose.findings.stake import UPPER_BOUND, measured, unsure_stake
 from diagnose.report import borderline
 from diagnose.report.model import (
     DoctorCheck,
@@ -343,7 +343,7 @@ def oversubscription(report: Report) -> list[Finding]:
     if trial is not None:
         evidence["trial"] = _trial_evidence(trial)
     if measured_stake is not None:  # measured on the steps, with an interval: it comes before the sweep's figure
-        stake, clause = measured_stake[0] or stake, measured_stake[1]
+        stake, clause = measured_stake[0] or unsure_stake(stake, [trial]), measured_stake[1]
         title += clause
         if gain is not None:
             evidence["sweep_gain_pct"] = gain
@@ -477,7 +477,7 @@ def undersubscription(report: Report) -> list[Finding]:
         if trial is not None:
             evidence["trial"] = _trial_evidence(trial)
         if measured_stake is not None:
-            stake, clause = measured_stake[0] or stake, measured_stake[1]
+            stake, clause = measured_stake[0] or unsure_stake(stake, [trial]), measured_stake[1]
             title += clause
             if ruled_out(trial):
                 severity = "low"

@@ -182,7 +182,8 @@ def test_only_measured_wins_and_untriable_warnings_become_findings():
 def test_a_warning_whose_trials_could_not_tell_keeps_the_checks_estimate():
     # examples/resnet_train.py: the page-fault check put its faults at 12-15% of the step; jemalloc measured 1.36x
     # (1.15-1.59x) in one run, and 1.06x (0.84-1.21x) over nine rounds in another, "no gain": not a measured
-    # absence of gain, so the warning stays a finding with the estimate, at most what the interval reaches
+    # absence of gain, so the warning stays a finding with the estimate, at most what the interval reaches, and
+    # judged on that interval as a win is (findings/stake.unsure_stake)
     r = _report(faults=0)
     r.doctor.checks = [DoctorCheck("page_faults", "warn", "Many faults.", suggestion="reuse", at_stake_pct=12.4),
                        DoctorCheck("blas_threads", "warn", "A second pool.", suggestion="one thread")]
@@ -197,7 +198,14 @@ def test_a_warning_whose_trials_could_not_tell_keeps_the_checks_estimate():
     assert [t["name"] for t in faults.evidence["trials"]] == ["jemalloc"]
     assert blas.stake.pct is None and blas.severity == "low" and "could not tell" in blas.stake.basis
     (settled,) = [f for f in derive(r) if f.kind == "page_faults"]
-    assert settled.severity == "medium"  # 12.4% of the step
+    # 12.4% of the step by the check, 0-17.6% saved by the interval: low, and medium at the interval's high end
+    assert (settled.stake.pct, settled.stake.low, settled.stake.high) == (12.4, 0.0, 17.63)
+    assert settled.severity == "low" and settled.borderline.would_be == "medium"
+    # a could-not-tell whose interval shows a saving worth a medium at its low end stays medium
+    r.doctor.trials[0] = Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", rounds=9, speedup=1.04,
+                               ci_low=1.06, ci_high=1.3, verdict="no gain", method="rounds")
+    (settled,) = [f for f in derive(r) if f.kind == "page_faults"]
+    assert settled.stake.low == 5.66 and settled.severity == "medium" and settled.stake.pct == 12.4
     # a second allocator that ruled a gain out (tight interval) settles the check: no finding
     r.doctor.trials.append(Trial("glibc_malloc_thresholds", "page_faults", "M=1 python t.py", rounds=3,
                                  speedup=1.0, ci_low=0.98, ci_high=1.02, verdict="no gain"))

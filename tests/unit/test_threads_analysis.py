@@ -16,6 +16,7 @@ import pytest
 from diagnose.doctor.trials import THREAD_TRIAL
 from diagnose.findings import doctor as doctor_rules
 from diagnose.findings import threads as rules
+from diagnose.findings.stake import settle
 from diagnose.layers.threads import environment, recording
 from diagnose.layers.threads.analysis import TIMELINE_MAX_POINTS, analyse, pool_of, role_of
 from diagnose.layers.threads.recording import Process
@@ -427,11 +428,16 @@ def test_a_trial_without_gain_says_so_and_lowers_the_finding(verdict, speedup, s
 
 def test_a_trial_that_could_not_tell_keeps_the_findings_estimate():
     # "no gain" whose interval still reaches a gain worth having (1.15x, 0.95-1.40 over nine rounds): not a
-    # measured absence of gain, so neither a stake of 0 nor `low`
+    # measured absence of gain, so not a stake of 0: the finding's own estimate, at most the 28.6% the interval
+    # reaches, and judged on that interval (0-28.6% saved) as a win's stake is: low, borderline
     unsure = thread_trial("no gain", 1.15, ci=(0.95, 1.40))
     unsure.rounds = 9
     (f,) = rules.undersubscription(one_idle_cpu(trial=unsure))
     assert f.severity == "medium" and f.stake.upper_bound and "perfect scaling" in f.stake.basis
+    assert f.stake.low == 0.0 and f.stake.high == 28.57 and f.stake.pct <= 28.57
+    assert "the trials could not tell" in f.stake.basis
+    settled = settle(f)
+    assert settled.severity == "low" and settled.borderline.would_be == "medium"
     assert "measured 1.15x per step, 95% interval 0.95-1.40x over 9 rounds, which neither shows a gain nor rules " \
            "one out" in f.title and f.evidence["trial"]["verdict"] == "no gain"
     assert not f.suggestion.startswith("Not confirmed")
