@@ -51,6 +51,7 @@ CASES = [
 # +-20%, so a trial that finds no gain makes the finding low, and other findings may come first
 NOT_NECESSARILY_FIRST = {"allocation_churn.py", "too_many_threads.py"}
 THREAD_CASES = {"too_many_threads.py", "dataloader_contention.py", "multiprocess_pools.py"}
+MEASURED_ALONE = {"sequential_operator"}  # kinds a micro-benchmark decides: doubted when its timing was noisy
 
 
 def _follows_its_trial(f: dict) -> bool:
@@ -91,6 +92,14 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
     report = run.report
     # the findings at one line are merged: the others sit in its "also"
     found = [g for g in _flat(report["findings"]) if g["kind"] == kind]
+    if not found and kind in MEASURED_ALONE:
+        # a micro-benchmark noisy or contended in this run is doubted: no finding, but listed as not confirmed with
+        # its doubt and the command that measures it again (findings/verdict.py), the honest outcome on a shared
+        # machine: sequential_sort's sort measured 1.17x (0.99-1.39x) with IQRs of 10% and 15% in one serial run
+        doubted = [n for n in report["not_confirmed"] if n["finding"]["kind"] == kind]
+        assert doubted and all(n["finding"]["doubts"] and n["reproduce"] for n in doubted), report["findings"]
+        assert any(check(n["finding"]) for n in doubted), doubted
+        return
     assert found, [(f["kind"], f["severity"], f["title"]) for f in report["findings"]]
     assert any(check(f) for f in found), found
     if script not in NOT_NECESSARILY_FIRST:

@@ -16,8 +16,11 @@ measured 11,800 faults a step (18% of it) in one run against 7,650 (8.5%) over t
 10% that starts the allocator trials, nine fresh interpreters that cost far more than the window saves
 (122 s against 24 s here; one run each, so not a rate). Even over the default window its faults straddle that
 10% from run to run, so ResNet runs every layer but the doctor: its trials took the fixture from 16 s to 75 s
-in the runs that started them, the suite's largest swing. The doctor's allocator trials keep their checks on
-BERT (default layers, `allocator_wins`) and in test_doctor.py, on examples/temporaries_loop.py.
+in the runs that started them, the suite's largest swing. BERT too: its trials' passes are fresh interpreters
+that import transformers (5 s each here) and build the model, nine rounds of three sides where they run on, and
+they took its fixture to 192 s on an Intel Xeon (2026-11-27), an eighth of the whole suite. The doctor's
+allocator trials keep their checks in test_doctor.py, on examples/temporaries_loop.py, and the real models'
+in benchmarks/gallery_flips.py (resnet_train, conv_nchw).
 """
 
 from __future__ import annotations
@@ -56,29 +59,6 @@ def brief(findings: list[dict]) -> list[tuple]:
 
 def loud(report: dict) -> list[tuple]:
     return brief([f for f in report["findings"] if f["severity"] != "low"])
-
-
-def allocator_wins(report: dict) -> list[tuple]:
-    """The findings above low that the allocator trials measured (page_faults, and memory_churn bounded by them),
-    each asserted to be what the doctor measured: its check warned exactly when
-    its allocator trials ran, and a finding exists only where one of them won on the script's own steps (a
-    library model's activations are glibc's fresh pages every step: BERT and ResNet sit near the 10% that
-    starts the trials, and on some machines and runs jemalloc or glibc's thresholds win 1.2-1.5x)."""
-    faults = next(c for c in report["doctor"]["checks"] if c["name"] == "page_faults")
-    tried = [t for t in report["doctor"]["trials"] if t["check"] == "page_faults"]
-    assert (faults["status"] == "warn") == bool(tried), (faults, tried)
-    found = [f for f in report["findings"] if f["kind"] == "page_faults"]
-    assert bool(found) == (bool(tried) and doctor_finding_expected(tried)), (found, tried)
-    won = any(t["verdict"] == "win" for t in tried)
-    assert all(("faster per step" in f["title"]) == won for f in found), found
-    # what those trials measured bounds the churn of fresh pages too (findings/operators.py _churn_stake): a win's
-    # interval, or 0 when they ruled a gain out; both findings are above low only where that measurement says so.
-    # Trials that could not tell leave the check's estimate to the page_faults finding, and the churn claims none
-    churn = [f for f in report["findings"] if f["kind"] == "memory_churn"]
-    if tried and any(t["verdict"] in ("win", "no gain", "slower") for t in tried):
-        assert all(f["stake"]["basis"].startswith("measured") != (bool(found) and not won) for f in churn), churn
-    return brief([f for f in report["findings"] if f["severity"] != "low" and (
-        f["kind"] == "page_faults" or (f["kind"] == "memory_churn" and f["stake"]["basis"].startswith("measured")))])
 
 
 def no_memory_growth(report: dict) -> None:
@@ -124,8 +104,8 @@ def check_modules(run, root_class: str, some_class: str) -> None:
     assert all(f["kind"] in backed for f in r["findings"] if f["layer"] == "doctor"), r["findings"]
 
 
-# BERT's short window (module docstring): diagnose's options, then the script's own
-SHORT_WINDOW = ("--steps", "8")
+# BERT's short window (module docstring): diagnose's options, then the script's own; every layer but the doctor
+SHORT_WINDOW = ("--steps", "8", "--layers", "operators,python,threads,microbench,efficiency,counters")
 SHORT_SCRIPT = ("--steps", "13")
 
 
@@ -149,16 +129,15 @@ def test_bert_operators_are_attributed_inside_the_library(bert):
     check_modules(bert, "BertModel", "BertSelfAttention")
 
 
-def test_bert_diagnosis_is_nothing_above_low_but_a_measured_allocator_win(bert):
+def test_bert_diagnosis_is_nothing_above_low_but_the_fresh_pages_its_activations_fault_in(bert):
     r = bert.report
     # the model code is healthy; its activations are glibc's fresh pages every step (5,100-6,700 faults: an
-    # estimated 15-21% of the step on a Xeon with AMX, 9% on the slower AMD EPYC), so the page-fault check
-    # may start the allocator trials, and a caching allocator is reported (first, at its stake) only where one
-    # measurably won on these steps
-    wins = allocator_wins(r)
-    assert loud(r) == wins, loud(r)
-    if wins:  # the two findings of that one measured time rank first, by it
-        assert r["findings"][0]["kind"] in ("page_faults", "memory_churn")
+    # estimated 15-21% of the step on a Xeon with AMX, 9% on the slower AMD EPYC). Without the doctor (module
+    # docstring) no trial measures them: the churn's stake is that estimate, and it may be above low by it
+    assert r["doctor"] is None or not (r["doctor"]["trials"] or r["doctor"]["checks"])
+    churn = [f for f in r["findings"] if f["kind"] == "memory_churn" and f["severity"] != "low"]
+    assert all(f["stake"]["basis"].startswith("minor page faults per step") for f in churn), churn
+    assert loud(r) == brief(churn), loud(r)
     assert not [f for f in r["findings"] if f["op"] in ("aten::normal_", "aten::uniform_")]  # init is setup
     no_memory_growth(r)
     # the core compute is named with its module and the dtype to try (a healthy GEMM's hot_operator is an
