@@ -52,8 +52,9 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   (when the doctor's page_faults check warned, its finding's stake, the same
   time: what its allocator trials measured, or its estimate judged on their
   intervals; that stake then decides the churn's severity, not the
-  allocation rate; 0 when the trials ruled a gain out); without steps the run's faults over its wall time (an upper bound); the
-  allocating operators' whole time only where no faults were counted.
+  allocation rate; 0 when the trials ruled a gain out); without steps the
+  run's faults over its wall time (an upper bound); the allocating
+  operators' whole time only where no faults were counted.
 - autograd_in_inference: the window ran no backward (no backward operator
   in the profile, steps not ended by optimizer.step()) while at least half
   of its torch calls (and >= AUTOGRAD_MIN_CALLS) ran with grad mode on and an
@@ -277,8 +278,8 @@ def memory_churn(report: Report) -> list[Finding]:
                                         unit=" GiB/s")
     if severity is None:
         return []
-    at_stake, measured = _churn_stake(report)
-    if measured:  # what the churn costs was measured: that decides, as it does the doctor's finding (stake.settle)
+    at_stake, decides = _churn_stake(report)
+    if decides:  # the doctor's page_faults finding's time: its stake decides, as it does that finding's (stake.settle)
         severity, border = "high", None
     by_location: dict[str | None, int] = defaultdict(int)
     for row in report.operators:
@@ -358,7 +359,7 @@ def _churn_stake(report: Report) -> tuple[Stake, bool]:
         if found is not None:  # the trials could not tell, or none ran: the doctor's finding's estimate
             return dataclasses.replace(found.stake, basis=(
                 "the fresh pages these allocations fault in, the time the doctor's page_faults finding holds (not "
-                "measured: " + found.stake.basis + ")")), True
+                "measured: " + found.stake.basis + ")")), found.stake.pct is not None
         if tried:  # measured: keeping freed pages (what the faults cost) gained nothing here
             return Stake(pct=0.0, basis=("measured: the fresh pages these allocations fault in cost nothing "
                                          "beyond the noise; the doctor's allocator trials on your steps ("

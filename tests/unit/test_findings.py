@@ -240,6 +240,11 @@ def test_memory_churn_takes_the_time_and_severity_of_the_doctors_page_faults_fin
     # 4 GiB/s over the 1.5 s pass, alone would make it medium)
     assert churn.stake.pct == faults.stake.pct == 40.0 and "page_faults finding holds" in churn.stake.basis
     assert churn.severity == faults.severity == "high" and churn.rule_severity is None
+    # a check without an estimate gives no time to take: the churn's rate decides (4 GiB/s: medium)
+    rep.doctor.checks = [DoctorCheck("page_faults", "warn", "faults", at_stake_pct=None)]
+    churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
+    assert churn.stake.pct is None and churn.severity == "medium"
+    rep.doctor.checks = [DoctorCheck("page_faults", "warn", "faults", at_stake_pct=40.0)]
     # a trial won: the faults' cost was measured, and the churn's severity is judged on that measurement's interval
     # (resnet_train: jemalloc 1.007-1.36x left it medium with no stake by its rule, now low by the interval's low end)
     rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="win", speedup=1.123,
