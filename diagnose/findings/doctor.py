@@ -74,6 +74,7 @@ def environment(report: Report) -> list[Finding]:
         check = checks.get(name)
         tried = [t for t in doctor.trials if t.check == name]
         best = doctor.best_win(name)
+        unsure = _unsure(tried)  # [] when nothing was tried
         if best is not None:
             interval = f" (95% interval {best.ci_low:.2f}-{best.ci_high:.2f}x)" if best.ci_low is not None else ""
             lead = f"{check.summary.rstrip('.')}: " if check and check.status == "warn" else ""
@@ -90,7 +91,7 @@ def environment(report: Report) -> list[Finding]:
             suggestion = f"{best.change}" + (f"  ({check.suggestion})" if check and check.suggestion else "")
             out.append(Finding(kind=name, severity="high", layer="doctor", title=title[:1].upper() + title[1:],
                                op=None, location=None, evidence=evidence, suggestion=suggestion, stake=stake))
-        elif check is not None and check.status == "warn" and (not tried or (unsure := _unsure(tried))):
+        elif check is not None and check.status == "warn" and (not tried or unsure):
             evidence = {"check": name, "facts": _facts(check), "measured": False}
             pct, title = check.at_stake_pct, check.summary.rstrip(".")
             why = "not measured: the change cannot be tried from outside the script"
@@ -103,7 +104,7 @@ def environment(report: Report) -> list[Finding]:
                                        "ci_high": t.ci_high, "verdict": t.verdict, "rounds": t.rounds,
                                        "method": t.method} for t in unsure]
             stake = unsure_stake(Stake(pct=pct, basis=f"the check's estimate ({why})" if pct is not None
-                                       else f"unknown: {why}"), unsure if tried else [])
+                                       else f"unknown: {why}"), unsure)
             out.append(Finding(kind=name, severity="low" if pct is None else "high", layer="doctor",
                                title=title, op=None, location=None, evidence=evidence,
                                suggestion=check.suggestion or "", stake=stake))
