@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.config import DEFAULT_LAYERS
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 DIAGNOSE = [sys.executable, "-m", "diagnose"]
+# every default layer but the doctor: for fixtures whose workloads' page faults sit near the check's 10% line,
+# where the allocator trials (fresh interpreters, up to nine rounds) would start or not from run to run
+NO_DOCTOR = ",".join(layer for layer in DEFAULT_LAYERS if layer != "doctor")
 
 # Tests whose assertions do not depend on how busy the CPUs are: `make test` runs them two at a time
 # (pytest-xdist, `-m parallel_safe -n 2`) and everything else alone, after them. Findings about threads,

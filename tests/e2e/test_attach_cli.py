@@ -164,8 +164,9 @@ def test_attach_errors_are_one_line_with_their_own_exit_codes(tmp_path):
 
 
 # A busy loop that ends 2 s after py-spy started sampling it (a `py-spy record` naming its pid; the test's own
-# `py-spy dump` does not count), at most 60 s in all: a fixed 2 s from its own start left a loaded machine's attach (diagnose's import, py-spy's start) no sample
-# in one fresh-clone run (2026-11-27, the parallel step's first minute beside torch.compile's test)
+# `py-spy dump` does not count), at most 60 s in all: a fixed 2 s from its own start left a loaded machine's attach
+# (diagnose's import, py-spy's start) no sample in one fresh-clone run (2026-11-27, the parallel step's first minute
+# beside torch.compile's test)
 EXITS_WHILE_SAMPLED = """
 import os, time
 me, t0, seen = str(os.getpid()), time.time(), None

@@ -26,7 +26,7 @@ in benchmarks/gallery_flips.py (resnet_train, conv_nchw).
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLES, doctor_finding_expected, line_of, run_cli
+from conftest import EXAMPLES, NO_DOCTOR, doctor_finding_expected, line_of, run_cli
 
 from diagnose.findings.microbench import SEQUENTIAL_MAX_SPEEDUP
 from diagnose.findings.operators import HOT_MIN_PCT
@@ -105,7 +105,7 @@ def check_modules(run, root_class: str, some_class: str) -> None:
 
 
 # BERT's short window (module docstring): diagnose's options, then the script's own; every layer but the doctor
-SHORT_WINDOW = ("--steps", "8", "--layers", "operators,python,threads,microbench,efficiency,counters")
+SHORT_WINDOW = ("--steps", "8", "--layers", NO_DOCTOR)
 SHORT_SCRIPT = ("--steps", "13")
 
 
@@ -197,7 +197,7 @@ def test_gpt2_steps_are_the_forward_calls_inside_generate(gpt2):
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory):
-    return _run(tmp_path_factory, "resnet_train.py", "--layers", "operators,python,threads,microbench,efficiency,counters")
+    return _run(tmp_path_factory, "resnet_train.py", "--layers", NO_DOCTOR)
 
 
 def test_resnet_training_maps_backward_operators_to_their_modules(resnet):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import EXAMPLES, REPO, run_cli, line_of
+from conftest import EXAMPLES, NO_DOCTOR, REPO, run_cli, line_of
 
 from diagnose.findings.efficiency import judged
 from diagnose.report import io as report_io
@@ -17,16 +17,16 @@ FORWARD = line_of(MLP, "logits = model(inputs)")
 BACKWARD = line_of(MLP, "loss.backward()")
 
 
-# every layer but the doctor: over these 5 steps the control's activations fault in fresh pages (2,040 a step, 15%
-# of it by the page-fault check), which starts the allocator trials, nine rounds of fresh interpreters beside the
-# parallel step's other test (a noise floor of 137%): 138 s of this fixture's 141 s, for nothing these tests read
-LAYERS = "operators,python,threads,microbench,efficiency,counters"
+# every layer but the doctor (NO_DOCTOR): over these 5 steps the control's activations fault in fresh pages (2,040 a
+# step, 15% of it by the page-fault check), which starts the allocator trials, nine rounds of fresh interpreters
+# beside the parallel step's other test (a noise floor of 137%): 138 s of this fixture's 141 s, for nothing these
+# tests read
 
 
 @pytest.fixture(scope="module")
 def mlp_script_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("mlp") / "report"
-    run = run_cli("--layers", LAYERS, "examples/mlp.py", "--", "--steps", "5", outdir=out)
+    run = run_cli("--layers", NO_DOCTOR, "examples/mlp.py", "--", "--steps", "5", outdir=out)
     assert run.code == 0, run.stderr
     return run
 
