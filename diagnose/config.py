@@ -93,6 +93,21 @@ class SweepOptions:
     threads: tuple[int, ...] | None = None  # None: thread_values(usable CPUs, the configured count)
 
 
+# the doctor's and the what-if's trials (diagnose/doctor/trials.py): each runs FIRST_TRIAL_ROUNDS interleaved rounds,
+# and one those rounds cannot decide runs on to --trial-rounds
+FIRST_TRIAL_ROUNDS = 3
+TRIAL_ROUNDS = 9
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    """--trial-rounds (Config.trials): the doctor's and the what-if's trials."""
+
+    rounds: int = option(TRIAL_ROUNDS, "--trial-rounds", "trials (doctor, what-if): the most interleaved rounds a "
+                         "trial runs; one its first 3 rounds cannot decide runs on to N ({default}; 3: never, and the "
+                         "report marks it undecided)", metavar="N", minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
+
+
 @dataclass(frozen=True)
 class RepeatOptions:
     """--repeat (Config.repeat): the uninstrumented workload run this many times in all, so that a comparison
@@ -125,6 +140,7 @@ class Config:
     microbench: MicrobenchOptions = MicrobenchOptions()
     repeat: RepeatOptions = RepeatOptions()  # the uninstrumented workload again, for run-to-run drift
     sweep: SweepOptions = SweepOptions()  # re-run at several thread (and DataLoader worker) counts, recommend one
+    trials: TrialOptions = TrialOptions()  # the doctor's and the what-if's trials: how many rounds at most
     doctor: bool = False  # --doctor: every trial this machine can run, not only those answering a warning
     what_if: tuple[str, ...] = ()  # --what-if: variant names, or ("auto",) (diagnose/whatif/variants.py)
     vtune: str | None = None  # hotspots, threading or uarch-exploration: a pass under `vtune -collect`

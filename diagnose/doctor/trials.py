@@ -62,6 +62,10 @@ were extended): running on only serves the question that matters, whether to rec
 slowdown is still called on the first rounds, and a change whose win would change nothing (`may_win`: a
 what-if variant whose outputs differ) is not run on. Measured as a user on a BERT training step: compile
 (outputs differing, 0.96x) ran on to 9 rounds with a compilation in each, 554 s where 234 s were announced.
+`--trial-rounds N` (3 to 9 and beyond) bounds the run-on for a user (or a CI job) who wants a known cost: a
+trial the first rounds could not decide and the bound kept from running on is marked `capped`, its verdict
+that of its first rounds, and the report says it stayed undecided. On a shared 2-CPU machine the run-on was
+what made the same e2e test take 21 s in one run and 61 s in the next.
 
 A script without steps gives one time per pass (its whole run): then there is
 no interval, and every round must agree beyond the floor (run on: the sign test alone).
@@ -84,14 +88,17 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from diagnose.config import FIRST_TRIAL_ROUNDS, TRIAL_ROUNDS
 from diagnose.doctor.environment import BLAS_CHECK, BLAS_VARIABLE_FACT
 from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
 from diagnose.report.model import DoctorCheck, NoEffect, Trial
 from microbench.stats import sign_test_ci
 
-ROUNDS = 3
-EXTENDED_ROUNDS = 9  # rounds for a trial the first ROUNDS cannot tell (module docstring); compare.ROUNDS_ADVISED
+ROUNDS = FIRST_TRIAL_ROUNDS
+# rounds for a trial the first ROUNDS cannot tell (module docstring), unless --trial-rounds says fewer;
+# compare.ROUNDS_ADVISED
+EXTENDED_ROUNDS = TRIAL_ROUNDS
 MIN_EFFECT = 0.05  # the least change a trial calls (module docstring): 5% faster or slower
 NOISE_MARGIN = 2.0  # a change must beat the baseline's pass-to-pass spread this many times over (log scale)
 BOOTSTRAP_RESAMPLES = 2000
@@ -437,7 +444,10 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     for v in variants:
         decide(v)
     pending = [v for v in variants if undecided(trials[v.name], ratios(v)) and (may_win is None or may_win(v))]
-    if pending and extended > rounds:
+    if pending and extended <= rounds:  # --trial-rounds keeps them at their first rounds: said, not hidden
+        for v in pending:
+            trials[v.name].capped = True
+    elif pending:
         if more:
             more((extended - rounds) * (len(pending) + 1))
         for r in range(rounds, extended):

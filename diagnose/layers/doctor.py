@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 
+from diagnose.config import TrialOptions
 from diagnose.doctor import checks as run_checks
 from diagnose.doctor import trials as trials_mod
 from diagnose.findings.threads import configured_threads_fix
@@ -35,6 +36,7 @@ class DoctorLayer(Layer):
     name = "doctor"
     description = "environment checks (allocator, page faults, denormals, OpenMP, quota, topology) and trials"
     derived = True
+    options = ("trials", TrialOptions)  # the what-if layer's trials read them too
 
     def derive(self, context: DerivedContext, report: Report, workdir: str) -> LayerStatus:
         doctor = report.doctor or Doctor()
@@ -57,7 +59,7 @@ class DoctorLayer(Layer):
             return status
         total = trials_mod.ROUNDS * (len(variants) + 1)
         run = trials_mod.Counted(context.rerun, total, context.on_trial)
-        doctor.trials = trials_mod.run_trials(variants, run, more=run.more,
+        doctor.trials = trials_mod.run_trials(variants, run, more=run.more, extended=context.config.trials.rounds,
                                               unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks))
         doctor.launch = trials_mod.launch_line(doctor.trials, command)
         return status

@@ -55,7 +55,7 @@ class WhatIfLayer(Layer):
                 f"{s.name}: {s.reason}" for s in what_if.skipped)] if what_if.skipped else [])
         if context.rerun is None or report.run.interrupted:
             return LayerStatus("skipped", "the workload cannot be re-run from here")
-        rounds = trials_mod.ROUNDS
+        rounds, most = trials_mod.ROUNDS, context.config.trials.rounds
         passes = rounds * (len(chosen) + 1)
         per_pass = _pass_seconds(report)
         what_if.estimate_s = round(passes * per_pass, 1)
@@ -63,8 +63,9 @@ class WhatIfLayer(Layer):
         if context.say:
             context.say(f"what-if: {len(chosen)} variant(s) ({', '.join(c.name for c in chosen)}) x {rounds} rounds "
                         f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s "
-                        f"= about {what_if.estimate_s:.0f} s (a variant those rounds cannot decide runs on to "
-                        f"{trials_mod.EXTENDED_ROUNDS})"
+                        f"= about {what_if.estimate_s:.0f} s ("
+                        + (f"a variant those rounds cannot decide runs on to {most})" if most > rounds else
+                           "--trial-rounds 3: a variant those rounds cannot decide stays undecided)")
                         + (", plus torch.compile's compilation in each of the compile runs (seconds for a small "
                            "model, minutes for a large one)" if compiling else ""))
         out_dir = os.path.join(workdir, "passes")
@@ -89,7 +90,7 @@ class WhatIfLayer(Layer):
         t0 = time.monotonic()
 
         trials = {t.name: t for t in trials_mod.run_trials(variants, run, rounds, baseline, unchanged, more=run.more,
-                                                           may_win=may_win)}
+                                                           may_win=may_win, extended=most)}
         what_if.elapsed_s = round(time.monotonic() - t0, 1)
         unchecked = outputs.self_check(pass_info(1, "baseline"))
         reference = pass_info(0, "baseline")

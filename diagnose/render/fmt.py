@@ -266,8 +266,11 @@ def doctor_check_rows(report: Report) -> list[tuple[str, ...]]:
 def _trial_verdict(t) -> str:
     if t.no_effect is not None:
         return f"no gain ({t.no_effect.reason})"
-    return {"win": "win: recommended", "no gain": "tried: no gain", "slower": "tried: slower"}.get(
+    verdict = {"win": "win: recommended", "no gain": "tried: no gain", "slower": "tried: slower"}.get(
         t.verdict, f"{t.verdict}" + (f" ({t.reason})" if t.reason else ""))
+    if t.capped:  # its first rounds could not decide, and --trial-rounds kept it from running on
+        verdict += f" (undecided: --trial-rounds stopped it at {t.rounds} rounds)"
+    return verdict
 
 
 def no_effect_line(t) -> str | None:
@@ -280,8 +283,8 @@ def trial_rule() -> str:
     """How a trial decides (diagnose/doctor/trials.py), in the words every renderer prints."""
     return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
             f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; one those "
-            f"rounds cannot decide runs {trials_rule.EXTENDED_ROUNDS} and is judged on its median round (its "
-            f"interval: a sign test over the rounds)")
+            f"rounds cannot decide runs {trials_rule.EXTENDED_ROUNDS} (--trial-rounds sets that) and is judged on its "
+            f"median round (its interval: a sign test over the rounds)")
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:

@@ -342,6 +342,9 @@ class Trial:
     # bootstrap interval, the noise floor, every round agreeing) or "rounds" (the first rounds could not tell, so it
     # ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high)
     method: str = "pooled"
+    # the first rounds could not decide it (trials.undecided) and --trial-rounds kept it from running on: its verdict
+    # is its first rounds', which a longer trial might have changed
+    capped: bool = False
     verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
     reason: str | None = None  # why skipped or failed
     # why the change provably changes nothing here (then the verdict is "no gain", whatever the timings); None: no

@@ -45,6 +45,7 @@ def test_a_subcommand_after_options_is_named(tmp_path, capsys, monkeypatch):
     (["--steps", "0"], "--steps wants a number of steps >= 1"),
     (["--microbench-top", "0"], "--microbench-top wants a count >= 1"),
     (["--sweep-repeats", "0"], "--sweep-repeats wants a number of runs >= 1"),
+    (["--trial-rounds", "2"], "--trial-rounds wants a number of rounds >= 3"),
     (["--stall-after", "-1"], "--stall-after wants seconds >= 0"),
     (["--layers", "operators,nope"], "unknown layer(s) nope"),
 ])
@@ -73,6 +74,7 @@ def test_the_config_is_frozen_and_every_default_is_written_once():
     assert defaults["operators.max_recorded_calls"] == config.operators.max_recorded_calls
     assert defaults["callgraph.node_thres_pct"] == config.callgraph.node_thres_pct
     assert defaults["sweep.repeats"] == config.sweep.repeats
+    assert defaults["trials.rounds"] == config.trials.rounds
     # every layer option declared with config.option(...) is a flag, built from the layer registry
     flags = {a.option_strings[0]: a.dest for a in parser._actions if a.option_strings}
     for group, options in cli._option_groups():

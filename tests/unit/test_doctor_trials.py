@@ -9,6 +9,7 @@ from diagnose.doctor import trials as T
 from diagnose.doctor.workload import check_denormals, check_page_faults
 from diagnose.findings import derive
 from diagnose.findings.doctor import environment
+from diagnose.render import fmt
 from diagnose.report.model import (
     Doctor,
     DoctorCheck,
@@ -384,6 +385,23 @@ def test_a_trial_the_first_rounds_cannot_decide_runs_on_and_is_judged_on_its_rou
     # only the baseline and the undecided variant ran on, announced before they ran
     assert extra == [(T.EXTENDED_ROUNDS - T.ROUNDS) * 2]
     assert len(seen) == 3 * 3 + extra[0] and "trial-3-steady" not in seen and "trial-8-v" in seen
+
+
+def test_trial_rounds_at_the_first_rounds_keeps_an_undecided_trial_there_and_marks_it():
+    # the same rounds as above, with --trial-rounds 3: nothing runs on, nothing more is announced, and the trial
+    # that would have run on keeps its first rounds' verdict, marked capped; the decided one is not marked
+    ratios = {"v": [1.15, 0.97, 1.20, 1.12, 1.18, 1.16, 1.14, 1.19, 1.13], "steady": [1.0] * 9}
+    seen: list[str] = []
+    extra: list[int] = []
+    out = {t.name: t for t in T.run_trials([T.Variant("v", "c", "V"), T.Variant("steady", "c", "S")],
+                                           _rounds_run(ratios, seen), more=extra.append, extended=T.ROUNDS)}
+    v, steady = out["v"], out["steady"]
+    assert v.rounds == T.ROUNDS and v.method == "pooled" and v.verdict == "no gain" and v.capped, v
+    assert steady.rounds == T.ROUNDS and not steady.capped, steady
+    assert extra == [] and len(seen) == 3 * 3
+    verdict = fmt._trial_verdict(v)
+    assert verdict == "tried: no gain (undecided: --trial-rounds stopped it at 3 rounds)", verdict
+    assert fmt._trial_verdict(steady) == "tried: no gain"
 
 
 def test_a_win_whose_interval_reaches_under_the_least_effect_runs_on():
