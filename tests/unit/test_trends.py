@@ -76,3 +76,29 @@ def test_a_drift_the_operator_pass_did_not_see_is_doubted():
         assert f.location == ("m.py:3" if sites else None)  # the growing site is still named
         if doubted:
             assert "operator pass" in f.doubts[0] and f"against {rise} here" in f.doubts[0], f.doubts
+
+
+def test_a_drift_the_operator_pass_neither_contradicts_nor_replicates_is_doubted():
+    """findings/trends.py step_drift: the control (examples/mlp.py) once drifted +33% in its uninstrumented pass
+    while its operator pass's steps were too noisy to say (+6%, an interval from -0.26 to +0.31 ms a step): its top
+    reaches the rise, so it does not contradict it, and its interval reaches 0, so it does not replicate it
+    either. Not confirmed; a second pass whose own line rises beyond its noise confirms it."""
+    from diagnose.findings.trends import step_drift
+    from diagnose.report.model import Report, Steps, TargetInfo
+
+    base = [0.010 + 0.00015 * i for i in range(20)]
+    rng = random.Random(7)
+    noisy = [0.030 + rng.uniform(-0.012, 0.012) + 0.0002 * i for i in range(20)]  # rises, but inside its noise
+    op = drift(noisy)
+    assert op.slope.ci_low <= 0 < op.slope.ci_high, op.slope
+    high = 100 * op.slope.ci_high * 19 / op.median_s
+    assert high >= 0.5 * drift(base).change_pct  # not the contradicted case above
+    report = Report(target=TargetInfo(script="m.py"), steps=Steps(window_s=base, drift=drift(base),
+                                                                   instrumented_drift=op))
+    (f,) = step_drift(report)
+    assert f.doubts and "did not rise beyond its noise" in f.doubts[0] and "not confirmed" in f.doubts[0], f.doubts
+    rising = drift([0.030 + 0.0005 * i for i in range(20)])
+    assert rising.slope.ci_low > 0
+    report.steps.instrumented_drift = rising
+    (f,) = step_drift(report)
+    assert f.doubts == [], f.doubts
