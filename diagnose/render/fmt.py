@@ -269,7 +269,9 @@ def _trial_verdict(t) -> str:
     verdict = {"win": "win: recommended", "no gain": "tried: no gain", "slower": "tried: slower"}.get(
         t.verdict, f"{t.verdict}" + (f" ({t.reason})" if t.reason else ""))
     if t.capped:  # its first rounds could not decide, and --trial-rounds kept it from running on
-        verdict += f" (undecided: --trial-rounds stopped it at {t.rounds} rounds)"
+        if t.verdict == "no gain":  # not a measured absence of gain: the rounds did not rule one out
+            return f"undecided: --trial-rounds stopped it at {t.rounds} rounds"
+        verdict += f" (not settled: --trial-rounds stopped it at {t.rounds} rounds)"
     return verdict
 
 

@@ -400,7 +400,9 @@ def test_trial_rounds_at_the_first_rounds_keeps_an_undecided_trial_there_and_mar
     assert steady.rounds == T.ROUNDS and not steady.capped, steady
     assert extra == [] and len(seen) == 3 * 3
     verdict = fmt._trial_verdict(v)
-    assert verdict == "tried: no gain (undecided: --trial-rounds stopped it at 3 rounds)", verdict
+    assert verdict == "undecided: --trial-rounds stopped it at 3 rounds", verdict
+    won = Trial("w", "c", "W", rounds=3, verdict="win", speedup=1.3, ci_low=1.02, ci_high=1.5, capped=True)
+    assert fmt._trial_verdict(won) == "win: recommended (not settled: --trial-rounds stopped it at 3 rounds)"
     assert fmt._trial_verdict(steady) == "tried: no gain"
 
 
