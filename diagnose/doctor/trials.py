@@ -62,7 +62,7 @@ were extended): running on only serves the question that matters, whether to rec
 slowdown is still called on the first rounds, and a change whose win would change nothing (`may_win`: a
 what-if variant whose outputs differ) is not run on. Measured as a user on a BERT training step: compile
 (outputs differing, 0.96x) ran on to 9 rounds with a compilation in each, 554 s where 234 s were announced.
-`--trial-rounds N` (3 to 9 and beyond) bounds the run-on for a user (or a CI job) who wants a known cost: a
+`--trial-rounds N` (at least ROUNDS; 9 by default) bounds the run-on for a user (or a CI job) who wants a known cost: a
 trial the first rounds could not decide and the bound kept from running on is marked `capped`, its verdict
 that of its first rounds, and the report says it stayed undecided. On a shared 2-CPU machine the run-on was
 what made the same e2e test take 21 s in one run and 61 s in the next.

@@ -65,7 +65,7 @@ class WhatIfLayer(Layer):
                         f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s "
                         f"= about {what_if.estimate_s:.0f} s ("
                         + (f"a variant those rounds cannot decide runs on to {most})" if most > rounds else
-                           "--trial-rounds 3: a variant those rounds cannot decide stays undecided)")
+                           f"--trial-rounds {most}: a variant those rounds cannot decide stays undecided)")
                         + (", plus torch.compile's compilation in each of the compile runs (seconds for a small "
                            "model, minutes for a large one)" if compiling else ""))
         out_dir = os.path.join(workdir, "passes")
