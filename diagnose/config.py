@@ -104,8 +104,9 @@ class TrialOptions:
     """--trial-rounds (Config.trials): the doctor's and the what-if's trials."""
 
     rounds: int = option(TRIAL_ROUNDS, "--trial-rounds", "trials (doctor, what-if): the most interleaved rounds a "
-                         "trial runs; one its first 3 rounds cannot decide runs on to N ({default}; 3: never, and the "
-                         "report marks it undecided)", metavar="N", minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
+                         f"trial runs; one its first {FIRST_TRIAL_ROUNDS} rounds cannot decide runs on to N ({{default}}; "
+                         f"{FIRST_TRIAL_ROUNDS}: never, and the report marks it undecided)", metavar="N",
+                         minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
 
 
 @dataclass(frozen=True)
