@@ -25,7 +25,9 @@ probe measured (model.CallCosts; the efficiency layer's cached peaks), and carri
   ones that recorded autograd x the extra autograd_dispatch_us - dispatch_us.
 - python: the call-graph pass's Python self time (the user's functions and other Python code; operator work
   reached through C slots already moved out by layers/python.py), less what cProfile added (cprofile_call_us a
-  call), less the data slice's share of it, less the blocks freed between operators.
+  call), less the data slice's share of it, less the blocks freed between operators, less the dispatch of the
+  torch calls made through a C slot (`a - b`, `x[i]`: Autograd.slot_calls), which cProfile sees no call for and
+  the dispatch slice counts.
 - native: C built-ins outside torch (numpy, PIL, tokenizers, ...), by library, corrected likewise.
 - data: time inside DataLoader iterators (the step clock's data wait).
 - waiting: blocking built-ins cProfile saw (sleep, locks, pipe and socket reads, waiting for a child).
@@ -211,8 +213,13 @@ def of(report: Report) -> StepBudget | None:
         py_free_out_s = (py.minor_faults / py_n * free_us * 1e-6 * freed_out * py_pace
                          if py.minor_faults is not None and py_n else free_out_s)
         freed_python = min(python_s, py_free_out_s)
-        python_kept = (python_s - freed_python) / python_s if python_s else 0.0
-        python_s -= freed_python
+        # torch calls made through a C slot (a - b, x[i], out[i] = v) are no calls to cProfile: their dispatch is
+        # in the calling function's self time, and the dispatch slice counts it already (a row loop's Python and
+        # dispatch summed to 126% of its run)
+        slot_calls = autograd.slot_calls / op_n if autograd and autograd.slot_calls else 0.0
+        slot_s = min(python_s - freed_python, slot_calls * costs.dispatch_us * 1e-6 * scale)
+        python_kept = (python_s - freed_python - slot_s) / python_s if python_s else 0.0
+        python_s -= freed_python + slot_s
         basis = (f"the call-graph pass's self time, less cProfile's {costs.cprofile_call_us:g} µs on each of its "
                  f"{py.calls:,} calls, as a share of that pass's step (x {py_pace:.3g} to this step)")
         users = [f for f in report.python_hotspots if f.kind == "user"
@@ -224,7 +231,10 @@ def of(report: Report) -> StepBudget | None:
         slices["python"] = BudgetSlice(
             "python", python_s, basis + " (your functions and other Python code)" + (
                 f", less the {1e3 * freed_python:.3g} ms of blocks freed between operators (the allocator's)"
-                if freed_python else ""),
+                if freed_python else "") + (
+                f", less the {1e3 * slot_s:.3g} ms of dispatch of the {slot_calls:,.0f} torch calls a {name} made "
+                "by operators and indexing (a - b, x[i]): cProfile sees no call there and books them to the calling "
+                "function; they are the dispatch slice's" if slot_s else ""),
             [BudgetItem(label=f.function, s=f.python_s * keep / py_n * python_kept,
                         location=f.location if f.kind == "user" else None)
              for f in sorted(users, key=lambda f: -f.python_s)[:TOP]],

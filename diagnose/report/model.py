@@ -826,6 +826,9 @@ class Autograd:
     recording_calls: int  # of them: grad mode on and a tensor input requiring grad, so a graph node was made
     backward_ops: int  # profiler rows of backward work in the window (names with "Backward", autograd engine)
     grad_mode_off_calls: int = 0  # calls made under torch.no_grad() / inference_mode()
+    # of `calls`: reached through a C slot of the tensor's type (`a - b`, `x[i]`, `out[i] = v`): cProfile sees no
+    # call there, so their dispatch is in the calling function's Python self time (the step budget takes it out)
+    slot_calls: int = 0
     lines: list[RecordingLine] = field(default_factory=list)  # the recording calls per user line, most first
 
 

@@ -27,3 +27,19 @@ def test_numpy_augmentation_is_the_native_slice_and_a_finding_at_its_line(tmp_pa
     lines = run.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("diagnose examples/numpy_augment.py"))
     assert lines[head + 1].startswith("step budget: step ")  # the first thing the summary says
+
+
+def test_a_row_loops_calls_through_c_slots_are_counted_and_their_dispatch_counted_once(tmp_path):
+    # make demo's example: per row, x[i], row - m, + 1e-5, / and out[i] = reach torch through a C slot of the
+    # tensor (no call to cProfile), row.mean() and row.std() through a call; the step's x @ w is a slot call too
+    run = run_cli("--layers", "operators,python", "examples/python_row_loop.py", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr[-2000:]
+    r = run.report
+    rows, steps = 2000, 2
+    assert r["autograd"]["slot_calls"] == 5 * rows * steps + steps, r["autograd"]
+    # and per step empty_like and @, and the two randn of step()'s defaults, made once when it is defined
+    assert r["autograd"]["calls"] == 7 * rows * steps + 2 * steps + 2, r["autograd"]
+    b = r["step_budget"]
+    assert abs(sum(s["s"] for s in b["slices"]) - b["step_s"]) < 1e-6
+    python = next(s for s in b["slices"] if s["name"] == "python")
+    assert f"{5 * rows * steps + steps:,} torch calls a run made by operators and indexing" in python["basis"]

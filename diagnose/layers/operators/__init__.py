@@ -174,7 +174,8 @@ def autograd_summary(raw: dict[str, Any]) -> Autograd | None:
     lines = sorted((RecordingLine(source, n) for source, n in data.get("recording") or []), key=lambda l: -l.calls)
     return Autograd(calls=int(raw.get("recorded_calls") or 0), recording_calls=sum(l.calls for l in lines),
                     backward_ops=sum(int(r.get("calls") or 1) for r in raw.get("rows") or [] if is_backward(r["name"])),
-                    grad_mode_off_calls=int(data.get("grad_mode_off_calls") or 0), lines=lines)
+                    grad_mode_off_calls=int(data.get("grad_mode_off_calls") or 0),
+                    slot_calls=int(data.get("slot_calls") or 0), lines=lines)
 
 
 def _instrumented_run(report: Report, outcome) -> None:

@@ -24,6 +24,7 @@ torch is loaded (efficiency/work.py).
 from __future__ import annotations
 
 import dataclasses
+import dis
 import json
 import os
 import sys
@@ -47,6 +48,15 @@ _NO_OP_CALLS = frozenset(
     {"__get__", "__set__", "size", "dim", "stride", "numel", "__len__", "is_contiguous",
      "data_ptr", "element_size", "__hash__", "__repr__", "__format__", "storage_offset"}
 )
+
+
+# The instructions that reach a torch call through a C slot of the tensor's type (`a - b`, `x[i]`, `out[i] = v`,
+# `a < b`): cProfile sees no call there (it sees calls made by a call instruction only), so such a call's whole cost
+# is in the calling Python function's self time. Counted per recorded call (Autograd.slot_calls) by the instruction
+# its frame is executing, for the step budget (budget.py).
+SLOT_OPCODES = frozenset(code for name, code in dis.opmap.items()
+                         if name.startswith(("BINARY_", "UNARY_"))
+                         or name in ("STORE_SUBSCR", "STORE_SLICE", "DELETE_SUBSCR", "COMPARE_OP", "CONTAINS_OP"))
 
 
 # The operator pass's event budget: recording stops after config.MAX_RECORDED_CALLS torch calls from Python, or
@@ -126,7 +136,10 @@ def _source_mode(recorder: "OperatorsRecorder"):
                 if recorder.calls % _BUDGET_CHECK_EVERY == 0 and recorder.over_budget():
                     recorder.stop()
                     return func(*args, **kwargs)
-            user, library = locations(sys._getframe(1))
+            caller = sys._getframe(1)
+            if caller.f_code.co_code[caller.f_lasti] in SLOT_OPCODES:  # f_lasti: the executing instruction
+                recorder.slot_calls += 1
+            user, library = locations(caller)
             if not grad_enabled():
                 recorder.grad_off_calls += 1
             elif any(type(a) in tensor_types and a.requires_grad for a in args):  # autograd records a node
@@ -437,7 +450,7 @@ class OperatorsRecorder(Recorder):
         self.prof = None
         self.mode = None
         self.active = False
-        self.calls = 0
+        self.calls = self.slot_calls = 0
         self.malloc_trim = _malloc_trim()
         self.rss_trimmed = 0
         self.budget_note = None
@@ -528,7 +541,7 @@ class OperatorsRecorder(Recorder):
 
         self.scanning = False
         self.profile = self.results = self.budget_note = None
-        self.calls = self.grad_off_calls = self.marks = 0
+        self.calls = self.slot_calls = self.grad_off_calls = self.marks = 0
         self.recording.clear()
         self.sites.clear()
         self.site_rows.clear()
@@ -688,7 +701,7 @@ class OperatorsRecorder(Recorder):
             "recorded_iters": self.window if self.schedule_note else None,
             "recorded_calls": self.calls,
             "autograd": {"recording": [[line, n] for line, n in self.recording.items()],
-                         "grad_mode_off_calls": self.grad_off_calls},
+                         "grad_mode_off_calls": self.grad_off_calls, "slot_calls": self.slot_calls},
             "budget": self.budget_note,
             "modules": self.modules.result(),
             "input_scan": self.scan_rows(),
