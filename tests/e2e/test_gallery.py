@@ -30,11 +30,6 @@ from conftest import EXAMPLES, NO_DOCTOR, doctor_finding_expected, line_of, run_
 
 from diagnose.findings.microbench import SEQUENTIAL_MAX_SPEEDUP
 from diagnose.findings.operators import HOT_MIN_PCT
-from diagnose.findings.python import (
-    FRAMEWORK_MIN_SHARE,
-    STEP_AT_ROOFS_MEDIUM,
-    step_at_roofs,
-)
 from diagnose.report import borderline
 from diagnose.report import io as report_io
 
@@ -156,23 +151,19 @@ def gpt2(tmp_path_factory):
 
 def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     r = gpt2.report
-    first = r["findings"][0]
-    overhead_first = first["kind"] == "python_overhead" and first["severity"] in ("medium", "high")
-    # the framework form needs the step's work at the roofs under a quarter of the step: 15-25% on the 2-CPU
-    # EPYC it was planted on (its step took 1.9-3.5 ms in quiet runs: the verdict flips there, see the
-    # examples table), 33% on a Xeon with AMX (its GEMMs are faster, so its step is shorter); without it the
-    # Python share of the call-graph pass names it where that is >= 50% (53% on the Xeon, 37-39% here)
-    at = step_at_roofs(report_io.from_json_data(r))
-    if at and at["fraction"] < STEP_AT_ROOFS_MEDIUM:
-        assert overhead_first, r["findings"][:2]
-        assert first["evidence"]["cause"] == "framework", first
-        assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
-    elif r["python_summary"]["python_share"] >= FRAMEWORK_MIN_SHARE:
-        assert overhead_first, r["findings"][:2]
-        assert first["evidence"]["share_pct"] >= 100 * FRAMEWORK_MIN_SHARE, first
-    else:  # neither condition held: no overhead is claimed, and what comes first is named inside the model
-        assert "python_overhead" not in [f["kind"] for f in r["findings"]], r["findings"][:2]
-        assert ((first["place"] or {}).get("module") or "").startswith(("lm_head", "transformer.")), first
+    # one token of a small decoder at batch 2: hundreds of small operator calls a step, and the step budget's
+    # Python and dispatch slices 37-50% of it on a Xeon with AMX (dispatch alone, ~290 calls at 1-3 µs, is 8-16%).
+    # The rule grades their sum at 10/20/40% on its interval. Before the rule read the budget, a run at 28% of the step at the roofs and 49% Python
+    # in the cProfile pass, each a little short of its line, had no finding at all
+    slices = {s["name"]: s["share"] for s in r["step_budget"]["slices"]}
+    share = 100 * (slices["python"] + slices.get("dispatch", 0.0))
+    overhead = [f for f in r["findings"] if f["kind"] == "python_overhead"]
+    assert overhead and overhead[0]["evidence"]["cause"] == "framework", r["findings"][:2]
+    first = overhead[0]
+    assert first["evidence"]["share_pct"] == round(share, 1) and first["stake"]["pct"] == round(share, 1)
+    assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
+    # 37-50% against the medium line at 20%: the interval's low end (33% at 37%) clears it by a wide margin
+    assert first["severity"] in ("medium", "high") and r["findings"][0] == first, r["findings"][:2]
     # the decoder's GEMV runs in lm_head, whatever the machine makes of it (10% of operator time, at the
     # hot_operator threshold)
     gemv = next(o for o in r["operators"] if o["name"] == "aten::mm" and o["input_shapes"][1] == [256, 8000])

@@ -31,6 +31,10 @@ def test_gpt2_generate_is_framework_overhead_first():
     assert (first.kind, first.evidence["cause"]) == ("python_overhead", "framework")
     assert first.severity in ("medium", "high") and first.evidence["fraction"] < 0.25
     assert first.evidence["us_per_operator_call"] <= 100 and first.location == "examples/gpt2_generate.py:42"
+    # judged on the step budget's Python and dispatch slices, which are its stake, measured (not an upper bound)
+    slices = {s.name: s.share for s in r.step_budget.slices}
+    assert first.evidence["share_pct"] == round(100 * (slices["python"] + slices.get("dispatch", 0.0)), 1)
+    assert first.stake.basis.startswith("the step budget's Python and dispatch slices") and not first.stake.upper_bound
     assert "cache_implementation" in first.suggestion and "torch.compile" in first.suggestion
     # the lm_head GEMV is named for its shape, with its module and library line, not as a slow kernel; its
     # micro-benchmark was noisy in this recording, so it is not confirmed (listed apart, with its reproducer)
