@@ -285,8 +285,8 @@ def trial_rule() -> str:
     """How a trial decides (diagnose/doctor/trials.py), in the words every renderer prints."""
     return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
             f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; one those "
-            f"rounds cannot decide runs {trials_rule.EXTENDED_ROUNDS} (--trial-rounds sets that) and is judged on its "
-            f"median round (its interval: a sign test over the rounds)")
+            f"rounds cannot decide runs on to {trials_rule.EXTENDED_ROUNDS} unless --trial-rounds set fewer (a trial "
+            f"that bound stopped says so) and is judged on its median round (its interval: a sign test over the rounds)")
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
