@@ -146,7 +146,7 @@ def test_bert_diagnosis_is_nothing_above_low_but_the_fresh_pages_its_activations
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
-    return _run(tmp_path_factory, "gpt2_generate.py", "--microbench-budget", "15", "--microbench-top", "1")
+    return _run(tmp_path_factory, "gpt2_generate.py")
 
 
 def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
@@ -160,7 +160,8 @@ def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     overhead = [f for f in r["findings"] if f["kind"] == "python_overhead"]
     assert overhead and overhead[0]["evidence"]["cause"] == "framework", r["findings"][:2]
     first = overhead[0]
-    assert first["evidence"]["share_pct"] == round(share, 1) and first["stake"]["pct"] == round(share, 1)
+    # the stake is that share (to its rounding: the budget's bound on it is the unrounded sum)
+    assert first["evidence"]["share_pct"] == round(share, 1) and abs(first["stake"]["pct"] - share) <= 0.06
     assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
     # 37-50% against the medium line at 20%: the interval's low end (33% at 37%) clears it by a wide margin
     assert first["severity"] in ("medium", "high") and r["findings"][0] == first, r["findings"][:2]
@@ -168,11 +169,9 @@ def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     # hot_operator threshold)
     gemv = next(o for o in r["operators"] if o["name"] == "aten::mm" and o["input_shapes"][1] == [256, 8000])
     assert gemv["module"] == "lm_head" and gemv["module_class"] == "Linear", gemv
-    lm = [f for f in r["findings"] if (f["place"] or {}).get("module") == "lm_head (Linear)"]
-    assert all("sequential at this shape" not in f["suggestion"] for f in lm)
-    # a flat GEMV is named for its shape (batch more rows); one that scales is the model's core compute
-    seq = [f for f in lm if f["kind"] == "sequential_operator"]
-    assert all("batch" in f["suggestion"] for f in seq)
+    # how a flat GEMV's micro-benchmark is named (for its shape: batch more rows) is
+    # test_the_gemv_decoder_is_named_for_its_shape_not_as_a_sequential_kernel's, and lm_head's in this model
+    # tests/unit/test_real_model_findings.py's, on a recorded GPT-2 report: this run has no micro-benchmarks
 
 
 def test_gpt2_steps_are_the_forward_calls_inside_generate(gpt2):
