@@ -40,6 +40,10 @@ CASES = [  # (example, script arguments)
     ("numpy_augment.py", []),
     ("fresh_temporaries.py", []),
     ("dataloader_contention.py", []),
+    # torch calls through C slots (x[i], a - b): their dispatch was in both the python and dispatch slices
+    ("python_row_loop.py", []),
+    ("pointwise_block.py", []),
+    ("no_inference_mode.py", []),
 ]
 CALIBRATION_ROUNDS = 5
 CALIBRATION = ("import time, torch; from diagnose.layers.efficiency import probe; "
