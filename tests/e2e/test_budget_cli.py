@@ -3,6 +3,7 @@ numerical library takes outside torch is a slice of its own and a finding at the
 
 from __future__ import annotations
 
+import pytest
 from conftest import EXAMPLES, line_of, run_cli
 
 
@@ -29,6 +30,8 @@ def test_numpy_augmentation_is_the_native_slice_and_a_finding_at_its_line(tmp_pa
     assert lines[head + 1].startswith("step budget: step ")  # the first thing the summary says
 
 
+# counts of calls and the budget's arithmetic: nothing here depends on how busy the CPUs are
+@pytest.mark.parallel_safe
 def test_a_row_loops_calls_through_c_slots_are_counted_and_their_dispatch_counted_once(tmp_path):
     # make demo's example: per row, x[i], row - m, + 1e-5, / and out[i] = reach torch through a C slot of the
     # tensor (no call to cProfile), row.mean() and row.std() through a call; the step's x @ w is a slot call too
