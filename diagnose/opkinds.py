@@ -35,8 +35,10 @@ from typing import Any
 WRAPPER_SELF_FRACTION = 0.5
 ATEN = re.compile(r"^[a-z_][a-z0-9_]*::\w+$")
 NOT_KERNELS = ("autograd", "profiler", "torch", "Optimizer")
-RNG = {"bernoulli", "bernoulli_", "binomial", "cauchy", "cauchy_", "dropout", "alpha_dropout", "feature_dropout",
-       "feature_alpha_dropout", "native_dropout", "_fused_dropout", "exponential", "exponential_", "geometric",
+RNG = {"bernoulli", "bernoulli_", "binomial", "cauchy", "cauchy_", "dropout", "dropout_", "alpha_dropout",
+       "alpha_dropout_", "feature_dropout", "feature_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_",
+       "native_dropout", "_fused_dropout", "_fill_mem_eff_dropout_mask_", "_cudnn_init_dropout_state",
+       "normal_functional", "rrelu", "rrelu_", "exponential", "exponential_", "geometric",
        "geometric_", "log_normal", "log_normal_", "multinomial", "normal", "normal_", "poisson", "rand",
        "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "random", "random_",
        "rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise_functional", "_standard_gamma",
