@@ -18,12 +18,13 @@ Python relative to operators; the evidence carries that pass's slowdown.
   got no finding from the two older tests below, each a little short of its
   line (its work at the roofs 28% of the step; Python 49% of the cProfile
   pass). Without a Python slice (no call-graph pass) or steps (a script's
-  budget is then its run): the step's work at this machine's roofs (each operator row's FLOPs over the GEMM peak or its
-  bytes over the memory bandwidth, whichever is longer, summed per step: a
-  lower bound, as no kernel reaches the probe's peaks) is under
-  STEP_AT_ROOFS_MEDIUM (25%) of the uninstrumented step's median time:
-  `medium`, under 10% `high`, when the step's operator calls are small. The rest of the step is then the fixed
-  cost of each operator call (dispatch, small kernels) and the Python
+  budget is then its run): the step's work at this machine's roofs (each
+  operator row's FLOPs over the GEMM peak or its bytes over the memory
+  bandwidth, whichever is longer, summed per step: a lower bound, as no
+  kernel reaches the probe's peaks) is under STEP_AT_ROOFS_MEDIUM (25%) of
+  the uninstrumented step's median time: `medium`, under 10% `high`, when
+  the step's operator calls are small. The rest of the step is then the
+  fixed cost of each operator call (dispatch, small kernels) and the Python
   between them: a small model run one token or one sample at a time. (Large
   calls far from the roofs are the operators' own story: low_efficiency,
   memory_churn.) Its time at stake is
@@ -44,7 +45,7 @@ from diagnose.findings.stake import UPPER_BOUND
 from diagnose.opkinds import ALLOCATION, VIEWS, WRAPPER_SELF_FRACTION
 from diagnose.render.fmt import duration
 from diagnose.report import borderline
-from diagnose.report.model import Finding, PythonFunction, Report, Stake
+from diagnose.report.model import BudgetSlice, Finding, PythonFunction, Report, Stake
 
 LEVELS = ((40.0, "high"), (20.0, "medium"), (10.0, "low"))
 FRAMEWORK_MIN_SHARE = 0.5
@@ -94,9 +95,7 @@ def python_overhead(report: Report) -> list[Finding]:
         framework = _framework_overhead(report)
         if framework is not None:
             return [framework]
-    measured = report.step_budget is not None and report.step_budget.unit != "run" and any(
-        s.name == "python" for s in report.step_budget.slices)
-    if not out and not measured and summary.python_share >= FRAMEWORK_MIN_SHARE and user:
+    if not out and not _budget_slices(report) and summary.python_share >= FRAMEWORK_MIN_SHARE and user:
         top = max(user, key=lambda r: r.cumulative_s)
         share = 100.0 * summary.python_share
         out.append(Finding(
@@ -140,10 +139,9 @@ def _kernel(row) -> bool:
 def _framework_overhead(report: Report) -> Finding | None:
     """Framework overhead (the module docstring): on the step budget's Python and dispatch slices where they were
     measured, else on the step's work at this machine's roofs."""
-    budget = report.step_budget
-    slices = {s.name: s for s in budget.slices if s.name in ("python", "dispatch")} if budget else {}
-    if "python" in slices and budget.unit != "run":
-        return _framework_from_budget(report, budget, slices)
+    slices = _budget_slices(report)
+    if slices:
+        return _framework_from_budget(report, slices)
     at = step_at_roofs(report)
     if at is None or at["fraction"] >= STEP_AT_ROOFS_MEDIUM or not at["operator_calls_per_step"]:
         return None
@@ -169,7 +167,16 @@ def _framework_overhead(report: Report) -> Finding | None:
     )
 
 
-def _framework_from_budget(report: Report, budget, slices: dict) -> Finding | None:
+def _budget_slices(report: Report) -> dict[str, BudgetSlice]:
+    """The step budget's python and dispatch slices by name, where the framework rule judges on them: a budget
+    of steps (not of a run) with a Python slice; else {}."""
+    budget = report.step_budget
+    if budget is None or budget.unit == "run" or not any(s.name == "python" for s in budget.slices):
+        return {}
+    return {s.name: s for s in budget.slices if s.name in ("python", "dispatch")}
+
+
+def _framework_from_budget(report: Report, slices: dict[str, BudgetSlice]) -> Finding | None:
     """The step budget's Python and dispatch slices (measured shares of the uninstrumented step that add up with
     the kernels') graded against LEVELS at their interval, when the step's operator calls are small."""
     it, recorded = report.run.iterations, report.run.instrumented_iterations
@@ -180,12 +187,12 @@ def _framework_from_budget(report: Report, budget, slices: dict) -> Finding | No
     us_per_call = 1e6 * it.median_s / per_step
     if us_per_call > SMALL_CALL_US:
         return None
-    python, dispatch = slices.get("python"), slices.get("dispatch")
+    python, dispatch = slices["python"], slices.get("dispatch")
     share = 100.0 * sum(max(0.0, s.share) for s in slices.values())
     # the interval: the run's noise on a window aggregate, or the Python slice's own (a difference of larger
     # terms, BudgetSlice.noise_share) where wider
     rel = borderline.noise(report)
-    if python is not None and python.noise_share and share:
+    if python.noise_share and share:
         rel = max(rel, 100.0 * python.noise_share / share)
     severity, border = borderline.grade(share, rel, LEVELS, "Python and dispatch share of the step")
     if severity is None:
@@ -200,7 +207,7 @@ def _framework_from_budget(report: Report, budget, slices: dict) -> Finding | No
              f"{per_step:.0f} small operator calls from Python, {us_per_call:.0f} µs a call with everything"
              f"{roofs}: framework overhead, not compute")
     evidence = {"cause": "framework", "share_pct": round(share, 1),
-                "python_share_pct": round(100 * python.share, 1) if python else None,
+                "python_share_pct": round(100 * python.share, 1),
                 "dispatch_share_pct": round(100 * dispatch.share, 1) if dispatch else None,
                 "step_s": round(it.median_s, 6), "operator_calls_per_step": round(per_step, 1),
                 "us_per_operator_call": round(us_per_call, 2), "threshold_us_per_operator_call": SMALL_CALL_US}

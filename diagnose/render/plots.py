@@ -32,7 +32,7 @@ def draw_all(report: Report, jobs: list[tuple[Any, str]]) -> list[str | None]:
     the last (matplotlib is single-threaded; the roofline alone takes ~0.7 s). Nothing is measured while a
     report is written. A child that cannot start or dies falls back to drawing here. matplotlib is imported
     here first, so that the children inherit it instead of each importing it again (0.7 s of CPU each: with
-    five pictures, 2.5 s of wall and 5 s of CPU became 1.8 s and 2.6 s on a 2-CPU machine).
+    five pictures, 2.5-2.9 s of wall and 5-5.7 s of CPU became 1.4 s and 2.3 s on a 2-CPU machine).
     """
     import json
 

@@ -153,8 +153,8 @@ def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     r = gpt2.report
     # one token of a small decoder at batch 2: hundreds of small operator calls a step, and the step budget's
     # Python and dispatch slices 37-50% of it on a Xeon with AMX (dispatch alone, ~290 calls at 1-3 µs, is 8-16%).
-    # The rule grades their sum at 10/20/40% on its interval. Before the rule read the budget, a run at 28% of the step at the roofs and 49% Python
-    # in the cProfile pass, each a little short of its line, had no finding at all
+    # The rule grades their sum at 10/20/40% on its interval. Before the rule read the budget, a run at 28% of
+    # the step at the roofs and 49% Python in the cProfile pass, each a little short of its line, had no finding
     slices = {s["name"]: s["share"] for s in r["step_budget"]["slices"]}
     share = 100 * (slices["python"] + slices.get("dispatch", 0.0))
     overhead = [f for f in r["findings"] if f["kind"] == "python_overhead"]
