@@ -278,7 +278,7 @@ def memory_churn(report: Report) -> list[Finding]:
                                         unit=" GiB/s")
     if severity is None:
         return []
-    at_stake, decides = _churn_stake(report)
+    at_stake, decides, faults = _churn_stake(report)
     if decides:  # the doctor's page_faults finding's time: its stake decides, as it does that finding's (stake.settle)
         severity, border = "high", None
     by_location: dict[str | None, int] = defaultdict(int)
@@ -293,12 +293,23 @@ def memory_churn(report: Report) -> list[Finding]:
     location = tied_first(ranked, by_location.__getitem__, lambda k: k)[0] if ranked else None
     top_ops = sorted((r for r in report.operators if r.cpu_memory_bytes > 0), key=lambda r: -r.cpu_memory_bytes)[:3]
     where = f", most of it at {location}" if location else ""
+    reuse = ("Reuse buffers instead of allocating per step: out= arguments and in-place operators, tensors created "
+             "once outside the loop, torch.inference_mode() for inference so autograd keeps nothing alive")
+    best = report.doctor.best_win("page_faults") if faults is not None and report.doctor else None
+    measured_fix = f"; measured {best.speedup:.2f}x faster per step with {best.name}" if best else ""
+    if best is not None:  # the doctor's page_faults finding holds this time: its measured change comes first
+        suggestion = (f"{best.change}  (measured {best.speedup:.2f}x faster per step: the allocator keeps freed "
+                      f"pages for reuse). Or, in your code: {reuse[:1].lower()}{reuse[1:]}.")
+    elif faults is not None and faults.suggestion:  # the check's advice (an allocator that keeps freed pages) first
+        suggestion = f"{faults.suggestion} {reuse}."
+    else:
+        suggestion = reuse + "; if the allocator itself shows up, try jemalloc or tcmalloc via LD_PRELOAD."
     return [Finding(
         kind="memory_churn",
         severity=severity,
         title=(f"{allocated / GIB:.1f} GiB allocated in {wall:.2f} s ({rate / GIB:.1f} GiB/s"
                + (f", {turnover:.0f}x the {peak / MIB:.0f} MiB ever alive at once" if turnover else "")
-               + f"){where}"),
+               + f"){where}{measured_fix}"),
         op=top_ops[0].name if top_ops else None,
         location=location,
         evidence={
@@ -315,18 +326,18 @@ def memory_churn(report: Report) -> list[Finding]:
                                "source": r.source} for r in top_ops],
             "instrumentation_overhead": _overhead(report),
         },
-        suggestion="Reuse buffers instead of allocating per step: out= arguments and in-place operators, "
-                   "tensors created once outside the loop, torch.inference_mode() for inference so autograd "
-                   "keeps nothing alive; if the allocator itself shows up, try jemalloc or tcmalloc via LD_PRELOAD.",
+        suggestion=suggestion,
         layer="operators",
         stake=at_stake,
         borderline=border,
+        also=[faults] if faults is not None else [],  # stake.dedup puts the settled one there
     )]
 
 
-def _churn_stake(report: Report) -> tuple[Stake, bool]:
-    """What the churn costs, and whether that stake decides its severity (rather than the allocation rate, its
-    proxy). Where the uninstrumented pass counted minor page faults over steps (or measured calls): the fresh
+def _churn_stake(report: Report) -> tuple[Stake, bool, Finding | None]:
+    """What the churn costs, whether that stake decides its severity (rather than the allocation rate, its
+    proxy), and the doctor's page_faults finding when the churn takes its time (its suggestion leads the churn's,
+    and stake.dedup merges it under the churn: one cause, one finding). Where the uninstrumented pass counted minor page faults over steps (or measured calls): the fresh
     pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median step, the doctor's
     page_faults estimate (a lower bound: malloc's own calls are not counted). When the doctor's page_faults
     check warned about those faults, its finding holds the same time, with its fix: the churn takes that
@@ -355,31 +366,31 @@ def _churn_stake(report: Report) -> tuple[Stake, bool]:
         if found is not None and report.doctor.best_win("page_faults"):  # what keeping the freed pages won here
             return dataclasses.replace(found.stake, basis=(
                 "measured: the fresh pages these allocations fault in, what the doctor's page_faults finding (the "
-                "same time, with its launch line) measured keeping freed pages: " + found.stake.basis)), True
+                "same time, with its launch line) measured keeping freed pages: " + found.stake.basis)), True, found
         if found is not None:  # the trials could not tell, or none ran: the doctor's finding's estimate
             return dataclasses.replace(found.stake, basis=(
                 "the fresh pages these allocations fault in, the time the doctor's page_faults finding holds (not "
-                "measured: " + found.stake.basis + ")")), found.stake.pct is not None
+                "measured: " + found.stake.basis + ")")), found.stake.pct is not None, found
         if tried:  # measured: keeping freed pages (what the faults cost) gained nothing here
             return Stake(pct=0.0, basis=("measured: the fresh pages these allocations fault in cost nothing "
                                          "beyond the noise; the doctor's allocator trials on your steps ("
                                          + ", ".join(f"{t.name} {t.speedup:.2f}x" for t in tried if t.speedup)
-                                         + ") gained nothing")), False
+                                         + ") gained nothing")), False, None
         return Stake(pct=None, basis="the fresh pages these allocations fault in: the doctor's allocator trials "
-                                     "measured nothing (they failed or were skipped)"), False
+                                     "measured nothing (they failed or were skipped)"), False, None
     estimate = fault_share(report)
     if estimate is not None:
         unit, _, _, share = estimate
         return Stake(pct=round(min(share, 100.0), 2),
                      basis=(f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
-                            "(uninstrumented pass): the fresh pages the allocations fault in")), False
+                            "(uninstrumented pass): the fresh pages the allocations fault in")), False, None
     if faults is not None and wall:  # no steps: the whole run's faults, setup's first touch of its data too
         return Stake(pct=round(min(100.0 * faults * FAULT_US * 1e-6 / wall, 100.0), 2), upper_bound=True,
                      basis=(f"minor page faults x {FAULT_US:g} µs over the run's wall time "
                             f"(uninstrumented pass; {UPPER_BOUND}: without steps, setup's first touch "
-                            "of its data is counted too)")), False
+                            "of its data is counted too)")), False, None
     return Stake(pct=None, basis="not measured: the run counted no page faults (/proc/self/stat unread), so what "
-                                 "the fresh pages cost is not known"), False
+                                 "the fresh pages cost is not known"), False, None
 
 
 def autograd_in_inference(report: Report) -> list[Finding]:

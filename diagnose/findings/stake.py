@@ -90,7 +90,14 @@ Another operator of the same statement (`tanh(x @ x)`: a low_efficiency tanh
 beside a healthy mm), or the same operator at other shapes (one `x @ w` line
 called with two batch sizes), rides along in `also` without lending the
 primary its severity or its stake.
-Findings without a location are never merged. One layer's findings at a line
+Findings without a location are merged only where a line's finding holds
+their time and its rule says so by listing them in its `also`
+(`_fold_unplaced`): memory_churn takes the doctor's page_faults finding (the
+fresh pages its allocations fault in; its stake, and its measured change as
+the first thing to try). The two had one stake and one severity and were
+listed apart, the churn first on the tie: BERT inference read "reuse
+buffers" at the model's line above the jemalloc launch line measured 1.59x
+faster, for the same time. One layer's findings at a line
 merge as two layers' do: the grouping must not hang on whether a second
 layer happened to flag the line. It did until 2026-11-27, and
 examples/autocast_weights.py:36 came out as one finding (copy_overhead with
@@ -310,8 +317,24 @@ def _same_time(a: Finding, b: Finding) -> bool:
     return a.op == b.op and (shapes_a is None or shapes_b is None or shapes_a == shapes_b)
 
 
+def _fold_unplaced(findings: list[Finding]) -> list[Finding]:
+    """A finding without a line whose time a line's finding holds, as its rule says by listing it in its `also`
+    (memory_churn takes the doctor's page_faults finding: the fresh pages its allocations fault in), leaves the
+    list for that `also`, as it was settled: one cause, one finding (module docstring)."""
+    unplaced = {(f.kind, f.layer): f for f in findings if not f.location}
+    taken: set[tuple[str, str]] = set()
+    out = []
+    for f in findings:
+        if f.location and any((a.kind, a.layer) in unplaced for a in f.also):
+            taken.update((a.kind, a.layer) for a in f.also if (a.kind, a.layer) in unplaced)
+            f = dataclasses.replace(f, also=[unplaced.get((a.kind, a.layer), a) for a in f.also])
+        out.append(f)
+    return [f for f in out if f.location or (f.kind, f.layer) not in taken]
+
+
 def dedup(findings: list[Finding]) -> list[Finding]:
     """Merge the findings at each location into one (see the module docstring)."""
+    findings = _fold_unplaced(findings)
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
         if f.location:  # inside a library model every finding is at the one line calling it: the library line tells
@@ -328,7 +351,8 @@ def dedup(findings: list[Finding]) -> list[Finding]:
         severe = [f for f in group if SEVERITY_RANK.get(f.severity, 3) == top]
         candidates = [f for f in group if SYMPTOM_TIER.get(f.kind, 0) < 0 or any(_same_time(f, g) for g in severe)]
         primary = min(candidates, key=lambda f: (SYMPTOM_TIER.get(f.kind, 0), *rank_key(f)))
-        also = [dataclasses.replace(f, also=[]) for f in group if f is not primary]
+        # every piece flat: the primary's own (a finding without a line it holds), then the others with theirs
+        also = primary.also + [p for f in group if f is not primary for p in [dataclasses.replace(f, also=[]), *f.also]]
         # pieces about the same time lend stake and severity; an observation (a healthy GEMM) has nothing to fix
         same = [f for f in group if _same_time(f, primary) and (f is primary or not observation(f))]
         best = max(same, key=stake)

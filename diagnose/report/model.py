@@ -770,7 +770,8 @@ class Finding:
     # its number straddles a severity threshold within this run's noise: the milder severity was taken
     borderline: Borderline | None = None
     # the other findings at the same line (and library line), merged into this one: each as its rule raised
-    # and settled it, at this location, with no `also` of its own
+    # and settled it, at this location, with no `also` of its own; and a finding without a line whose time this one
+    # holds (memory_churn: the doctor's page_faults), at its own location (none)
     also: list[Finding] = field(default_factory=list)
 
 
