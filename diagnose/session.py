@@ -71,12 +71,15 @@ class Window:
     fixed: bool = False  # function mode: the same calls in every pass
 
     @classmethod
-    def first(cls, target: Target, config: Config) -> "Window":
+    def first(cls, target: Target, config: Config, long: bool = True) -> "Window":
+        """The first pass's window: --steps steps after --skip-steps, lasting at least steps.MIN_WINDOW_S when
+        `long` (a layer that runs samples or re-runs it: Plan.long_window)."""
         if target.function:
             return cls(WindowSpec(config.skip_steps, config.steps, stop_after_window=False), fixed=True)
         if config.full_run:
             return cls(None)
-        return cls(WindowSpec(config.skip_steps, config.steps, min_window_s=steps_mod.MIN_WINDOW_S, find_loop=True))
+        return cls(WindowSpec(config.skip_steps, config.steps, min_window_s=steps_mod.MIN_WINDOW_S if long else 0.0,
+                              find_loop=True))
 
     def empty(self, result: PassResult | None) -> bool:
         """The window began and the script ended before its first step was over."""
@@ -105,6 +108,14 @@ class Plan:
     passes: list[tuple[str, Layer | None]] = field(default_factory=list)  # (pass name, layer; None: uninstrumented)
     observers: list[Layer] = field(default_factory=list)
     derived: list[Layer] = field(default_factory=list)
+
+    @property
+    def long_window(self) -> bool:
+        """A layer that runs samples the window or re-runs it (Layer.long_window): the first pass stretches it to
+        steps.MIN_WINDOW_S. Otherwise the window is --steps steps: a run of `--layers operators` on 1 ms steps
+        recorded a 1 s window at 2-15x in its operator pass, for no layer's need (about 50 of the test suite's runs)."""
+        layers = [layer for _, layer in self.passes if layer] + self.observers + self.derived
+        return any(layer.long_window for layer in layers)
 
     @classmethod
     def of(cls, config: Config, report: Report) -> "Plan":
@@ -170,6 +181,8 @@ class Session:
     def run(self, plan: Plan) -> None:
         """Every pass, then every derived layer (interrupted: the rest are `skipped`, what ran is kept)."""
         total = len(plan.passes) + len(plan.derived)
+        if not plan.long_window and not self.measured:
+            self.window = Window.first(self.target, self.config, long=False)
         try:
             for index, (name, layer) in enumerate(plan.passes, 1):
                 self._run_pass(index, total, name, layer, plan.observers)

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
     from diagnose.distributed.window import WindowAgreement
 
 PRECEDENCE = {"loop": 0, "forward": 1, "optimizer": 2, "mark_step": 3}
-# the first pass's window lasts at least this long: the thread findings need 0.5 s of samples
+# the first pass's window lasts at least this long when a layer samples it or re-runs it (session.Plan.long_window):
+# the thread findings need 0.5 s of samples
 MIN_WINDOW_S = 1.0
 TOO_FINE_S = 1e-4  # a step shorter than this (100 µs) is probably not the script's loop iteration
 KEPT_WARMUP_STEPS = 200  # per-step times kept for the skipped steps (the warm-up picture)
@@ -646,7 +647,7 @@ def notes(steps, seen: StepsSeen, iteration_s: list[float]) -> list[str]:
                    f"measured {n} steps, fewer than --steps {steps.steps}")
     elif n > steps.steps:
         out.append(f"the window has {n} steps, more than --steps {steps.steps}, so that it lasts at least "
-                   f"{MIN_WINDOW_S:g} s (the thread findings need 0.5 s of samples)")
+                   f"{MIN_WINDOW_S:g} s (the layers that sample the window or re-run it as trials need it)")
     if steps.ended_target:
         out.append(f"each pass ended the script after step {steps.window_last}, once its window was measured "
                    "(--full-run runs it to the end)")

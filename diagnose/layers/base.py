@@ -101,6 +101,9 @@ class Layer:
     description: str = ""  # what its pass does, for progress lines
     observes: bool = False  # True: no pass of its own, an observer on the uninstrumented pass
     derived: bool = False  # True: no pass, no observer; derive(context, ...) after all passes
+    # True: it samples the uninstrumented window (the thread sampler, perf, py-spy, VTune) or re-runs it as trials
+    # (doctor, what-if, repeat, sweep): the first pass's window lasts at least steps.MIN_WINDOW_S when it runs
+    long_window: bool = False
     # its options: (the Config field holding them, their type from config.py); the CLI's flags come from it
     options: tuple[str, type] | None = None
 

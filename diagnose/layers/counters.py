@@ -155,6 +155,7 @@ def counters_from_perf(text: str) -> Counters:
 
 class CountersLayer(Layer):
     name = "counters"
+    long_window = True
     description = "hardware counters (perf stat: cycles, instructions, misses) over the uninstrumented pass"
     observes = True
 
@@ -222,6 +223,7 @@ class VtuneLayer(Layer):
     """A pass of its own under `vtune -collect`; needs the launcher hook described in `command_prefix`."""
 
     name = "vtune"
+    long_window = True
     description = "the target under Intel VTune (ITT labels per aten op)"
     RESULT_DIR = "vtune-result"
 

@@ -34,6 +34,7 @@ def command_line(report: Report) -> str:
 
 class DoctorLayer(Layer):
     name = "doctor"
+    long_window = True
     description = "environment checks (allocator, page faults, denormals, OpenMP, quota, topology) and trials"
     derived = True
     options = ("trials", TrialOptions)  # the what-if layer's trials read them too

@@ -28,6 +28,7 @@ def spread_pct(medians: list[float]) -> float | None:
 
 class RepeatLayer(Layer):
     name = "repeat"
+    long_window = True
     description = "the uninstrumented workload again, unchanged, for run-to-run drift"
     derived = True
     options = ("repeat", RepeatOptions)

@@ -55,6 +55,7 @@ class PySpyWindow:
 
 class SampleLayer(Layer):
     name = "sample"
+    long_window = True
     description = "py-spy samples the uninstrumented pass's Python and native stacks"
     observes = True
 

@@ -43,6 +43,7 @@ from diagnose.whatif import outputs, variants as variants_mod
 
 class WhatIfLayer(Layer):
     name = "what_if"
+    long_window = True
     description = "code changes (inference_mode, channels_last, bf16, compile, ...) measured on your steps"
     derived = True
 

@@ -63,6 +63,7 @@ class SamplerProcess:
 
 class ThreadsLayer(Layer):
     name = "threads"
+    long_window = True
     description = "samples every thread of the process tree through /proc"
     observes = True
 

@@ -170,6 +170,7 @@ class SweepLayer(Layer):
     to report.threads.sweep."""
 
     name = "sweep"
+    long_window = True
     description = "the uninstrumented workload at several thread (and DataLoader worker) counts"
     derived = True
     options = ("sweep", SweepOptions)
