@@ -70,7 +70,9 @@ def test_a_model_called_from_worker_threads_has_its_operators_recorded_per_threa
     pass sees the model called off the main thread, and the operator pass then records every thread, each row
     naming the threads it ran in, and each folded stack starting with its thread."""
     case = BY_NAME["ThreadPoolExecutor(4) serving a model"]
-    run = run_cli("--layers", "operators", *case.command, outdir=tmp_path / "r")
+    # a window longer than the script (480 forwards): it runs to its end, and every forward after the skipped ones
+    # is in the window (--layers operators alone does not stretch the window to 1 s, session.Plan.long_window)
+    run = run_cli("--layers", "operators", "--steps", "1000", *case.command, outdir=tmp_path / "r")
     r = run.report
     verdict = judge(case, run.code, run.stdout, run.stderr, r)
     assert verdict.ok, (verdict.why, run.stderr[-2000:])
