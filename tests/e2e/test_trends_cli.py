@@ -25,7 +25,10 @@ def _all(report: dict) -> list[dict]:
 
 
 def test_a_loop_whose_steps_slow_down_gets_step_drift_naming_the_growing_lines(tmp_path):
-    run = run_cli("--layers", "operators", "examples/growing_bank.py", "--", "--steps", "2000",
+    # a window of 40 steps: --layers operators alone does not stretch it to 1 s (session.Plan.long_window), and the
+    # default 20 steps of a growth that starts slow once read a later half rising 0.4x as fast as the whole (the
+    # rule's 0.5x: no drift); the 1 s stretch gave this test 33 steps before
+    run = run_cli("--layers", "operators", "--steps", "40", "examples/growing_bank.py", "--", "--steps", "2000",
                   outdir=tmp_path / "r", env=ONE_THREAD)
     assert run.code == 0, run.stderr[-3000:]
     r = run.report
