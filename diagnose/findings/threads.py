@@ -8,7 +8,10 @@ for a recording shorter than MIN_DURATION_S or without its measures.
 Thresholds (2-CPU measurements, docs/measurements.md: healthy runs had a run-queue
 wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
 - oversubscription: runqueue_wait_share >= 0.2 and mean_runnable > usable
-  CPUs. `high` at a wait share >= 0.33, else `medium`, judged on the share's
+  CPUs, or the compute processes' busy threads outnumber the usable CPUs
+  while the machine's other processes are too few to be the cause
+  (external_contention's line): a pool that wakes together queues in
+  bursts a time average can hide (`_pools_exceed`). `high` at a wait share >= 0.33, else `medium`, judged on the share's
   interval (report/borderline.py, the least run-to-run spread): a share near
   a line takes the milder severity, borderline. The cause comes from
   the process/pool breakdown, in this order: DataLoader workers doing compute
@@ -213,13 +216,28 @@ def _severity(share: float, medium: float, high: float, low: float | None = None
     return None
 
 
+def _pools_exceed(report: Report, t: Threads) -> bool:
+    """The compute processes keep more threads busy than the usable CPUs, and the others on the machine are too
+    few to be why the threads waited (external_contention's line): a pool that wakes together and waits for its
+    slowest thread queues for the CPUs in bursts, which a time average can put under the CPU count
+    (examples/too_many_threads.py: 8 busy threads on 2 CPUs waited 69% of their runnable time, 1.79 runnable on
+    average, in one fresh-clone run; above 2 in the others)."""
+    usable = _usable(report, t)
+    others = float(t.others_cpus or 0.0)
+    external = others >= max(EXTERNAL_MIN_OTHERS_CPUS, EXTERNAL_MIN_OTHERS_SHARE * usable)
+    return not external and sum(_active(p) for p in _compute_processes(t)) > usable
+
+
 def oversubscribed(report: Report) -> float | None:
-    """The share of runnable time the threads waited for a CPU, when it makes an oversubscription finding."""
+    """The share of runnable time the threads waited for a CPU, when it makes an oversubscription finding: more
+    threads wanted a CPU than there are usable ones, on average or by the busy threads' count (_pools_exceed)."""
     t = report.threads
     if t is None or not _measured(t):
         return None
     share = float(t.runqueue_wait_share)
-    if share < WAIT_SHARE_MEDIUM or float(t.mean_runnable) <= _usable(report, t):
+    if share < WAIT_SHARE_MEDIUM:
+        return None
+    if float(t.mean_runnable) <= _usable(report, t) and not _pools_exceed(report, t):
         return None
     return share
 
@@ -310,9 +328,11 @@ def oversubscription(report: Report) -> list[Finding]:
         env_omp = report.machine.threading_env.get("OMP_NUM_THREADS")
         evidence.update(cause="one_process", pid=proc.pid if proc else None, intra_op_active_threads=intra,
                         inter_op_active_threads=inter, recommended_threads=usable)
-        title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: one process runs "
-                 f"{intra} busy intra-op threads" + (f" and {inter} inter-op threads" if inter else "")
-                 + f"; threads waited {100 * share:.0f}% of their runnable time")
+        pool = f"{intra} busy intra-op threads" + (f" and {inter} inter-op threads" if inter else "")
+        title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: one process runs {pool}; threads "
+                 f"waited {100 * share:.0f}% of their runnable time" if runnable > usable else
+                 f"one process runs {pool} on {usable} usable CPUs; they waited {100 * share:.0f}% of their "
+                 f"runnable time ({runnable:.1f} wanted a CPU on average: they queue in bursts)")
         where = (f" OMP_NUM_THREADS={env_omp} is set in the environment: set it to {usable}."
                  if env_omp and env_omp.isdigit() and int(env_omp) > usable else "")
         suggestion = (f"Use at most one thread per usable CPU: torch.set_num_threads({usable}) (or remove a "

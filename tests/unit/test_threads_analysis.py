@@ -321,10 +321,36 @@ def with_threads(t: Threads | None, intra: int | None = 4) -> Report:
 
 @pytest.mark.parametrize("share, runnable, expected", [
     (0.19, 3.0, []), (0.23, 3.0, [("oversubscription", "medium")]), (0.37, 3.0, [("oversubscription", "high")]),
-    (0.5, 2.0, []),  # waiting without more runnable threads than CPUs is not oversubscription
 ])
 def test_oversubscription_thresholds(share, runnable, expected):
     assert kinds(with_threads(threads_of(runqueue_wait_share=share, mean_runnable=runnable))) == expected
+
+
+def _two_busy_threads() -> list[dict]:
+    return [{"pid": 1, "role": "target", "name": "python", "compute": True, "cpu_used": 1.0, "mean_runnable": 2.0,
+             "threads": {"main": 1, "intra_op": 1}, "active_threads": {"main": 1, "intra_op": 1},
+             "pools": {"main": {"active_threads": 1}, "intra_op": {"active_threads": 1}}}]
+
+
+def test_a_pool_larger_than_the_cpus_that_queues_in_bursts_is_oversubscription():
+    # examples/too_many_threads.py in a fresh clone: 8 busy threads on 2 CPUs waited 69% of their runnable time,
+    # 1.79 runnable on average (they wake together and wait for the slowest), 0.55 CPUs used, nobody else on the
+    # machine: the time average hid what the busy threads' count shows
+    burst = threads_of(runqueue_wait_share=0.69, mean_runnable=1.79, cpu_used=0.55, others_cpus=0.0,
+                       processes=[{"pid": 1, "role": "target", "name": "python", "compute": True, "cpu_used": 0.55,
+                                   "mean_runnable": 1.79, "threads": {"main": 1, "intra_op": 14},
+                                   "active_threads": {"main": 1, "intra_op": 7},
+                                   "pools": {"main": {"active_threads": 1}, "intra_op": {"active_threads": 7}}}])
+    (f,) = findings(with_threads(burst, intra=8))
+    assert (f.kind, f.severity, f.evidence["cause"]) == ("oversubscription", "high", "one_process")
+    assert f.title.startswith("one process runs 8 busy intra-op threads on 2 usable CPUs") and "bursts" in f.title
+    assert "torch.set_num_threads(2)" in f.suggestion
+    # the same waiting beside other processes that held a CPU is theirs (external_contention), not the pool's
+    busy = dataclasses.replace(burst, others_cpus=1.0)
+    assert kinds(with_threads(busy, intra=8)) == [("external_contention", "high")]
+    # waiting without more runnable threads or busy threads than CPUs is not oversubscription
+    assert kinds(with_threads(threads_of(runqueue_wait_share=0.5, mean_runnable=2.0,
+                                         processes=_two_busy_threads()))) == []
 
 
 @pytest.mark.parametrize("share, severity, would_be", [(0.2, "low", "medium"), (0.32, "medium", "high"),
@@ -360,8 +386,10 @@ def test_external_contention_thresholds(others, share, expected):
     ({"runqueue_wait_share": 0.25}, []),
 ])
 def test_undersubscription_thresholds(changes, expected):
+    one = [{"pid": 1, "role": "target", "name": "python", "compute": True, "cpu_used": 1.0, "mean_runnable": 1.0,
+            "threads": {"main": 1}, "active_threads": {"main": 1}, "pools": {"main": {"active_threads": 1}}}]
     t = threads_of(**{"mean_runnable": 1.0, "runqueue_wait_share": 0.0, "cpu_used": 1.0,
-                        "machine_busy_cpus": 1.02, "busy_share": 0.95, **changes})
+                        "machine_busy_cpus": 1.02, "busy_share": 0.95, "processes": one, **changes})
     assert kinds(with_threads(t, intra=1)) == expected
 
 
