@@ -32,7 +32,12 @@ def test_sort_is_a_sequential_operator_at_its_line_with_measured_times(sort_run)
     assert f["location"] == f"examples/sequential_sort.py:{line_of(SORT, 'torch.sort(')}"
     e = f["evidence"]
     assert e["median_us_1_thread"] > 50_000 and e["median_us_2_threads"] > 50_000  # a 4M sort: tens of ms at least
-    assert e["speedup"] < 1.25
+    # the finding follows from its numbers: the speedup's interval reaches under the 1.25x line, and a point at or
+    # above the line is borderline (a fresh clone on the Xeon measured 1.32x, 1.20-1.45x: the point is not the
+    # rule's, and how much a 4M sort gains from a second thread is this machine's)
+    assert e["speedup"] / (1 + e["speedup_noise"]) < e["threshold_speedup"] == 1.25, e
+    if e["speedup"] >= e["threshold_speedup"]:
+        assert f["borderline"] and f["borderline"]["threshold"] == 1.25, f
     assert f["severity"] in ("high", "medium", "low")
     assert "Micro-benchmarks" in sort_run.stdout
 
