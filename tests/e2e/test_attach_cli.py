@@ -83,7 +83,10 @@ def test_attach_sees_oversubscription_of_8_threads_on_2_cpus(tmp_path):
     t = report["threads"]
     kinds = {f["kind"]: f for f in report["findings"]}
     assert "oversubscription" in kinds, report["findings"]
-    assert t["runqueue_wait_share"] >= 0.2 and t["mean_runnable"] > t["usable_cpus"]
+    # the rule's numbers: waiting, and more threads wanting a CPU than CPUs, on average or by the busy threads
+    # (a pool that queues in bursts: findings/threads.py _pools_exceed)
+    busy = sum(sum(p["active_threads"].values()) for p in t["processes"] if p["compute"])
+    assert t["runqueue_wait_share"] >= 0.2 and (t["mean_runnable"] > t["usable_cpus"] or busy > t["usable_cpus"])
     ops = {o["name"] for o in report["sampled"]["operators"]}
     assert {"aten::mm", "aten::tanh"} <= ops, ops
 
