@@ -216,6 +216,11 @@ def _severity(share: float, medium: float, high: float, low: float | None = None
     return None
 
 
+def _external_min_cpus(usable: int) -> float:
+    """The CPUs the machine's other processes must use to be why the threads waited (external_contention's line)."""
+    return max(EXTERNAL_MIN_OTHERS_CPUS, EXTERNAL_MIN_OTHERS_SHARE * usable)
+
+
 def _pools_exceed(report: Report, t: Threads) -> bool:
     """The compute processes keep more threads busy than the usable CPUs, and the others on the machine are too
     few to be why the threads waited (external_contention's line): a pool that wakes together and waits for its
@@ -223,9 +228,8 @@ def _pools_exceed(report: Report, t: Threads) -> bool:
     (examples/too_many_threads.py: 8 busy threads on 2 CPUs waited 69% of their runnable time, 1.79 runnable on
     average, in one fresh-clone run; above 2 in the others)."""
     usable = _usable(report, t)
-    others = float(t.others_cpus or 0.0)
-    external = others >= max(EXTERNAL_MIN_OTHERS_CPUS, EXTERNAL_MIN_OTHERS_SHARE * usable)
-    return not external and sum(_active(p) for p in _compute_processes(t)) > usable
+    return (float(t.others_cpus or 0.0) < _external_min_cpus(usable)
+            and sum(_active(p) for p in _compute_processes(t)) > usable)
 
 
 def oversubscribed(report: Report) -> float | None:
@@ -395,7 +399,7 @@ def external_contention(report: Report) -> list[Finding]:
     usable = _usable(report, t)
     others = float(t.others_cpus)
     share = float(t.runqueue_wait_share)
-    minimum = max(EXTERNAL_MIN_OTHERS_CPUS, EXTERNAL_MIN_OTHERS_SHARE * usable)
+    minimum = _external_min_cpus(usable)
     severity = _severity(share, WAIT_SHARE_MEDIUM, WAIT_SHARE_HIGH, EXTERNAL_WAIT_SHARE_LOW)
     if others < minimum or severity is None:
         return []
