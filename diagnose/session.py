@@ -181,8 +181,8 @@ class Session:
     def run(self, plan: Plan) -> None:
         """Every pass, then every derived layer (interrupted: the rest are `skipped`, what ran is kept)."""
         total = len(plan.passes) + len(plan.derived)
-        if not plan.long_window and not self.measured:
-            self.window = Window.first(self.target, self.config, long=False)
+        if not self.measured:  # the first window lasts 1 s only for a layer that needs it (Plan.long_window)
+            self.window = Window.first(self.target, self.config, long=plan.long_window)
         try:
             for index, (name, layer) in enumerate(plan.passes, 1):
                 self._run_pass(index, total, name, layer, plan.observers)
