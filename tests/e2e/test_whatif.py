@@ -134,7 +134,11 @@ def test_a_float64_model_gets_the_dtype_finding_and_float32_measured(tmp_path):
     script = EXAMPLES / "float64_train.py"
     double = f"examples/float64_train.py:{line_of(script, 'model = model.double()')}"
     numpy = f"examples/float64_train.py:{line_of(script, 'inputs = torch.from_numpy(features)')}"
-    assert dtype["location"] == double and dtype["severity"] == "high", dtype
+    # the rule says high; the measured float32 saving bounds it (stake.settle): a fresh clone on the Xeon measured
+    # 18.6% (16.9-20.5%) of the step and the finding was medium, borderline high, as the rule says it should be
+    assert dtype["location"] == double and (dtype["rule_severity"] or dtype["severity"]) == "high", dtype
+    if dtype["severity"] != "high":
+        assert dtype["severity_basis"] and dtype["stake"]["low"] < 20, dtype
     ev = dtype["evidence"]
     # every operator of the step computes on float64 tensors (the rule's 10% threshold, passed tenfold)
     assert ev["float64_share_pct"] >= 90 and ev["float64_share_pct"] == round(float64_pct(typed), 2), ev
