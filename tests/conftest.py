@@ -226,3 +226,28 @@ def assert_trial_follows_the_rule(t: dict) -> None:
         assert 1 / t["speedup"] > beyond and (t["ci_high"] is None or t["ci_high"] <= 1.0), t
     else:
         assert t["verdict"] in ("no gain", "failed", "skipped"), t
+
+
+def workload_findings(findings: list[dict]) -> list[dict]:
+    """The findings about the workload: without those about the shared machine (findings/verdict.MACHINE_KINDS:
+    other processes holding the CPUs, which a neighbour's load makes in any run, and ranks by its wait share)."""
+    from diagnose.findings.verdict import MACHINE_KINDS
+
+    return [f for f in findings if f["kind"] not in MACHINE_KINDS]
+
+
+def first_workload_finding(findings: list[dict]) -> tuple[int, dict]:
+    """(index, finding) of the first finding about the workload; every finding before it is about the machine."""
+    from diagnose.findings.verdict import MACHINE_KINDS
+
+    i, f = next((i, f) for i, f in enumerate(findings) if f["kind"] not in MACHINE_KINDS)
+    assert all(g["kind"] in MACHINE_KINDS for g in findings[:i]), findings[:i + 1]
+    return i, f
+
+
+def rule_findings(report: dict, rule) -> list:
+    """What `rule` (a findings function: Report -> list[Finding]) makes of the report's own numbers, loaded back:
+    the test of a measured verdict that holds on any machine (the report's finding follows from its numbers)."""
+    from diagnose.report import io as report_io
+
+    return rule(report_io.from_json_data(report))

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.findings.verdict import MACHINE_KINDS  # about the shared machine, not the workload
 from diagnose.tools import pyspy
 from tests.conftest import DIAGNOSE, EXAMPLES, REPO, CliRun, assert_one_line_error
 
 READY_TIMEOUT_S = 90.0
-MACHINE_KINDS = {"external_contention"}  # about the shared machine, not the workload (findings/verdict.py)
 
 
 def _start(*cmd: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -88,7 +88,9 @@ def test_attach_sees_oversubscription_of_8_threads_on_2_cpus(tmp_path):
     busy = sum(sum(p["active_threads"].values()) for p in t["processes"] if p["compute"])
     assert t["runqueue_wait_share"] >= 0.2 and (t["mean_runnable"] > t["usable_cpus"] or busy > t["usable_cpus"])
     ops = {o["name"] for o in report["sampled"]["operators"]}
-    assert {"aten::mm", "aten::tanh"} <= ops, ops
+    # the GEMM is most of each step and is in every run's samples; the tanh beside it (a few % of the step, 2 s
+    # of 10 Hz samples) was missed in one fresh clone's run, so it is not asked for
+    assert "aten::mm" in ops, ops
 
 
 @pytest.mark.parallel_safe  # a neighbour that halves its pace still leaves tens of MiB/s against 0.5

@@ -90,7 +90,10 @@ def _low_precision(dtype: str) -> Callable[[dict], None]:
         gemms = [o for o in r["operators"] if o["name"] == "aten::addmm"]
         assert gemms and all(low_precision(o["input_shapes"], o["dtypes"]) == dtype for o in gemms), gemms
         hot = [f for f in _findings(r) if f["op"] == "aten::addmm"]
-        assert hot and all(f"already in {dtype}" in f["suggestion"] for f in hot), hot
+        # a compute row is a hot_operator when it leads operator time; on a CPU with native bf16 or fp16 the twelve
+        # 1-MFLOP GEMMs can run faster than the set-up's casts and random fills (--full-run records them)
+        assert hot or r["operators"][0]["name"] != "aten::addmm", r["operators"][:3]
+        assert all(f"already in {dtype}" in f["suggestion"] for f in hot), hot
     return check
 
 

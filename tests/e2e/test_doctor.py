@@ -98,8 +98,17 @@ def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_i
 
 def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
     report, checks, trials = _diagnose(tmp_path, "--layers", "threads,doctor", "examples/mlp.py")
+    # its allocations fault in about 3% of the step on the Xeon, against the 10% line; a loaded run's short
+    # window once estimated 15%. A check that warns starts its trials, and only what they measure makes a finding
+    assert checks["denormals"]["status"] == "ok"
+    if checks["page_faults"]["status"] == "warn":
+        assert {t["check"] for t in trials.values()} == {"page_faults"}, trials
+        found = [f for f in report["findings"] if f["layer"] == "doctor"]
+        assert bool(found) == doctor_finding_expected(list(trials.values())), (found, trials)
+        assert checks["blas_threads"]["status"] == "ok"
+        return
+    assert checks["page_faults"]["status"] == "ok"
     assert trials == {} and report["doctor"]["launch"] is None
-    assert checks["page_faults"]["status"] == "ok" and checks["denormals"]["status"] == "ok"
     assert checks["openmp_runtimes"]["status"] == "ok" and checks["topology"]["status"] in ("ok", "skipped")
     blas = {f["name"]: f["value"] for f in checks["blas_threads"]["facts"]}  # torch maps numpy's OpenBLAS, unused
     assert checks["blas_threads"]["status"] == "ok" and blas["separate BLAS pool started (threaded BLAS work ran)"] is False

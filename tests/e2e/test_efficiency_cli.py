@@ -89,6 +89,12 @@ def test_attention_report_places_bmm_compute_bound_and_softmax_memory_bound(tmp_
                   "--iters", "4", outdir=out, env=env)
     assert run.code == 0, run.stderr
     ops = {o["name"]: o for o in _check_efficiency(run.report, peaks)}
-    assert ops["aten::bmm"]["bound"] == "compute" and ops["aten::bmm"]["intensity_flop_per_byte"] > 20
+    # the bmm's intensity is 25.6 FLOP/byte by its shapes; which side of the probed ridge that is, is the machine's
+    # (13.1-13.4 on the Xeon, 4.5-6.0 on the EPYCs: compute-bound on all three, by 1.9x at the least)
+    ridge = run.report["efficiency"]["roofs"]["ridge_flop_per_byte"]
+    bmm = ops["aten::bmm"]
+    assert bmm["intensity_flop_per_byte"] > 20
+    assert bmm["bound"] == ("compute" if bmm["intensity_flop_per_byte"] >= ridge else "memory"), (bmm, ridge)
+    # softmax and div move more bytes than they compute (under 1 FLOP/byte) against a ridge of 4.5 or more
     assert ops["aten::_softmax"]["bound"] == "memory" and ops["aten::div"]["bound"] == "memory"
     assert (out / "roofline.png").read_bytes()[:8] == PNG

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import EXAMPLES, NO_DOCTOR, assert_trial_follows_the_rule, line_of, run_cli, trial_could_win
+from conftest import (EXAMPLES, NO_DOCTOR, assert_trial_follows_the_rule, line_of, rule_findings, run_cli,
+                      trial_could_win, workload_findings)
+
+from diagnose.findings import microbench, operators
 
 USABLE = len(os.sched_getaffinity(0))
 FEW_CPUS = USABLE <= 4  # the thread examples oversubscribe machines with <= 4 CPUs
@@ -31,9 +34,12 @@ CASES = [
      lambda f: f["evidence"]["cause"] == "dataloader_workers"),
     ("multiprocess_pools.py", ["--layers", NO_DOCTOR], "oversubscription",
      lambda f: f["evidence"]["cause"] == "several_processes"),
+    # high: the row loop is 87-92% of the Python pass in the project's runs (Xeon, EPYC), the line of high 40%
     ("python_row_loop.py", [], "python_overhead",
      lambda f: f["location"] == _line("python_row_loop.py", "out[i] = (row - row.mean())")
      and f["severity"] == "high" and f["evidence"]["function"] == "normalise_rows"),
+    # high: the two 16 MiB transposes are about two thirds of operator time, high at :15 in every gallery run on
+    # the Xeon and the EPYCs, against the 30% a high copy share needs at its interval's low end
     ("contiguous_copies.py", [], "copy_overhead",
      lambda f: f["location"] in (_line("contiguous_copies.py", "copy 1"), _line("contiguous_copies.py", "copy 2"))
      and f["severity"] == "high"),
@@ -55,6 +61,11 @@ CASES = [
 NOT_NECESSARILY_FIRST = {"allocation_churn.py", "too_many_threads.py"}
 THREAD_CASES = {"too_many_threads.py", "dataloader_contention.py", "multiprocess_pools.py"}
 MEASURED_ALONE = {"sequential_operator"}  # kinds a micro-benchmark decides: doubted when its timing was noisy
+# kinds whose presence follows a measured number near the rule's line on some machines or loads (a 4M sort's
+# 2-thread speedup against 1.25x, 1.20-1.45x on the Xeon; the churn's allocation rate against 1 GiB/s, which the
+# machine's load sets): the test asks that the report has the finding exactly when the rule makes it of its numbers
+RULE_DECIDES = {"sequential_operator": (microbench.sequential_operator, lambda f: f.op == "aten::sort"),
+                "memory_churn": (operators.memory_churn, lambda f: True)}
 
 
 def _follows_its_trial(f: dict) -> bool:
@@ -95,6 +106,11 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
     report = run.report
     # the findings at one line are merged: the others sit in its "also"
     found = [g for g in _flat(report["findings"]) if g["kind"] == kind]
+    if kind in RULE_DECIDES and not [f for f in rule_findings(report, RULE_DECIDES[kind][0]) if RULE_DECIDES[kind][1](f)]:
+        # the rule makes none of this run's numbers (a sort that gained more than 1.25x from a second thread here,
+        # a churn under its rate line): then there is none, noticed or doubted
+        assert not found and not [n for n in report["not_confirmed"] if n["finding"]["kind"] == kind], found
+        return
     if not found and kind in MEASURED_ALONE:
         # a micro-benchmark noisy or contended in this run is doubted: no finding, but listed as not confirmed with
         # its doubt and the command that measures it again (findings/verdict.py), the honest outcome on a shared
@@ -121,10 +137,12 @@ def test_the_control_has_no_finding_above_low(tmp_path):
     run = run_cli("examples/mlp.py", "--microbench-budget", "15", outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     report = run.report
-    loud = [(f["kind"], f["severity"], f["title"]) for f in report["findings"] if f["severity"] != "low"]
+    # nothing about the workload above low; a neighbour's load on the shared machine is its own finding
+    # (external_contention), which any run can have
+    loud = [(f["kind"], f["severity"], f["title"]) for f in workload_findings(report["findings"]) if f["severity"] != "low"]
     assert loud == []
     # a flat micro-benchmark of its GEMMs (a neighbour's load, a hypervisor's) is doubted: not confirmed, never a
     # finding, and the verdict does not count it
     assert not any(f["doubts"] for f in _flat(report["findings"]))
     assert all(n["finding"]["doubts"] and n["reproduce"] for n in report["not_confirmed"])
-    assert report["verdict"]["findings_above_low"] == 0
+    assert report["verdict"]["findings_above_low"] == len([f for f in report["findings"] if f["severity"] != "low"])

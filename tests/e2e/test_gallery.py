@@ -26,9 +26,10 @@ in benchmarks/gallery_flips.py (resnet_train, conv_nchw).
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLES, NO_DOCTOR, doctor_finding_expected, line_of, run_cli
+from conftest import (EXAMPLES, NO_DOCTOR, doctor_finding_expected, first_workload_finding, line_of, rule_findings,
+                      run_cli, workload_findings)
 
-from diagnose.findings.microbench import SEQUENTIAL_MAX_SPEEDUP
+from diagnose.findings import microbench
 from diagnose.findings.operators import HOT_MIN_PCT
 from diagnose.report import borderline
 from diagnose.report import io as report_io
@@ -53,7 +54,8 @@ def brief(findings: list[dict]) -> list[tuple]:
 
 
 def loud(report: dict) -> list[tuple]:
-    return brief([f for f in report["findings"] if f["severity"] != "low"])
+    """The findings above low about the workload (not external_contention: a neighbour's load, in any run)."""
+    return brief([f for f in workload_findings(report["findings"]) if f["severity"] != "low"])
 
 
 def no_memory_growth(report: dict) -> None:
@@ -164,7 +166,7 @@ def test_gpt2_generate_is_framework_overhead_first_then_the_lm_head_gemv(gpt2):
     assert first["evidence"]["share_pct"] == round(share, 1) and abs(first["stake"]["pct"] - share) <= 0.06
     assert first["location"] == _line("gpt2_generate.py", "return model.generate(")
     # 37-50% against the medium line at 20%: the interval's low end (33% at 37%) clears it by a wide margin
-    assert first["severity"] in ("medium", "high") and r["findings"][0] == first, r["findings"][:2]
+    assert first["severity"] in ("medium", "high") and first_workload_finding(r["findings"])[1] == first, r["findings"][:2]
     # the decoder's GEMV runs in lm_head, whatever the machine makes of it (10% of operator time, at the
     # hot_operator threshold)
     gemv = next(o for o in r["operators"] if o["name"] == "aten::mm" and o["input_shapes"][1] == [256, 8000])
@@ -217,16 +219,19 @@ def test_resnet_training_has_nothing_above_medium(resnet):
 # -------------------------------------------------------------------- planted examples (issue-16 rules)
 
 def _unmeasured(r: dict) -> list[dict]:
-    """The findings in ranked order less those a measured trial made (their stake "measured: ..."), which rank
-    by what this machine measured."""
-    return [f for f in r["findings"] if not (f["stake"] and f["stake"]["basis"].startswith("measured:"))]
+    """The findings about the workload in ranked order less those a measured trial made (their stake "measured:
+    ..."), which rank by what this machine measured."""
+    return [f for f in workload_findings(r["findings"])
+            if not (f["stake"] and f["stake"]["basis"].startswith("measured:"))]
 
 
 @pytest.mark.parametrize("script, must, must_not", [
-    # first of the rules' findings (_unmeasured: a measured trial, were one run, ranks by what this machine measured)
+    # the GEMM at its line (a healthy compute kernel's hot_operator is an observation, ranked after anything
+    # actionable, so after any low finding: where it ranks is not the test), and nothing above low about the script
     ("module_scope_loop.py",
-     lambda r: (c := _unmeasured(r)) and c[0]["op"] == "aten::mm"
-     and c[0]["location"] == _line("module_scope_loop.py", "    c = a @ b"),
+     lambda r: [f for f in r["findings"] for g in (f, *f["also"]) if g["op"] == "aten::mm"
+                and g["location"] == _line("module_scope_loop.py", "    c = a @ b")]
+     and not loud(r),
      lambda r: [f for f in r["findings"] if f["kind"] == "python_overhead" and f["severity"] != "low"]),
     ("rng_setup.py",
      lambda r: r["steps"]["setup_s"] > 0.1,
@@ -274,19 +279,19 @@ def test_the_gemv_decoder_is_named_for_its_shape_not_as_a_sequential_kernel(tmp_
     assert run.code == 0, run.stderr[-2000:]
     r = run.report
     # a finding, or not confirmed when its micro-benchmark was noisy or contended (doubted): it names the shape
-    gemv = [f for f in r["findings"] + [n["finding"] for n in r["not_confirmed"]] if f["kind"] == "sequential_operator"]
+    pieces = [g for f in r["findings"] for g in (f, *f["also"])] + [n["finding"] for n in r["not_confirmed"]]
+    gemv = [f for f in pieces if f["kind"] == "sequential_operator"]
     assert all("the kernel is sequential" not in f["suggestion"] for f in gemv)
     # whether the GEMV scales is the machine's: flat on the 2-CPU EPYC this was planted on (1.0-1.1x),
     # 2.0x on a Xeon with AMX. Flat, the finding names the shape; scaling, there is nothing to find.
+    # a finding exactly where the rule makes one of this report's numbers (the speedup's interval against
+    # SEQUENTIAL_MAX_SPEEDUP: a CPU where the GEMV scales 1.25-1.4x is borderline)
     multi = [m for m in r["microbenchmarks"] if m["threads"] > 1]
-    flat = [m for m in multi if m["speedup_vs_1_thread"] is not None
-            and m["speedup_vs_1_thread"] < SEQUENTIAL_MAX_SPEEDUP]
     assert multi, r["microbenchmarks"]
-    if flat:
-        assert gemv and gemv[0]["evidence"]["cause"] in ("skinny_matmul", "memory_bandwidth")
+    assert len(gemv) == len(rule_findings(r, microbench.sequential_operator)), gemv
+    if gemv:
+        assert gemv[0]["evidence"]["cause"] in ("skinny_matmul", "memory_bandwidth"), gemv[0]["evidence"]
         assert "batch" in gemv[0]["suggestion"] and "bfloat16" in gemv[0]["suggestion"]
-    else:  # the rule fires only below SEQUENTIAL_MAX_SPEEDUP
-        assert not gemv, gemv
 
 
 # attribution only (one operator pass): nothing here depends on how busy the CPUs are

@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 
-from conftest import EXAMPLES, line_of, run_cli
+from conftest import EXAMPLES, first_workload_finding, line_of, run_cli
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -73,7 +73,10 @@ def test_fail_on_exits_4_and_still_writes_the_report(gated_run):
     assert "--fail-on medium" in gated_run.stderr and "python_overhead" in gated_run.stderr
     r = gated_run.report
     assert r["artifacts"]["report_html"] == "report.html"
-    assert r["findings"][0]["kind"] == "python_overhead" and r["findings"][0]["severity"] == "high"
+    # first about the workload (a neighbour's load can put its own finding, external_contention, above it): the
+    # row loop is 87-92% of the Python pass against the 40% line of high
+    _, first = first_workload_finding(r["findings"])
+    assert first["kind"] == "python_overhead" and first["severity"] == "high", first
     for name in ("report.json", "report.md", "report.html", "callgraph.png", "threads.png"):
         assert (gated_run.outdir / name).is_file(), name
 
@@ -84,7 +87,13 @@ def test_opens_from_disk_without_errors_or_network(page):
     assert page.title().startswith("diagnose: examples/fix/row_loop_before.py:step")
 
 
-def test_sections_verdict_first_and_images_decoded(page):
+def _first_card(gated_run) -> str:
+    """The HTML card of the first finding about the workload (#finding-N counts from 1)."""
+    i, _ = first_workload_finding(gated_run.report["findings"])
+    return f"#finding-{i + 1}"
+
+
+def test_sections_verdict_first_and_images_decoded(page, gated_run):
     ids = page.eval_on_selector_all("main > section", "els => els.map(e => e.id)")
     assert ids == ["verdict", "operators", "modules", "python", "threads", "efficiency", "microbench", "doctor",
                    "what_if", "counters", "machine"]
@@ -92,7 +101,7 @@ def test_sections_verdict_first_and_images_decoded(page):
     assert "not run: channels_last: no 2-D convolution" in page.locator("#what_if").inner_text()
     doctor = page.locator("#doctor").inner_text()
     assert "page_faults" in doctor and "openmp_runtimes" in doctor
-    first = page.locator("#finding-1")
+    first = page.locator(_first_card(gated_run))
     assert first.is_visible()
     assert "python_overhead" in first.inner_text()
     line = line_of(BEFORE, "out[i] = (row - row.mean())")
@@ -102,10 +111,16 @@ def test_sections_verdict_first_and_images_decoded(page):
     assert "skipped" in page.locator("#counters").inner_text()
 
 
-def test_a_finding_links_to_its_evidence(page):
-    page.locator("#finding-1 a.goto").click()
+def test_a_finding_links_to_its_evidence(page, gated_run):
+    card = _first_card(gated_run)
+    page.locator(f"{card} a.goto").click()
     assert page.evaluate("location.hash") == "#python"
-    page.locator("#finding-1 .also a").first.click()
+    # the row's operator merged at that line (a hot_operator at 11-12% of operator time against the 10% line of the
+    # rule, so not in every run)
+    if not first_workload_finding(gated_run.report["findings"])[1]["also"]:
+        assert page.locator(f"{card} .also").count() == 0
+        return
+    page.locator(f"{card} .also a").first.click()
     target = page.evaluate("location.hash")
     assert target.startswith("#op-") and page.locator(target).is_visible()
 

@@ -6,7 +6,9 @@ import ast
 
 import pytest
 
-from conftest import EXAMPLES, line_of, run_cli
+from conftest import EXAMPLES, line_of, rule_findings, run_cli
+
+from diagnose.findings import microbench
 
 SORT = EXAMPLES / "sequential_sort.py"
 
@@ -26,12 +28,21 @@ def test_sort_is_a_sequential_operator_at_its_line_with_measured_times(sort_run)
     sort_rows = [m for m in r["microbenchmarks"] if m["op"] == "aten::sort"]
     assert sorted(m["threads"] for m in sort_rows) == [1, 2]
     assert sort_rows[0]["input_shapes"][0] == [4000000]
-    # a finding, or not confirmed when a neighbour's load made its measurement noisy or contended (doubted)
-    found = r["findings"] + [n["finding"] for n in r["not_confirmed"]]
-    (f,) = [f for f in found if f["kind"] == "sequential_operator" and f["op"] == "aten::sort"]
+    # a 4M sort: tens of ms at least on any CPU
+    assert all(m["median_us"] > 50_000 for m in sort_rows), sort_rows
+    assert "Micro-benchmarks" in sort_run.stdout
+    # a finding, or not confirmed when a neighbour's load made its measurement noisy or contended (doubted), exactly
+    # when the rule makes one of the report's own numbers: how much a 4M sort gains from a second thread is this
+    # machine's (the Xeon measured 1.32x, 1.20-1.45x, against the 1.25x line: some runs' intervals stay above it)
+    found = [g for f in r["findings"] for g in (f, *f["also"])] + [n["finding"] for n in r["not_confirmed"]]
+    found = [f for f in found if f["kind"] == "sequential_operator" and f["op"] == "aten::sort"]
+    expected = [f for f in rule_findings(r, microbench.sequential_operator) if f.op == "aten::sort"]
+    assert len(found) == len(expected) <= 1, (found, expected)
+    if not found:
+        return
+    (f,) = found
     assert f["location"] == f"examples/sequential_sort.py:{line_of(SORT, 'torch.sort(')}"
     e = f["evidence"]
-    assert e["median_us_1_thread"] > 50_000 and e["median_us_2_threads"] > 50_000  # a 4M sort: tens of ms at least
     # the finding follows from its numbers: the speedup's interval reaches under the 1.25x line, and a point at or
     # above the line is borderline (a fresh clone on the Xeon measured 1.32x, 1.20-1.45x: the point is not the
     # rule's, and how much a 4M sort gains from a second thread is this machine's)
@@ -39,7 +50,6 @@ def test_sort_is_a_sequential_operator_at_its_line_with_measured_times(sort_run)
     if e["speedup"] >= e["threshold_speedup"]:
         assert f["borderline"] and f["borderline"]["threshold"] == 1.25, f
     assert f["severity"] in ("high", "medium", "low")
-    assert "Micro-benchmarks" in sort_run.stdout
 
 
 def test_reproducer_is_standalone_plain_torch(sort_run):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_cli, line_of
+from conftest import REPO, first_workload_finding, line_of, run_cli
 
 ROWLOOP = REPO / "tests" / "data" / "python" / "rowloop.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -24,7 +24,9 @@ def rowloop_run(tmp_path_factory):
 
 def test_planted_row_loop_is_the_top_finding_at_its_line(rowloop_run):
     r = rowloop_run.report
-    top = r["findings"][0]
+    # first about the workload (a neighbour's load may rank external_contention above it); the row loop is most of
+    # the Python pass (87-92% of it in the project's runs), against the 40% line of high
+    _, top = first_workload_finding(r["findings"])
     assert top["kind"] == "python_overhead" and top["severity"] == "high"
     assert top["evidence"]["function"] == "normalise_rows"
     body = line_of(ROWLOOP, "out[i] = (row - row.mean())")

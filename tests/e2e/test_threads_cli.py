@@ -173,7 +173,11 @@ def test_a_run_too_short_to_judge_says_so_instead_of_staying_silent(tmp_path):
                   outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     r = run.report
-    assert r["threads"]["duration_s"] < 0.5
+    # ~0.1 s on a quiet machine; 24 parallel regions on 2 shared CPUs can stall past the rules' 0.5 s, and then the
+    # rules judge it as they would any run
+    if r["threads"]["duration_s"] >= rules.MIN_DURATION_S:
+        assert ("oversubscription" in _kinds(r)) == (rules.oversubscribed(report_io.from_json_data(r)) is not None), r["findings"]
+        return
     assert "oversubscription" not in _kinds(r)
     note = next(n for n in r["layers"]["threads"]["notes"] if "the thread findings need" in n)
     assert f"note: {note}" in run.stdout and note in (tmp_path / "r" / "report.md").read_text()

@@ -54,6 +54,10 @@ def test_a_clean_training_loop_has_no_dtype_growth_or_drift(tmp_path):
     assert run.code == 0, run.stderr[-3000:]
     r = run.report
     assert not [g for g in _all(r) if g["kind"] in KINDS], r["findings"]
-    assert not r["steps"]["drift"]["drifts"], r["steps"]["drift"]
+    # the detector may see a slope the machine's load made in the window (it did, +33%, once on this control):
+    # then the operator pass's steps, which did not rise with it, doubt it, and it is not confirmed, never a finding
+    if r["steps"]["drift"]["drifts"]:
+        assert any(n["finding"]["kind"] == "step_drift" and n["finding"]["doubts"] for n in r["not_confirmed"]), (
+            r["steps"]["drift"], r["not_confirmed"])
     assert not [t for t in r["operator_summary"]["trends"] if t["bytes_grow"]], r["operator_summary"]["trends"]
     assert r["operator_summary"]["float64_origins"] == [], r["operator_summary"]["float64_origins"]
