@@ -32,7 +32,11 @@ Thresholds and their sources:
   and the call-graph pass (cProfile allocates next to nothing per call).
   glibc's heap differs from process to process: BERT's uninstrumented
   process faulted 1,946 times a step in one run and 5,500-5,900 in four,
-  resnet_train's 653 to 8,985. The trials, on nine more processes, decide.
+  resnet_train's 653 to 8,985. Nor is it a constant of the process: step
+  by step, resnet_train's faults switch between regimes (0, about 2,000,
+  8,000-12,000 a step) that last a few steps or the whole run, and ten
+  fresh processes' means over 20 steps read 917 to 8,381 (2026-11-28, Xeon;
+  MALLOC_ARENA_MAX=1 the same). The trials, on nine more processes, decide.
   Only steps (or function-mode calls) are judged: a whole run's faults
   include setup's first touch of its data.
 - MMAP_THRESHOLD_BYTES = 32 MiB: glibc's dynamic mmap threshold tops out at
