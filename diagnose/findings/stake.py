@@ -113,7 +113,7 @@ import dataclasses
 from diagnose import budget as budget_mod
 from diagnose.compare import MIN_FLOOR_PCT
 from diagnose.report import borderline
-from diagnose.report.model import Borderline, Finding, Report, Stake, StepBudget, Trial
+from diagnose.report.model import Borderline, Finding, Report, Stake, StepBudget, Trial, saving_pct
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 # the rest are causes (tier 0); autograd recording in inference is one cause of the framework overhead that
@@ -158,8 +158,9 @@ def operator_stake(report: Report, share_pct: float | None) -> Stake:
 
 
 def _gain(speedup: float | None) -> float | None:
-    """The share of the step a speedup saves, in %: 1 - 1/speedup, 0 for a slowdown."""
-    return None if speedup is None or speedup <= 0 else round(max(0.0, 100.0 * (1.0 - 1.0 / speedup)), 2)
+    """The share of the step a speedup saves (model.saving_pct), to 0.01%: an end of a trial's interval."""
+    saved = saving_pct(speedup)
+    return None if saved is None else round(saved, 2)
 
 
 def measured(trial: Trial, basis: str) -> Stake:

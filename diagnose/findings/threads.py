@@ -83,6 +83,7 @@ from diagnose.report.model import (
     ThreadProcess,
     Threads,
     Trial,
+    saving_pct,
 )
 
 WAIT_SHARE_MEDIUM = 0.2
@@ -380,7 +381,7 @@ def oversubscription(report: Report) -> list[Finding]:
     elif gain is not None:
         evidence["sweep_gain_pct"] = gain
         # throughput gained -> wall time saved
-        stake = Stake(pct=round(max(0.0, 100 * (1 - 1 / (1 + gain / 100))), 1),
+        stake = Stake(pct=round(saving_pct(1 + gain / 100) or 0.0, 1),
                       basis="wall time the thread sweep measured to save")
         title += f"; the thread sweep measured {gain:+.1f}% throughput with {rec.code}"
         if gain < SWEEP_NEGLIGIBLE_PCT:

@@ -593,6 +593,14 @@ def also_label(piece: Finding, op: bool = True) -> str:
     return f"[{piece.severity}] {piece.kind}{named} ({piece.layer})"
 
 
+def also_heading(finding: Finding) -> str:
+    """What a finding's merged pieces are (Finding.also): others at its line, or, where one has no line (memory_churn
+    holds the doctor's page_faults: the time of the line's allocations), others about the same time."""
+    if finding.location and all(a.location for a in finding.also):
+        return "also at this line"
+    return "also about the same time"
+
+
 def findings_list(findings: list[Finding], top: int, *, head: Callable[[int, Finding], str], indent: str,
                   more: Callable[[int], str], also: Callable[[Finding], str] = also_label,
                   evidence: Callable[[Finding], str] | None = None) -> list[str]:
@@ -605,7 +613,7 @@ def findings_list(findings: list[Finding], top: int, *, head: Callable[[int, Fin
         if evidence is not None:
             out.append(f"{indent}evidence: {evidence(f)}")
         if f.also:
-            out.append(f"{indent}also at this line: " + "; ".join(also(a) for a in f.also))
+            out.append(f"{indent}{also_heading(f)}: " + "; ".join(also(a) for a in f.also))
     if len(findings) > top:
         out.append(more(len(findings) - top))
     return out

@@ -189,7 +189,7 @@ def _finding(report: Report, i: int, f: Finding) -> str:
                          f'<details><summary>its evidence and suggestion</summary>'
                          f'<p class="try">{_e(a.suggestion)}</p>{_evidence_table(a)}'
                          f"</details></li>")
-        also = (f'<div class="also"><div class="label">also at this line</div>'
+        also = (f'<div class="also"><div class="label">{_e(fmt.also_heading(f))}</div>'
                 f'<ul>{"".join(items)}</ul></div>')
     return (f'<article class="finding sev-{_e(f.severity)}" id="finding-{i}">'
             f'<header><span class="rank">{i}</span>{_badge(f.severity)}{_borderline(f)}'

@@ -353,9 +353,15 @@ class Trial:
 
     @property
     def saved_pct(self) -> float | None:
-        """The share of the step the change saved, 1 - 1/speedup in percent to 0.1 (at least 0): a measured stake
-        (findings/stake.measured) and the step budget's allocator slice read this one number."""
-        return None if not self.speedup or self.speedup <= 0 else round(max(0.0, 100.0 * (1.0 - 1.0 / self.speedup)), 1)
+        """The share of the step the change saved (`saving_pct`) to 0.1: a measured stake (findings/stake.measured)
+        and the step budget's allocator slice read this one number."""
+        saved = saving_pct(self.speedup)
+        return None if saved is None else round(saved, 1)
+
+
+def saving_pct(speedup: float | None) -> float | None:
+    """The share of a step a speedup saves, in %: 1 - 1/speedup, 0 for a slowdown; None without a speedup."""
+    return None if not speedup or speedup <= 0 else max(0.0, 100.0 * (1.0 - 1.0 / speedup))
 
 
 @dataclass

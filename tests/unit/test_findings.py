@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from diagnose import findings
+from diagnose.render import fmt
 from diagnose.report import io as report_io
 from diagnose.report.model import OperatorRow, OperatorSummary, Report, Run, SourceShare, TargetInfo
 
@@ -248,6 +251,10 @@ def test_memory_churn_takes_the_time_and_severity_of_the_doctors_page_faults_fin
     assert churn.stake.pct == faults.stake.pct == 40.0 and "page_faults finding holds" in churn.stake.basis
     assert churn.severity == faults.severity == "high" and churn.rule_severity is None
     assert "measured" not in churn.title  # nothing was tried
+    # the piece has no line of its own (it is the time the line's allocations fault in): the heading says so
+    assert fmt.also_heading(churn) == "also about the same time"
+    located = dataclasses.replace(faults, location=churn.location)
+    assert fmt.also_heading(dataclasses.replace(churn, also=[located])) == "also at this line"
     # a check without an estimate gives no time to take: the churn's rate decides (4 GiB/s: medium)
     rep.doctor.checks = [DoctorCheck("page_faults", "warn", "faults", at_stake_pct=None)]
     churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
@@ -321,3 +328,21 @@ def test_a_kernels_internal_copy_is_a_low_observation_not_a_hot_operator_to_fix(
     assert (line.kind, line.severity) == ("copy_overhead", "high")  # the cause leads its line
     hot = [f for f in line.also if f.op == "aten::copy_" and f.kind == "hot_operator"]
     assert [f.severity for f in hot] == ["high"] and hot[0].observation is False
+
+
+def test_a_dtype_finding_with_a_float32_win_is_judged_on_the_trials_interval():
+    from diagnose.report.model import Float64Origin, OutputCheck, Trial, WhatIf, WhatIfVariant
+
+    f64 = dataclasses.replace(row("aten::addmm", 80, source="m.py:9"), dtypes=["double"])
+    rep = report(f64, row("aten::relu", 20), float64_origins=[])
+    rep.operator_summary.float64_origins = [Float64Origin("m.py:4", ".double()", 4, 1 << 20, parameters=4)]
+    win = Trial("float32", "float32", "model.float()", verdict="win", speedup=1.228, ci_low=1.207, ci_high=1.258,
+                rounds=3)
+    rep.what_if = WhatIf(requested=["float32"], variants=[WhatIfVariant(
+        "float32", "asked for", win, OutputCheck("match", rel_diff=1e-6, tolerance=1e-3), recommended=True)])
+    (f,) = [f for f in findings.derive(rep) if f.kind == "dtype"]
+    # the measured saving, 1 - 1/1.228 = 18.6%, with the trial's interval as every measured stake has
+    # (stake.measured): 17.1-20.5%, across the 20% line, so medium, borderline high (the e2e float64 run's numbers)
+    assert (f.stake.pct, f.stake.low, f.stake.high) == (18.6, 17.15, 20.51)
+    assert f.stake.basis.startswith("measured: 1 - 1/speedup of the step with the model in float32")
+    assert f.severity == "medium" and f.rule_severity == "high" and f.borderline.would_be == "high"
