@@ -41,14 +41,14 @@ COLUMNS = ("no traceback", "exit 0", "valid report", "children's operators / nam
 
 def valid(path: Path) -> dict | None:
     """report.json when it validates against the generated schema; None otherwise."""
-    import jsonschema
+    import jsonschema_rs
 
     try:
         data = json.loads(path.read_text())
         schema = json.loads((REPO / "docs" / "report.schema.json").read_text())
-        jsonschema.Draft202012Validator(schema).validate(data)
+        jsonschema_rs.Draft202012Validator(schema).validate(data)
         return data
-    except (OSError, ValueError, jsonschema.ValidationError):
+    except (OSError, ValueError, jsonschema_rs.ValidationError):
         return None
 
 
