@@ -23,16 +23,17 @@ NO_DOCTOR = ",".join(layer for layer in DEFAULT_LAYERS if layer != "doctor")
 
 # Tests whose assertions do not depend on how busy the CPUs are: `make test` runs them two at a time
 # (pytest-xdist, `-m parallel_safe -n 2`) and everything else alone, after them. Findings about threads,
-# sweeps, micro-benchmarks, rooflines and the planted examples measure this machine and stay serial. The doctor's
-# and the what-if's tests run their trials beside another test: each asserts that every trial's verdict follows
-# the numbers it shows (assert_trial_follows_the_rule) and what its check or finding makes of it, and the one
-# measured outcome (jemalloc on fresh 64 MiB temporaries, 3.4-5.4x against a 1.2x line) has a margin no
-# neighbour's load closes (their 263 s of the serial step, 2026-11-28). The HTML test asserts the first finding
-# about the workload (first_workload_finding), not one a neighbour's load can put first. A test of a serial file
-# whose assertions are structural (attribution, files, notes, exit codes) carries @pytest.mark.parallel_safe.
+# trials, sweeps, micro-benchmarks, rooflines and the planted examples measure this machine and stay serial. The
+# doctor's, the what-if's and the HTML page's assertions would hold beside another test (every trial's verdict is
+# checked against its own numbers; the page's first finding is the first about the workload), but their passes
+# are fresh interpreters, compilations and a browser that a neighbour slows 2-3x: in the parallel step they took
+# 618 s of its work (the two compile what-ifs 102 s and 71 s, 31 s and 33 s alone) where the serial step spent
+# 286 s on them, and the suite took longer (a fresh clone, 2026-11-28), so they stay serial. A test of a serial
+# file whose assertions are structural (attribution, files, notes, exit codes) carries
+# @pytest.mark.parallel_safe itself.
 PARALLEL_SAFE = {"unit", "test_bad_input.py", "test_faults.py", "test_report.py", "test_compare_cli.py",
                  "test_vtune_cli.py", "test_microbench_cli.py", "test_steps_cli.py", "test_processes.py",
-                 "test_compat.py", "test_memory_cli.py", "test_doctor.py", "test_whatif.py", "test_html_browser.py"}
+                 "test_compat.py", "test_memory_cli.py"}
 
 
 # One fork server per test process (diagnose/forkserver.py, SHARED_ENV): every diagnose run the tests start with
