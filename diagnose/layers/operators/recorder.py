@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -350,6 +351,11 @@ class ModuleTracker:
     set-up code calls (modulehooks.set_up) is never the main root. Inside a compiled
     or scripted region no hook runs: its operators belong to the module that
     called the region. `calls` counts each path's forwards while counting.
+    Paths are kept by id(module), and an entry goes when its module does
+    (`_remember`): quantize_dynamic's MinMaxObserver modules, roots of their
+    own in set-up, once left their ids behind, and a quantised Linear made
+    after them at a freed address was named "MinMaxObserver" (a fresh clone's
+    examples/quantized_linear.py, 2026-11-28).
 
     While recording, a call of a root module from Python is itself labelled
     (kineto.Label) with the calling lines: what runs inside without passing
@@ -417,7 +423,7 @@ class ModuleTracker:
     def _learn(self, module) -> str:
         if self.stack:  # a module its root does not hold, called inside a forward
             path = f"{self.stack[-1]}.<{type(module).__name__}>" if self.stack[-1] else f"<{type(module).__name__}>"
-            self.names[id(module)] = path
+            self._remember(module, path)
             return path
         if id(module) in self.names:  # a submodule of a known root, called on its own
             return self.names[id(module)]
@@ -431,9 +437,24 @@ class ModuleTracker:
         for name, sub in module.named_modules(remove_duplicate=False):
             parts = [p for p in name.split(".") if p and p != "_orig_mod"]
             path = ".".join([prefix] + parts if prefix else parts)
-            self.names.setdefault(id(sub), path)
-        self.names[id(module)] = prefix
+            if id(sub) not in self.names:  # a submodule keeps its first path
+                self._remember(sub, path)
+        self._remember(module, prefix)
         return prefix
+
+    def _remember(self, module, path: str) -> None:
+        """names[id(module)] = path until the module is freed (class docstring: its id may then be another's)."""
+        key = id(module)
+        if key not in self.names:
+            try:
+                weakref.finalize(module, self._forget, key)
+            except TypeError:  # no weak references to it: kept, as before
+                pass
+        self.names[key] = path
+
+    def _forget(self, key: int) -> None:
+        self.names.pop(key, None)
+        self.roots.pop(key, None)
 
     def result(self) -> dict[str, Any]:
         return {path: {"class": cls, "calls": n} for path, (cls, n) in self.calls.items()}
