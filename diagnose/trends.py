@@ -11,8 +11,13 @@ bytes and time against the step.
   four); the median slope moves only when most steps rise. The steps *drift* when the
   interval lies above 0, the line rises by at least DRIFT_MIN_PCT of the
   median step over the window (a slope that small is what load on a shared
-  machine moves), and the later half of the window rises at least half as
-  fast (a first slow step or two, warm-up, is not drift).
+  machine moves), and the later half of the window may rise at least half as
+  fast: the high end of its slope's 95% interval reaches half the whole
+  window's slope (a ramp of first steps, warm-up, then flat steps is not
+  drift). Judged on the later half's point slope, a fresh clone's
+  examples/growing_bank.py (+106% over 40 steps, every step costing more
+  than the last) read a later half rising 0.45x as fast, in a run whose
+  later steps a burst of load had stretched in the middle: no drift.
 - `site_trends(sites)`: the operator pass's source mode keeps, per call site
   (user line, library line, module, torch function), its calls' tensor input
   bytes and time per step of the window (recorder.CallSite). A site's input
@@ -34,7 +39,7 @@ from diagnose.report.model import SiteTrend, StepDrift, TrendSlope
 
 DRIFT_MIN_PCT = 10.0  # the line's rise over the window, of the median step
 GROW_MIN_PCT = 10.0  # a site's bytes or time: the line's rise over the window, of their mean
-LATE_MIN_SHARE = 0.5  # the later half rises at least half as fast as the whole window
+LATE_MIN_SHARE = 0.5  # the later half may rise at least half as fast as the whole window (its interval's top)
 MIN_STEPS = 6  # a line through fewer steps (and a later half of fewer than 3) says nothing
 ROBUST_MAX_POINTS = 64  # robust_line's points: 2016 pairs, about a millisecond a fit in Python
 
@@ -96,16 +101,16 @@ def slope(values: list[float], fit=robust_line) -> TrendSlope | None:
         return None
     late = fit(values[len(values) // 2:]) if len(values) >= MIN_STEPS else None
     return TrendSlope(per_step=whole[0], ci_low=whole[1], ci_high=whole[2],
-                      late_per_step=late[0] if late else None)
+                      late_per_step=late[0] if late else None, late_ci_high=late[2] if late else None)
 
 
 def rises(fit: TrendSlope | None, steps: int, scale: float, min_pct: float, late: bool = True) -> bool:
-    """Beyond noise (module docstring): the interval above 0, a rise of min_pct of `scale`, and with `late` the
-    later half too."""
+    """Beyond noise (module docstring): the interval above 0, a rise of min_pct of `scale`, and with `late` a later
+    half whose interval reaches LATE_MIN_SHARE of the slope."""
     if fit is None or steps < MIN_STEPS or scale <= 0:
         return False
     return (fit.ci_low > 0 and 100.0 * fit.per_step * (steps - 1) / scale >= min_pct
-            and (not late or (fit.late_per_step is not None and fit.late_per_step >= LATE_MIN_SHARE * fit.per_step)))
+            and (not late or (fit.late_ci_high is not None and fit.late_ci_high >= LATE_MIN_SHARE * fit.per_step)))
 
 
 def drift(times: list[float]) -> StepDrift | None:
@@ -156,6 +161,7 @@ def site_trends(sites: list[dict[str, Any]]) -> list[SiteTrend]:
 
 
 def _rounded(fit: TrendSlope, digits: int = 9) -> TrendSlope:
-    late = fit.late_per_step
+    late, top = fit.late_per_step, fit.late_ci_high
     return TrendSlope(per_step=round(fit.per_step, digits), ci_low=round(fit.ci_low, digits),
-                      ci_high=round(fit.ci_high, digits), late_per_step=round(late, digits) if late is not None else None)
+                      ci_high=round(fit.ci_high, digits), late_per_step=round(late, digits) if late is not None else None,
+                      late_ci_high=round(top, digits) if top is not None else None)

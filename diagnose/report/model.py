@@ -166,6 +166,7 @@ class TrendSlope:
     ci_low: float  # the 95% interval's low end
     ci_high: float  # the 95% interval's high end
     late_per_step: float | None = None  # the later half of the window's own slope; None: too few steps
+    late_ci_high: float | None = None  # the high end of that slope's 95% interval (what the later half may still rise)
 
 
 @dataclass

@@ -26,6 +26,20 @@ def test_steps_that_grow_drift_and_steady_or_warming_steps_do_not():
     assert drift([0.01] * 4) is None  # too few steps
 
 
+def test_a_growing_window_whose_later_half_a_burst_flattened_still_drifts():
+    # every step costs more than the last (examples/growing_bank.py: +106% over 40 steps in a fresh clone), and a
+    # burst of load stretches steps 20-28: the later half's point slope reads 0.39x the window's, under the 0.5x
+    # the warm-up test asks; its interval still reaches it, so the rise is drift, as the whole window says
+    rng = random.Random(1)
+    ms = [(0.006 + 0.0004 * i) * (1 + rng.uniform(-0.15, 0.15)) + (0.003 if 20 <= i < 29 else 0) for i in range(40)]
+    d = drift(ms)
+    assert d.slope.late_per_step < 0.5 * d.slope.per_step <= d.slope.late_ci_high, d.slope
+    assert d.drifts and d.change_pct > 100, d
+    # a ramp of first steps, then flat ones: the later half's interval stays under half the slope (warm-up)
+    ramp = drift([0.006 + 0.0008 * i for i in range(10)] + [0.0138 * (1 + rng.uniform(-0.02, 0.02)) for _ in range(30)])
+    assert ramp.slope.ci_low > 0 and ramp.slope.late_ci_high < 0.5 * ramp.slope.per_step and not ramp.drifts, ramp
+
+
 def test_a_burst_of_load_at_the_windows_end_is_not_drift_and_a_long_window_still_is():
     # a clean MLP's 37 steps in a loaded clean-clone run (ms): flat at ~26, the last steps stretched by a neighbour;
     # least squares read +15% with its interval above 0, the median pairwise slope reads ~+6%
