@@ -163,5 +163,6 @@ def site_trends(sites: list[dict[str, Any]]) -> list[SiteTrend]:
 def _rounded(fit: TrendSlope, digits: int = 9) -> TrendSlope:
     late, top = fit.late_per_step, fit.late_ci_high
     return TrendSlope(per_step=round(fit.per_step, digits), ci_low=round(fit.ci_low, digits),
-                      ci_high=round(fit.ci_high, digits), late_per_step=round(late, digits) if late is not None else None,
+                      ci_high=round(fit.ci_high, digits),
+                      late_per_step=round(late, digits) if late is not None else None,
                       late_ci_high=round(top, digits) if top is not None else None)

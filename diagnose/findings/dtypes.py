@@ -85,8 +85,8 @@ def dtype(report: Report) -> list[Finding]:
     if variant is not None and variant.trial.verdict == "win" and variant.outputs.status == "match":
         t = variant.trial
         # judged on the trial's interval, as every measured stake is (stake.measured)
-        stake = measured_stake(t, f"measured: 1 - 1/speedup of the step with the model in float32 (--what-if float32), "
-                            f"{t.rounds} interleaved rounds on your steps")
+        stake = measured_stake(t, f"measured: 1 - 1/speedup of the step with the model in float32 "
+                                  f"(--what-if float32), {t.rounds} interleaved rounds on your steps")
         suggestion += (f" Measured on your steps: {t.speedup:.2f}x faster (95% interval {t.ci_low:.2f}-"
                        f"{t.ci_high:.2f}x), outputs within {variant.outputs.rel_diff:.2g} of their scale "
                        f"(tolerance {variant.outputs.tolerance:g}).")

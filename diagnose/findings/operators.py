@@ -338,10 +338,11 @@ def _churn_stake(report: Report) -> tuple[Stake, bool, Finding | None]:
     """What the churn costs, whether that stake decides its severity (rather than the allocation rate, its
     proxy), and the doctor's page_faults finding when the churn takes its time (its suggestion leads the churn's,
     and stake.dedup merges it under the churn: one cause, one finding). Where the uninstrumented pass counted
-    minor page faults over steps (or measured calls): the fresh pages the allocations fault in, at doctor/workload.FAULT_US a fault, over the median step, the doctor's
-    page_faults estimate (a lower bound: malloc's own calls are not counted). When the doctor's page_faults
-    check warned about those faults, its finding holds the same time, with its fix: the churn takes that
-    finding's stake, which then decides its severity too. That is the best winning allocator trial's
+    minor page faults over steps (or measured calls): the fresh pages the allocations fault in, at
+    doctor/workload.FAULT_US a fault, over the median step, the doctor's page_faults estimate (a lower bound:
+    malloc's own calls are not counted). When the doctor's page_faults check warned about those faults, its
+    finding holds the same time, with its fix: the churn takes that finding's stake, which then decides its
+    severity too. That is the best winning allocator trial's
     1 - 1/speedup with its interval; or, where the trials could not tell or none ran, the check's estimate,
     judged on the trials' intervals (stake.unsure_stake). Where they ruled a gain out (no finding), 0,
     measured (so at most low, as a thread finding whose trial gained nothing). One stake, one severity for the

@@ -106,7 +106,8 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
     report = run.report
     # the findings at one line are merged: the others sit in its "also"
     found = [g for g in _flat(report["findings"]) if g["kind"] == kind]
-    if kind in RULE_DECIDES and not [f for f in rule_findings(report, RULE_DECIDES[kind][0]) if RULE_DECIDES[kind][1](f)]:
+    rule, wanted = RULE_DECIDES.get(kind, (None, None))
+    if rule is not None and not [f for f in rule_findings(report, rule) if wanted(f)]:
         # the rule makes none of this run's numbers (a sort that gained more than 1.25x from a second thread here,
         # a churn under its rate line): then there is none, noticed or doubted
         assert not found and not [n for n in report["not_confirmed"] if n["finding"]["kind"] == kind], found
