@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import io as _io
 import json
@@ -58,16 +59,26 @@ def _dataclasses(root: type = Report) -> list[type]:
     return seen
 
 
-def _comments(cls: type) -> dict[str, str]:
-    """field name -> its comment: the comment on its line, else the full-line comments right above it."""
-    source = inspect.getsource(cls)
-    by_line: dict[int, tuple[str, bool]] = {}  # line -> (comment, the line holds nothing else)
+@functools.cache
+def _module_source(module: str) -> tuple[dict[str, ast.ClassDef], dict[int, tuple[str, bool]]]:
+    """A module's top-level classes by name, and its comments by line: (comment, the line holds nothing else).
+
+    Parsed once a module: inspect.getsource parses the whole module again for every class (4 s a schema)."""
+    source = inspect.getsource(sys.modules[module])
+    by_line: dict[int, tuple[str, bool]] = {}
     for tok in tokenize.generate_tokens(_io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             alone = not tok.line[:tok.start[1]].strip()
             by_line[tok.start[0]] = (tok.string.lstrip("#").strip(), alone)
+    classes = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)}
+    return classes, by_line
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """field name -> its comment: the comment on its line, else the full-line comments right above it."""
+    classes, by_line = _module_source(cls.__module__)
+    node = classes[cls.__qualname__]
     out: dict[str, str] = {}
-    (node,) = ast.parse(source).body
     for stmt in node.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
