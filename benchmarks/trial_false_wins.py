@@ -263,7 +263,8 @@ def report(data: dict) -> str:
               f"times {data['window'][1]} (the default window); a step is a chain of `tanh(a @ b)` on one thread, "
               "calibrated to the step size (two threads on this loaded machine made 20 ms steps take 50-800 ms). "
               f"{trials_mod.ROUNDS} rounds a trial in the rule's alternating order, run on to "
-              f"{trials_mod.EXTENDED_ROUNDS} for a side those cannot decide (the rule's own choice).")
+              f"{trials_mod.EXTENDED_ROUNDS} for a side they call a win (its size) or cannot decide (the rule's own "
+              "choice).")
     load = ("- \"No hog\": nothing else of this benchmark's ran (busy CPUs: the whole machine's, this benchmark "
             "included, from /proc/stat; the load average's range over the block beside it). \"Hog\": one more busy "
             "process (`python -c \"while True: pass\"`) for the whole block.")
@@ -271,7 +272,7 @@ def report(data: dict) -> str:
               "brackets); found = the planted side called a win. Targets: A/A called a win in at most 1 of 40, the "
               "planted change found in at least 38 of 40, per condition. Step, planted speedup and noise floor are "
               "the rule's own (each pass's lower-quartile step; medians over trials). Run on: the trials whose A/A "
-              "or planted side the first rounds could not decide. The last column judges the same passes with the "
+              "or planted side ran on (a win, or the first rounds could not decide). The last column judges the same passes with the "
               "rule before the minimum effect and the extended rounds: three rounds, pooled, no minimum.")
     lines = [
         HEADING, "", when, method, load, legend, "",

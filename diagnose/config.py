@@ -94,7 +94,7 @@ class SweepOptions:
 
 
 # the doctor's and the what-if's trials (diagnose/doctor/trials.py): each runs FIRST_TRIAL_ROUNDS interleaved rounds,
-# and one those rounds cannot decide runs on to --trial-rounds
+# and a win (for its size) or a no gain those rounds cannot decide runs on to --trial-rounds
 FIRST_TRIAL_ROUNDS = 3
 TRIAL_ROUNDS = 9
 
@@ -104,9 +104,9 @@ class TrialOptions:
     """--trial-rounds (Config.trials): the doctor's and the what-if's trials."""
 
     rounds: int = option(TRIAL_ROUNDS, "--trial-rounds", "trials (doctor, what-if): the most interleaved rounds a "
-                         f"trial runs; one its first {FIRST_TRIAL_ROUNDS} rounds cannot decide runs on to N ({{default}}; "
-                         f"{FIRST_TRIAL_ROUNDS}: never, and the report marks it undecided)", metavar="N",
-                         minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
+                         f"trial runs; a win (for its size) and a no gain its first {FIRST_TRIAL_ROUNDS} rounds "
+                         f"cannot decide run on to N ({{default}}; {FIRST_TRIAL_ROUNDS}: never, and the report marks "
+                         "it capped)", metavar="N", minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
 
 
 @dataclass(frozen=True)

@@ -49,22 +49,29 @@ speedup of 0.979-1.014 (two forks of the same step differ by that much), and the
 of them (from 2 of 40 on 0.2 ms steps under a hog) without costing a detection.
 
 When the first ROUNDS rounds cannot tell (the verdict is "no gain", no structural truth settles it, and a
-round was more than MIN_EFFECT faster: the rounds do not rule out a change worth recommending; or a win
-whose interval reaches under a saving of MIN_EFFECT: they do not tell whether it is worth recommending), the
-trial runs to EXTENDED_ROUNDS rounds, baseline and the undecided variants only, and is judged on its rounds
-(`method` "rounds"): the median round ratio (baseline / variant, each pass's lower quartile) beyond
+round was more than MIN_EFFECT faster: the rounds do not rule out a change worth recommending), and whenever
+they call a win, the trial runs to EXTENDED_ROUNDS rounds, baseline and those variants only, and is judged on
+its rounds (`method` "rounds"): the median round ratio (baseline / variant, each pass's lower quartile) beyond
 MIN_EFFECT, and its sign-test 95% interval (microbench.stats.sign_test_ci: at 9 rounds, 8 of them on one
-side) excluding 1, the rule `diagnose compare --repeat` uses. A paired round cancels the machine's slow
-drift that widens the pooled floor: on a VM whose idle CPU comes and goes, 20 ms steps had an 18%
-pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40 trials. A trial with no round
-more than MIN_EFFECT faster costs nothing more (on the 12-round passes 0-2 variants of 40 a condition
-were extended): running on only serves the question that matters, whether to recommend the change, so a
-slowdown is still called on the first rounds, and a change whose win would change nothing (`may_win`: a
+side) excluding 1, the rule `diagnose compare --repeat` uses. A win runs on for its size: a finding's
+severity is judged on a won trial's interval (findings/stake.measured), and three fresh processes can agree
+by chance, which nothing in those three shows. examples/conv_nchw.py's jemalloc won 1.71x (1.42-1.84x) and
+1.50x (1.46-1.53x) on three agreeing rounds (page_faults high) and 1.39x (1.10-1.54x) and 1.21x (1.13-1.29x)
+on nine (medium, borderline high) in runs of the same hour: the severity followed how many rounds the trial
+had run. Judged on nine rounds, every win's size is one kind of interval. (Before, a win ran on only when its
+interval reached under a saving of MIN_EFFECT, as OPENBLAS_NUM_THREADS=1 on examples/numpy_beside_torch.py
+at 1.15x, 1.03-1.42x on three rounds, where three runs of nine rounds measured 1.15-1.30x.) A paired round
+cancels the machine's slow drift that widens the pooled floor: on a VM whose idle CPU comes and goes, 20 ms
+steps had an 18% pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40 trials. A trial
+with no round more than MIN_EFFECT faster costs nothing more (on the 12-round passes 0-2 variants of 40 a
+condition were extended); a win costs (EXTENDED_ROUNDS - ROUNDS) more rounds of the baseline and itself.
+Running on only serves the questions that matter, whether to recommend the change and how much it gains, so
+a slowdown is still called on the first rounds, and a change whose win would change nothing (`may_win`: a
 what-if variant whose outputs differ) is not run on. Measured as a user on a BERT training step: compile
 (outputs differing, 0.96x) ran on to 9 rounds with a compilation in each, 554 s where 234 s were announced.
 `--trial-rounds N` (at least ROUNDS; 9 by default) bounds the run-on for a user (or a CI job) who wants a known cost: a
-trial the first rounds could not decide and the bound kept from running on is marked `capped`, its verdict
-that of its first rounds, and the report says it stayed undecided. On a shared 2-CPU machine the run-on was
+trial the bound kept from running on is marked `capped`, its verdict and size those of its first rounds, and
+the report says so (a "no gain" stayed undecided; a win's size is from three rounds). On a shared 2-CPU machine the run-on was
 what made the same e2e test take 21 s in one run and 61 s in the next.
 
 A script without steps gives one time per pass (its whole run): then there is
@@ -317,17 +324,14 @@ def by_rounds(trial: Trial, per_round: list[float]) -> Trial:
     return trial
 
 
-def undecided(trial: Trial, per_round: list[float]) -> bool:
-    """After the first rounds: "no gain" without a structural reason, and a round more than MIN_EFFECT faster (the
-    rounds do not rule out a change worth recommending); or a win whose 95% interval reaches under a saving of
-    MIN_EFFECT of the step (the rounds do not tell whether it is worth recommending): more rounds decide (module
-    docstring). examples/numpy_beside_torch.py's OPENBLAS_NUM_THREADS=1 won 1.15x (1.03-1.42) on three rounds,
-    a time at stake of 3-29%, where three runs of nine rounds measured 1.15-1.30x."""
+def runs_on(trial: Trial, per_round: list[float]) -> bool:
+    """After the first rounds, whether a trial runs on to more rounds (module docstring): a win, for its size (a
+    finding's severity is judged on it, and three rounds can agree by chance); or a "no gain" without a
+    structural reason and with a round more than MIN_EFFECT faster (the rounds do not rule out a change worth
+    recommending)."""
     if trial.no_effect is not None:
         return False
-    if trial.verdict == "win":
-        return trial.ci_low is not None and trial.ci_low < 1.0 / (1.0 - MIN_EFFECT)
-    return trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round)
+    return trial.verdict == "win" or (trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round))
 
 
 def could_win(trial: Trial) -> bool:
@@ -391,7 +395,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
     `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture). `unchanged`:
     asked after the first rounds, why a variant provably changed nothing (what its passes or the report say).
-    A variant the first `rounds` cannot decide runs on to `extended` rounds with the baseline (module
+    A variant the first `rounds` cannot decide, or call a win, runs on to `extended` rounds with the baseline (module
     docstring); `more(n)` hears of those n extra passes before they run; `may_win(v)`, asked first, False: a win
     would change nothing done with it (the what-if layer: its outputs do not match), so it is not run on."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
@@ -443,7 +447,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
         play(r, variants)
     for v in variants:
         decide(v)
-    pending = [v for v in variants if undecided(trials[v.name], ratios(v)) and (may_win is None or may_win(v))]
+    pending = [v for v in variants if runs_on(trials[v.name], ratios(v)) and (may_win is None or may_win(v))]
     if pending and extended <= rounds:  # --trial-rounds keeps them at their first rounds: said, not hidden
         for v in pending:
             trials[v.name].capped = True

@@ -65,8 +65,8 @@ class WhatIfLayer(Layer):
             context.say(f"what-if: {len(chosen)} variant(s) ({', '.join(c.name for c in chosen)}) x {rounds} rounds "
                         f"+ the unchanged run: {passes} runs of about {per_pass:.1f} s "
                         f"= about {what_if.estimate_s:.0f} s ("
-                        + (f"a variant those rounds cannot decide runs on to {most})" if most > rounds else
-                           f"--trial-rounds {most}: a variant those rounds cannot decide stays undecided)")
+                        + (f"a variant that wins, or that those rounds cannot decide, runs on to {most})"
+                           if most > rounds else f"--trial-rounds {most}: no variant runs on)")
                         + (", plus torch.compile's compilation in each of the compile runs (seconds for a small "
                            "model, minutes for a large one)" if compiling else ""))
         out_dir = os.path.join(workdir, "passes")

@@ -268,10 +268,10 @@ def _trial_verdict(t) -> str:
         return f"no gain ({t.no_effect.reason})"
     verdict = {"win": "win: recommended", "no gain": "tried: no gain", "slower": "tried: slower"}.get(
         t.verdict, f"{t.verdict}" + (f" ({t.reason})" if t.reason else ""))
-    if t.capped:  # its first rounds could not decide, and --trial-rounds kept it from running on
+    if t.capped:  # it would have run on, and --trial-rounds kept it at its first rounds
         if t.verdict == "no gain":  # not a measured absence of gain: the rounds did not rule one out
             return f"undecided: --trial-rounds stopped it at {t.rounds} rounds"
-        verdict += f" (not settled: --trial-rounds stopped it at {t.rounds} rounds)"
+        verdict += f" (its size from {t.rounds} rounds: --trial-rounds stopped it)"
     return verdict
 
 
@@ -284,9 +284,10 @@ def no_effect_line(t) -> str | None:
 def trial_rule() -> str:
     """How a trial decides (diagnose/doctor/trials.py), in the words every renderer prints."""
     return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
-            f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; one those "
-            f"rounds cannot decide runs on to {trials_rule.EXTENDED_ROUNDS} unless --trial-rounds set fewer (a trial "
-            f"that bound stopped says so) and is judged on its median round (its interval: a sign test over the rounds)")
+            f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; a win (for "
+            f"its size) and a no gain those rounds cannot decide run on to {trials_rule.EXTENDED_ROUNDS} unless "
+            f"--trial-rounds set fewer (a trial that bound stopped says so), judged on the median round (its "
+            f"interval: a sign test over the rounds)")
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:

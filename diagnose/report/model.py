@@ -340,11 +340,11 @@ class Trial:
     ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
     noise_floor_pct: float | None = None  # same-setting variation between passes
     # how the verdict was reached (diagnose/doctor/trials.py): "pooled" (the first rounds: the pooled steps, their
-    # bootstrap interval, the noise floor, every round agreeing) or "rounds" (the first rounds could not tell, so it
-    # ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high)
+    # bootstrap interval, the noise floor, every round agreeing) or "rounds" (the first rounds could not tell, or
+    # called a win, so it ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high)
     method: str = "pooled"
-    # the first rounds could not decide it (trials.undecided) and --trial-rounds kept it from running on: its verdict
-    # is its first rounds', which a longer trial might have changed
+    # it would have run on (trials.runs_on: the first rounds could not decide it, or called a win) and --trial-rounds
+    # kept it at its first rounds: its verdict and size are theirs, which a longer trial might have changed
     capped: bool = False
     verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
     reason: str | None = None  # why skipped or failed
