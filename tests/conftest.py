@@ -12,7 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.config import DEFAULT_LAYERS, FIRST_TRIAL_ROUNDS
+# Bytecode: where the environment asks Python not to write it next to the sources (PYTHONDONTWRITEBYTECODE, as
+# this project's sessions run), every process of the suite compiled diagnose from source again: each `python -m
+# diagnose` run (about 0.5 s of its start), each fresh interpreter a trial or a torchrun rank starts, and each pytest
+# process rewriting and compiling the test modules (about 4 of its 10 s of collection). The suite writes it under
+# the temporary directory instead (PYTHONPYCACHEPREFIX, for this process and every process it starts), the
+# sources untouched; Python checks each cached file against its source as always
+if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+    import tempfile
+
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), f"diagnose-tests-pycache-{os.getuid()}")
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = False
+
+from diagnose.config import DEFAULT_LAYERS, FIRST_TRIAL_ROUNDS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

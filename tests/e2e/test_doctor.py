@@ -30,10 +30,11 @@ def _diagnose(tmp_path, *args: str) -> tuple[dict, dict, dict]:
 
 def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
     # examples/temporaries_loop.py: a loop at module scope, no nn.Module, no optimizer: the loop detector's steps
-    # (diagnose/loops.py) give the faults per step and the trials' steps. A short window (steps of ~0.1 s; the
-    # uninstrumented pass stretches it to 1 s) keeps the nine trial runs quick
-    report, checks, trials = _diagnose(tmp_path, "--layers", "operators,doctor", "--skip-steps", "2", "--steps", "8",
-                                       "examples/temporaries_loop.py")
+    # (diagnose/loops.py) give the faults per step and the trials' steps. A short window keeps the nine trial runs
+    # quick: 2 warm-up steps and 4 measured ones of ~0.14 s, which the script's own --steps 6 ends (else the
+    # uninstrumented pass stretches the window to 1 s, 8 steps, and every pass and trial run measures as many)
+    report, checks, trials = _diagnose(tmp_path, "--layers", "operators,doctor", "--skip-steps", "2", "--steps", "4",
+                                       "examples/temporaries_loop.py", "--", "--steps", "6")
     assert report["steps"]["detector"] == "loop", report["steps"]
     faults = checks["page_faults"]
     assert faults["status"] == "warn", faults

@@ -25,6 +25,8 @@ in benchmarks/gallery_flips.py (resnet_train, conv_nchw).
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from conftest import (EXAMPLES, NO_DOCTOR, doctor_finding_expected, first_workload_finding, line_of, rule_findings,
                       run_cli, workload_findings)
@@ -34,7 +36,10 @@ from diagnose.findings.operators import HOT_MIN_PCT
 from diagnose.report import borderline
 from diagnose.report import io as report_io
 
-pytest.importorskip("transformers")
+# found, not imported: importing it here cost every pytest process (the serial step, each xdist worker) about 1 s
+# while collecting, and the runs import it in their own processes
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("transformers is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 
 def _line(script: str, needle: str) -> str:
