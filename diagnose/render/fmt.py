@@ -284,10 +284,11 @@ def no_effect_line(t) -> str | None:
 def trial_rule() -> str:
     """How a trial decides (diagnose/doctor/trials.py), in the words every renderer prints."""
     return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
-            f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; a win (for "
-            f"its size) and a no gain those rounds cannot decide run on to {trials_rule.EXTENDED_ROUNDS} unless "
-            f"--trial-rounds set fewer (a trial that bound stopped says so), judged on the median round (its "
-            f"interval: a sign test over the rounds)")
+            f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; a win runs on "
+            f"to {trials_rule.EXTENDED_ROUNDS} rounds for its size (its median round and a sign-test interval; it stays "
+            f"a win while that median is {trials_rule.MIN_EFFECT:.0%} faster), and one those rounds cannot decide runs "
+            f"on and is judged on them (the median, its sign-test interval above 1x), unless --trial-rounds set fewer "
+            f"(a trial that bound stopped says so)")
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:
