@@ -12,18 +12,14 @@ from pathlib import Path
 
 import pytest
 
-# Bytecode: where the environment asks Python not to write it next to the sources (PYTHONDONTWRITEBYTECODE, as
-# this project's sessions run), every process of the suite compiled diagnose from source again: each `python -m
-# diagnose` run (about 0.5 s of its start), each fresh interpreter a trial or a torchrun rank starts, and each pytest
-# process rewriting and compiling the test modules (about 4 of its 10 s of collection). The suite writes it under
-# the temporary directory instead (PYTHONPYCACHEPREFIX, for this process and every process it starts), the
-# sources untouched; Python checks each cached file against its source as always
-if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-    import tempfile
-
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), f"diagnose-tests-pycache-{os.getuid()}")
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+# Bytecode: where the environment asks Python not to write it (PYTHONDONTWRITEBYTECODE, as this project's sessions
+# run), every process of the suite compiled diagnose from source again: each `python -m diagnose` run (about 0.5 s
+# of its start), each fresh interpreter a trial or a torchrun rank starts, and each pytest process compiling the
+# test modules (about 4 of its 10 s of collection). The suite writes it, in the __pycache__ directories git ignores.
+# Not under a PYTHONPYCACHEPREFIX: Python then reads no __pycache__ at all, and the installed torch's, which pip
+# compiled, was compiled again into the prefix by the first processes of every fresh clone (cc149: the parallel
+# step no faster)
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
     sys.dont_write_bytecode = False
 
 from diagnose.config import DEFAULT_LAYERS, FIRST_TRIAL_ROUNDS  # noqa: E402
