@@ -71,11 +71,12 @@ real 1.15x was found in 28-35 of 40 trials a condition where the first rounds' r
 A paired round cancels the machine's slow drift that widens the pooled floor: on a VM whose idle CPU comes
 and goes, 20 ms steps had an 18% pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40
 trials. A trial with no round more than MIN_EFFECT faster costs nothing more (on the 12-round passes 0-2
-variants of 40 a condition were extended); a win costs (EXTENDED_ROUNDS - ROUNDS) more rounds of the baseline and itself.
-Running on only serves the questions that matter, whether to recommend the change and how much it gains, so
-a slowdown is still called on the first rounds, and a change whose win would change nothing (`may_win`: a
-what-if variant whose outputs differ) is not run on. Measured as a user on a BERT training step: compile
-(outputs differing, 0.96x) ran on to 9 rounds with a compilation in each, 554 s where 234 s were announced.
+variants of 40 a condition were extended); a win costs (EXTENDED_ROUNDS - ROUNDS) more rounds of the
+baseline and itself. Running on only serves the questions that matter, whether to recommend the change and
+how much it gains, so a slowdown is still called on the first rounds, and a change whose win would change
+nothing (`may_win`: a what-if variant whose outputs differ) is not run on. Measured as a user on a BERT
+training step: compile (outputs differing, 0.96x) ran on to 9 rounds with a compilation in each, 554 s where
+234 s were announced.
 `--trial-rounds N` (at least ROUNDS; 9 by default) bounds the run-on for a user (or a CI job) who wants a
 known cost: a trial the bound kept from running on is marked `capped`, its verdict and size those of its
 first rounds, and the report says so (a "no gain" stayed undecided; a win's size is from three rounds). On a
@@ -410,9 +411,10 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
     `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture). `unchanged`:
     asked after the first rounds, why a variant provably changed nothing (what its passes or the report say).
-    A variant the first `rounds` cannot decide, or call a win, runs on to `extended` rounds with the baseline (module
-    docstring); `more(n)` hears of those n extra passes before they run; `may_win(v)`, asked first, False: a win
-    would change nothing done with it (the what-if layer: its outputs do not match), so it is not run on."""
+    A variant the first `rounds` cannot decide, or call a win, runs on to `extended` rounds with the baseline
+    (module docstring); `more(n)` hears of those n extra passes before they run; `may_win(v)`, asked first,
+    False: a win would change nothing done with it (the what-if layer: its outputs do not match), so it is not
+    run on."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: dict[int, list[float]] = {}  # round -> the baseline's pass
     passes: dict[str, dict[int, list[float]]] = {v.name: {} for v in variants}
