@@ -271,7 +271,8 @@ def _trial_verdict(t) -> str:
     if t.capped:  # it would have run on, and --trial-rounds kept it at its first rounds
         if t.verdict == "no gain":  # not a measured absence of gain: the rounds did not rule one out
             return f"undecided: --trial-rounds stopped it at {t.rounds} rounds"
-        verdict += f" (its size from {t.rounds} rounds: --trial-rounds stopped it)"
+        verdict += (f" (its size from {t.rounds} rounds: --trial-rounds stopped it)" if trials_rule.decided_win(t)
+                    else f" (not settled: --trial-rounds stopped it at {t.rounds} rounds)")
     return verdict
 
 
