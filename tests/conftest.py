@@ -27,7 +27,7 @@ from diagnose.config import DEFAULT_LAYERS, FIRST_TRIAL_ROUNDS  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 DIAGNOSE = [sys.executable, "-m", "diagnose"]
-# every default layer but the doctor: for fixtures whose workloads' page faults sit near the check's 10% line,
+# every default layer but the doctor: for fixtures whose workloads' page faults sit near the check's 5% line,
 # where the allocator trials (fresh interpreters, up to nine rounds) would start or not from run to run
 NO_DOCTOR = ",".join(layer for layer in DEFAULT_LAYERS if layer != "doctor")
 

@@ -99,7 +99,7 @@ def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_i
 
 def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
     report, checks, trials = _diagnose(tmp_path, "--layers", "threads,doctor", "examples/mlp.py")
-    # its allocations fault in about 3% of the step on the Xeon, against the 10% line; a loaded run's short
+    # its allocations fault in about 2-3% of the step on the Xeon, against the 5% line; a loaded run's short
     # window once estimated 15%. A check that warns starts its trials, and only what they measure makes a finding
     assert checks["denormals"]["status"] == "ok"
     if checks["page_faults"]["status"] == "warn":

@@ -28,7 +28,7 @@ CASES = [
      lambda f: f["location"] == _line("too_many_threads.py", "set_num_threads(8)")
      and f["evidence"]["cause"] == "one_process" and _follows_its_trial(f)),
     # these two causes are the threads layer's, not the doctor's: without it, since a noisy run's page faults
-    # (6.4% of dataloader_contention's step, its interval reaching the doctor's 10% line) start allocator
+    # (6.4% of dataloader_contention's step, over the doctor's 5% line) start allocator
     # trials of nine fresh runs with workers, 50 of the test's 60 s in one clean clone and none in the next
     ("dataloader_contention.py", ["--layers", NO_DOCTOR], "oversubscription",
      lambda f: f["evidence"]["cause"] == "dataloader_workers"),
