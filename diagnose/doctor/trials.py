@@ -107,7 +107,7 @@ from diagnose.config import FIRST_TRIAL_ROUNDS, TRIAL_ROUNDS
 from diagnose.doctor.environment import BLAS_CHECK, BLAS_VARIABLE_FACT
 from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
-from diagnose.report.model import DoctorCheck, NoEffect, Trial
+from diagnose.report.model import DoctorCheck, NoEffect, Trial, surest
 from microbench.stats import sign_test_ci
 
 ROUNDS = FIRST_TRIAL_ROUNDS
@@ -480,14 +480,11 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
 
 
 def launch_line(trials: list[Trial], command: str) -> str | None:
-    """The launch line with the best winning environment change per check (allocators exclude each other)."""
-    best: dict[str, Trial] = {}
-    for t in trials:
-        if t.verdict == "win" and t.env and (t.check not in best or (t.speedup or 0) > (best[t.check].speedup or 0)):
-            best[t.check] = t
-    if not best:
-        return None
+    """The launch line with the surest winning environment change per check (report/model.surest; allocators
+    exclude each other)."""
     env: dict[str, str] = {}
-    for t in best.values():
-        env.update(t.env)
-    return _launch(env, command)
+    for check in dict.fromkeys(t.check for t in trials):
+        best = surest([t for t in trials if t.check == check and t.env])
+        if best is not None:
+            env.update(best.env)
+    return _launch(env, command) if env else None

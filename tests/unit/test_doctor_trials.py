@@ -102,6 +102,29 @@ def test_the_best_winning_allocator_makes_the_launch_line():
     assert T.launch_line([Trial("jemalloc", "page_faults", "j", env={"A": "1"}, verdict="no gain")], "p") is None
 
 
+def test_of_two_wins_the_finding_and_the_launch_line_take_the_surest():
+    # examples/conv_nchw.py, gallery set L: two wins decided on their first rounds ran on to nine; the larger
+    # speedup's interval reaches under 1x, the other's stays clear of it (model.surest)
+    thresholds = Trial("glibc_malloc_thresholds", "page_faults", "MALLOC_MMAP_THRESHOLD_=1 python t.py",
+                       env={"MALLOC_MMAP_THRESHOLD_": "1"}, rounds=9, speedup=1.47, ci_low=0.956, ci_high=1.569,
+                       method="rounds", verdict="win")
+    jemalloc = Trial("jemalloc", "page_faults", "LD_PRELOAD=/j.so python t.py", env={"LD_PRELOAD": "/j.so"},
+                     rounds=9, speedup=1.355, ci_low=1.102, ci_high=1.6, method="rounds", verdict="win")
+    doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "28,171 faults a step", at_stake_pct=19.0)],
+                    trials=[thresholds, jemalloc])
+    assert doctor.best_win("page_faults") is jemalloc
+    assert T.launch_line(doctor.trials, "python t.py") == "LD_PRELOAD=/j.so python t.py"
+    r = Report(target=TargetInfo(script="t.py"), doctor=doctor)
+    (f,) = environment(r)
+    assert "with jemalloc" in f.title and f.suggestion.startswith(jemalloc.change)
+    # the stake is the surest win's: a saving of 9.3% at its interval's low end, clear of the 5% medium line
+    assert f.stake.low is not None and f.stake.low > 5.0, f.stake
+    # equal low ends (or none: a script without steps) fall to the larger speedup
+    a = Trial("a", "page_faults", "a", speedup=2.0, verdict="win")
+    b = Trial("b", "page_faults", "b", speedup=3.0, verdict="win")
+    assert Doctor(trials=[a, b]).best_win("page_faults") is b
+
+
 def test_variants_follow_the_warnings_and_the_libraries_on_disk(tmp_path):
     warn = [DoctorCheck("page_faults", "warn", "s"), DoctorCheck("denormals", "ok", "s")]
     variants, notes = T.variants_for(warn, "python t.py", every=False, lib_dirs=[str(tmp_path)])
