@@ -116,15 +116,19 @@ def eff_report(pct: float, share: float = 30.0, us_per_call: float = 5000.0, **o
 
 @pytest.mark.parametrize("pct, share, us, expected", [
     (5.0, 30.0, 5000.0, "high"),
-    (8.9, 10.0, 5000.0, "high"),   # under the high line by more than the noise (10%)
+    (8.9, 30.0, 5000.0, "high"),   # under the high line by more than the noise (10%)
     (15.0, 30.0, 5000.0, "medium"),
     (28.0, 30.0, 5000.0, None),   # above the medium line by more than the noise: real kernels at awkward shapes
-    (5.0, 9.0, 5000.0, None),     # not hot enough
+    (5.0, 10.0, 5000.0, "low"),   # hot only within its share's interval (9.1-11%): low, borderline on the share
+    (5.0, 9.0, 5000.0, None),     # not hot enough, its interval (8.2-9.9%) short of the 10% line too
     (5.0, 30.0, 10.0, None),      # 10 µs a call: overhead-dominated, left alone
 ])
 def test_low_efficiency_thresholds(pct, share, us, expected):
     found = low_efficiency(eff_report(pct, share, us))
     assert [f.severity for f in found] == ([expected] if expected else [])
+    if expected == "low":  # the line it straddles and what it would be above it, as hot_operator says it
+        b = found[0].borderline
+        assert (b.threshold, b.would_be, b.measure) == (10.0, "high", "share of operator CPU time"), b
 
 
 def test_skinny_matmul_finding_has_numbers_and_says_batch():
