@@ -4,7 +4,9 @@
   0-d doubles are Python scalars, not counted) take >= MIN_PCT (10%) of
   operator self CPU time: the same threshold as a hot operator's, since the
   cause is one change for all of them. `high` from HIGH_PCT (30%), else
-  `medium`. It points at the user line where the float64 comes from
+  `medium`; both lines judged on the share's interval from the run's noise
+  (report/borderline.py, `graded`), so a share straddling 10% is `low`,
+  borderline, and the float32 what-if runs for it too. It points at the user line where the float64 comes from
   (report.operator_summary.float64_origins, the operator pass's record of
   the calls that made float64 from something that was not):
   `torch.set_default_dtype(torch.float64)` first, then a model's
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 from diagnose.findings.stake import measured as measured_stake, operator_stake
 from diagnose.opkinds import tensor_dtypes
-from diagnose.report.model import Finding, Float64Origin, Report, Stake
+from diagnose.report import borderline
+from diagnose.report.model import Borderline, Finding, Float64Origin, Report, Stake
 
 MIN_PCT = 10.0
 HIGH_PCT = 30.0
@@ -61,9 +64,19 @@ def float32_trial(report: Report):
     return next((v for v in report.what_if.variants if v.name == FLOAT32_VARIANT), None)
 
 
-def dtype(report: Report) -> list[Finding]:
+def graded(report: Report) -> tuple[float, str | None, Borderline | None]:
+    """(float64's share of operator time, its severity, borderline) against MIN_PCT and HIGH_PCT, judged on the
+    share's interval from this run's noise (report/borderline.py); severity None: the whole interval is under
+    MIN_PCT (no finding, and no float32 what-if)."""
     pct = float64_pct(report)
-    if pct < MIN_PCT:
+    severity, border = borderline.grade(pct, borderline.noise(report), ((HIGH_PCT, "high"), (MIN_PCT, "medium")),
+                                        "float64 share of operator CPU time")
+    return pct, severity, border
+
+
+def dtype(report: Report) -> list[Finding]:
+    pct, severity, border = graded(report)
+    if severity is None:
         return []
     causes = origins(report)
     top = causes[0] if causes else None
@@ -72,7 +85,7 @@ def dtype(report: Report) -> list[Finding]:
     variant = float32_trial(report)
     evidence = {
         "float64_share_pct": round(pct, 2),
-        "threshold_pct": HIGH_PCT if pct >= HIGH_PCT else MIN_PCT,
+        "threshold_pct": HIGH_PCT if severity == "high" else MIN_PCT,
         "top_operators": [{"op": r.name, "input_shapes": r.input_shapes, "share_pct": r.self_pct, "source": r.source}
                           for r in rows],
         "origins": [{"source": o.source, "how": o.how, "calls": o.calls, "bytes": o.bytes,
@@ -110,7 +123,8 @@ def dtype(report: Report) -> list[Finding]:
                                "tolerance": variant.outputs.tolerance}
     return [Finding(
         kind="dtype",
-        severity="high" if pct >= HIGH_PCT else "medium",
+        severity=severity,
+        borderline=border,
         title=f"float64 operators take {pct:.0f}% of operator CPU time: the model runs in float64{where}",
         op=None,
         location=top.source if top else None,

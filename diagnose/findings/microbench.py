@@ -16,7 +16,9 @@ measured, which must be >= 2):
   work across threads (grain size), which is Python/dispatch overhead's
   story (python_overhead), not a sequential kernel's;
 - severity from the operator's share of operator CPU time in the operator
-  pass: `high` >= 30%, `medium` >= 10%, `low` >= 5%, nothing below.
+  pass: `high` >= 30%, `medium` >= 10%, `low` >= 5%, nothing below, judged
+  on the share's interval from the run's noise as every operator share is
+  (report/borderline.py): a share straddling a line takes the milder side.
 
 Why it does not scale (evidence `cause`):
 - "memory_bandwidth": one thread already moves >= BANDWIDTH_BOUND_FRACTION
@@ -120,18 +122,23 @@ def sequential_operator(report: Report) -> list[Finding]:
         if slowest >= SEQUENTIAL_MAX_SPEEDUP or _weight_init(report, one):
             continue  # weight initialisation is set-up: never a suspect (a report from before the layer skipped it)
         share = float(one.self_pct or _share(report, one) or 0.0)
-        if share < SHARE_MIN_PCT:
+        # the share's lines on its interval from the run's noise, as every operator share's (report/borderline.py)
+        by_share, share_border = borderline.grade(
+            share, borderline.noise(report),
+            ((SHARE_HIGH_PCT, "high"), (SHARE_MEDIUM_PCT, "medium"), (SHARE_MIN_PCT, "low")),
+            "share of operator CPU time")
+        if by_share is None:
             continue
         n, op = most.threads, one.op or ""
         bandwidth, roof = gb_per_s(one), (peaks.bandwidth_peak(n) if peaks else None)
         fraction = bandwidth / roof if bandwidth and roof else None
         bound = fraction is not None and fraction >= BANDWIDTH_BOUND_FRACTION
         dims = matmul_dims(op, one.input_shapes) if MATMUL.match(op) else None
-        severity = "high" if share >= SHARE_HIGH_PCT else "medium" if share >= SHARE_MEDIUM_PCT else "low"
         # never None: the interval's low end is under the line (above); straddling it, `low`
-        severity, border = borderline.grade(speedup, rel, ((SEQUENTIAL_MAX_SPEEDUP, severity),),
+        severity, border = borderline.grade(speedup, rel, ((SEQUENTIAL_MAX_SPEEDUP, by_share),),
                                             f"speedup from 1 to {most.threads} threads", unit="x",
                                             lower_is_worse=True)
+        border = border or share_border  # the speedup's own line first: it decides whether there is a finding
         doubts = [f"{r.threads}-thread run contended by other processes" for r in (one, most) if r.contended]
         if fastest >= SEQUENTIAL_MAX_SPEEDUP:  # noise that can reach the line
             doubts += [f"{r.threads}-thread run noisy (IQR {r.noise_pct:.0f}% of the median)"

@@ -25,7 +25,7 @@ def what_if(report: Report) -> list[Finding]:
     for v in w.variants:
         if not v.recommended:
             continue
-        if v.name == dtypes.FLOAT32_VARIANT and dtypes.float64_pct(report) >= dtypes.MIN_PCT:
+        if v.name == dtypes.FLOAT32_VARIANT and dtypes.graded(report)[1] is not None:
             continue  # the dtype finding carries it: the cause, its line and this measurement
         t = v.trial
         interval = f" (95% interval {t.ci_low:.2f}-{t.ci_high:.2f}x)" if t.ci_low is not None else ""

@@ -123,11 +123,12 @@ def conditions(report: Report, cpuinfo: str = "/proc/cpuinfo") -> dict[str, tupl
     else:
         out["bf16"] = (False, "this CPU has no native bf16 (neither avx512_bf16 nor amx_bf16): autocast would "
                               "emulate it through fp32 (`--what-if bf16` measures it anyway)")
-    pct = dtypes.float64_pct(report)
-    if pct >= dtypes.MIN_PCT:
+    pct, severity, _ = dtypes.graded(report)
+    if severity is not None:  # the dtype finding's condition, on the share's interval
         out["float32"] = (True, f"float64 operators take {pct:.0f}% of operator time")
     elif pct > 0:
-        out["float32"] = (False, f"float64 operators take {pct:.1f}% of operator time, under {dtypes.MIN_PCT:g}%")
+        out["float32"] = (False, f"float64 operators take {pct:.1f}% of operator time, under {dtypes.MIN_PCT:g}% "
+                                 "within this run's noise")
     else:
         out["float32"] = (False, "no float64 operator ran")
     if report.compile is not None:

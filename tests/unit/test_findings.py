@@ -346,3 +346,26 @@ def test_a_dtype_finding_with_a_float32_win_is_judged_on_the_trials_interval():
     assert (f.stake.pct, f.stake.low, f.stake.high) == (18.6, 17.15, 20.51)
     assert f.stake.basis.startswith("measured: 1 - 1/speedup of the step with the model in float32")
     assert f.severity == "medium" and f.rule_severity == "high" and f.borderline.would_be == "high"
+
+
+def test_a_float64_share_near_the_line_is_judged_on_its_interval_and_the_float32_what_if_follows_it():
+    from diagnose.findings import dtypes
+    from diagnose.whatif import variants
+
+    from diagnose.report.model import Modules
+
+    def at(pct):
+        f64 = dataclasses.replace(row("aten::addmm", pct, source="m.py:9"), dtypes=["double"])
+        r = report(f64, row("aten::relu", 100 - pct))
+        r.modules = Modules(root_class="Net")  # a model the what-if could cast
+        return r
+
+    # 10.5%: 9.5-11.6% with the 10% floor, across the line: low, borderline medium, and the what-if still runs
+    near = at(10.5)
+    (f,) = dtypes.dtype(near)
+    assert f.severity == "low" and (f.borderline.threshold, f.borderline.would_be) == (10.0, "medium")
+    assert variants.conditions(near)["float32"][0] is True
+    # 9%: 8.2-9.9%, clear of the line: no finding, and no float32 what-if
+    assert dtypes.dtype(at(9.0)) == [] and variants.conditions(at(9.0))["float32"][0] is False
+    (g,) = dtypes.dtype(at(40.0))
+    assert g.severity == "high" and g.borderline is None

@@ -39,6 +39,7 @@ def test_a_kernel_that_does_not_speed_up_is_sequential_with_its_line_and_times()
     (444_400 / 1.24, 60.0, "low", "high"),  # just under the line, as near it
     (444_400 / 1.12, 60.0, "high", None),  # 1.02-1.23x: the whole interval under the line
     (444_400, 20.0, "medium", None),
+    (444_400, 10.5, "low", "medium"),  # its share's interval (9.5-11.6%) straddles the 10% line: the milder side
     (444_400, 6.0, "low", None),
     (444_400, 2.0, None, None),  # too small a share to matter
 ])
@@ -48,8 +49,10 @@ def test_thresholds(two_us, share, expected, borderline):
     assert [f.borderline.would_be if f.borderline else None for f in found] == ([borderline] if expected else [])
     for f in found:
         assert f.evidence["speedup_noise"] == 0.1  # the floor: these rows' own IQR is small
-        if f.borderline:
-            assert f.borderline.low < 1.25 <= f.borderline.high and f.borderline.unit == "x"
+        if f.borderline and f.borderline.unit == "x":
+            assert f.borderline.low < 1.25 <= f.borderline.high
+        elif f.borderline:  # the share's line, when the speedup's interval is clear of its own
+            assert f.borderline.low < 10.0 <= f.borderline.high and f.borderline.measure == "share of operator CPU time"
 
 
 def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
