@@ -369,3 +369,19 @@ def test_a_float64_share_near_the_line_is_judged_on_its_interval_and_the_float32
     assert dtypes.dtype(at(9.0)) == [] and variants.conditions(at(9.0))["float32"][0] is False
     (g,) = dtypes.dtype(at(40.0))
     assert g.severity == "high" and g.borderline is None
+
+
+def test_the_data_wait_share_is_judged_on_its_interval():
+    from diagnose.findings.steps import data_wait
+    from diagnose.report.model import Steps
+
+    def at(pct):
+        r = report(row("aten::addmm", 100))
+        r.steps = Steps(detector="optimizer", window_first=6, window_last=25, data_wait_s=pct / 100.0)
+        return r
+
+    assert data_wait(at(9.0)) == []  # 8.2-9.9%: clear of the 10% line
+    (near,) = data_wait(at(26.0))  # 23.6-28.6%: across the 25% line, the milder side, with both ends
+    assert near.severity == "low" and (near.borderline.threshold, near.borderline.would_be) == (25.0, "medium")
+    (clear,) = data_wait(at(60.0))
+    assert clear.severity == "high" and clear.borderline is None
