@@ -110,7 +110,10 @@ def test_any_kernel_below_its_roof_in_an_oversubscribed_run_is_a_symptom_unless_
     # without the thread readings nothing says why it ran slow: the roof's verdict stands
     alone = findings.derive(dataclasses.replace(io.load(DATA / "dataloader_contention_report.json"), threads=None))
     [soft] = [p for p in _with_also(alone) if p.op == "aten::_log_softmax" and p.kind == "low_efficiency"]
-    assert soft.severity in ("medium", "high") and soft.evidence.get("cause") is None
+    # its share, 13.3% of operator time, is 10.0-17.7% within this run's noise (steps spreading widely): across the
+    # 10% line low_efficiency starts at, so low, borderline on the share, at the severity its roof gives
+    assert soft.evidence.get("cause") is None and soft.severity == "low" and soft.borderline.would_be == "high"
+    assert soft.borderline.measure == "share of operator CPU time"
     # a kernel slow alone too keeps its verdict there, graded by its efficiency alone (the kernel's own; its time in
     # the model is the waiting's too): the K=8 mm at 4.7% of the roof in the model, had it run 2.5 ms alone
     slow = io.load(DATA / "dataloader_contention_report.json")
