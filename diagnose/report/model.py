@@ -1839,8 +1839,8 @@ class MemoryGrowth:
     # attach mode: the readings are this many seconds apart, not step boundaries (the slope's "step" is this
     # interval); None: one reading per step
     interval_s: float | None = None
-    # growth continues through the window: the slope's interval is above 0 and the later half grows at
-    # least half as fast, its interval above 0 too (warm-up growth that settles does not count)
+    # growth continues through the window: the slope's interval is above 0 and the later half's is too, and
+    # reaches half the window's slope (warm-up growth that settles does not count)
     continues: bool = False
     verdict: str = ""  # one line: why it does or does not count as growth
 

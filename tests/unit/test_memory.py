@@ -280,3 +280,19 @@ def test_a_running_total_without_item_keeps_every_graph_and_is_named():
     graph = [g for g in data["retained"]["groups"] if g["bytes_per_step"] > 0 and g["held_by"] == "autograd graph"]
     assert sum(g["bytes_per_step"] for g in graph) == 128 * 512 * 4  # the ReLU output, saved for backward
     assert graph[0]["holder"].startswith("variable total (its graph: "), graph[0]
+
+
+def test_a_later_half_slowed_by_a_neighbour_still_continues_if_its_interval_reaches_half():
+    # a list growing by the step, attached: the target's pace fell in the later half (a neighbour's load), so the
+    # later half grows at 47% of the whole by its point, and its interval reaches past half (the fresh clone's case)
+    rng = random.Random(4)
+    fast = [100 * MIB + 24 * MIB * i for i in range(10)]
+    slow = [fast[-1] + 7.5 * MIB * i for i in range(1, 11)]
+    g = growth("rss", [int(x + rng.gauss(0, MIB)) for x in fast + slow], interval_s=0.25)
+    s = g.slope
+    assert s.late_bytes_per_step < 0.5 * s.bytes_per_step <= s.late_ci_high, s
+    assert g.continues, g.verdict
+    # a later half whose whole interval lies under half the window's slope is warm-up that is settling
+    settling = [100 * MIB + 24 * MIB * i for i in range(10)] + [316 * MIB + 2 * MIB * i for i in range(1, 11)]
+    w = growth("rss", [int(x + rng.gauss(0, 200_000)) for x in settling], interval_s=0.25)
+    assert w.slope.late_ci_high < 0.5 * w.slope.bytes_per_step and not w.continues, w.verdict
