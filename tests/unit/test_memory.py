@@ -213,8 +213,23 @@ def test_memory_growth_at_the_holders_line_with_severity_from_the_projection():
     assert "0.00 MiB more" not in end.title and "over the run's 25 steps at this rate" in end.title, end.title
 
 
-def test_no_memory_growth_when_torch_bytes_stay_flat_or_nothing_grows():
-    assert memory_growth(_report(0.0, 3 * MIB, more=None, room=None)) == []  # the heap, not tensors
+def test_heap_growth_with_torch_bytes_flat_is_raised_and_says_so():
+    # a GPT-2 loop appending `out.loss` to a list: RSS +50 MiB a step, torch's live bytes flat, the list the one
+    # thing kept from step to step (its losses, 4 bytes a step, with their graph); plainly it held 7.2 GiB at step 200
+    kept = RetainedGroup(source="t.py:18", library_line=None, module="", op="aten::nll_loss_forward",
+                         bytes_per_step=4.0, held_by="container", grad_fn="NllLossBackward0", holder="list losses",
+                         holder_line="t.py:22")
+    (f,) = memory_growth(_report(0.0, 50 * MIB, more=70 << 30, room=20 << 30, groups=[kept]))
+    assert f.severity == "high" and f.location == "t.py:22" and f.evidence["torch_bytes_flat"] is True
+    assert "the heap grows, not tensors torch keeps" in f.title and "list losses (at t.py:22)" in f.title, f.title
+    assert "NllLossBackward0" in f.title and ".item()" in f.suggestion
+    # projected past the memory left, the run does not finish: all its time at stake, as a hang's, so it ranks first
+    assert f.stake.pct == 100.0 and "run out" in f.stake.basis
+    (bare,) = memory_growth(_report(0.0, 3 * MIB, more=None, room=None))  # nothing kept: no line, still said
+    assert bare.location is None and "the heap grows" in bare.title and bare.severity == "medium"
+
+
+def test_no_memory_growth_when_nothing_grows():
     assert memory_growth(_report(None, 0.0, more=None, room=None)) == []
     rss_only = _report(None, 3 * MIB, more=None, room=None)  # no operator pass: the RSS decides
     assert per_step(rss_only.memory) == (pytest.approx(3 * MIB), "rss") and memory_growth(rss_only)
