@@ -6,7 +6,8 @@
   cause is one change for all of them. `high` from HIGH_PCT (30%), else
   `medium`; both lines judged on the share's interval from the run's noise
   (report/borderline.py, `graded`), so a share straddling 10% is `low`,
-  borderline, and the float32 what-if runs for it too. It points at the user line where the float64 comes from
+  borderline, and the float32 what-if runs for it too. It points at the
+  user line where the float64 comes from
   (report.operator_summary.float64_origins, the operator pass's record of
   the calls that made float64 from something that was not):
   `torch.set_default_dtype(torch.float64)` first, then a model's
