@@ -128,6 +128,9 @@ GLIBC_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHO
 # the name of the one-point trial of a configured intra-op count (thread_count_variant): findings/threads.py reads
 # it back into the undersubscription or oversubscription finding it answers
 THREAD_TRIAL = "intra_op_threads"
+# the checks whose changes set the threads' count: they answer an oversubscription, so they run while it lasts (`defer`)
+THREAD_CHECKS = ("undersubscription", "oversubscription", "cpu_quota", BLAS_CHECK)
+DEFERRED = "deferred"  # the verdict of a trial `defer` kept for after the oversubscription is fixed
 INSTALL_ALLOCATORS = "apt-get install libjemalloc2 libgoogle-perftools4 (Debian/Ubuntu)"
 
 
@@ -224,6 +227,23 @@ def variants_for(checks: list[DoctorCheck], command: str, every: bool, quota_cpu
     if variable:
         variants.append(blas_threads_variant(command, str(variable)))
     return variants, notes
+
+
+def defer(variants: list[Variant], waits: float | None) -> tuple[list[Variant], list[Trial]]:
+    """(the variants to run, the trials deferred): while the threads layer measures the process oversubscribed
+    (`waits`: the share of runnable time its threads waited for a CPU, findings/threads.oversubscribed), only the
+    changes that answer the oversubscription run (THREAD_CHECKS: a thread count, a quota's count, a second BLAS
+    pool's); the others' timings would measure the scheduler rather than their change, so they wait, as
+    `deferred` trials with the reason, until the oversubscription is fixed. examples/too_many_threads.py's page
+    faults crossed the 5% line in one clean clone and ran nine fresh passes of 8 threads on 2 CPUs (41 s) for
+    allocator timings its own finding says to measure again once the count is fixed."""
+    if waits is None:
+        return variants, []
+    why = (f"the threads waited for a CPU {100 * waits:.0f}% of their runnable time (oversubscription), "
+           "so its timings would measure the scheduler; fix the oversubscription and run again")
+    later = [Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env), verdict=DEFERRED, reason=why)
+             for v in variants if v.check not in THREAD_CHECKS]
+    return [v for v in variants if v.check in THREAD_CHECKS], later
 
 
 def no_effect(check: str, checks: list[DoctorCheck]) -> NoEffect | None:

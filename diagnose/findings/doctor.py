@@ -24,6 +24,13 @@ topology, low_precision):
   measured jemalloc 1.36x (1.15-1.59x) in one run, 1.06x (0.84-1.21x) and
   1.21x (0.94-1.35x) in two others of nine rounds each: a finding in one run
   and none in the other two, for one workload.
+- a warning whose trials were deferred (trials.defer: the threads layer
+  measured the process oversubscribed, and timings would measure the
+  scheduler) gets a finding with the check's estimate as an untried
+  warning does, but `low` (stake.settle raises it to medium only from a
+  fifth of the step): an unmeasured estimate does not make a medium finding
+  where a trial would have measured it, and the oversubscription finding's
+  fix comes first.
 - a warning whose trials ruled out a gain (no gain with a tight interval, or
   slower) gets no finding: the doctor section lists it as tried, with no
   gain.
@@ -40,7 +47,7 @@ topology, low_precision):
 from __future__ import annotations
 
 from diagnose.doctor.environment import BLAS_CHECK
-from diagnose.doctor.trials import ruled_out
+from diagnose.doctor.trials import DEFERRED, ruled_out
 from diagnose.findings.stake import measured, unsure_stake
 from diagnose.findings.threads import blas_cause
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake, Trial
@@ -72,7 +79,8 @@ def environment(report: Report) -> list[Finding]:
         names.remove(BLAS_CHECK)
     for name in names:
         check = checks.get(name)
-        tried = [t for t in doctor.trials if t.check == name]
+        tried = [t for t in doctor.trials if t.check == name and t.verdict != DEFERRED]
+        deferred = next((t for t in doctor.trials if t.check == name and t.verdict == DEFERRED), None)
         best = doctor.best_win(name)
         unsure = _unsure(tried)  # [] when nothing was tried
         if best is not None:
@@ -103,9 +111,14 @@ def environment(report: Report) -> list[Finding]:
                 evidence["trials"] = [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low,
                                        "ci_high": t.ci_high, "verdict": t.verdict, "rounds": t.rounds,
                                        "method": t.method} for t in unsure]
+            later = deferred is not None and not tried  # its trials wait for the oversubscription's fix
+            if later:
+                why = f"not measured: its trials were {DEFERRED}, {deferred.reason}"
+                title += f": not measured, its trials {DEFERRED} while the threads wait for CPUs"
+                evidence["deferred"] = [t.name for t in doctor.trials if t.check == name and t.verdict == DEFERRED]
             stake = unsure_stake(Stake(pct=pct, basis=f"the check's estimate ({why})" if pct is not None
                                        else f"unknown: {why}"), unsure)
-            out.append(Finding(kind=name, severity="low" if pct is None else "high", layer="doctor",
+            out.append(Finding(kind=name, severity="low" if pct is None or later else "high", layer="doctor",
                                title=title, op=None, location=None, evidence=evidence,
                                suggestion=check.suggestion or "", stake=stake))
     return out

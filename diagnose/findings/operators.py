@@ -279,8 +279,8 @@ def memory_churn(report: Report) -> list[Finding]:
     if severity is None:
         return []
     at_stake, decides, faults = _churn_stake(report)
-    if decides:  # the doctor's page_faults finding's time: its stake decides, as it does that finding's (stake.settle)
-        severity, border = "high", None
+    if decides:  # the doctor's page_faults finding's time: its stake decides, as it does that finding's (stake.settle),
+        severity, border = faults.severity, None  # and its rule's severity (low: its trials were deferred)
     by_location: dict[str | None, int] = defaultdict(int)
     for row in report.operators:
         if row.cpu_memory_bytes > 0:  # a row's calls share its shapes, so its bytes go by calls, not by time

@@ -10,6 +10,8 @@ alike): by default only for a check that warned, with `--doctor` every trial
 this machine can run; and when the threads findings are raised from the
 target's own intra-op count (findings/threads.configured_threads_fix), a
 one-point trial of the recommended count, which those findings' stake reads.
+While the threads wait for CPUs (oversubscription), only the trials that
+answer it run; the others are listed as deferred (trials.defer).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shlex
 from diagnose.config import TrialOptions
 from diagnose.doctor import checks as run_checks
 from diagnose.doctor import trials as trials_mod
-from diagnose.findings.threads import configured_threads_fix
+from diagnose.findings.threads import configured_threads_fix, oversubscribed
 from diagnose.layers.base import DerivedContext, Layer
 from diagnose.report.model import Doctor, LayerStatus, Report
 
@@ -53,6 +55,8 @@ class DoctorLayer(Layer):
         fix = configured_threads_fix(report)
         if fix is not None:  # undersubscription / oversubscription from the target's own thread count
             variants.append(trials_mod.thread_count_variant(*fix))
+        variants, deferred = trials_mod.defer(variants, oversubscribed(report))
+        doctor.trials = deferred  # listed with their reason; findings/doctor.py keeps their checks' findings low
         if not variants:
             return status
         if context.rerun is None or report.run.interrupted:
@@ -60,7 +64,8 @@ class DoctorLayer(Layer):
             return status
         total = trials_mod.ROUNDS * (len(variants) + 1)
         run = trials_mod.Counted(context.rerun, total, context.on_trial)
-        doctor.trials = trials_mod.run_trials(variants, run, more=run.more, extended=context.config.trials.rounds,
-                                              unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks))
+        ran = trials_mod.run_trials(variants, run, more=run.more, extended=context.config.trials.rounds,
+                                    unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks))
+        doctor.trials = ran + deferred
         doctor.launch = trials_mod.launch_line(doctor.trials, command)
         return status

@@ -346,8 +346,10 @@ class Trial:
     # it would have run on (trials.runs_on: the first rounds could not decide it, or called a win) and --trial-rounds
     # kept it at its first rounds: its verdict and size are theirs, which a longer trial might have changed
     capped: bool = False
-    verdict: str = "skipped"  # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped"
-    reason: str | None = None  # why skipped or failed
+    # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped", "deferred" (not run
+    # while the threads were oversubscribed: trials.defer)
+    verdict: str = "skipped"
+    reason: str | None = None  # why skipped, failed or deferred
     # why the change provably changes nothing here (then the verdict is "no gain", whatever the timings); None: no
     # such structural fact, the statistics decide
     no_effect: NoEffect | None = None

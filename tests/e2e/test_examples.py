@@ -12,6 +12,7 @@ import pytest
 from conftest import (EXAMPLES, NO_DOCTOR, assert_trial_follows_the_rule, line_of, rule_findings, run_cli,
                       trial_could_win, workload_findings)
 
+from diagnose.doctor.trials import THREAD_CHECKS
 from diagnose.findings import microbench, operators
 
 USABLE = len(os.sched_getaffinity(0))
@@ -104,6 +105,11 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
     run = run_cli(f"examples/{script}", *args, outdir=tmp_path / "r")
     assert run.code == 0, run.stderr
     report = run.report
+    if any(f["kind"] == "oversubscription" for f in _flat(report["findings"])) and report["doctor"]:
+        # while threads wait for CPUs only the trials answering that ran (doctor/trials.defer): too_many_threads'
+        # page faults once started nine allocator passes of 8 threads on 2 CPUs, 41 s of the scheduler's timings
+        assert all(t["verdict"] == "deferred" and t["rounds"] == 0 for t in report["doctor"]["trials"]
+                   if t["check"] not in THREAD_CHECKS), report["doctor"]["trials"]
     # the findings at one line are merged: the others sit in its "also"
     found = [g for g in _flat(report["findings"]) if g["kind"] == kind]
     rule, wanted = RULE_DECIDES.get(kind, (None, None))

@@ -311,6 +311,20 @@ def test_memory_churn_takes_the_time_and_severity_of_the_doctors_page_faults_fin
     churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
     assert churn.stake.pct is None and churn.severity == "medium" and "measured nothing" in churn.stake.basis
     assert not churn.also and churn.suggestion.startswith("Reuse buffers")  # no doctor's finding to hold
+    # trials deferred while the threads waited for CPUs (trials.defer): nothing measured the check's estimate, so
+    # both hold it as low, which only a fifth of the step raises to medium (stake.settle), never to high
+    rep.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="deferred",
+                               reason="deferred: the threads waited for a CPU 60% of their runnable time")]
+    churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
+    (faults,) = [a for a in churn.also if a.kind == "page_faults"]
+    assert faults.title.endswith("not measured, its trials deferred while the threads wait for CPUs")
+    assert faults.evidence["deferred"] == ["jemalloc"] and "waited for a CPU 60%" in faults.stake.basis
+    assert churn.stake.pct == faults.stake.pct == 40.0
+    assert churn.severity == faults.severity == "medium" and churn.rule_severity == faults.rule_severity == "low"
+    rep.doctor.checks = [DoctorCheck("page_faults", "warn", "faults", at_stake_pct=12.0)]
+    churn = next(f for f in findings.derive(rep) if f.kind == "memory_churn")
+    (faults,) = [a for a in churn.also if a.kind == "page_faults"]
+    assert churn.stake.pct == faults.stake.pct == 12.0 and churn.severity == faults.severity == "low"
 
 
 def test_a_kernels_internal_copy_is_a_low_observation_not_a_hot_operator_to_fix():

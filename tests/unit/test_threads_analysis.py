@@ -577,3 +577,42 @@ def test_audit_spin_and_preload_implications():
     quiet = environment.audit(Machine(usable_cpus=2, logical_cpus=2, intra_op_threads=2,
                                       threading_env={"KMP_BLOCKTIME": "0", "OMP_WAIT_POLICY": "PASSIVE"}))
     assert {("KMP_BLOCKTIME", "info"), ("OMP_WAIT_POLICY", "info")} <= names(quiet)
+
+
+def test_while_the_threads_are_oversubscribed_only_the_trials_that_answer_it_run(tmp_path):
+    # threads8: 8 intra-op threads on 2 CPUs waited 60% of their runnable time; its steps also fault in 10% of
+    # their time, which alone starts the allocator trials. Timed beside 8 waiting threads those would measure the
+    # scheduler: only the thread count's trial runs, the allocators' are listed as deferred, with the reason
+    from diagnose.config import Config
+    from diagnose.layers.base import DerivedContext
+    from diagnose.layers.doctor import DoctorLayer
+    from diagnose.protocol import PassResult
+    from diagnose.report.model import IterationStats, ProcessFacts
+
+    rep = report_for("threads8", intra=8)
+    rep.run.iterations = IterationStats(n=20, median_s=0.1, q1_s=0.1, q3_s=0.1, min_s=0.1, max_s=0.1)
+    rep.run.minor_faults = 200_000  # 10,000 a step: 10 ms of each 100 ms step at 1 µs a fault
+    rep.doctor = Doctor(process=ProcessFacts(libraries=["/usr/lib/x86_64-linux-gnu/libc.so.6"]))
+    ran = []
+
+    def rerun(name, env, overrides):
+        ran.append(name)
+        return PassResult(name, iteration_s=[0.1 if name.endswith("baseline") else 0.08] * 10)
+
+    assert DoctorLayer().derive(DerivedContext(config=Config(), rerun=rerun), rep, str(tmp_path)).status == "ok"
+    checks = {c.name: c for c in rep.doctor.checks}
+    assert checks["page_faults"].status == "warn"
+    trials = {t.name: t for t in rep.doctor.trials}
+    assert trials[THREAD_TRIAL].rounds >= 3 and trials[THREAD_TRIAL].verdict != "deferred"
+    later = [t for t in rep.doctor.trials if t.check == "page_faults"]
+    assert later and all(t.verdict == "deferred" and t.rounds == 0 for t in later)
+    assert "waited for a CPU 60%" in later[0].reason and "fix the oversubscription" in later[0].reason
+    assert ran and all(name.endswith(("baseline", THREAD_TRIAL)) for name in ran)  # no allocator pass ran
+    (faults,) = [f for f in doctor_rules.environment(rep) if f.kind == "page_faults"]
+    assert settle(faults).severity == "low" and "deferred" in faults.title  # 10% estimated, not measured
+    # the same report without the oversubscription runs them
+    rep.threads = analyse(load("healthy"), USABLE)
+    ran.clear()
+    DoctorLayer().derive(DerivedContext(config=Config(), rerun=rerun), rep, str(tmp_path))
+    assert [t.verdict for t in rep.doctor.trials if t.check == "page_faults"] != ["deferred"] * len(later)
+    assert any(not name.endswith("baseline") for name in ran)
