@@ -2,13 +2,16 @@
 
 outside_torch: a numerical library's code (numpy, PIL, tokenizers, ...) takes >= OUTSIDE_MIN_SHARE of the step
 on the step's own thread: no operator table shows it, and the Python that calls it is a few lines. Medium, high
-from OUTSIDE_HIGH_SHARE; at the user function that calls the library (cProfile's callers); its stake is the
+from OUTSIDE_HIGH_SHARE, both lines judged on the share's interval from the run's noise (report/borderline.py:
+a share straddling the 10% line is `low`, borderline medium, rather than a finding in one run and none in the
+next); at the user function that calls the library (cProfile's callers); its stake is the
 library's share of the native slice, so it never exceeds that slice. The suggestion is the library's usual
 cause: per-sample work in the training loop.
 """
 
 from __future__ import annotations
 
+from diagnose.report import borderline
 from diagnose.report.model import Finding, Report, Stake
 
 OUTSIDE_MIN_SHARE = 0.10  # a tenth of the step: the smallest share a medium finding needs is half that (stake.py)
@@ -37,12 +40,18 @@ def outside_torch(report: Report) -> list[Finding]:
     if native is None:
         return []
     out = []
+    rel = borderline.noise(report)
     for item in native.items:
-        if item.label == "other built-ins" or item.share < OUTSIDE_MIN_SHARE:
+        if item.label == "other built-ins":
             continue
         pct = 100 * item.share
+        severity, border = borderline.grade(pct, rel, ((100 * OUTSIDE_HIGH_SHARE, "high"),
+                                                       (100 * OUTSIDE_MIN_SHARE, "medium")),
+                                            f"{item.label}'s share of the {b.unit}")
+        if severity is None:
+            continue
         out.append(Finding(
-            kind="outside_torch", severity="high" if item.share >= OUTSIDE_HIGH_SHARE else "medium",
+            kind="outside_torch", severity=severity, borderline=border,
             title=f"{item.label} takes {pct:.0f}% of each {b.unit} outside torch"
                   + (f", called from {item.location}" if item.location else ""),
             op=None, location=_location(item.location),

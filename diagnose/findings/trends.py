@@ -4,7 +4,8 @@
   (report.operator_summary.trends, `bytes_grow`: the least-squares interval
   above 0, a rise of at least a tenth of the mean over the window, the
   later half too) while it takes >= GROWTH_MIN_SHARE_PCT (2%) of the
-  source mode's time, at a call in the user's own code (a library's, such
+  source mode's time (judged on the share's interval, report/borderline.py:
+  straddling the line, `low`, borderline), at a call in the user's own code (a library's, such
   as transformers' KV cache, is not the user's to change; its growth shows
   as step_drift): each step does more than the last, so the run's cost
   is quadratic in its length (`buf = torch.cat([buf, y])` copies every
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 from diagnose.findings import threads
 from diagnose.findings.stake import operator_stake
+from diagnose.report import borderline
 from diagnose.report.model import Finding, Report, SiteTrend, Stake, StepDrift
 from diagnose.trends import DRIFT_MIN_PCT
 
@@ -72,7 +74,7 @@ def input_growth(report: Report) -> list[Finding]:
     summary = report.operator_summary
     out = []
     for t in summary.trends if summary else []:
-        if not t.bytes_grow or t.share_pct < GROWTH_MIN_SHARE_PCT or t.bytes_slope is None:
+        if not t.bytes_grow or t.bytes_slope is None:
             continue
         if t.source is None or (t.library is not None and t.library != t.source):
             continue  # inside a library (transformers' KV cache): the call is not the user's to change
@@ -107,10 +109,15 @@ def input_growth(report: Report) -> list[Finding]:
             "total_steps": total, "step_at_window_end": at_end,
             "projected_ratio": round(ratio, 1) if ratio is not None else None,
         }
+        severity, border = borderline.grade(
+            t.share_pct, borderline.noise(report),
+            ((GROWTH_MIN_SHARE_PCT, "high" if ratio is not None and ratio >= PROJECTED_HIGH else "medium"),),
+            "share of the source mode's time")
+        if severity is None:
+            continue
         stake = operator_stake(report, t.share_pct)
         out.append(Finding(
-            kind="input_growth",
-            severity="high" if ratio is not None and ratio >= PROJECTED_HIGH else "medium",
+            kind="input_growth", severity=severity, borderline=border,
             title=title, op=_op(report, t), location=t.source, evidence=evidence, suggestion=suggestion,
             layer="operators",
             stake=Stake(pct=stake.pct, basis=stake.basis + " (in the window: it grows after it)"),

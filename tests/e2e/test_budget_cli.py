@@ -22,7 +22,9 @@ def test_numpy_augmentation_is_the_native_slice_and_a_finding_at_its_line(tmp_pa
     assert numpy["share"] >= 0.10, b
     where = f"examples/numpy_augment.py:{line_of(EXAMPLES / 'numpy_augment.py', 'def augment')}"
     outside = [f for f in r["findings"] if f["kind"] == "outside_torch"]
-    assert outside and outside[0]["severity"] in ("medium", "high") and outside[0]["location"] == where, outside
+    assert outside and outside[0]["location"] == where, outside
+    # judged on the share's interval: at least medium, or low and borderline medium where it straddles the 10% line
+    assert outside[0]["severity"] in ("medium", "high") or outside[0]["borderline"]["would_be"] == "medium", outside
     assert "numpy" in outside[0]["title"] and "DataLoader" in outside[0]["suggestion"]
     assert outside[0]["stake"]["pct"] <= 100 * native["share"] + 0.01  # never more than its slice
     lines = run.stdout.splitlines()

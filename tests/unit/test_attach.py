@@ -139,11 +139,15 @@ def test_numpy_time_outside_torch_at_its_line_and_the_rule_follows():
     assert native.items[0].label == "numpy"
     findings.judge(report)
     found = [f for f in report.findings if f.kind == "outside_torch"]
-    # the rule's own thresholds on the budget's numbers (budget.OUTSIDE_MIN_SHARE / OUTSIDE_HIGH_SHARE)
+    # the rule's own thresholds on the budget's numbers (budget.OUTSIDE_MIN_SHARE / OUTSIDE_HIGH_SHARE), judged on
+    # the share's interval
     from diagnose.findings.budget import OUTSIDE_HIGH_SHARE, OUTSIDE_MIN_SHARE
+    from diagnose.report import borderline
 
-    assert (len(found) == 1) == (native.items[0].share >= OUTSIDE_MIN_SHARE)
-    assert found[0].severity == ("high" if native.items[0].share >= OUTSIDE_HIGH_SHARE else "medium")
+    severity, _ = borderline.grade(100 * native.items[0].share, borderline.noise(report),
+                                   ((100 * OUTSIDE_HIGH_SHARE, "high"), (100 * OUTSIDE_MIN_SHARE, "medium")), "share")
+    assert (len(found) == 1) == (severity is not None)
+    assert (found[0].rule_severity or found[0].severity) == severity
     assert found[0].location == "examples/numpy_augment.py:23" and found[0].evidence["library"] == "numpy"
 
 

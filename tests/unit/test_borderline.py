@@ -113,3 +113,38 @@ def test_the_page_fault_line_is_the_medium_line_so_no_churn_is_graded_medium_on_
     from diagnose.doctor.workload import PAGE_FAULT_WARN_PCT
 
     assert PAGE_FAULT_WARN_PCT == stake.MEDIUM_MIN_PCT
+
+
+@pytest.mark.parametrize("share, severity, would_be", [
+    (0.08, None, None),      # 7.3-8.8% of the step: clear of the 10% line, no finding
+    (0.10, "low", "medium"),  # 9.1-11%: the line inside, low and borderline in every run
+    (0.12, "medium", None),  # 10.9-13.2%: over it
+    (0.30, "medium", "high"),
+])
+def test_outside_torchs_share_lines_are_judged_on_its_interval(share, severity, would_be):
+    from diagnose.findings.budget import outside_torch
+    from diagnose.report.model import BudgetItem, BudgetSlice, StepBudget
+
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
+    native = BudgetSlice("native", share * 0.1, "call-graph pass",
+                         items=[BudgetItem("numpy", share * 0.1, share=share, location="f at m.py:4")], share=share)
+    r.step_budget = StepBudget(unit="step", step_s=0.1, slices=[native])
+    found = outside_torch(r)
+    assert [f.severity for f in found] == ([severity] if severity else [])
+    if found:
+        assert (found[0].borderline.would_be if found[0].borderline else None) == would_be
+
+
+@pytest.mark.parametrize("share, severity", [(1.7, None), (2.0, "low"), (2.4, "medium")])
+def test_input_growths_share_line_is_judged_on_its_interval(share, severity):
+    from diagnose.findings.trends import input_growth
+    from diagnose.report.model import OperatorSummary, SiteTrend, TrendSlope
+
+    grows = SiteTrend(source="m.py:3", library=None, module=None, function="cat", calls=20, share_pct=share,
+                      bytes_per_step=[1000 * (i + 1) for i in range(20)], bytes_grow=True,
+                      bytes_slope=TrendSlope(per_step=1000.0, ci_low=990.0, ci_high=1010.0, late_per_step=1000.0))
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0), operator_summary=OperatorSummary(trends=[grows]))
+    found = input_growth(r)
+    assert [f.severity for f in found] == ([severity] if severity else [])
+    if severity == "low":
+        assert found[0].borderline.would_be == "medium" and found[0].borderline.threshold == 2.0
