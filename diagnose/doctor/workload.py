@@ -58,6 +58,10 @@ from diagnose.report import borderline
 from diagnose.report.model import DoctorCheck, Fact, Report
 
 FAULT_US = 1.0
+# the change from outside the code that avoids the faults (the check's suggestion; memory_churn's, which adds the
+# code's own reuse after it)
+KEEP_PAGES = ("Keep freed memory for reuse instead of returning it to the kernel: an allocator that caches large "
+              "blocks (jemalloc or tcmalloc via LD_PRELOAD, or glibc's MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_)")
 PAGE_FAULT_WARN_PCT = 5.0  # findings/stake.MEDIUM_MIN_PCT, not imported: stake imports budget, which imports this module
 MMAP_THRESHOLD_BYTES = 32 << 20
 SUBNORMAL_WARN_SHARE = 0.01
@@ -168,9 +172,7 @@ def check_page_faults(report: Report) -> DoctorCheck:
     summary = (f"{per:,.0f} minor page faults per {unit} with "
                f"{allocator or 'the default'} malloc (about {share:.0f}% of the {unit} at {FAULT_US:g} µs a fault): "
                f"fresh pages for large temporaries{where}")
-    suggestion = ("Keep freed memory for reuse instead of returning it to the kernel: an allocator that caches "
-                  "large blocks (jemalloc or tcmalloc via LD_PRELOAD, or glibc's MALLOC_MMAP_THRESHOLD_/"
-                  "MALLOC_TRIM_THRESHOLD_), or reuse the buffers in code (out= arguments, in-place operators).")
+    suggestion = f"{KEEP_PAGES}, or reuse the buffers in code (out= arguments, in-place operators)."
     return DoctorCheck("page_faults", "warn", summary, facts, suggestion=suggestion,
                        at_stake_pct=round(min(share, 100.0), 1))
 

@@ -72,7 +72,7 @@ import dataclasses
 import re
 from collections import defaultdict
 
-from diagnose.doctor.workload import FAULT_US, fault_share
+from diagnose.doctor.workload import FAULT_US, KEEP_PAGES, fault_share
 from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake
@@ -300,8 +300,8 @@ def memory_churn(report: Report) -> list[Finding]:
     if best is not None:  # the doctor's page_faults finding holds this time: its measured change comes first
         suggestion = (f"{best.change}  (measured {best.speedup:.2f}x faster per step: the allocator keeps freed "
                       f"pages for reuse). Or, in your code: {reuse[:1].lower()}{reuse[1:]}.")
-    elif faults is not None and faults.suggestion:  # the check's advice (an allocator that keeps freed pages) first
-        suggestion = f"{faults.suggestion} {reuse}."
+    elif faults is not None:  # the check's advice (an allocator that keeps freed pages) first, then the code's reuse
+        suggestion = f"{KEEP_PAGES}. Or, in your code: {reuse[:1].lower()}{reuse[1:]}."
     else:
         suggestion = reuse + "; if the allocator itself shows up, try jemalloc or tcmalloc via LD_PRELOAD."
     return [Finding(
