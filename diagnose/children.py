@@ -49,8 +49,9 @@ class ChildPass:
 
         os._exit = exit_hook
         self.sigterm_exit: int | None = None  # SIGTERM ends the child with os._exit(this); None: by the signal
+        self.waking = False
         if sigterm == signal.SIG_DFL:  # the default action, after the recording is written
-            signal.signal(signal.SIGTERM, self._terminated)
+            self._on_sigterm()
         handling = sys.modules.get("torch.utils.data._utils.signal_handling")
         if handling is not None:
             real = handling._set_worker_signal_handlers  # noqa: SLF001
@@ -60,9 +61,16 @@ class ChildPass:
                 # at exit with persistent workers; the same here, once the recording is written
                 real(*args, **kwargs)
                 self.sigterm_exit = 0
-                signal.signal(signal.SIGTERM, self._terminated)
+                self._on_sigterm()
 
             handling._set_worker_signal_handlers = set_worker_signal_handlers  # noqa: SLF001
+
+    def _on_sigterm(self) -> None:
+        """SIGTERM runs `_terminated`, in the main thread (the profile is stopped where it was started), whichever
+        thread the kernel hands the signal to (`wake_main`)."""
+        signal.signal(signal.SIGTERM, self._terminated)
+        if not self.waking:
+            self.waking = wake_main(signal.SIGTERM)
 
     def _terminated(self, signum, _frame) -> None:
         if self.done:  # arrived as the child was writing on its way out (os._exit): that write ends it
@@ -96,6 +104,48 @@ class ChildPass:
             protocol.write(child, os.path.join(workdir, protocol.RESULT_FILE))
         except OSError:
             pass
+
+
+def wake_main(signum: int) -> bool:
+    """Make a Python handler of `signum` run however the process is blocked. Python runs a signal's handler in the
+    main thread, between bytecodes: a process-directed signal the kernel hands to another thread (an OpenMP
+    worker's) only trips a flag there, and a main thread blocked in a system call never runs the handler. A fork
+    Pool's worker, idle in sem_wait on its task queue's lock, outlived Pool.terminate() that way until the pass
+    stalled (60 s, in 2 of 3 clean-clone runs of the suite and 3 of 32 runs of tests/data/processes/fork_pool.py
+    under load; the worker's two threads, SIGTERM caught and none pending, its main thread in sem_wait). A daemon
+    thread reads the signal module's wakeup fd, on which the handler's C part writes the signal's number in
+    whatever thread it runs, and sends the signal once more to the main thread itself, which interrupts its call.
+    Not where the target set a wakeup fd of its own (asyncio): False, nothing changed. Call from the main thread."""
+    import threading  # noqa: PLC0415 - only in a forked child, once
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        previous = None
+    if previous != -1:  # the target's own wakeup fd (or none could be set): left alone
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return False
+    main = threading.get_ident()
+
+    def watch() -> None:
+        while True:
+            try:
+                got = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not got:
+                return
+            if signum in got:  # once: the main thread's handler ends the process
+                signal.pthread_kill(main, signum)
+                return
+
+    threading.Thread(target=watch, name="diagnose-wake-main", daemon=True).start()
+    return True
 
 
 def role() -> tuple[str, str | None]:

@@ -7,6 +7,7 @@ import _posixsubprocess
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,40 @@ def test_the_targets_python_subprocess_is_named_and_torch_compiles_helpers_are_n
                   os.path.join(site, "site-packages", "torch", "_dynamo", "eval_frame.py")):
         _starter(where)()
     assert len(watched.not_recorded) == 1, watched.not_recorded
+
+
+WAKE = """
+import os, signal, sys, threading, time
+from diagnose.children import wake_main
+
+def handler(signum, frame):
+    print("handled in the main thread", flush=True)
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, handler)
+if sys.argv[1] == "wake":
+    print("woken" if wake_main(signal.SIGTERM) else "not installed", flush=True)
+other = threading.Thread(target=time.sleep, args=(60,), daemon=True)  # an OpenMP worker, say
+other.start()
+# the kernel hands a process-directed SIGTERM to whichever thread it picks: here, to the other one
+threading.Timer(0.3, signal.pthread_kill, (other.ident, signal.SIGTERM)).start()
+read_end, _ = os.pipe()
+os.read(read_end, 1)  # the main thread blocked in a system call: a Pool worker waiting for its queue's lock
+"""
+
+
+@pytest.mark.parametrize("mode", ["plain", "wake"])
+def test_a_signal_another_thread_takes_runs_its_handler_in_the_blocked_main_thread_only_when_woken(mode):
+    # CPython runs a handler in the main thread between bytecodes: taken by another thread, the signal only trips a
+    # flag, and a main thread blocked in read() never runs it (a fork Pool worker outlived Pool.terminate() so)
+    proc = subprocess.Popen([sys.executable, "-c", WAKE, mode], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        out, _ = proc.communicate(timeout=3)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    if mode == "plain":  # still blocked after 3 s (the signal came at 0.3 s): the handler never ran
+        assert proc.returncode == -9 and "handled" not in out, out
+    else:
+        assert out.splitlines() == ["woken", "handled in the main thread"] and proc.returncode == 0, out
