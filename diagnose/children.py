@@ -106,6 +106,31 @@ class ChildPass:
             pass
 
 
+_WAKE: tuple[int, int] | None = None  # wake_main's pipe in this process (read, write); a fork inherits it
+
+
+def forget_wake() -> None:
+    """In a process forked from one that ran wake_main: that pipe is its parent's, whose thread would read this
+    process's signals as its own (a nested pool's SIGTERM ending the worker above it), so this process's wakeup fd
+    is reset and the pipe closed here. Nothing where wake_main never ran."""
+    global _WAKE
+    if _WAKE is None:
+        return
+    read_fd, write_fd = _WAKE
+    _WAKE = None
+    try:
+        current = signal.set_wakeup_fd(-1)
+        if current not in (-1, write_fd):  # set since by the target: its own
+            signal.set_wakeup_fd(current)
+    except ValueError:  # not the main thread
+        pass
+    for fd in (read_fd, write_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def wake_main(signum: int) -> bool:
     """Make a Python handler of `signum` run however the process is blocked. Python runs a signal's handler in the
     main thread, between bytecodes: a process-directed signal the kernel hands to another thread (an OpenMP
@@ -118,6 +143,8 @@ def wake_main(signum: int) -> bool:
     Not where the target set a wakeup fd of its own (asyncio): False, nothing changed. Call from the main thread."""
     import threading  # noqa: PLC0415 - only in a forked child, once
 
+    global _WAKE
+    forget_wake()
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     try:
@@ -131,6 +158,7 @@ def wake_main(signum: int) -> bool:
         os.close(write_fd)
         return False
     main = threading.get_ident()
+    _WAKE = (read_fd, write_fd)
 
     def watch() -> None:
         while True:

@@ -574,6 +574,7 @@ def _disown(run: Run, real_os_exit, interrupted, previous_sigterm) -> None:
     In an operator pass the child is recorded by a pass of its own (children.ChildPass), which writes its own
     file when it ends."""
     os._exit = real_os_exit
+    children.forget_wake()  # a worker's signal pipe, when this is a worker's own child
     sigterm = previous_sigterm if signal.getsignal(signal.SIGTERM) is interrupted else signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, sigterm)
     try:
