@@ -49,7 +49,6 @@ class ChildPass:
 
         os._exit = exit_hook
         self.sigterm_exit: int | None = None  # SIGTERM ends the child with os._exit(this); None: by the signal
-        self.waking = False
         if sigterm == signal.SIG_DFL:  # the default action, after the recording is written
             self._on_sigterm()
         handling = sys.modules.get("torch.utils.data._utils.signal_handling")
@@ -69,8 +68,8 @@ class ChildPass:
         """SIGTERM runs `_terminated`, in the main thread (the profile is stopped where it was started), whichever
         thread the kernel hands the signal to (`wake_main`)."""
         signal.signal(signal.SIGTERM, self._terminated)
-        if not self.waking:
-            self.waking = wake_main(signal.SIGTERM)
+        if _WAKE is None:  # not yet woken here (wake_main replaces a pipe it finds)
+            wake_main(signal.SIGTERM)
 
     def _terminated(self, signum, _frame) -> None:
         if self.done:  # arrived as the child was writing on its way out (os._exit): that write ends it
@@ -136,8 +135,8 @@ def wake_main(signum: int) -> bool:
     main thread, between bytecodes: a process-directed signal the kernel hands to another thread (an OpenMP
     worker's) only trips a flag there, and a main thread blocked in a system call never runs the handler. A fork
     Pool's worker, idle in sem_wait on its task queue's lock, outlived Pool.terminate() that way until the pass
-    stalled (60 s, in 2 of 3 clean-clone runs of the suite and 3 of 32 runs of tests/data/processes/fork_pool.py
-    under load; the worker's two threads, SIGTERM caught and none pending, its main thread in sem_wait). A daemon
+    stalled (60 s, in 2 of 3 clean-clone runs of the suite and 5 of about 46 runs of
+    tests/data/processes/fork_pool.py under load, none of 20 quiet ones; the worker's two threads, SIGTERM caught and none pending, its main thread in sem_wait). A daemon
     thread reads the signal module's wakeup fd, on which the handler's C part writes the signal's number in
     whatever thread it runs, and sends the signal once more to the main thread itself, which interrupts its call.
     Not where the target set a wakeup fd of its own (asyncio): False, nothing changed. Call from the main thread."""

@@ -116,7 +116,7 @@ class CliRun:
             assert_valid_report(data)
             self.validated = True
         if not self.tool_hang_expected:
-            ours = [f["title"] for f in data["findings"] for g in (f, *f.get("also", []))
+            ours = [g["title"] for f in data["findings"] for g in (f, *f.get("also", []))
                     if g["kind"] == "hang" and g["evidence"].get("tool_induced")]
             assert not ours, ours
         return data

@@ -80,7 +80,7 @@ def environment(report: Report) -> list[Finding]:
     for name in names:
         check = checks.get(name)
         tried = [t for t in doctor.trials if t.check == name and t.verdict != DEFERRED]
-        deferred = next((t for t in doctor.trials if t.check == name and t.verdict == DEFERRED), None)
+        deferred = [t for t in doctor.trials if t.check == name and t.verdict == DEFERRED]
         best = doctor.best_win(name)
         unsure = _unsure(tried)  # [] when nothing was tried
         if best is not None:
@@ -111,11 +111,11 @@ def environment(report: Report) -> list[Finding]:
                 evidence["trials"] = [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low,
                                        "ci_high": t.ci_high, "verdict": t.verdict, "rounds": t.rounds,
                                        "method": t.method} for t in unsure]
-            later = deferred is not None and not tried  # its trials wait for the oversubscription's fix
+            later = bool(deferred) and not tried  # its trials wait for the oversubscription's fix
             if later:
-                why = f"not measured: its trials were {DEFERRED}, {deferred.reason}"
+                why = f"not measured: its trials were {DEFERRED}, {deferred[0].reason}"
                 title += f": not measured, its trials {DEFERRED} while the threads wait for CPUs"
-                evidence["deferred"] = [t.name for t in doctor.trials if t.check == name and t.verdict == DEFERRED]
+                evidence["deferred"] = [t.name for t in deferred]
             stake = unsure_stake(Stake(pct=pct, basis=f"the check's estimate ({why})" if pct is not None
                                        else f"unknown: {why}"), unsure)
             out.append(Finding(kind=name, severity="low" if pct is None or later else "high", layer="doctor",
