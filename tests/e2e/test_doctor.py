@@ -76,8 +76,9 @@ def test_fresh_temporaries_fault_in_and_a_measured_allocator_wins(tmp_path):
 
 def test_subnormal_weights_are_found_and_flush_denormal_is_recommended_only_if_it_wins(tmp_path):
     # the script's own --steps 6 ends the window after 4 steps (else stretched to 1 s in the first pass): a
-    # subnormal step is slow on some CPUs (35 s for this test over 8 steps on an Intel Xeon), and 4 steps are the
-    # trial's lower quartile as the loop's test below has them
+    # subnormal step is slow on some CPUs (0.1 s for the example's 64 rows on an Intel Xeon, 87x its flushed
+    # step; 0.8 s with 512 rows made this test take 26-33 s), and 4 steps are the trial's lower quartile as the
+    # loop's test below has them
     report, checks, trials = _diagnose(tmp_path, "--layers", "doctor", "--skip-steps", "2", "--steps", "4",
                                        "examples/subnormal_weights.py", "--", "--steps", "6")
     den = checks["denormals"]
