@@ -14,7 +14,12 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   bias, copies.internal) is that kernel's cost: `low` and an observation, and
   so is weight initialisation recorded with the set-up (opkinds.weight_init).
   Any other operator is `medium` at >= 10% and `high` at >= 30%, since it
-  usually means avoidable work.
+  usually means avoidable work. While the threads wait for CPUs
+  (threads.oversubscribed), an operator micro-benchmarked alone at the
+  thread count that ends the wait is judged, and its stake taken, on the
+  share its calls keep there (`unwaited`): the rest is the oversubscription
+  finding's time (too_many_threads' tanh: 515 µs a call among 8 threads on 2
+  CPUs, 96 µs alone at 2; 24% of operator time, 4.5% its own).
 - copy_overhead: copies your code asks for (.contiguous(), .clone(), .to(),
   a reshape/flatten that must copy, an explicit .copy_(); copies.py names
   each copy's origin) >= 5% is `low` (a fifth of a hot operator's 10%
@@ -85,8 +90,9 @@ from diagnose.findings.suggestions import (
     suggestion_for,
     weight_init_row,
 )
+from diagnose.findings.threads import oversubscribed
 from diagnose.report import borderline
-from diagnose.report.model import Finding, OperatorRow, Report, Stake
+from diagnose.report.model import Finding, MicrobenchRow, OperatorRow, Report, Stake
 from diagnose.report.rows import TIE_SHARE, tie_share, tied_first, undisturbed
 
 # an ATen (or other library's) operator, or a kernel torch.compile generated (named after what it fuses)
@@ -135,19 +141,27 @@ def hot_operator(report: Report) -> list[Finding]:
         # weight initialisation recorded with the set-up (a run without a window): set-up's cost, not the loop's
         internal = internal or weight_init_row(report, row)
         border = None
+        # while the threads wait for CPUs, the share it keeps at the thread count that ends the wait
+        alone = unwaited(report, row)
+        share = row.self_pct * kept(row, alone) if alone is not None else row.self_pct
         if compute or internal:
             severity = "low"
         else:  # an activation is never high: an elementwise pass over the step's activations is not the problem
             levels = ((HOT_HIGH_PCT, "medium"), (HOT_MIN_PCT, "low")) if activation else \
                 ((HOT_HIGH_PCT, "high"), (HOT_MIN_PCT, "medium"))
-            severity, border = borderline.grade(row.self_pct, rel, levels, "share of operator CPU time")
+            severity, border = borderline.grade(share, rel, levels, "share of operator CPU time")
             if severity is None:
                 continue
         where = f" at {row.source}" if row.source else ""
+        waits = ""
+        if alone is not None:
+            waits = (f"; alone at {alone.threads} threads it takes {alone.median_us:.0f} µs a call of the "
+                     f"{row.self_cpu_us / row.calls:.0f} µs it took here: the rest is its threads waiting for CPUs "
+                     "(oversubscription)")
         out.append(Finding(
             kind="hot_operator",
             severity=severity,
-            title=f"{row.name}{_shape_text(row)} takes {row.self_pct:.0f}% of operator CPU time{where}",
+            title=f"{row.name}{_shape_text(row)} takes {row.self_pct:.0f}% of operator CPU time{where}{waits}",
             op=row.name,
             location=row.source,
             evidence={
@@ -164,15 +178,45 @@ def hot_operator(report: Report) -> list[Finding]:
                 "threshold_pct": HOT_MIN_PCT if compute else (HOT_HIGH_PCT if severity == "high" else HOT_MIN_PCT),
                 "compute_kernel": compute,
                 "instrumentation_overhead": _overhead(report),
+                **({"alone": {"threads": alone.threads, "us_per_call": alone.median_us,
+                              "kept_pct": round(100 * kept(row, alone), 1), "share_kept_pct": round(share, 2)}}
+                   if alone is not None else {}),
             },
             suggestion=suggestion_for(report, row.name, row.input_shapes, row.dtypes, row.source),
             layer="operators",
-            stake=operator_stake(report, row.self_pct),
+            stake=_unwaited_stake(report, share, alone),
             observation=compute or internal or (activation and severity == "low"),
             borderline=border,
         ))
     return out
 
+
+
+def unwaited(report: Report, row: OperatorRow) -> MicrobenchRow | None:
+    """While the threads wait for CPUs (threads.oversubscribed), the micro-benchmark of this (operator, shapes)
+    alone at the thread count that ends the wait: the run's intra-op count, at most the usable CPUs. None when
+    the threads do not wait, or that count was not measured, or the call was no slower in the operator pass."""
+    if not row.calls or oversubscribed(report) is None:
+        return None
+    machine = report.machine
+    usable = machine.usable_cpus or 0
+    threads = min(machine.intra_op_threads or usable, usable)
+    alone = next((m for m in report.microbenchmarks if m.op == row.name and m.input_shapes == row.input_shapes
+                  and m.dtypes == row.dtypes and m.threads == threads and m.median_us), None)
+    return alone if alone is not None and kept(row, alone) < 1.0 else None
+
+
+def _unwaited_stake(report: Report, share: float, alone: MicrobenchRow | None) -> Stake:
+    stake = operator_stake(report, share)
+    if alone is None:
+        return stake
+    return dataclasses.replace(stake, basis=f"{stake.basis}, of the share the calls keep alone at {alone.threads} "
+                                            "threads (the micro-benchmark; the rest is the oversubscription's)")
+
+
+def kept(row: OperatorRow, alone: MicrobenchRow) -> float:
+    """The part of the operator pass's time per call that the call takes alone (the rest is waiting), at most 1."""
+    return min(1.0, alone.median_us / (row.self_cpu_us / row.calls))
 
 
 def copy_overhead(report: Report) -> list[Finding]:

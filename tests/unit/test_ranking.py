@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from diagnose import findings
+from diagnose.findings import operators as op_rules
 from diagnose.findings import python as python_rules
 from diagnose.findings import stake
 from diagnose.findings import threads as thread_rules
 from diagnose.layers.threads import recording
 from diagnose.layers.threads.analysis import analyse
-from diagnose.report.model import (PEAKS_CONTENDED_DOUBT, Finding, Machine, OperatorRow, OperatorSummary,
+from diagnose.report.model import (PEAKS_CONTENDED_DOUBT, Finding, Machine, MicrobenchRow, OperatorRow, OperatorSummary,
                                    PythonFunction, PythonSummary, Report, Run, SourceShare, Stake, Sweep,
                                    SweepRecommendation, TargetInfo)
 
@@ -222,6 +223,36 @@ def test_operator_rules_put_their_share_on_the_wall_time_scale_and_a_rule_withou
     assert stake.fill(mb).stake.pct == pytest.approx(40.0)
     assert stake.fill(counters).stake == Stake(None, "unknown", confidence=1.0)
     assert stake.rank([counters, mb]) == [mb, counters]
+
+
+def test_while_threads_wait_a_hot_operator_is_judged_on_the_time_its_calls_keep_alone_at_the_usable_count():
+    # examples/too_many_threads.py's numbers: tanh took 515 µs a call in the operator pass of 8 threads on 2 CPUs,
+    # and 96 µs alone at 2 threads (the micro-benchmark): 19% of its 24% share is its own, the rest waiting
+    rep = _threads8()
+    tanh, mm = op("aten::tanh", 24.0), op("aten::mm", 76.0)
+    tanh.self_cpu_us, mm.self_cpu_us = 515.0 * tanh.calls, 1638.0 * mm.calls
+    rep.operators = [mm, tanh]
+
+    def alone(name, threads, us):
+        return MicrobenchRow(op=name, input_shapes=[[64, 64]], dtypes=["float"], threads=threads, median_us=us,
+                             iqr_us=1.0)
+
+    rep.microbenchmarks = [alone("aten::tanh", 8, 143.0), alone("aten::tanh", 1, 193.0), alone("aten::mm", 2, 1446.0)]
+    # the usable count not measured for tanh: its share stands
+    hot = {f.op: f for f in op_rules.hot_operator(rep)}
+    assert hot["aten::tanh"].evidence["share_pct"] == 24.0 and "alone" not in hot["aten::tanh"].evidence
+    rep.microbenchmarks.append(alone("aten::tanh", 2, 96.0))
+    hot = {f.op: f for f in op_rules.hot_operator(rep)}
+    assert "aten::tanh" not in hot  # 24% x 96/515 = 4.5%, under the 10% a hot operator needs
+    mm_alone = hot["aten::mm"].evidence["alone"]
+    assert mm_alone["threads"] == 2 and mm_alone["kept_pct"] == pytest.approx(88.3)
+    assert hot["aten::mm"].stake.pct == pytest.approx(76.0 * 1446 / 1638, abs=0.01)
+    assert "alone at 2 threads" in hot["aten::mm"].title and "at 2 threads" in hot["aten::mm"].stake.basis
+    # without the wait (no oversubscription measured) the operator pass's share is the operator's
+    rep.threads = None
+    hot = {f.op: f for f in op_rules.hot_operator(rep)}
+    assert hot["aten::tanh"].evidence["share_pct"] == 24.0 and "alone" not in hot["aten::tanh"].evidence
+    assert hot["aten::mm"].stake.pct == pytest.approx(76.0)
 
 
 def _threads8(gain=None) -> Report:
