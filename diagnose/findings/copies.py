@@ -160,6 +160,14 @@ def row_kind(report: Report, name: str, input_shapes) -> tuple[str, str | None]:
     return TOP_KIND.get(name, "copy_" if name == "aten::copy_" else "internal"), None
 
 
+def autocast_line(report: Report) -> str | None:
+    """The user line where the target entered torch.autocast most often (the operator pass's record), where the
+    change that ends autocast's casts goes; None when no entry was recorded at a user line."""
+    summary = report.operator_summary
+    entries = [e for e in (summary.autocast_entries if summary else []) if e.source]
+    return max(entries, key=lambda e: e.entries).source if entries else None
+
+
 def internal(report: Report, name: str, input_shapes) -> bool:
     """Whether a copy-chain row's time is mostly a kernel's own internal copy (addmm writing its broadcast
     bias, a scalar operand converted for div_): that kernel's cost, judged with its row, not a copy the user's

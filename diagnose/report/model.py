@@ -1030,11 +1030,23 @@ class OperatorSummary:
     ranks: list[int] = field(default_factory=list)  # torchrun: the ranks whose rows are merged (else empty)
     # the user lines where float64 tensors came from (operator pass, the whole run; the dtype finding's cause)
     float64_origins: list[Float64Origin] = field(default_factory=list)
+    # the user lines where torch.autocast was entered (operator pass, the whole run; where its casts' fix goes)
+    autocast_entries: list[AutocastEntry] = field(default_factory=list)
     # the call sites whose input bytes or time grew step over step in the window (input_growth, step_drift)
     trends: list[SiteTrend] = field(default_factory=list)
     children: list[ChildProcess] = field(default_factory=list)  # processes the target forked whose rows are merged
     # Python processes the target started from a fresh interpreter (spawn, forkserver, subprocess): not recorded
     not_recorded: list[StartedProcess] = field(default_factory=list)
+
+
+@dataclass
+class AutocastEntry:
+    """A user line where the target entered torch.autocast (layers/operators/recorder.py AutocastEntries)."""
+
+    source: str | None  # the user line (file.py:LINE) of the `with torch.autocast(...)`; None outside the user's code
+    device: str  # "cpu"
+    dtype: str  # the autocast dtype: "bfloat16", "float16"
+    entries: int  # how many times it was entered in the run
 
 
 @dataclass

@@ -381,14 +381,24 @@ def test_autocasts_weight_casts_are_named_with_the_fix_and_no_bf16_gemm_is_told_
     rel = borderline.noise(report_io.from_json_data(r))
     hot = [o for o in r["operators"][:5] if o in rows and borderline.interval(o["self_pct"], rel)[1] >= HOT_MIN_PCT]
     assert len(casts) == len(hot), (casts, [o["self_pct"] for o in rows])
+    # at the line that entered autocast, where their fix goes (the operator pass records each entry), its title
+    # still naming the line that called the model
+    entered = _line("autocast_weights.py", "with torch.inference_mode(), torch.autocast")
+    assert [(e["source"], e["device"], e["dtype"], e["entries"]) for e in r["operator_summary"]["autocast_entries"]] \
+        == [(entered, "cpu", "bfloat16", 1)], r["operator_summary"]["autocast_entries"]
     for f in casts:
-        assert f["location"] == _line("autocast_weights.py", "y = model(x)"), f
+        assert f["location"] == entered and f["evidence"]["copy"] == "autocast", f
+        assert f"at {_line('autocast_weights.py', 'y = model(x)')}" in f["title"], f
         assert "autocast casting aten::linear's float32 weight" in f["suggestion"], f
         assert "model.to(torch.bfloat16)" in f["suggestion"] and "internal copy" not in f["suggestion"]
-    # the casts together are a copy_overhead finding from its lowest level (5%) on
+    # the casts together are a copy_overhead finding from its lowest level (5%) on, at the same line, holding the
+    # casts of every shape as its pieces: one cause, one finding (findings/operators.py fold_casts)
     copy = [f for f in found if f["kind"] == "copy_overhead"]
     if sum(o["self_pct"] for o in rows) >= 5.0:
         assert copy and copy[0]["evidence"]["copy"] == "autocast", copy
+        assert copy[0]["location"] == entered and copy[0]["evidence"]["autocast_entered_at"] == entered, copy
+        (line,) = [f for f in r["findings"] if f["location"] == entered]
+        assert line["kind"] == "copy_overhead" and all(f in line["also"] for f in casts), line
     assert all("model.to(torch.bfloat16)" in f["suggestion"] for f in copy if f["evidence"]["copy"] == "autocast")
     bf16 = {(o["name"], str(o["input_shapes"])) for o in r["operators"] if "c10::BFloat16" in o["dtypes"]}
     assert ("aten::addmm", str([[4096], [64, 1024], [1024, 4096], [], []])) in bf16

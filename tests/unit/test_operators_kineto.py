@@ -308,3 +308,27 @@ def test_hand_made_events_match_torch(tmp_path, max_events):
     # of the 36 bytes freed, the 32 at 40_000 were freed inside aten::a, the 4 at 300_500 inside no operator
     assert raw["memory"] == {"allocations": 4, "allocated_bytes": 92, "freed_bytes": 36, "peak_live_bytes": 80,
                              "freed_in_operators_bytes": 32}
+
+
+def test_autocast_entries_are_counted_at_the_user_line_that_entered_it():
+    from diagnose.layers.operators.recorder import AutocastEntries
+    from diagnose.usercode import UserCode
+
+    entries = AutocastEntries(UserCode(__file__))
+    entries.install()
+    try:
+        for _ in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # entered here, three times
+                pass
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):  # casts nothing: not counted
+            pass
+    finally:
+        entries.uninstall()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # after uninstall: not counted
+        pass
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if text.endswith("# entered here, three times"))
+    (row,) = entries.rows()
+    assert row["source"].endswith(f"test_operators_kineto.py:{line}"), row
+    assert (row["device"], row["dtype"], row["entries"]) == ("cpu", "bfloat16", 3)
+    assert not hasattr(torch.amp.autocast_mode.autocast.__enter__, "__wrapped__")

@@ -189,6 +189,31 @@ def test_one_layers_findings_at_one_line_merge_and_findings_without_a_line_stay_
     assert (line.kind, line.severity, line.stake, line.also) == ("copy_overhead", "high", copy.stake, casts)
 
 
+def test_autocasts_weight_casts_are_one_finding_at_the_line_that_entered_autocast():
+    # examples/autocast_weights.py's recorded report: the two weight casts (hot_operator, one per shape) and the
+    # copy_overhead that sums them; with the operator pass's record of where autocast was entered, all three move
+    # there (where model.to(torch.bfloat16) replaces it) and are one finding; the GEMM's observation stays at :36
+    from diagnose.report import io
+    from diagnose.report.model import AutocastEntry
+
+    rep = io.load(str(Path(__file__).resolve().parents[1] / "data" / "findings" / "autocast_weights_report.json"))
+    assert rep.operator_summary.autocast_entries == []  # recorded before the entries were: the casts' own line
+    (line, *_) = findings.derive(rep)
+    assert (line.kind, line.location) == ("copy_overhead", "examples/autocast_weights.py:36")
+    casts = [f for f in line.also if f.kind == "hot_operator" and f.evidence.get("copy") == "autocast"]
+    assert len(casts) == 2 and {str(f.evidence["input_shapes"][0]) for f in casts} == {"[4096, 1024]", "[1024, 4096]"}
+    rep.operator_summary.autocast_entries = [AutocastEntry("examples/autocast_weights.py:20", "cpu", "bfloat16", 1),
+                                             AutocastEntry("examples/autocast_weights.py:34", "cpu", "bfloat16", 40)]
+    found = findings.derive(rep)
+    (line,) = [f for f in found if f.location == "examples/autocast_weights.py:34"]  # entered most
+    assert line.kind == "copy_overhead" and line.evidence["autocast_entered_at"] == line.location
+    assert sorted(f.evidence["copy"] for f in line.also if f.kind == "hot_operator") == ["autocast", "autocast"]
+    assert all("at examples/autocast_weights.py:36" in f.title for f in line.also if f.kind == "hot_operator")
+    assert not [f for f in found if f.kind == "hot_operator" and f.evidence.get("copy")]  # none on its own
+    assert [(f.kind, f.severity, f.location) for f in found if f is not line] == [
+        ("hot_operator", "low", "examples/autocast_weights.py:36")]  # the bf16 GEMM: an observation
+
+
 def test_a_row_made_at_two_user_lines_has_no_library_line_so_its_findings_at_one_line_merge():
     # examples/contiguous_copies.py: one copy_ row from `.contiguous()` at :15 and at :19, tied and listed in
     # source order; in the runs where :19 ran longer, the row's "library line" was :19, another of its own user

@@ -25,7 +25,7 @@ from diagnose.layers.operators import modules, processes
 from diagnose.layers.operators.rows import MAX_ROWS, attach_functions, merge_rows
 from diagnose.protocol import PassSpec, iteration_stats
 from diagnose.report import io as report_io
-from diagnose.report.model import Autograd, ChildProcess, Doctor, Float64Origin, LayerStatus, OperatorMemory, OperatorSummary, \
+from diagnose.report.model import AutocastEntry, Autograd, ChildProcess, Doctor, Float64Origin, LayerStatus, OperatorMemory, OperatorSummary, \
     ProcessFacts, RecordingLine, Report, SubnormalScan, TraceSummary
 
 
@@ -81,6 +81,7 @@ class OperatorsLayer(Layer):
             window=raw.get("window"),
             trace=trace,
             float64_origins=[report_io.typed(Float64Origin, o) for o in raw.get("float64_origins") or []],
+            autocast_entries=[report_io.typed(AutocastEntry, o) for o in raw.get("autocast_entries") or []],
             children=[ChildProcess(pid=c.pid, role=c.role, name=c.name, ended=c.ended, error=c.raw_error,
                                    self_cpu_us=round(sum(r["self_cpu_us"] for r in (c.raw or {}).get("rows") or []), 3))
                       for c in outcome.children],

@@ -312,6 +312,54 @@ class Float64Origins:
                        for (user, how), (c, b, params) in self.origins.items()), key=lambda r: -r["bytes"])
 
 
+class AutocastEntries:
+    """Where the target entered torch.autocast: its user line, device and dtype, counted the whole run. Under
+    autocast a GEMM casts its float32 weights every call (findings/copies.py, kind autocast), and the change
+    that ends those casts (the model converted once) goes where autocast is entered, not at the line that
+    calls the model. `torch.autocast.__enter__` is wrapped for the run: no TorchFunctionMode sees it."""
+
+    def __init__(self, usercode: UserCode) -> None:
+        self.usercode = usercode
+        self.entries: dict[tuple[str | None, str, str], int] = {}  # (user line, device, dtype) -> entries
+        self.restore: tuple[Any, Any] | None = None
+
+    def install(self) -> None:
+        try:
+            from torch.amp.autocast_mode import autocast
+        except ImportError:
+            return
+        original, entries = autocast.__enter__, self
+
+        def __enter__(context):
+            try:
+                if context._enabled:  # noqa: SLF001 - autocast(enabled=False) casts nothing
+                    entries.add(str(context.device), str(context.fast_dtype).removeprefix("torch."),
+                                sys._getframe(1))
+            except Exception:  # noqa: BLE001, S110 - never in the way of the target's own autocast
+                pass
+            return original(context)
+
+        __enter__.__wrapped__ = original
+        autocast.__enter__ = __enter__
+        self.restore = (autocast, original)
+
+    def add(self, device: str, dtype: str, frame) -> None:
+        user, _ = self.usercode.locations(frame)
+        key = (user, device, dtype)
+        self.entries[key] = self.entries.get(key, 0) + 1
+
+    def uninstall(self) -> None:
+        if self.restore is not None:
+            owner, original = self.restore
+            owner.__enter__ = original
+            self.restore = None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """As the report's AutocastEntry rows, most entries first."""
+        return sorted(({"source": user, "device": device, "dtype": dtype, "entries": n}
+                       for (user, device, dtype), n in self.entries.items()), key=lambda r: -r["entries"])
+
+
 def _malloc_trim():
     """glibc's malloc_trim(0), or None where there is no glibc."""
     try:
@@ -491,6 +539,7 @@ class OperatorsRecorder(Recorder):
         self.input_scan: dict[tuple, list[dict[str, Any]]] = {}  # (call, module, user line, library) -> inputs
         self.scan_scope: str | None = None  # what was scanned; None when no step came before the window
         self.float64 = Float64Origins(self.usercode)
+        self.autocast = AutocastEntries(self.usercode)
         self.sites: dict[tuple, CallSite] = {}  # (user line, library line, module, function) -> its site
         self.site_rows: list[CallSite] = []
         self.threads_seen: set[int] = set()  # Python threads whose name is marked in the profile (mark_thread)
@@ -506,6 +555,7 @@ class OperatorsRecorder(Recorder):
         if self.options.track_modules:
             self.modules.install()
         self.float64.install()
+        self.autocast.install()
         self.mode = _source_mode(self)
         self.mode.__enter__()
 
@@ -515,6 +565,7 @@ class OperatorsRecorder(Recorder):
             mode.__exit__(None, None, None)
         self.modules.uninstall()
         self.float64.uninstall()
+        self.autocast.uninstall()
 
     def new_site(self, key: tuple) -> CallSite:
         site = self.sites[key] = CallSite(len(self.site_rows), key)
@@ -729,6 +780,7 @@ class OperatorsRecorder(Recorder):
             "input_scan_scope": self.scan_scope,
             "module_roots": sorted(set(self.modules.roots.values())),
             "float64_origins": self.float64.rows(),
+            "autocast_entries": self.autocast.rows(),
             "sites": self._site_results(),
         }
 
