@@ -3,7 +3,8 @@
 An operator measured alone at its recorded shapes whose time barely moves
 from 1 thread to all usable CPUs leaves the other CPUs idle while it runs.
 Thresholds (speedup = median at 1 thread / median at the most threads
-measured, which must be >= 2):
+measured up to the usable CPUs, which must be >= 2; a count above them, the
+run's own, measures threads waiting for CPUs):
 - speedup < SEQUENTIAL_MAX_SPEEDUP (1.25): "near 1", judged on the
   speedup's interval (report/borderline.py): speedup / (1 + n) to speedup x
   (1 + n), n the two medians' IQR/median combined (their root sum of
@@ -113,7 +114,10 @@ def sequential_operator(report: Report) -> list[Finding]:
     out = []
     for rows in cases.values():
         one = next((r for r in rows if r.threads == 1), None)
-        most = max(rows, key=lambda r: r.threads)
+        # the most threads the CPUs can run at once: a count above the usable CPUs (the run's own, 8 on 2 CPUs)
+        # measures the threads waiting for each other, and "N - 1 of the N CPUs idle" would name CPUs not there
+        usable = report.machine.usable_cpus
+        most = max((r for r in rows if not usable or r.threads <= usable), key=lambda r: r.threads, default=one)
         if one is None or most.threads < 2 or one.median_us < MIN_US:
             continue
         speedup = one.median_us / most.median_us

@@ -159,9 +159,9 @@ def hot_operator(report: Report) -> list[Finding]:
         where = f" at {row.source}" if row.source else ""
         waits = ""
         if alone is not None:
-            waits = (f"; alone at {alone.threads} threads it takes {alone.median_us:.0f} µs a call of the "
-                     f"{row.self_cpu_us / row.calls:.0f} µs it took here: the rest is its threads waiting for CPUs "
-                     "(oversubscription)")
+            waits = (f"; alone at {alone.threads} threads a call takes {alone.median_us:.0f} µs of the "
+                     f"{row.self_cpu_us / row.calls:.0f} µs it took in the run: the rest is its threads waiting for "
+                     "CPUs (oversubscription)")
         out.append(Finding(
             kind="hot_operator",
             severity=severity,
@@ -194,7 +194,6 @@ def hot_operator(report: Report) -> list[Finding]:
             borderline=border,
         ))
     return out
-
 
 
 def fold_casts(found: list[Finding]) -> list[Finding]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from diagnose.findings.microbench import sequential_operator
@@ -67,6 +69,22 @@ def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
     # noisy, but flat at either end of its interval (1.01x, 14% IQR: at most 1.15x): not doubted
     (k,) = sequential_operator(_report(444_400, 440_000, noisy=True, noise_pct=14.0))
     assert k.severity == "high" and not k.doubts and k.evidence["speedup_noise"] == pytest.approx(0.14, abs=0.001)
+
+
+def test_the_speedup_is_taken_at_the_usable_cpus_not_at_a_count_above_them():
+    # examples/too_many_threads.py asks for 8 threads on 2 usable CPUs: its 8-thread row measures the threads
+    # waiting for each other (a 512^3 GEMM 1.89 ms on 1 thread, 1.40 ms on 8, 1.45 ms on 2: 1.35x, "7 of the 8 CPUs
+    # idle"); the speedup is the one the CPUs can give, from 1 to 2 threads
+    rep = _report(444_400, 222_200)  # 2x on the 2 usable CPUs: it parallelises
+    rep.machine.usable_cpus = 2
+    eight = dataclasses.replace(rep.microbenchmarks[1], threads=8, median_us=440_000)
+    rep.microbenchmarks.append(eight)
+    assert sequential_operator(rep) == []
+    rep.machine.usable_cpus = 0  # not known: the most threads measured
+    (f,) = sequential_operator(rep)
+    assert f.evidence["threads"] == 8
+    rep.machine.usable_cpus = 1  # one CPU: no thread count leaves a CPU idle
+    assert sequential_operator(rep) == []
 
 
 def test_needs_one_thread_and_at_least_two():
