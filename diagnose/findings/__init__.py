@@ -68,7 +68,7 @@ def settled(report: Report) -> list[Finding]:
     out: list[Finding] = []
     for rule in RULES:
         out.extend(stake.fill(stake.bound(place.annotate(f, report), report.step_budget)) for f in rule(report))
-    return operators.fold_casts(out)
+    return operators.fold_casts(out, report)
 
 
 def derive(report: Report) -> list[Finding]:

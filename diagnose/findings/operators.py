@@ -17,9 +17,11 @@ Thresholds (share of all operator self CPU time in the instrumented pass):
   usually means avoidable work. While the threads wait for CPUs
   (threads.oversubscribed), an operator micro-benchmarked alone at the
   thread count that ends the wait is judged, and its stake taken, on the
-  share its calls keep there (`unwaited`): the rest is the oversubscription
-  finding's time (too_many_threads' tanh: 515 µs a call among 8 threads on 2
-  CPUs, 96 µs alone at 2; 24% of operator time, 4.5% its own).
+  share its calls keep there (`unwaited`): the rest is its context, the
+  waiting the oversubscription finding holds among it, and fresh pages and
+  cold caches the call does not meet alone (too_many_threads' tanh: 515 µs a
+  call among 8 threads on 2 CPUs, 96 µs alone at 2; 24% of operator time,
+  4.5% its own).
 - copy_overhead: copies your code asks for (.contiguous(), .clone(), .to(),
   a reshape/flatten that must copy, an explicit .copy_(); copies.py names
   each copy's origin) >= 5% is `low` (a fifth of a hot operator's 10%
@@ -152,24 +154,19 @@ def hot_operator(report: Report) -> list[Finding]:
             severity, border = borderline.grade(share, rel, levels, "share of operator CPU time")
             if severity is None:
                 continue
-        # autocast's cast of a GEMM's operand: its fix goes where autocast is entered, and copy_overhead holds
-        # the casts' time across shapes (fold_casts)
-        cast = row.name in copies.CHAIN and copies.row_kind(report, row.name, row.input_shapes)[0] == "autocast"
-        location = (copies.autocast_line(report) or row.source) if cast else row.source
         where = f" at {row.source}" if row.source else ""
         waits = ""
         if alone is not None:
             waits = (f"; alone at {alone.threads} threads a call takes {alone.median_us:.0f} µs of the "
-                     f"{row.self_cpu_us / row.calls:.0f} µs it took in the run: the rest is its threads waiting for "
-                     "CPUs (oversubscription)")
+                     f"{row.self_cpu_us / row.calls:.0f} µs it took in the run: the rest is its context, its threads "
+                     "waiting for CPUs (oversubscription) among it")
         out.append(Finding(
             kind="hot_operator",
             severity=severity,
             title=f"{row.name}{_shape_text(row)} takes {row.self_pct:.0f}% of operator CPU time{where}{waits}",
             op=row.name,
-            location=location,
+            location=row.source,
             evidence={
-                **({"copy": "autocast"} if cast else {}),
                 "share_pct": row.self_pct,
                 "self_cpu_us": row.self_cpu_us,
                 "calls": row.calls,
@@ -196,19 +193,28 @@ def hot_operator(report: Report) -> list[Finding]:
     return out
 
 
-def fold_casts(found: list[Finding]) -> list[Finding]:
-    """One cause, one finding: the hot operators that are autocast's casts (evidence `copy`) become pieces of the
-    copy_overhead finding at their line (the autocast's), which holds the casts' time summed over their shapes
-    (a Llama under bfloat16 autocast cast lm_head's [8000, 384] and the MLP's [1024, 384] weights every token:
-    two hot_operator findings of 12% and 11% of operator time, where the one cause took 20%)."""
+def fold_casts(found: list[Finding], report: Report) -> list[Finding]:
+    """One cause, one finding. A finding about a row of autocast's casts (its operator and `input_shapes`:
+    copies.row_kind) is placed where autocast is entered, where its fix goes (evidence `copy` "autocast"), and
+    a confirmed one becomes a piece of the copy_overhead finding there, which holds the casts' time summed over
+    their shapes: a Llama under bfloat16 autocast cast lm_head's [8000, 384] and the MLP's [1024, 384] weights
+    every token, two hot_operator findings of 12% and 11% of operator time where the one cause took 20%; and
+    examples/autocast_weights.py's cast, slowed 5x by its context (low_efficiency), led the model call's line
+    in some runs and the GEMM's sequential_operator in others. A doubted one stays apart (not confirmed)."""
+    entered = copies.autocast_line(report)
     held = {f.location: f for f in found if f.kind == "copy_overhead" and f.location}
     out = []
     for f in found:
-        copy = held.get(f.location) if f.kind == "hot_operator" and f.evidence.get("copy") == "autocast" else None
-        if copy is None:
-            out.append(f)
-        else:
-            copy.also.append(f)
+        shapes = f.evidence.get("input_shapes")
+        if f.kind != "copy_overhead" and f.op in copies.CHAIN and shapes is not None \
+                and copies.row_kind(report, f.op, shapes)[0] == "autocast":
+            f.location = entered or f.location
+            f.evidence["copy"] = "autocast"
+            copy = held.get(f.location)
+            if copy is not None and not f.doubts:
+                copy.also.append(f)
+                continue
+        out.append(f)
     return out
 
 
@@ -231,7 +237,8 @@ def _unwaited_stake(report: Report, share: float, alone: MicrobenchRow | None) -
     if alone is None:
         return stake
     return dataclasses.replace(stake, basis=f"{stake.basis}, of the share the calls keep alone at {alone.threads} "
-                                            "threads (the micro-benchmark; the rest is the oversubscription's)")
+                                            "threads (the micro-benchmark; the rest is their context, the "
+                                            "waiting the oversubscription finding holds among it)")
 
 
 def kept(row: OperatorRow, alone: MicrobenchRow) -> float:
