@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from diagnose.opkinds import COMPUTE_CLASSES, op_class
-from diagnose.report.model import OperatorRow, Report
+from diagnose.report.model import AutocastEntry, OperatorRow, Report
 
 COPY_BODIES = {"aten::copy_", "aten::clone", "aten::_to_copy"}
 CHAIN = COPY_BODIES | {"aten::to", "aten::contiguous", "aten::reshape", "aten::flatten"}
@@ -160,12 +160,17 @@ def row_kind(report: Report, name: str, input_shapes) -> tuple[str, str | None]:
     return TOP_KIND.get(name, "copy_" if name == "aten::copy_" else "internal"), None
 
 
-def autocast_line(report: Report) -> str | None:
-    """The user line where the target entered torch.autocast most often (the operator pass's record), where the
+def autocast_entry(report: Report) -> AutocastEntry | None:
+    """Where the target entered torch.autocast most often (the operator pass's record), at a user line: where the
     change that ends autocast's casts goes; None when no entry was recorded at a user line."""
     summary = report.operator_summary
     entries = [e for e in (summary.autocast_entries if summary else []) if e.source]
-    return max(entries, key=lambda e: e.entries).source if entries else None
+    return max(entries, key=lambda e: e.entries) if entries else None
+
+
+def autocast_line(report: Report) -> str | None:
+    entry = autocast_entry(report)
+    return entry.source if entry else None
 
 
 def internal(report: Report, name: str, input_shapes) -> bool:

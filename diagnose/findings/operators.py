@@ -85,6 +85,7 @@ from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake
 from diagnose.findings.suggestions import (
     ACTIVATION_CLASSES,
+    AUTOCAST_INFERENCE_TEXT,
     COPY_LABEL,
     COPY_TEXT,
     is_compute,
@@ -260,7 +261,8 @@ def copy_overhead(report: Report) -> list[Finding]:
         return []
     by_kind: dict[str, float] = defaultdict(float)
     by_place: dict[tuple[str, str | None], float] = defaultdict(float)
-    entered = copies.autocast_line(report)  # autocast's casts are ended where autocast is entered
+    entry = copies.autocast_entry(report)
+    entered = entry.source if entry else None  # autocast's casts are ended where autocast is entered
     for (kind, loc, _), us in layout.items():
         by_kind[kind] += us
         by_place[(kind, entered if kind == "autocast" and entered else loc)] += us
@@ -295,7 +297,8 @@ def copy_overhead(report: Report) -> list[Finding]:
             "instrumentation_overhead": _overhead(report),
             **({"autocast_entered_at": entered} if entered and "autocast" in by_kind else {}),
         },
-        suggestion=COPY_TEXT[kind],
+        suggestion=COPY_TEXT[kind] + (f" {AUTOCAST_INFERENCE_TEXT}" if kind == "autocast" and entry
+                                      and entry.inference_mode else ""),
         layer="operators",
         stake=operator_stake(report, pct),
         borderline=border,

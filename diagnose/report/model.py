@@ -1047,6 +1047,9 @@ class AutocastEntry:
     device: str  # "cpu"
     dtype: str  # the autocast dtype: "bfloat16", "float16"
     entries: int  # how many times it was entered in the run
+    # of those, entered under torch.inference_mode, where autocast does not cache its weight casts (it casts every
+    # weight again on every call; under torch.no_grad once per autocast region: findings/suggestions.py)
+    inference_mode: int = 0
 
 
 @dataclass

@@ -33,6 +33,7 @@ from conftest import (EXAMPLES, NO_DOCTOR, doctor_finding_expected, first_worklo
 
 from diagnose.findings import microbench
 from diagnose.findings.operators import HOT_MIN_PCT
+from diagnose.findings.suggestions import AUTOCAST_INFERENCE_TEXT
 from diagnose.report import borderline
 from diagnose.report import io as report_io
 
@@ -384,8 +385,9 @@ def test_autocasts_weight_casts_are_named_with_the_fix_and_no_bf16_gemm_is_told_
     # at the line that entered autocast, where their fix goes (the operator pass records each entry), its title
     # still naming the line that called the model
     entered = _line("autocast_weights.py", "with torch.inference_mode(), torch.autocast")
-    assert [(e["source"], e["device"], e["dtype"], e["entries"]) for e in r["operator_summary"]["autocast_entries"]] \
-        == [(entered, "cpu", "bfloat16", 1)], r["operator_summary"]["autocast_entries"]
+    assert [(e["source"], e["device"], e["dtype"], e["entries"], e["inference_mode"])
+            for e in r["operator_summary"]["autocast_entries"]] == [(entered, "cpu", "bfloat16", 1, 1)], \
+        r["operator_summary"]["autocast_entries"]
     for f in casts:
         assert f["location"] == entered and f["evidence"]["copy"] == "autocast", f
         assert f"at {_line('autocast_weights.py', 'y = model(x)')}" in f["title"], f
@@ -397,6 +399,8 @@ def test_autocasts_weight_casts_are_named_with_the_fix_and_no_bf16_gemm_is_told_
     if sum(o["self_pct"] for o in rows) >= 5.0:
         assert copy and copy[0]["evidence"]["copy"] == "autocast", copy
         assert copy[0]["location"] == entered and copy[0]["evidence"]["autocast_entered_at"] == entered, copy
+        # entered under torch.inference_mode, where autocast caches no weight cast (suggestions.py, measured)
+        assert copy[0]["suggestion"].endswith(AUTOCAST_INFERENCE_TEXT), copy[0]["suggestion"]
         (line,) = [f for f in r["findings"] if f["location"] == entered]
         assert line["kind"] == "copy_overhead" and all(f in line["also"] for f in casts), line
     assert all("model.to(torch.bfloat16)" in f["suggestion"] for f in copy if f["evidence"]["copy"] == "autocast")

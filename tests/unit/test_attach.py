@@ -226,11 +226,24 @@ def test_torchrun_ranks_are_found_below_the_launcher_by_their_rank():
     import os
     import subprocess
     import sys
+    import time
 
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], env={**os.environ, "RANK": r})
                 for r in ("1", "0")]
     plain = subprocess.Popen(["sleep", "20"], env={**os.environ, "RANK": "5"})  # not Python: not a rank
     try:
+        # until a child has exec'd, /proc shows the fork of this process, with this process's environment (a
+        # loaded clean clone once looked before the second child had: found {first: 1} only)
+        def exec_d(pid: int) -> bool:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    return any(v.startswith(b"RANK=") for v in fh.read().split(b"\0"))
+            except OSError:
+                return False
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(exec_d(p.pid) for p in (*children, plain)):
+            time.sleep(0.01)
         found = process.ranks(os.getpid())
         assert {children[0].pid: 1, children[1].pid: 0}.items() <= found.items()
         assert plain.pid not in found

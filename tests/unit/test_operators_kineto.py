@@ -317,8 +317,8 @@ def test_autocast_entries_are_counted_at_the_user_line_that_entered_it():
     entries = AutocastEntries(UserCode(__file__))
     entries.install()
     try:
-        for _ in range(3):
-            with torch.autocast("cpu", dtype=torch.bfloat16):  # entered here, three times
+        for i in range(3):
+            with torch.inference_mode(i == 0), torch.autocast("cpu", dtype=torch.bfloat16):  # entered here, three times
                 pass
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):  # casts nothing: not counted
             pass
@@ -330,5 +330,5 @@ def test_autocast_entries_are_counted_at_the_user_line_that_entered_it():
                 if text.endswith("# entered here, three times"))
     (row,) = entries.rows()
     assert row["source"].endswith(f"test_operators_kineto.py:{line}"), row
-    assert (row["device"], row["dtype"], row["entries"]) == ("cpu", "bfloat16", 3)
+    assert (row["device"], row["dtype"], row["entries"], row["inference_mode"]) == ("cpu", "bfloat16", 3, 1)
     assert not hasattr(torch.amp.autocast_mode.autocast.__enter__, "__wrapped__")

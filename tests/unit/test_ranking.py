@@ -10,6 +10,7 @@ import pytest
 
 from diagnose import findings
 from diagnose.findings import operators as op_rules
+from diagnose.findings.suggestions import AUTOCAST_INFERENCE_TEXT
 from diagnose.findings import python as python_rules
 from diagnose.findings import stake
 from diagnose.findings import threads as thread_rules
@@ -207,6 +208,11 @@ def test_autocasts_weight_casts_are_one_finding_at_the_line_that_entered_autocas
     found = findings.derive(rep)
     (line,) = [f for f in found if f.location == "examples/autocast_weights.py:34"]  # entered most
     assert line.kind == "copy_overhead" and line.evidence["autocast_entered_at"] == line.location
+    assert AUTOCAST_INFERENCE_TEXT not in line.suggestion
+    # entered under torch.inference_mode, where autocast caches no weight cast: the suggestion says so
+    rep.operator_summary.autocast_entries[1].inference_mode = 40
+    (again,) = [f for f in findings.derive(rep) if f.location == "examples/autocast_weights.py:34"]
+    assert again.suggestion.endswith(AUTOCAST_INFERENCE_TEXT) and "torch.no_grad()" in again.suggestion
     assert sorted(f.evidence["copy"] for f in line.also if f.kind == "hot_operator") == ["autocast", "autocast"]
     assert all("at examples/autocast_weights.py:36" in f.title for f in line.also if f.kind == "hot_operator")
     assert not [f for f in found if f.kind == "hot_operator" and f.evidence.get("copy")]  # none on its own

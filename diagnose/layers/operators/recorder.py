@@ -320,11 +320,13 @@ class AutocastEntries:
 
     def __init__(self, usercode: UserCode) -> None:
         self.usercode = usercode
-        self.entries: dict[tuple[str | None, str, str], int] = {}  # (user line, device, dtype) -> entries
+        # (user line, device, dtype) -> [entries, of them under torch.inference_mode]
+        self.entries: dict[tuple[str | None, str, str], list[int]] = {}
         self.restore: tuple[Any, Any] | None = None
 
     def install(self) -> None:
         try:
+            import torch
             from torch.amp.autocast_mode import autocast
         except ImportError:
             return
@@ -334,7 +336,7 @@ class AutocastEntries:
             try:
                 if context._enabled:  # noqa: SLF001 - autocast(enabled=False) casts nothing
                     entries.add(str(context.device), str(context.fast_dtype).removeprefix("torch."),
-                                sys._getframe(1))
+                                sys._getframe(1), torch.is_inference_mode_enabled())
             except Exception:  # noqa: BLE001, S110 - never in the way of the target's own autocast
                 pass
             return original(context)
@@ -343,10 +345,11 @@ class AutocastEntries:
         autocast.__enter__ = __enter__
         self.restore = (autocast, original)
 
-    def add(self, device: str, dtype: str, frame) -> None:
+    def add(self, device: str, dtype: str, frame, inference: bool = False) -> None:
         user, _ = self.usercode.locations(frame)
-        key = (user, device, dtype)
-        self.entries[key] = self.entries.get(key, 0) + 1
+        counts = self.entries.setdefault((user, device, dtype), [0, 0])
+        counts[0] += 1
+        counts[1] += inference
 
     def uninstall(self) -> None:
         if self.restore is not None:
@@ -356,8 +359,8 @@ class AutocastEntries:
 
     def rows(self) -> list[dict[str, Any]]:
         """As the report's AutocastEntry rows, most entries first."""
-        return sorted(({"source": user, "device": device, "dtype": dtype, "entries": n}
-                       for (user, device, dtype), n in self.entries.items()), key=lambda r: -r["entries"])
+        return sorted(({"source": user, "device": device, "dtype": dtype, "entries": n, "inference_mode": inf}
+                       for (user, device, dtype), (n, inf) in self.entries.items()), key=lambda r: -r["entries"])
 
 
 def _malloc_trim():
