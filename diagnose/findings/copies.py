@@ -168,11 +168,6 @@ def autocast_entry(report: Report) -> AutocastEntry | None:
     return max(entries, key=lambda e: e.entries) if entries else None
 
 
-def autocast_line(report: Report) -> str | None:
-    entry = autocast_entry(report)
-    return entry.source if entry else None
-
-
 def internal(report: Report, name: str, input_shapes) -> bool:
     """Whether a copy-chain row's time is mostly a kernel's own internal copy (addmm writing its broadcast
     bias, a scalar operand converted for div_): that kernel's cost, judged with its row, not a copy the user's

@@ -146,7 +146,8 @@ def hot_operator(report: Report) -> list[Finding]:
         border = None
         # while the threads wait for CPUs, the share it keeps at the thread count that ends the wait
         alone = unwaited(report, row)
-        share = row.self_pct * kept(row, alone) if alone is not None else row.self_pct
+        keeps = kept(row, alone) if alone is not None else 1.0
+        share = row.self_pct * keeps
         if compute or internal:
             severity = "low"
         else:  # an activation is never high: an elementwise pass over the step's activations is not the problem
@@ -182,7 +183,7 @@ def hot_operator(report: Report) -> list[Finding]:
                 "compute_kernel": compute,
                 "instrumentation_overhead": _overhead(report),
                 **({"alone": {"threads": alone.threads, "us_per_call": alone.median_us,
-                              "kept_pct": round(100 * kept(row, alone), 1), "share_kept_pct": round(share, 2)}}
+                              "kept_pct": round(100 * keeps, 1), "share_kept_pct": round(share, 2)}}
                    if alone is not None else {}),
             },
             suggestion=suggestion_for(report, row.name, row.input_shapes, row.dtypes, row.source),
@@ -202,7 +203,8 @@ def fold_casts(found: list[Finding], report: Report) -> list[Finding]:
     every token, two hot_operator findings of 12% and 11% of operator time where the one cause took 20%; and
     examples/autocast_weights.py's cast, slowed 5x by its context (low_efficiency), led the model call's line
     in some runs and the GEMM's sequential_operator in others. A doubted one stays apart (not confirmed)."""
-    entered = copies.autocast_line(report)
+    entry = copies.autocast_entry(report)
+    entered = entry.source if entry else None
     held = {f.location: f for f in found if f.kind == "copy_overhead" and f.location}
     out = []
     for f in found:
@@ -243,7 +245,7 @@ def _unwaited_stake(report: Report, share: float, alone: MicrobenchRow | None) -
 
 
 def kept(row: OperatorRow, alone: MicrobenchRow) -> float:
-    """The part of the operator pass's time per call that the call takes alone (the rest is waiting), at most 1."""
+    """The part of the operator pass's time per call that the call takes alone (the rest is its context), at most 1."""
     return min(1.0, alone.median_us / (row.self_cpu_us / row.calls))
 
 
