@@ -1,6 +1,7 @@
 """microbench: per-shape micro-benchmarks of the operators a diagnose report flags.
 
-Built on `torch.utils.benchmark` (Timer.adaptive_autorange, collect_callgrind).
+Built on `torch.utils.benchmark` (Timer, collect_callgrind); a case's thread counts are measured
+interleaved (measure.py).
 Issue 5. Commands (``python -m microbench ...``):
 
   from-report REPORT.json [--top K] [--threads 1,2] [--budget S] [--json OUT.json] [--reproducers DIR]

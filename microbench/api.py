@@ -28,7 +28,7 @@ from microbench.cases import (
 )
 from microbench.errors import UsageError
 from microbench.machine import cpu_model, cpu_snapshot, describe, others_cpus, usable_cpus
-from microbench.measure import AUTORANGES, Budget, Timing, make_timer, measure, per_measurement_time
+from microbench.measure import AUTORANGES, Budget, Timing, interleaved, per_measurement_time
 from microbench.results import FUZZ_RULE, Results, Row, read_json
 
 Progress = Callable[[str], None]
@@ -120,7 +120,8 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
               timer: Callable[[], float] | None = None,
               autorange: str = "adaptive",
               callgrind_counts: list[dict] | None = None) -> tuple[list[Row], list[dict], list[str]]:
-    """Measure every case at every thread count, case by case, within the budget. With callgrind, the
+    """Measure every case at every thread count, case by case (its counts interleaved, measure.interleaved),
+    within the budget: no case starts once it is spent. With callgrind, the
     function-level counts of each case go to `callgrind_counts` (Results.callgrind)."""
     callgrind_counts = [] if callgrind_counts is None else callgrind_counts
     rows: list[Row] = []
@@ -139,32 +140,33 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
     for index, case in enumerate(cases, 1):
         case_rows: list[Row] = []
         case_skips: list[dict] = []
-        env: dict[str, Any] | None = None
-        for n in threads:
-            if budget.exhausted:
+        if budget.exhausted:
+            for n in threads:
                 case_skips.append(_skip(case, n, f"time budget of {budget.seconds:g} s spent"))
-                done += 1
-                continue
+            done += len(threads)
+        else:
+            # the case's thread counts measured together, interleaved (measure.py): each its share of the budget
+            mrt = per_measurement_time(budget, total - done, cap=max_run_time)
+            done += len(threads)
             try:
-                if env is None:
-                    env = namespace(case)
-                mrt = per_measurement_time(budget, total - done, cap=max_run_time)
-                t = make_timer(case.stmt(), env, n, label=case.label(), timer=timer)
+                env = namespace(case)
                 before = cpu_snapshot()
-                timing = measure(t, n, max_run_time=mrt, threshold=threshold, autorange=autorange)
+                timings = interleaved(case.stmt(), env, threads, max_run_time=mrt, threshold=threshold,
+                                      autorange=autorange, timer=timer)
                 others = others_cpus(before, cpu_snapshot())
-            except Exception as e:  # noqa: BLE001 - an op failing at one setting must not stop the rest
-                case_skips.append(_skip(case, n, f"measurement failed: {type(e).__name__}: {e}"))
-                done += 1
-                continue
-            done += 1
-            row = _row(case, timing)
-            if others is not None:
-                row.others_cpus = round(others, 2)
-                row.contended = is_contended(others, n, here)
-            case_rows.append(row)
-            progress(f"{case.label()} @ {n} thread(s): {row.median_us:.2f} us, IQR {row.noise_pct:.1f}%, "
-                     f"{row.runs} runs")
+            except Exception as e:  # noqa: BLE001 - an op failing must not stop the other cases
+                timings, others = [], None
+                for n in threads:
+                    case_skips.append(_skip(case, n, f"measurement failed: {type(e).__name__}: {e}"))
+            env = None
+            for timing in timings:
+                row = _row(case, timing)
+                if others is not None:
+                    row.others_cpus = round(others, 2)
+                    row.contended = is_contended(others, timing.threads, here)
+                case_rows.append(row)
+                progress(f"{case.label()} @ {timing.threads} thread(s): {row.median_us:.2f} us, "
+                         f"IQR {row.noise_pct:.1f}%, {row.runs} runs")
         fill_speedups(case_rows)
         if callgrind and case_rows and not cg_reason:
             one = next((r for r in case_rows if r.threads == 1), None)
@@ -195,7 +197,6 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
                 s["reproducer"] = name
         rows.extend(case_rows)
         skipped.extend(case_skips)
-        env = None
     contended = [r for r in rows if r.contended]
     if contended:
         notes.append(f"{len(contended)} of {len(rows)} measurement(s) ran while other processes held CPUs their "

@@ -1,21 +1,30 @@
 """Timing with torch.utils.benchmark: thread control, warm-up, budget, ABBA rounds.
 
 Contract
-- One `Timer` per (case, thread count); `Timer(num_threads=n)` sets the
-  intra-op pool for the duration of each call and restores it after.
-- Inputs are built once per case and handed to the Timer as `globals`
+- The thread counts of one case are measured together, interleaved
+  (`interleaved`): in turns of TURN_S each, in alternating order (1, 2, 2, 1,
+  ...), until each count has had its allowance. A 2-CPU VM's vCPUs change
+  speed on their own, by 1.3-3x, for a tenth of a second to a few seconds at a
+  time, unseen as steal (benchmarks/RESULTS.md "vCPU speed"): measured one after
+  the other, a 1 s measurement at 2 threads could fall wholly in a slow stretch
+  of one vCPU, and the same operator read 1.15 ms in one run and 0.72-0.85 ms
+  in the next beside 1.2 ms on one thread. Interleaved, every count meets the
+  same stretches, as a trial's sides do.
+- Inputs are built once per case and handed to the timers as `globals`
   (setup `pass`): `timeit` re-runs `setup` before every block, and for large
   inputs building them would cost more than the measured op.
-- After every thread change, a warm-up (`Timer.timeit(number=1)`: 2 untimed
-  calls and 1 timed, 3 calls in all) lets the OpenMP pool grow and caches fill
-  before `adaptive_autorange(threshold, max_run_time)` measures. The
-  adaptive loop stops when IQR/median < threshold (after >= 4 blocks and
-  `min_run_time`, which we raise from torch's 0.01 s to min(0.2 s,
-  max_run_time / 2) so a few quiet blocks cannot decide alone) or when
-  `max_run_time` is spent; block sizing and warm-up
-  are outside `max_run_time`, so a measurement can overrun it by about one
-  block plus ~50 ms. `autorange="blocked"` uses `blocked_autorange` instead:
-  blocks of >= 10 ms until `max_run_time` is spent, no early stop.
+- Each count is first warmed up and sized with torch's `Timer(num_threads=n)`
+  (`calibrate`: `Timer.timeit`, 2 untimed calls and the timed ones, so the
+  OpenMP pool grows and caches fill), to blocks of about BLOCK_S (at least one
+  call); its turns then time whole blocks with the timeit loop torch's Timer
+  uses (`block_measure`), one untimed call after every thread change. A block's
+  time per call is one sample; median and IQR over a count's blocks.
+- adaptive (default) stops once every count has had `min_run_time` (min(0.2 s,
+  max_run_time / 2)) and at least 4 blocks with IQR/median < threshold, or
+  when every count has had `max_run_time`; blocked runs every count to
+  `max_run_time`, no early stop (steadier, never cheaper). Warm-up and sizing
+  are outside the allowance, and a turn ends after the block that passes
+  TURN_S, so a measurement can overrun it by about one block a turn.
 - `Budget` is a wall-clock allowance checked between measurements only:
   no new measurement starts once it is spent; a running one is not cut.
 - ABBA: `abba_rounds(measure_a, measure_b, rounds)` calls A, B, B, A per
@@ -23,8 +32,8 @@ Contract
   a fake timer with seeded noise. `block_measure(stmt, globals, threads,
   number)` is the real one: one timed `timeit` block, preceded by one warm-up
   call whenever the thread count changes. Callers restore the thread count.
-- `timer=` is passed through to `Timer`, so a fake clock makes the adaptive
-  loop exact in tests.
+- `timer=` is passed through to the timers, so a fake clock makes the loop
+  exact in tests.
 """
 
 from __future__ import annotations
@@ -84,25 +93,56 @@ def warm_up(timer, calls: int = 1) -> float:
 
 
 AUTORANGES = ("adaptive", "blocked")
+# a count's turn: far shorter than a vCPU's slow stretch (0.1-0.3 s of correlated speed, measured), so a count's
+# blocks land in the same stretches as the others'
+TURN_S = 0.025
+BLOCK_S = 0.002  # a block's length: a dozen samples a turn, the timer's overhead negligible
 
 
-def measure(timer, threads: int, *, max_run_time: float, threshold: float = 0.1,
-            min_run_time: float = 0.2, warmup_calls: int = 1, autorange: str = "adaptive") -> Timing:
-    """adaptive: `adaptive_autorange(threshold, min_run_time, max_run_time)`, stops once IQR/median <
-    threshold; blocked: `blocked_autorange(min_run_time=max_run_time)`, blocks until the whole allowance
-    is spent (more blocks, no early stop: steadier on a shared machine, never cheaper)."""
+def interleaved(stmt: str, globals_: dict[str, Any], threads: list[int], *, max_run_time: float,
+                threshold: float = 0.1, min_run_time: float = 0.2, autorange: str = "adaptive",
+                timer: Callable[[], float] | None = None, turn_s: float = TURN_S,
+                block_s: float = BLOCK_S) -> list[Timing]:
+    """One Timing per thread count in `threads`, measured interleaved (module docstring): turns of `turn_s`
+    in alternating order until every count has had `max_run_time` (adaptive: stops earlier once every count
+    has had min(min_run_time, max_run_time / 2) and 4 blocks with IQR/median < threshold). The caller's
+    intra-op thread count is restored."""
+    import torch
+
     if autorange not in AUTORANGES:
         raise ValueError(f"autorange must be one of {AUTORANGES}, got {autorange!r}")
-    warm_up(timer, warmup_calls)
-    if autorange == "blocked":
-        m = timer.blocked_autorange(min_run_time=max_run_time)
-    else:
-        # torch's default min_run_time (0.01 s) lets 4 blocks of a 5 ms op decide; on a shared machine a
-        # quiet 20 ms window is not a measurement. Half the allowance, at most 0.2 s, gathers more blocks.
-        min_run_time = min(min_run_time, max_run_time / 2)
-        m = timer.adaptive_autorange(threshold=threshold, min_run_time=min_run_time, max_run_time=max_run_time)
-    times = list(m.times)
-    return Timing(threads=threads, number_per_run=m.number_per_run, times_s=times, summary=summarize(times))
+    before = torch.get_num_threads()
+    min_run_time = min(min_run_time, max_run_time / 2)
+    try:
+        numbers: dict[int, int] = {}
+        runs: dict[int, Callable[[], float]] = {}
+        for n in threads:
+            numbers[n], _ = calibrate(make_timer(stmt, globals_, n, timer=timer), block_s, first_calls=1)
+            runs[n] = block_measure(stmt, globals_, n, numbers[n], timer=timer)
+        times: dict[int, list[float]] = {n: [] for n in threads}
+        spent = dict.fromkeys(threads, 0.0)
+
+        def done() -> bool:
+            if all(spent[n] >= max_run_time for n in threads):
+                return True
+            return autorange == "adaptive" and all(
+                spent[n] >= min_run_time and len(times[n]) >= 4 and summarize(times[n]).noise < threshold
+                for n in threads)
+
+        turn = 0
+        while not done():
+            for n in (threads if turn % 2 == 0 else threads[::-1]):
+                taken = 0.0
+                while taken < turn_s:
+                    per_call = runs[n]()
+                    times[n].append(per_call)
+                    taken += per_call * numbers[n]
+                spent[n] += taken
+            turn += 1
+    finally:
+        torch.set_num_threads(before)
+    return [Timing(threads=n, number_per_run=numbers[n], times_s=times[n], summary=summarize(times[n]))
+            for n in threads]
 
 
 def per_measurement_time(budget: Budget, left: int, cap: float, floor: float = 0.05) -> float:
@@ -143,9 +183,9 @@ def block_measure(stmt: str, globals_: dict[str, Any], threads: int, number: int
     return run
 
 
-def calibrate(timer, block_s: float) -> tuple[int, float]:
-    """(calls per block so a block lasts ~block_s, per-call estimate)."""
-    per_call = warm_up(timer, 3)
+def calibrate(timer, block_s: float, first_calls: int = 3) -> tuple[int, float]:
+    """(calls per block so a block lasts ~block_s, per-call estimate), after a warm-up of `first_calls`."""
+    per_call = warm_up(timer, first_calls)
     if per_call * 3 < block_s / 10:
         per_call = warm_up(timer, max(3, int(block_s / 10 / max(per_call, 1e-9))))
     return max(1, int(round(block_s / max(per_call, 1e-9)))), per_call

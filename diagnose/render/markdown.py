@@ -284,8 +284,8 @@ def _microbench(report: Report) -> list[str]:
     if layer.status != "ok":
         return out + [f"_{layer.status}: {_cell(layer.reason)}_", ""]
     rows = fmt.microbench_rows(report, TOP_MICROBENCH)
-    out.append("Each operator alone at its recorded shapes and dtypes (torch.utils.benchmark, adaptive autorange), "
-               "at each thread count; noise is the IQR over the median.")
+    out.append("Each operator alone at its recorded shapes and dtypes (torch.utils.benchmark), "
+               "its thread counts timed interleaved; noise is the IQR over the median.")
     out.append("")
     out += ["| " + " | ".join(rows[0]) + " |", "|---|---|" + "---:|" * 6 + "---|"]
     out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]

@@ -14,7 +14,7 @@ from microbench import api, callgrind, results, stats  # noqa: E402
 from microbench.cases import build_case, validate  # noqa: E402
 from microbench.compare import compare_results, render_files  # noqa: E402
 from microbench.errors import UsageError  # noqa: E402
-from microbench.measure import Budget, make_timer, measure, per_measurement_time  # noqa: E402
+from microbench.measure import TURN_S, Budget, interleaved, make_timer, per_measurement_time  # noqa: E402
 from microbench.render import results_table  # noqa: E402
 
 
@@ -35,26 +35,49 @@ class FakeClock:
         self.now += self.base * math.exp(self.rng.gauss(0.0, self.sigma))
 
 
-def test_measure_on_a_fake_clock_agrees_with_torch_measurement():
+def test_interleaved_on_a_fake_clock_measures_every_count_in_alternating_turns():
     clock = FakeClock(base_s=1e-3, sigma=0.02, seed=0)
-    timer = make_timer("clock.work()", {"clock": clock}, threads=1, timer=clock)
-    timing = measure(timer, 1, max_run_time=1.0, threshold=0.1)
-    assert timing.number_per_run == 1                       # 1 ms per call already exceeds the block minimum
-    # the adaptive loop ran for min(0.2, max_run_time/2) s of fake time, so ~200 blocks of ~1 ms
-    assert 150 <= len(timing.times_s) <= 250
-    m = torch.utils.benchmark.Measurement(1, timing.times_s, timer._task_spec)
-    assert timing.summary.median == pytest.approx(m.median, rel=1e-12)
-    assert timing.summary.iqr == pytest.approx(m.iqr, rel=1e-12)
-    assert timing.summary.median == pytest.approx(1e-3, rel=0.02)
-    assert not timing.summary.noisy                         # sigma 2%: IQR/median ~ 2.7%
+    seen: list[int] = []
+
+    def work() -> None:  # which thread count each call ran at, in order
+        seen.append(torch.get_num_threads())
+        clock.work()
+
+    before = torch.get_num_threads()
+    timings = interleaved("work()", {"work": work}, [1, 2], max_run_time=1.0, threshold=0.1, timer=clock)
+    assert torch.get_num_threads() == before                  # the caller's count is restored
+    assert [t.threads for t in timings] == [1, 2]
+    for t in timings:
+        assert t.number_per_run == 2                          # 1 ms a call: two calls make the 2 ms block
+        # adaptive: every count had min(0.2, max_run_time / 2) s of fake time, then IQR/median < 10% stopped it
+        assert 0.2 <= sum(t.times_s) * t.number_per_run <= 0.2 + 2 * TURN_S
+        assert t.summary.median == pytest.approx(1e-3, rel=0.02)
+        assert not t.summary.noisy                            # sigma 2%: IQR/median ~ 2.7%
+        stats_ = torch.utils.benchmark.Measurement(1, t.times_s, make_timer("pass", {}, 1)._task_spec)
+        assert t.summary.median == pytest.approx(stats_.median, rel=1e-12)  # torch's median and IQR
+        assert t.summary.iqr == pytest.approx(stats_.iqr, rel=1e-12)
+    # interleaved: after the warm-up, turns of ~25 ms (13 two-call blocks) alternate 1, 2, 2, 1, 1, 2, ...
+    counts = [n for i, n in enumerate(seen) if i == 0 or n != seen[i - 1]]
+    assert len(counts) >= 8
+    assert counts[-8:] in ([1, 2] * 4, [2, 1] * 4)
 
 
-def test_measure_on_a_noisy_fake_clock_is_flagged():
+def test_interleaved_on_a_noisy_fake_clock_is_flagged_and_stops_at_its_allowance():
     clock = FakeClock(base_s=1e-3, sigma=0.3, seed=1)      # IQR/median ~ 40%
-    timer = make_timer("clock.work()", {"clock": clock}, threads=1, timer=clock)
-    timing = measure(timer, 1, max_run_time=0.5, threshold=0.1)
-    assert timing.summary.noisy
-    assert sum(timing.times_s) <= 0.5 + 0.01               # stopped by max_run_time (one block of overrun)
+    timings = interleaved("clock.work()", {"clock": clock}, [1, 2], max_run_time=0.5, threshold=0.1, timer=clock)
+    for t in timings:
+        assert t.summary.noisy
+        # stopped by max_run_time, each count's last turn overrunning by at most a turn
+        assert 0.5 <= sum(t.times_s) * t.number_per_run <= 0.5 + TURN_S + 0.01
+
+
+def test_blocked_runs_every_count_to_its_allowance():
+    clock = FakeClock(base_s=1e-3, sigma=0.02, seed=2)
+    timings = interleaved("clock.work()", {"clock": clock}, [1, 2], max_run_time=0.5, autorange="blocked",
+                          timer=clock)
+    assert all(sum(t.times_s) * t.number_per_run >= 0.5 for t in timings)
+    with pytest.raises(ValueError, match="autorange"):
+        interleaved("clock.work()", {"clock": clock}, [1], max_run_time=0.5, autorange="quick", timer=clock)
 
 
 def test_per_measurement_time_shares_what_is_left():
@@ -70,18 +93,20 @@ def test_per_measurement_time_shares_what_is_left():
     assert budget.exhausted
 
 
-def test_budget_stops_new_measurements_and_says_which():
-    case = validate(build_case("aten::add", [[16], [16], []], ["float", "float", "Scalar"]))
+def test_budget_stops_new_cases_and_says_which():
+    add = validate(build_case("aten::add", [[16], [16], []], ["float", "float", "Scalar"]))
+    mul = validate(build_case("aten::mul", [[16], [16]], ["float", "float"]))
     now = [0.0]
     budget = Budget(5.0, clock=lambda: now[0])
 
-    def progress(msg: str) -> None:            # the first measurement "takes" the whole budget
+    def progress(msg: str) -> None:            # the first case "takes" the whole budget
         now[0] = 100.0
 
-    rows, skipped, notes = api.benchmark([case], [1, 2], budget=budget, max_run_time=0.05, progress=progress)
-    assert [r.threads for r in rows] == [1]
-    assert [(s["threads"], s["reason"]) for s in skipped] == [(2, "time budget of 5 s spent")]
-    assert any("ran out after 1 of 2 measurements" in n for n in notes)
+    rows, skipped, notes = api.benchmark([add, mul], [1, 2], budget=budget, max_run_time=0.05, progress=progress)
+    assert [(r.op, r.threads) for r in rows] == [("aten::add", 1), ("aten::add", 2)]  # measured together
+    assert [(s["op"], s["threads"], s["reason"]) for s in skipped] == [
+        ("aten::mul", 1, "time budget of 5 s spent"), ("aten::mul", 2, "time budget of 5 s spent")]
+    assert any("ran out after 2 of 4 measurements" in n for n in notes)
 
 
 def test_contention_is_others_taking_the_cpus_our_threads_need():
