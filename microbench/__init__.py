@@ -54,6 +54,7 @@ OUT.json (format_version 2; history in microbench/results.py; version 1 files st
         "gbytes_per_s": 1.69,
         "speedup_vs_1_thread": 1.86 | null,            # median(1 thread) / median here; null without a 1-thread row
         "parallel_efficiency": 0.93 | null,            # speedup / threads
+        "reference_speedup": 1.9 | null,               # the parallel reference beside it (measure.py), 1 -> here
         "others_cpus": 0.1 | null,                     # CPUs other processes used meanwhile (/proc/stat, incl. steal)
         "contended": false,                            # others took CPUs these threads needed: do not trust
                                                        # this row's time or speedup (external contention)

@@ -28,7 +28,7 @@ from microbench.cases import (
 )
 from microbench.errors import UsageError
 from microbench.machine import cpu_model, cpu_snapshot, describe, others_cpus, usable_cpus
-from microbench.measure import AUTORANGES, Budget, Timing, interleaved, per_measurement_time
+from microbench.measure import AUTORANGES, Budget, Timing, interleaved, per_measurement_time, reference_side
 from microbench.results import FUZZ_RULE, Results, Row, read_json
 
 Progress = Callable[[str], None]
@@ -129,6 +129,7 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
     notes: list[str] = []
     total = len(cases) * len(threads)
     done = 0
+    sides = 2 if 1 in threads and any(n > 1 for n in threads) else 1  # the case, and the reference beside it
     here = usable_cpus()
     over = [n for n in threads if n > here]
     if over:
@@ -145,22 +146,27 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
                 case_skips.append(_skip(case, n, f"time budget of {budget.seconds:g} s spent"))
             done += len(threads)
         else:
-            # the case's thread counts measured together, interleaved (measure.py): each its share of the budget
-            mrt = per_measurement_time(budget, total - done, cap=max_run_time)
+            # the case's thread counts measured together, interleaved, with the reference beside them when a count
+            # is parallel (measure.py): each measurement its share of the budget
+            mrt = per_measurement_time(budget, (total - done) * sides, cap=max_run_time)
             done += len(threads)
             try:
                 env = namespace(case)
                 before = cpu_snapshot()
-                timings = interleaved(case.stmt(), env, threads, max_run_time=mrt, threshold=threshold,
-                                      autorange=autorange, timer=timer)
+                timings, *reference = interleaved(
+                    [(case.stmt(), env)] + ([reference_side(threads)] if sides > 1 else []), threads,
+                    max_run_time=mrt, threshold=threshold, autorange=autorange, timer=timer)
                 others = others_cpus(before, cpu_snapshot())
             except Exception as e:  # noqa: BLE001 - an op failing must not stop the other cases
-                timings, others = [], None
+                timings, reference, others = [], [], None
                 for n in threads:
                     case_skips.append(_skip(case, n, f"measurement failed: {type(e).__name__}: {e}"))
             env = None
+            ref = {t.threads: t.summary.median for t in reference[0]} if reference else {}
             for timing in timings:
                 row = _row(case, timing)
+                if timing.threads > 1 and ref.get(1) and ref.get(timing.threads):
+                    row.reference_speedup = round(ref[1] / ref[timing.threads], 3)
                 if others is not None:
                     row.others_cpus = round(others, 2)
                     row.contended = is_contended(others, timing.threads, here)

@@ -10,6 +10,10 @@ Contract
   of one vCPU, and the same operator read 1.15 ms in one run and 0.72-0.85 ms
   in the next beside 1.2 ms on one thread. Interleaved, every count meets the
   same stretches, as a trial's sides do.
+- Beside each case a reference is measured in the same turns (`reference_side`:
+  torch.sin over 1 MiB a thread, split evenly): its speedup is what the CPUs
+  gave perfectly parallel work meanwhile, for a stretch that lasts the whole
+  case (api.py `Row.reference_speedup`).
 - Inputs are built once per case and handed to the timers as `globals`
   (setup `pass`): `timeit` re-runs `setup` before every block, and for large
   inputs building them would cost more than the measured op.
@@ -99,50 +103,68 @@ TURN_S = 0.025
 BLOCK_S = 0.002  # a block's length: a dozen samples a turn, the timer's overhead negligible
 
 
-def interleaved(stmt: str, globals_: dict[str, Any], threads: list[int], *, max_run_time: float,
+# the control measured beside every case (`reference_side`): a compute-bound kernel torch splits evenly across its
+# threads, its inputs in each thread's L2, so its speedup at n threads is what the CPUs gave parallel work while the
+# case ran (a VM's vCPU slowed for the whole case makes it, and every case beside it, fall short of n)
+REFERENCE_STMT = "torch.sin(reference_in, out=reference_out)"
+REFERENCE_NUMEL_PER_THREAD = 262_144  # 1 MiB of float32 a thread: ~0.15 ms of sin a thread here
+
+
+def reference_side(threads: list[int]) -> tuple[str, dict[str, Any]]:
+    """The reference's (stmt, globals) for a case measured at `threads`."""
+    import torch
+
+    x = torch.rand(REFERENCE_NUMEL_PER_THREAD * max(threads))
+    return REFERENCE_STMT, {"torch": torch, "reference_in": x, "reference_out": torch.empty_like(x)}
+
+
+def interleaved(sides: list[tuple[str, dict[str, Any]]], threads: list[int], *, max_run_time: float,
                 threshold: float = 0.1, min_run_time: float = 0.2, autorange: str = "adaptive",
                 timer: Callable[[], float] | None = None, turn_s: float = TURN_S,
-                block_s: float = BLOCK_S) -> list[Timing]:
-    """One Timing per thread count in `threads`, measured interleaved (module docstring): turns of `turn_s`
-    in alternating order until every count has had `max_run_time` (adaptive: stops earlier once every count
-    has had min(min_run_time, max_run_time / 2) and 4 blocks with IQR/median < threshold). The caller's
-    intra-op thread count is restored."""
+                block_s: float = BLOCK_S) -> list[list[Timing]]:
+    """For each side, (stmt, globals), one Timing per thread count in `threads`, all measured interleaved
+    (module docstring): turns of `turn_s`, every side at one count, then the next count, in alternating order,
+    until every side and count has had `max_run_time` (adaptive: stops earlier once every one has had
+    min(min_run_time, max_run_time / 2) and 4 blocks with IQR/median < threshold). The caller's intra-op
+    thread count is restored."""
     import torch
 
     if autorange not in AUTORANGES:
         raise ValueError(f"autorange must be one of {AUTORANGES}, got {autorange!r}")
     before = torch.get_num_threads()
     min_run_time = min(min_run_time, max_run_time / 2)
+    keys = [(i, n) for n in threads for i in range(len(sides))]
     try:
-        numbers: dict[int, int] = {}
-        runs: dict[int, Callable[[], float]] = {}
-        for n in threads:
-            numbers[n], _ = calibrate(make_timer(stmt, globals_, n, timer=timer), block_s, first_calls=1)
-            runs[n] = block_measure(stmt, globals_, n, numbers[n], timer=timer)
-        times: dict[int, list[float]] = {n: [] for n in threads}
-        spent = dict.fromkeys(threads, 0.0)
+        numbers: dict[tuple[int, int], int] = {}
+        runs: dict[tuple[int, int], Callable[[], float]] = {}
+        for i, n in keys:
+            stmt, globals_ = sides[i]
+            numbers[i, n], _ = calibrate(make_timer(stmt, globals_, n, timer=timer), block_s, first_calls=1)
+            runs[i, n] = block_measure(stmt, globals_, n, numbers[i, n], timer=timer)
+        times: dict[tuple[int, int], list[float]] = {k: [] for k in keys}
+        spent = dict.fromkeys(keys, 0.0)
 
         def done() -> bool:
-            if all(spent[n] >= max_run_time for n in threads):
+            if all(spent[k] >= max_run_time for k in keys):
                 return True
             return autorange == "adaptive" and all(
-                spent[n] >= min_run_time and len(times[n]) >= 4 and summarize(times[n]).noise < threshold
-                for n in threads)
+                spent[k] >= min_run_time and len(times[k]) >= 4 and summarize(times[k]).noise < threshold
+                for k in keys)
 
         turn = 0
         while not done():
-            for n in (threads if turn % 2 == 0 else threads[::-1]):
+            for k in (keys if turn % 2 == 0 else keys[::-1]):
                 taken = 0.0
                 while taken < turn_s:
-                    per_call = runs[n]()
-                    times[n].append(per_call)
-                    taken += per_call * numbers[n]
-                spent[n] += taken
+                    per_call = runs[k]()
+                    times[k].append(per_call)
+                    taken += per_call * numbers[k]
+                spent[k] += taken
             turn += 1
     finally:
         torch.set_num_threads(before)
-    return [Timing(threads=n, number_per_run=numbers[n], times_s=times[n], summary=summarize(times[n]))
-            for n in threads]
+    return [[Timing(threads=n, number_per_run=numbers[i, n], times_s=times[i, n], summary=summarize(times[i, n]))
+             for n in threads] for i in range(len(sides))]
 
 
 def per_measurement_time(budget: Budget, left: int, cap: float, floor: float = 0.05) -> float:

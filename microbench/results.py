@@ -81,6 +81,9 @@ class Row:
     gbytes_per_s: float | None = None
     speedup_vs_1_thread: float | None = None
     parallel_efficiency: float | None = None
+    # the reference measured beside the case (measure.reference_side): its median at 1 thread / here, what the CPUs
+    # gave perfectly parallel work meanwhile; None at 1 thread or without a 1-thread row
+    reference_speedup: float | None = None
     others_cpus: float | None = None   # CPUs other processes used meanwhile (/proc/stat, incl. steal)
     contended: bool = False            # others took CPUs these threads needed: time measures the machine
     source: str | None = None

@@ -957,6 +957,9 @@ class MicrobenchRow:
     gbytes_per_s: float | None = None  # bytes / median_us, GB/s; None: unknown bytes
     speedup_vs_1_thread: float | None = None  # median at 1 thread / median here; None without a 1-thread row
     parallel_efficiency: float | None = None  # speedup / threads
+    # a perfectly parallel reference (torch.sin, split evenly) measured interleaved with it: its median at 1 thread /
+    # here, what the CPUs gave parallel work meanwhile; None at 1 thread (microbench/measure.py)
+    reference_speedup: float | None = None
     others_cpus: float | None = None  # CPUs other processes used meanwhile (/proc/stat, steal included)
     contended: bool = False  # others took CPUs these threads needed: the time measures the machine
     source: str | None = None  # from the operator row: the user's line

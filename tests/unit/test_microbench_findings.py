@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from diagnose.findings.microbench import sequential_operator
+from diagnose.findings.microbench import sequential_line, sequential_operator
 from diagnose.report.model import Efficiency, MemoryPeak, MicrobenchRow, OperatorRow, Peaks, Report, Roofs, TargetInfo
 
 
@@ -55,6 +55,25 @@ def test_thresholds(two_us, share, expected, borderline):
             assert f.borderline.low < 1.25 <= f.borderline.high
         elif f.borderline:  # the share's line, when the speedup's interval is clear of its own
             assert f.borderline.low < 10.0 <= f.borderline.high and f.borderline.measure == "share of operator CPU time"
+
+
+def test_the_line_is_scaled_by_the_parallel_reference_measured_beside_it():
+    # this Xeon VM, a vCPU slowed for a whole case: a bf16 GEMM 1.27x where the reference beside it ran 1.54x
+    # (the same GEMM 1.76-1.88x when the reference ran 1.82-1.94x; benchmarks/RESULTS.md "vCPU speed")
+    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=2, median_us=1.0, iqr_us=0.0,
+                                         reference_speedup=1.54)) == pytest.approx(1.135)
+    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=2, median_us=1.0, iqr_us=0.0)) == 1.25
+    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=4, median_us=1.0, iqr_us=0.0,
+                                         reference_speedup=4.2)) == 1.25  # at most the unscaled line
+    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=2, median_us=1.0, iqr_us=0.0,
+                                         reference_speedup=0.9)) == 1.0  # the CPUs gave nothing: nothing is
+    flat_machine = sequential_operator(_report(444_400, 444_400 / 1.27, reference_speedup=1.54))
+    assert flat_machine == []  # 1.15-1.40x, clear of the 1.135x line
+    (unscaled,) = sequential_operator(_report(444_400, 444_400 / 1.27))  # the same numbers, no reference
+    assert unscaled.severity == "low" and unscaled.borderline.threshold == 1.25
+    (kernel,) = sequential_operator(_report(444_400, 438_380, reference_speedup=1.54))  # still sequential
+    assert kernel.severity == "high" and kernel.evidence["threshold_speedup"] == pytest.approx(1.135)
+    assert kernel.evidence["reference_speedup"] == 1.54 and "reference beside it 1.54x" in kernel.title
 
 
 def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():

@@ -44,7 +44,7 @@ def test_interleaved_on_a_fake_clock_measures_every_count_in_alternating_turns()
         clock.work()
 
     before = torch.get_num_threads()
-    timings = interleaved("work()", {"work": work}, [1, 2], max_run_time=1.0, threshold=0.1, timer=clock)
+    [timings] = interleaved([("work()", {"work": work})], [1, 2], max_run_time=1.0, threshold=0.1, timer=clock)
     assert torch.get_num_threads() == before                  # the caller's count is restored
     assert [t.threads for t in timings] == [1, 2]
     for t in timings:
@@ -62,9 +62,32 @@ def test_interleaved_on_a_fake_clock_measures_every_count_in_alternating_turns()
     assert counts[-8:] in ([1, 2] * 4, [2, 1] * 4)
 
 
+def test_a_second_side_takes_its_turns_beside_the_first_at_each_count():
+    clock = FakeClock(base_s=1e-3, sigma=0.02, seed=3)
+    seen: list[tuple[str, int]] = []
+
+    def side(name: str):
+        def work() -> None:
+            seen.append((name, torch.get_num_threads()))
+            clock.work()
+        return work
+
+    case, ref = interleaved([("work()", {"work": side("case")}), ("work()", {"work": side("ref")})], [1, 2],
+                            max_run_time=0.2, autorange="blocked", timer=clock)
+    assert [t.threads for t in case] == [1, 2] and [t.threads for t in ref] == [1, 2]
+    assert all(sum(t.times_s) * t.number_per_run >= 0.2 for t in case + ref)
+    turns = [k for i, k in enumerate(seen) if i == 0 or k != seen[i - 1]]
+    # after the warm-ups: (case, 1), (ref, 1), (case, 2), (ref, 2), then the same backwards (the last turn and the
+    # first turn back are one run of calls), and again: each turn a neighbour of the one before in this order
+    order = [("case", 1), ("ref", 1), ("case", 2), ("ref", 2)]
+    walk = [order.index(k) for k in turns[-12:]]
+    assert all(abs(a - b) == 1 for a, b in zip(walk, walk[1:])) and set(walk) == {0, 1, 2, 3}
+
+
 def test_interleaved_on_a_noisy_fake_clock_is_flagged_and_stops_at_its_allowance():
     clock = FakeClock(base_s=1e-3, sigma=0.3, seed=1)      # IQR/median ~ 40%
-    timings = interleaved("clock.work()", {"clock": clock}, [1, 2], max_run_time=0.5, threshold=0.1, timer=clock)
+    [timings] = interleaved([("clock.work()", {"clock": clock})], [1, 2], max_run_time=0.5, threshold=0.1,
+                            timer=clock)
     for t in timings:
         assert t.summary.noisy
         # stopped by max_run_time, each count's last turn overrunning by at most a turn
@@ -73,11 +96,11 @@ def test_interleaved_on_a_noisy_fake_clock_is_flagged_and_stops_at_its_allowance
 
 def test_blocked_runs_every_count_to_its_allowance():
     clock = FakeClock(base_s=1e-3, sigma=0.02, seed=2)
-    timings = interleaved("clock.work()", {"clock": clock}, [1, 2], max_run_time=0.5, autorange="blocked",
-                          timer=clock)
+    [timings] = interleaved([("clock.work()", {"clock": clock})], [1, 2], max_run_time=0.5, autorange="blocked",
+                            timer=clock)
     assert all(sum(t.times_s) * t.number_per_run >= 0.5 for t in timings)
     with pytest.raises(ValueError, match="autorange"):
-        interleaved("clock.work()", {"clock": clock}, [1], max_run_time=0.5, autorange="quick", timer=clock)
+        interleaved([("clock.work()", {"clock": clock})], [1], max_run_time=0.5, autorange="quick", timer=clock)
 
 
 def test_per_measurement_time_shares_what_is_left():
