@@ -55,6 +55,7 @@ OUT.json (format_version 2; history in microbench/results.py; version 1 files st
         "speedup_vs_1_thread": 1.86 | null,            # median(1 thread) / median here; null without a 1-thread row
         "parallel_efficiency": 0.93 | null,            # speedup / threads
         "reference_speedup": 1.9 | null,               # the parallel reference beside it (measure.py), 1 -> here
+        "turns_us": [...],                             # per-call median of each interleaved turn, in order
         "others_cpus": 0.1 | null,                     # CPUs other processes used meanwhile (/proc/stat, incl. steal)
         "contended": false,                            # others took CPUs these threads needed: do not trust
                                                        # this row's time or speedup (external contention)

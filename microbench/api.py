@@ -74,7 +74,7 @@ def _row(case: Case, t: Timing) -> Row:
         flops=case.flops, gflops_per_s=_sig(case.flops / (s.median * 1e9)) if case.flops else None,
         bytes=case.bytes, gbytes_per_s=_sig(case.bytes / (s.median * 1e9)) if case.bytes else None,
         source=case.source, self_pct=case.self_pct, assumed_args=dict(case.assumed_args), stmt=case.stmt(),
-        times_us=[round(x * 1e6, 4) for x in t.times_s])
+        times_us=[round(x * 1e6, 4) for x in t.times_s], turns_us=[round(x * 1e6, 4) for x in t.turns_s])
 
 
 CONTENTION_SLACK_CPUS = 0.2   # background noise (kernel threads, editors) that is not contention

@@ -43,7 +43,7 @@ Contract
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from microbench.stats import AbbaRound, Summary, summarize
@@ -55,6 +55,9 @@ class Timing:
     number_per_run: int
     times_s: list[float]             # per-call time of each measured block
     summary: Summary
+    # per-call median of each turn's blocks, in turn order (`interleaved`): the i-th turns of two counts ran in the
+    # same round, side by side, so their ratio is paired
+    turns_s: list[float] = field(default_factory=list)
 
 
 class Budget:
@@ -101,6 +104,9 @@ AUTORANGES = ("adaptive", "blocked")
 # blocks land in the same stretches as the others'
 TURN_S = 0.025
 BLOCK_S = 0.002  # a block's length: a dozen samples a turn, the timer's overhead negligible
+# rounds every case gets, whatever its allowance: a count's turns pair with the others' (findings/microbench.py
+# PAIRED_MIN_TURNS), and an operator slower than its allowance still gets this many (a 4M sort: 0.6 s a call)
+MIN_TURNS = 4
 
 
 # the control measured beside every case (`reference_side`): a compute-bound kernel torch splits evenly across its
@@ -139,32 +145,39 @@ def interleaved(sides: list[tuple[str, dict[str, Any]]], threads: list[int], *, 
         runs: dict[tuple[int, int], Callable[[], float]] = {}
         for i, n in keys:
             stmt, globals_ = sides[i]
-            numbers[i, n], _ = calibrate(make_timer(stmt, globals_, n, timer=timer), block_s, first_calls=1)
-            runs[i, n] = block_measure(stmt, globals_, n, numbers[i, n], timer=timer)
+            numbers[i, n], per_call = calibrate(make_timer(stmt, globals_, n, timer=timer), block_s, first_calls=1)
+            runs[i, n] = block_measure(stmt, globals_, n, numbers[i, n], timer=timer, warm=per_call < block_s)
         times: dict[tuple[int, int], list[float]] = {k: [] for k in keys}
+        turns: dict[tuple[int, int], list[float]] = {k: [] for k in keys}
         spent = dict.fromkeys(keys, 0.0)
 
+        case = [k for k in keys if k[0] == 0]  # the case decides; a reference beside it takes the same turns
+
         def done() -> bool:
-            if all(spent[k] >= max_run_time for k in keys):
+            if turn < MIN_TURNS:
+                return False
+            if all(spent[k] >= max_run_time for k in case):
                 return True
             return autorange == "adaptive" and all(
                 spent[k] >= min_run_time and len(times[k]) >= 4 and summarize(times[k]).noise < threshold
-                for k in keys)
+                for k in case)
 
         turn = 0
         while not done():
             for k in (keys if turn % 2 == 0 else keys[::-1]):
-                taken = 0.0
+                taken, turn_times = 0.0, []
                 while taken < turn_s:
                     per_call = runs[k]()
-                    times[k].append(per_call)
+                    turn_times.append(per_call)
                     taken += per_call * numbers[k]
+                times[k] += turn_times
+                turns[k].append(summarize(turn_times).median)
                 spent[k] += taken
             turn += 1
     finally:
         torch.set_num_threads(before)
-    return [[Timing(threads=n, number_per_run=numbers[i, n], times_s=times[i, n], summary=summarize(times[i, n]))
-             for n in threads] for i in range(len(sides))]
+    return [[Timing(threads=n, number_per_run=numbers[i, n], times_s=times[i, n], summary=summarize(times[i, n]),
+                    turns_s=turns[i, n]) for n in threads] for i in range(len(sides))]
 
 
 def per_measurement_time(budget: Budget, left: int, cap: float, floor: float = 0.05) -> float:
@@ -178,7 +191,8 @@ def per_measurement_time(budget: Budget, left: int, cap: float, floor: float = 0
 # --------------------------------------------------------------------------
 
 def block_measure(stmt: str, globals_: dict[str, Any], threads: int, number: int,
-                  sub_blocks: int = 1, timer: Callable[[], float] | None = None) -> Callable[[], float]:
+                  sub_blocks: int = 1, timer: Callable[[], float] | None = None,
+                  warm: bool = True) -> Callable[[], float]:
     """Seconds per call of one timed slot of `number` calls at `threads`.
 
     The same `timeit` loop torch's Timer uses, without its per-call warm-up
@@ -187,7 +201,10 @@ def block_measure(stmt: str, globals_: dict[str, Any], threads: int, number: int
     With `sub_blocks` m > 1 the slot is m timed sub-blocks of number/m calls
     (at least 1) and its time is their minimum: on a shared machine the
     noise is one-sided (a preempted or cache-evicted sub-block is only ever
-    slower), so the fastest sub-block is the one that ran alone.
+    slower), so the fastest sub-block is the one that ran alone. `warm=False`
+    leaves out the warm-up call (`interleaved`, for an operator whose call is
+    a block or more: the pool exists and the inputs are in cache from the
+    turn before, and the call would double the cost of each turn).
     """
     import timeit
 
@@ -200,7 +217,8 @@ def block_measure(stmt: str, globals_: dict[str, Any], threads: int, number: int
     def run() -> float:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-            t.timeit(1)  # warm-up after the thread change
+            if warm:
+                t.timeit(1)  # warm-up after the thread change
         return min(max(t.timeit(per), 1e-9) / per for _ in range(m))
     return run
 

@@ -94,6 +94,8 @@ class Row:
     instructions_per_call: int | None = None
     callgrind_number: int | None = None
     times_us: list = field(default_factory=list)
+    # per-call median of each interleaved turn, in turn order: the i-th turns of a case's counts ran side by side
+    turns_us: list = field(default_factory=list)
 
     @property
     def key(self) -> tuple:

@@ -13,17 +13,19 @@ run's own, measures threads waiting for CPUs):
   alone from run to run, and its finding came and went around 1.25x). An
   interval straddling 1.25 is reported `low`, borderline at the severity its
   share would give;
-- the line is scaled by what the CPUs gave parallel work while it was
-  measured: microbench times a perfectly parallel reference (torch.sin, split
-  evenly) in the same interleaved turns (`reference_speedup`), and the line's
-  excess over 1 is scaled by the reference's share of the extra threads'
-  ideal, (reference - 1) / (n - 1), at most 1 (`sequential_line`). On this
-  project's Xeon VM a vCPU slowed for a whole case took a bf16 GEMM's 2-thread
-  speedup from 1.76-1.88x to 1.27-1.45x, and the reference's from 1.82-1.94x
-  to 1.54-1.77x in the same runs (benchmarks/RESULTS.md "vCPU speed"): at
-  1.54x the line is 1.135x, so the GEMM's 1.27x is not sequential, while a
-  sequential kernel's ~1.0x still is. A machine that gave the reference
-  nothing (1.0x) can call nothing sequential;
+- the speedup's noise, when microbench timed the counts interleaved (each
+  row's `turns_us`, the i-th turns of the two counts side by side in one
+  round), is that of the paired turns' ratios: the 95% half-width of their
+  median log ratio, MEDIAN_CI_IQR x their IQR / sqrt(turns), at least the
+  floor above (`speedup_noise`). A vCPU's slow stretches hit both sides of a
+  pair, and the pairing cancels them where the counts' own IQRs add them: a
+  4M sort's 39 turns a count, each 500-740 ms by the stretch it fell in,
+  spread 22% a count, while each pair agreed within a few percent (gallery,
+  2026-11-29). A noisy doubt then needs the paired ratios to disagree, not
+  the rows' IQRs to be wide. `reference_speedup` (a perfectly parallel
+  reference timed in the same turns) is shown beside the speedup, not used:
+  scaling the line by it made the sort's interval straddle the lowered line
+  (1.05x, line 1.146x at a 1.59x reference) where the 1.25x line has margin;
 - the 1-thread median is >= MIN_US (200 µs): torch does not split smaller
   work across threads (grain size), which is Python/dispatch overhead's
   story (python_overhead), not a sequential kernel's;
@@ -81,6 +83,7 @@ the speedup itself is then uncertain:
 from __future__ import annotations
 
 import math
+import statistics
 
 from diagnose.findings.stake import operator_stake
 from diagnose.findings.suggestions import (
@@ -94,6 +97,7 @@ from diagnose.report import borderline
 from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, MicrobenchRow, Report
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
+PAIRED_MIN_TURNS = 4  # paired turns that give the speedup its own interval (speedup_noise)
 SHARE_HIGH_PCT = 30.0
 SHARE_MEDIUM_PCT = 10.0
 MIN_US = 200.0  # an op shorter than this alone is too small to split across threads, not a sequential kernel
@@ -116,14 +120,19 @@ def gb_per_s(row: MicrobenchRow) -> float | None:
     return None
 
 
-def sequential_line(most: MicrobenchRow) -> float:
-    """The speedup under which `most`'s count calls an operator sequential: SEQUENTIAL_MAX_SPEEDUP, its excess over
-    1 scaled by the share of the n - 1 extra threads' speedup the reference measured beside it gave (module
-    docstring); unscaled without a reference (a report from before it)."""
-    ref, n = most.reference_speedup, most.threads
-    if ref is None or n < 2:
-        return SEQUENTIAL_MAX_SPEEDUP
-    return 1.0 + (SEQUENTIAL_MAX_SPEEDUP - 1.0) * min(1.0, max(0.0, (ref - 1.0) / (n - 1)))
+def speedup_noise(one: MicrobenchRow, most: MicrobenchRow) -> tuple[float, float | None]:
+    """(the speedup's relative noise, the paired turns' part of it or None): from the counts' paired turns when
+    both have at least PAIRED_MIN_TURNS, the 95% half-width of their median log ratio (MEDIAN_CI_IQR x the
+    ratios' IQR / sqrt(turns)); otherwise the two medians' IQR/median combined. At least RUN_NOISE_MIN either
+    way (module docstring)."""
+    k = min(len(one.turns_us), len(most.turns_us))
+    if k >= PAIRED_MIN_TURNS:
+        logs = [math.log(a / b) for a, b in zip(one.turns_us[:k], most.turns_us[:k]) if a > 0 and b > 0]
+        if len(logs) >= PAIRED_MIN_TURNS:
+            q = statistics.quantiles(logs, n=4, method="inclusive")
+            paired = math.expm1(borderline.MEDIAN_CI_IQR * (q[2] - q[0]) / math.sqrt(len(logs)))
+            return max(borderline.RUN_NOISE_MIN, paired), paired
+    return max(borderline.RUN_NOISE_MIN, math.hypot(one.noise_pct or 0.0, most.noise_pct or 0.0) / 100), None
 
 
 def sequential_operator(report: Report) -> list[Finding]:
@@ -142,9 +151,9 @@ def sequential_operator(report: Report) -> list[Finding]:
         if one is None or most.threads < 2 or one.median_us < MIN_US:
             continue
         speedup = one.median_us / most.median_us
-        rel = max(borderline.RUN_NOISE_MIN, math.hypot(one.noise_pct or 0.0, most.noise_pct or 0.0) / 100)
+        rel, paired = speedup_noise(one, most)
         slowest, fastest = borderline.interval(speedup, rel)  # the speedup's interval
-        line = sequential_line(most)
+        line = SEQUENTIAL_MAX_SPEEDUP
         if slowest >= line or _weight_init(report, one):
             continue  # weight initialisation is set-up: never a suspect (a report from before the layer skipped it)
         share = float(one.self_pct or _share(report, one) or 0.0)
@@ -166,7 +175,11 @@ def sequential_operator(report: Report) -> list[Finding]:
                                             lower_is_worse=True)
         border = border or share_border  # the speedup's own line first: it decides whether there is a finding
         doubts = [f"{r.threads}-thread run contended by other processes" for r in (one, most) if r.contended]
-        if fastest >= line:  # noise that can reach the line
+        if fastest >= line and paired is not None:  # noise that can reach the line: the paired turns'
+            if paired > borderline.RUN_NOISE_MIN:
+                doubts.append(f"its paired 1- and {most.threads}-thread turns disagree (the speedup's 95% interval "
+                              f"±{100 * paired:.0f}%)")
+        elif fastest >= line:
             doubts += [f"{r.threads}-thread run noisy (IQR {r.noise_pct:.0f}% of the median)"
                        for r in (one, most) if r.noisy]
         if dims and min(dims) >= LARGE_GEMM_DIM and not bound:
@@ -182,7 +195,8 @@ def sequential_operator(report: Report) -> list[Finding]:
             "median_us_1_thread": round(one.median_us, 1), f"median_us_{n}_threads": round(most.median_us, 1),
             "threads": n, "speedup": round(speedup, 3), "parallel_efficiency": round(speedup / n, 3),
             "noise_pct_1_thread": one.noise_pct, f"noise_pct_{n}_threads": most.noise_pct,
-            "threshold_speedup": round(line, 3), "reference_speedup": most.reference_speedup, "speedup_noise": round(rel, 3), "share_pct": round(share, 1),
+            "threshold_speedup": line, "reference_speedup": most.reference_speedup,
+            "paired_turns": min(len(one.turns_us), len(most.turns_us)) if paired is not None else 0, "speedup_noise": round(rel, 3), "share_pct": round(share, 1),
             "gb_per_s_1_thread": round(bandwidth, 2) if bandwidth else None,
             "roof_gb_per_s": roof, "bandwidth_fraction": round(fraction, 3) if fraction is not None else None,
             "threshold_bandwidth_fraction": BANDWIDTH_BOUND_FRACTION,

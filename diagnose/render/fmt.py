@@ -440,7 +440,8 @@ def microbench_rows(report: Report, limit: int = 12) -> list[tuple[str, ...]]:
         out.append((str(r.op), shapes(r.input_shapes, 40), str(r.threads),
                     us(r.median_us) if r.median_us else "-",
                     (f"IQR {noise:.1f}%" if noise is not None else "-") + flags,
-                    f"{r.speedup_vs_1_thread:.2f}x" if r.speedup_vs_1_thread else "-",
+                    (f"{r.speedup_vs_1_thread:.2f}x" if r.speedup_vs_1_thread else "-")
+                    + (f" (ref {r.reference_speedup:.2f}x)" if r.reference_speedup else ""),
                     f"{100 * r.parallel_efficiency:.0f}%" if r.parallel_efficiency else "-",
                     f"{r.gflops_per_s:.1f}" if r.gflops_per_s else "-",
                     str(r.source or "-")))

@@ -503,7 +503,8 @@ def _microbench(report: Report) -> str:
     rows = fmt.microbench_rows(report, len(report.microbenchmarks))
     if rows:
         out.append("<p>Each operator alone at its recorded shapes and dtypes (torch.utils.benchmark), its thread "
-                   "counts timed interleaved. Noise is the IQR over the median; ! marks a noisy "
+                   "counts timed interleaved beside a perfectly parallel reference (ref: its speedup, what the "
+                   "CPUs gave parallel work meanwhile). Noise is the IQR over the median; ! marks a noisy "
                    "measurement, contended one taken while other processes held the CPUs.</p>")
         out.append(_table(rows, numeric=(2, 3, 4, 5, 6, 7)))
     if "reproducers" in report.artifacts:

@@ -285,7 +285,8 @@ def _microbench(report: Report) -> list[str]:
         return out + [f"_{layer.status}: {_cell(layer.reason)}_", ""]
     rows = fmt.microbench_rows(report, TOP_MICROBENCH)
     out.append("Each operator alone at its recorded shapes and dtypes (torch.utils.benchmark), "
-               "its thread counts timed interleaved; noise is the IQR over the median.")
+               "its thread counts timed interleaved beside a perfectly parallel reference (ref: its speedup, what the CPUs gave "
+               "parallel work meanwhile); noise is the IQR over the median.")
     out.append("")
     out += ["| " + " | ".join(rows[0]) + " |", "|---|---|" + "---:|" * 6 + "---|"]
     out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]

@@ -971,6 +971,9 @@ class MicrobenchRow:
     # calls callgrind counted for instructions_per_call (microbench --callgrind only)
     callgrind_number: int | None = None
     times_us: list[float] = field(default_factory=list)  # per-call time of every measured block
+    # per-call median of each interleaved turn (microbench/measure.py), in turn order: the i-th turns of one case's
+    # thread counts ran side by side in one round, so their ratios pair (findings/microbench.py speedup_noise)
+    turns_us: list[float] = field(default_factory=list)
 
 
 # ---- operator and Python summaries: operator_summary, python_summary, OperatorRow.work,

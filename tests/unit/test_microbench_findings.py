@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from diagnose.findings.microbench import sequential_line, sequential_operator
+from diagnose.findings.microbench import sequential_operator, speedup_noise
 from diagnose.report.model import Efficiency, MemoryPeak, MicrobenchRow, OperatorRow, Peaks, Report, Roofs, TargetInfo
 
 
@@ -57,23 +57,32 @@ def test_thresholds(two_us, share, expected, borderline):
             assert f.borderline.low < 10.0 <= f.borderline.high and f.borderline.measure == "share of operator CPU time"
 
 
-def test_the_line_is_scaled_by_the_parallel_reference_measured_beside_it():
-    # this Xeon VM, a vCPU slowed for a whole case: a bf16 GEMM 1.27x where the reference beside it ran 1.54x
-    # (the same GEMM 1.76-1.88x when the reference ran 1.82-1.94x; benchmarks/RESULTS.md "vCPU speed")
-    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=2, median_us=1.0, iqr_us=0.0,
-                                         reference_speedup=1.54)) == pytest.approx(1.135)
-    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=2, median_us=1.0, iqr_us=0.0)) == 1.25
-    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=4, median_us=1.0, iqr_us=0.0,
-                                         reference_speedup=4.2)) == 1.25  # at most the unscaled line
-    assert sequential_line(MicrobenchRow(op="x", input_shapes=[], threads=2, median_us=1.0, iqr_us=0.0,
-                                         reference_speedup=0.9)) == 1.0  # the CPUs gave nothing: nothing is
-    flat_machine = sequential_operator(_report(444_400, 444_400 / 1.27, reference_speedup=1.54))
-    assert flat_machine == []  # 1.15-1.40x, clear of the 1.135x line
-    (unscaled,) = sequential_operator(_report(444_400, 444_400 / 1.27))  # the same numbers, no reference
-    assert unscaled.severity == "low" and unscaled.borderline.threshold == 1.25
-    (kernel,) = sequential_operator(_report(444_400, 438_380, reference_speedup=1.54))  # still sequential
-    assert kernel.severity == "high" and kernel.evidence["threshold_speedup"] == pytest.approx(1.135)
-    assert kernel.evidence["reference_speedup"] == 1.54 and "reference beside it 1.54x" in kernel.title
+def test_paired_turns_give_the_speedup_its_noise_where_the_rows_iqrs_do_not():
+    # gallery 2026-11-29, a 4M sort: each count's turns 500-740 ms by the vCPU stretch they fell in (IQR 22% a
+    # count), each pair of turns within a few percent of each other
+    ones = [683, 667, 736, 704, 671, 626, 659, 585, 628, 655, 612, 523, 657, 650]
+    twos = [663, 654, 724, 705, 621, 618, 578, 646, 650, 653, 623, 552, 552, 590]
+    flags = {"noise_pct": 22.0, "noisy": True, "contended": False}
+    rep = _report(sum(ones) / len(ones) * 1e3, sum(twos) / len(twos) * 1e3, reference_speedup=1.6, **flags)
+    rep.microbenchmarks[0] = dataclasses.replace(rep.microbenchmarks[0], turns_us=[t * 1e3 for t in ones], **flags)
+    rep.microbenchmarks[1] = dataclasses.replace(rep.microbenchmarks[1], turns_us=[t * 1e3 for t in twos])
+    rel, paired = speedup_noise(rep.microbenchmarks[0], rep.microbenchmarks[1])
+    assert paired is not None and paired < 0.1 and rel == 0.1  # the floor: the pairs agree
+    (f,) = sequential_operator(rep)
+    assert f.severity == "high" and not f.doubts  # 1.03x, 0.94-1.13x: under the line, the rows' IQRs no doubt
+    assert f.evidence["paired_turns"] == 14 and f.evidence["reference_speedup"] == 1.6
+    assert f.evidence["threshold_speedup"] == 1.25 and "reference beside it 1.60x" in f.title
+    # unpaired (a report from before the turns), the same rows' IQRs make the interval reach the line: doubted
+    for row in rep.microbenchmarks:
+        row.turns_us = []
+    (g,) = sequential_operator(rep)
+    assert g.severity == "low" and any("noisy" in d for d in g.doubts)
+    # pairs that disagree are a doubt of their own
+    rep.microbenchmarks[0].turns_us = [t * 1e3 for t in ones]
+    rep.microbenchmarks[1].turns_us = [t * 1e3 * (1.6 if i % 2 else 0.7) for i, t in enumerate(twos)]
+    assert speedup_noise(*rep.microbenchmarks)[1] > 0.1
+    (h,) = sequential_operator(rep)
+    assert h.severity == "low" and any("disagree" in d for d in h.doubts)
 
 
 def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
