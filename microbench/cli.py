@@ -52,18 +52,18 @@ def _common_measure(p: argparse.ArgumentParser, budget: float) -> None:
     p.add_argument("--threads", type=_threads, default=None,
                    help="thread counts, e.g. 1,2 (default: 1, the configured intra-op count, the usable CPUs)")
     p.add_argument("--budget", type=_positive, default=budget, metavar="S",
-                   help=f"total seconds; no new measurement starts after (default {budget:g})")
+                   help=f"total seconds; no new case starts after (default {budget:g})")
     p.add_argument("--max-run-time", type=_positive, default=2.0, metavar="S",
-                   help="cap on adaptive_autorange's max_run_time per measurement (default 2)")
+                   help="cap on each thread count's measured time, its turns summed (default 2)")
     p.add_argument("--threshold", type=_positive, default=0.1,
-                   help="adaptive_autorange stops when IQR/median < this (default 0.1)")
+                   help="adaptive stops when every count's IQR/median < this (default 0.1)")
     p.add_argument("--json", metavar="OUT.json", help="write the results here")
     p.add_argument("--reproducers", metavar="DIR", help="write one standalone script per case here")
     p.add_argument("--callgrind", action="store_true",
                    help="also count instructions with valgrind (about 2 min per case; raise --budget)")
     p.add_argument("--autorange", choices=("adaptive", "blocked"), default="adaptive",
-                   help="adaptive_autorange (stops at IQR/median < --threshold; default) or blocked_autorange "
-                        "(blocks until --max-run-time is spent)")
+                   help="adaptive (stops at IQR/median < --threshold; default) or blocked (every count's turns "
+                        "until --max-run-time is spent)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour the shapes x threads grid (auto: when stdout is a terminal)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, no table")

@@ -26,9 +26,15 @@ Contract
 - adaptive (default) stops once every count has had `min_run_time` (min(0.2 s,
   max_run_time / 2)) and at least 4 blocks with IQR/median < threshold, or
   when every count has had `max_run_time`; blocked runs every count to
-  `max_run_time`, no early stop (steadier, never cheaper). Warm-up and sizing
-  are outside the allowance, and a turn ends after the block that passes
-  TURN_S, so a measurement can overrun it by about one block a turn.
+  `max_run_time`, no early stop (steadier, never cheaper). Either way every
+  case gets at least MIN_TURNS rounds, and the case decides: the reference
+  beside it takes the same turns. Warm-up and sizing are outside the
+  allowance, and a turn ends after the block that passes TURN_S, so a
+  measurement can overrun it by about one block a turn (and an operator
+  slower than its allowance runs MIN_TURNS calls a count).
+- Each turn's median per call is kept (`Timing.turns_s`, a row's
+  `turns_us`): the i-th turns of a case's counts ran side by side, so their
+  ratios pair (findings/microbench.py speedup_noise).
 - `Budget` is a wall-clock allowance checked between measurements only:
   no new measurement starts once it is spent; a running one is not cut.
 - ABBA: `abba_rounds(measure_a, measure_b, rounds)` calls A, B, B, A per
