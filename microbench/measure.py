@@ -113,6 +113,9 @@ BLOCK_S = 0.002  # a block's length: a dozen samples a turn, the timer's overhea
 # rounds every case gets, whatever its allowance: a count's turns pair with the others' (findings/microbench.py
 # PAIRED_MIN_TURNS), and an operator slower than its allowance still gets this many (a 4M sort: 0.6 s a call)
 MIN_TURNS = 4
+# a side beside the case (the reference) takes shorter turns: a few of its blocks pin its median, and equal turns
+# doubled every case's time (the suite's serial step ran 117 s longer)
+BESIDE_TURN_S = 0.005
 
 
 # the control measured beside every case (`reference_side`): a compute-bound kernel torch splits evenly across its
@@ -133,12 +136,13 @@ def reference_side(threads: list[int]) -> tuple[str, dict[str, Any]]:
 def interleaved(sides: list[tuple[str, dict[str, Any]]], threads: list[int], *, max_run_time: float,
                 threshold: float = 0.1, min_run_time: float = 0.2, autorange: str = "adaptive",
                 timer: Callable[[], float] | None = None, turn_s: float = TURN_S,
-                block_s: float = BLOCK_S) -> list[list[Timing]]:
+                block_s: float = BLOCK_S, beside_turn_s: float = BESIDE_TURN_S) -> list[list[Timing]]:
     """For each side, (stmt, globals), one Timing per thread count in `threads`, all measured interleaved
     (module docstring): turns of `turn_s`, every side at one count, then the next count, in alternating order,
-    until every side and count has had `max_run_time` (adaptive: stops earlier once every one has had
-    min(min_run_time, max_run_time / 2) and 4 blocks with IQR/median < threshold). The caller's intra-op
-    thread count is restored."""
+    until the first side (the case) has had `max_run_time` at every count (adaptive: stops earlier once every
+    count has had min(min_run_time, max_run_time / 2) and 4 blocks with IQR/median < threshold), after at least
+    MIN_TURNS rounds. The sides after the first take turns of `beside_turn_s`. The caller's intra-op thread
+    count is restored."""
     import torch
 
     if autorange not in AUTORANGES:
@@ -172,7 +176,7 @@ def interleaved(sides: list[tuple[str, dict[str, Any]]], threads: list[int], *, 
         while not done():
             for k in (keys if turn % 2 == 0 else keys[::-1]):
                 taken, turn_times = 0.0, []
-                while taken < turn_s:
+                while taken < (turn_s if k[0] == 0 else beside_turn_s):
                     per_call = runs[k]()
                     turn_times.append(per_call)
                     taken += per_call * numbers[k]
