@@ -10,10 +10,11 @@ Contract
   of one vCPU, and the same operator read 1.15 ms in one run and 0.72-0.85 ms
   in the next beside 1.2 ms on one thread. Interleaved, every count meets the
   same stretches, as a trial's sides do.
-- Beside each case a reference is measured in the same turns (`reference_side`:
-  torch.sin over 1 MiB a thread, split evenly): its speedup is what the CPUs
-  gave perfectly parallel work meanwhile, for a stretch that lasts the whole
-  case (api.py `Row.reference_speedup`).
+- Beside each case a reference is measured in the same rounds, in turns of
+  BESIDE_TURN_S (`reference_side`: torch.sin over 1 MiB a thread, split
+  evenly): its speedup is what the CPUs gave perfectly parallel work
+  meanwhile, for a stretch that lasts the whole case (api.py
+  `Row.reference_speedup`).
 - Inputs are built once per case and handed to the timers as `globals`
   (setup `pass`): `timeit` re-runs `setup` before every block, and for large
   inputs building them would cost more than the measured op.
