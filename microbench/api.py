@@ -7,6 +7,7 @@ docstring for the JSON they produce.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -28,7 +29,16 @@ from microbench.cases import (
 )
 from microbench.errors import UsageError
 from microbench.machine import cpu_model, cpu_snapshot, describe, others_cpus, usable_cpus
-from microbench.measure import AUTORANGES, Budget, Timing, interleaved, per_measurement_time, reference_side
+from microbench.measure import (
+    AUTORANGES,
+    BESIDE_TURN_S,
+    TURN_S,
+    Budget,
+    Timing,
+    interleaved,
+    per_measurement_time,
+    reference_side,
+)
 from microbench.results import FUZZ_RULE, Results, Row, read_json
 
 Progress = Callable[[str], None]
@@ -129,7 +139,8 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
     notes: list[str] = []
     total = len(cases) * len(threads)
     done = 0
-    sides = 2 if 1 in threads and any(n > 1 for n in threads) else 1  # the case, and the reference beside it
+    referenced = 1 in threads and any(n > 1 for n in threads)  # the reference beside each case (measure.py)
+    weight = 1.0 + (BESIDE_TURN_S / TURN_S if referenced else 0.0)  # the case's time, and its reference's
     here = usable_cpus()
     over = [n for n in threads if n > here]
     if over:
@@ -148,13 +159,13 @@ def benchmark(cases: list[Case], threads: list[int], *, budget: Budget, threshol
         else:
             # the case's thread counts measured together, interleaved, with the reference beside them when a count
             # is parallel (measure.py): each measurement its share of the budget
-            mrt = per_measurement_time(budget, (total - done) * sides, cap=max_run_time)
+            mrt = per_measurement_time(budget, math.ceil((total - done) * weight), cap=max_run_time)
             done += len(threads)
             try:
                 env = namespace(case)
                 before = cpu_snapshot()
                 timings, *reference = interleaved(
-                    [(case.stmt(), env)] + ([reference_side(threads)] if sides > 1 else []), threads,
+                    [(case.stmt(), env)] + ([reference_side(threads)] if referenced else []), threads,
                     max_run_time=mrt, threshold=threshold, autorange=autorange, timer=timer)
                 others = others_cpus(before, cpu_snapshot())
             except Exception as e:  # noqa: BLE001 - an op failing must not stop the other cases
