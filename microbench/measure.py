@@ -22,7 +22,8 @@ Contract
   (`calibrate`: `Timer.timeit`, 2 untimed calls and the timed ones, so the
   OpenMP pool grows and caches fill), to blocks of about BLOCK_S (at least one
   call); its turns then time whole blocks with the timeit loop torch's Timer
-  uses (`block_measure`), one untimed call after every thread change. A block's
+  uses (`block_measure`), one untimed call after every thread change for an
+  operator shorter than a block (a longer one's turn is its own). A block's
   time per call is one sample; median and IQR over a count's blocks.
 - adaptive (default) stops once every count has had `min_run_time` (min(0.2 s,
   max_run_time / 2)) and at least 4 blocks with IQR/median < threshold, or
@@ -165,8 +166,6 @@ def interleaved(sides: list[tuple[str, dict[str, Any]]], threads: list[int], *, 
         case = [k for k in keys if k[0] == 0]  # the case decides; a reference beside it takes the same turns
 
         def done() -> bool:
-            if turn < MIN_TURNS:
-                return False
             if all(spent[k] >= max_run_time for k in case):
                 return True
             return autorange == "adaptive" and all(
@@ -174,7 +173,7 @@ def interleaved(sides: list[tuple[str, dict[str, Any]]], threads: list[int], *, 
                 for k in case)
 
         turn = 0
-        while not done():
+        while turn < MIN_TURNS or not done():
             for k in (keys if turn % 2 == 0 else keys[::-1]):
                 taken, turn_times = 0.0, []
                 while taken < (turn_s if k[0] == 0 else beside_turn_s):

@@ -135,19 +135,17 @@ def splits(dims: tuple[int, int, int]) -> bool:
     return m * n >= LARGE_GEMM_DIM ** 2 and min(m, n) >= SKINNY_DIM and k >= LARGE_GEMM_DIM
 
 
-def speedup_noise(one: MicrobenchRow, most: MicrobenchRow) -> tuple[float, float | None]:
-    """(the speedup's relative noise, the paired turns' part of it or None): from the counts' paired turns when
-    both have at least PAIRED_MIN_TURNS, the 95% half-width of their median log ratio (MEDIAN_CI_IQR x the
-    ratios' IQR / sqrt(turns)); otherwise the two medians' IQR/median combined. At least RUN_NOISE_MIN either
-    way (module docstring)."""
-    k = min(len(one.turns_us), len(most.turns_us))
-    if k >= PAIRED_MIN_TURNS:
-        logs = [math.log(a / b) for a, b in zip(one.turns_us[:k], most.turns_us[:k]) if a > 0 and b > 0]
-        if len(logs) >= PAIRED_MIN_TURNS:
-            q = statistics.quantiles(logs, n=4, method="inclusive")
-            paired = math.expm1(borderline.MEDIAN_CI_IQR * (q[2] - q[0]) / math.sqrt(len(logs)))
-            return max(borderline.RUN_NOISE_MIN, paired), paired
-    return max(borderline.RUN_NOISE_MIN, math.hypot(one.noise_pct or 0.0, most.noise_pct or 0.0) / 100), None
+def speedup_noise(one: MicrobenchRow, most: MicrobenchRow) -> tuple[float, float | None, int]:
+    """(the speedup's relative noise, the paired turns' part of it or None, the pairs it took): from the counts'
+    paired turns when there are at least PAIRED_MIN_TURNS, the 95% half-width of their median log ratio
+    (borderline.median_halfwidth of the ratios' IQR); otherwise the two medians' IQR/median combined. At least
+    RUN_NOISE_MIN either way (module docstring)."""
+    logs = [math.log(a / b) for a, b in zip(one.turns_us, most.turns_us) if a > 0 and b > 0]
+    if len(logs) >= PAIRED_MIN_TURNS:
+        q = statistics.quantiles(logs, n=4, method="inclusive")
+        paired = math.expm1(borderline.median_halfwidth(q[2] - q[0], len(logs)))
+        return max(borderline.RUN_NOISE_MIN, paired), paired, len(logs)
+    return max(borderline.RUN_NOISE_MIN, math.hypot(one.noise_pct or 0.0, most.noise_pct or 0.0) / 100), None, 0
 
 
 def sequential_operator(report: Report) -> list[Finding]:
@@ -166,10 +164,9 @@ def sequential_operator(report: Report) -> list[Finding]:
         if one is None or most.threads < 2 or one.median_us < MIN_US:
             continue
         speedup = one.median_us / most.median_us
-        rel, paired = speedup_noise(one, most)
+        rel, paired, pairs = speedup_noise(one, most)
         slowest, fastest = borderline.interval(speedup, rel)  # the speedup's interval
-        line = SEQUENTIAL_MAX_SPEEDUP
-        if slowest >= line or _weight_init(report, one):
+        if slowest >= SEQUENTIAL_MAX_SPEEDUP or _weight_init(report, one):
             continue  # weight initialisation is set-up: never a suspect (a report from before the layer skipped it)
         share = float(one.self_pct or _share(report, one) or 0.0)
         # the share's lines on its interval from the run's noise, as every operator share's (report/borderline.py)
@@ -185,18 +182,18 @@ def sequential_operator(report: Report) -> list[Finding]:
         bound = fraction is not None and fraction >= BANDWIDTH_BOUND_FRACTION
         dims = matmul_dims(op, one.input_shapes) if MATMUL.match(op) else None
         # never None: the interval's low end is under the line (above); straddling it, `low`
-        severity, border = borderline.grade(speedup, rel, ((line, by_share),),
+        severity, border = borderline.grade(speedup, rel, ((SEQUENTIAL_MAX_SPEEDUP, by_share),),
                                             f"speedup from 1 to {most.threads} threads", unit="x",
                                             lower_is_worse=True)
         border = border or share_border  # the speedup's own line first: it decides whether there is a finding
         doubts = [f"{r.threads}-thread run contended by other processes" for r in (one, most) if r.contended]
-        if fastest >= line and paired is not None:  # noise that can reach the line: the paired turns'
-            if paired > borderline.RUN_NOISE_MIN:
+        if fastest >= SEQUENTIAL_MAX_SPEEDUP:  # noise that can reach the line: the paired turns', else the rows'
+            if paired is None:
+                doubts += [f"{r.threads}-thread run noisy (IQR {r.noise_pct:.0f}% of the median)"
+                           for r in (one, most) if r.noisy]
+            elif paired > borderline.RUN_NOISE_MIN:
                 doubts.append(f"its paired 1- and {most.threads}-thread turns disagree (the speedup's 95% interval "
                               f"±{100 * paired:.0f}%)")
-        elif fastest >= line:
-            doubts += [f"{r.threads}-thread run noisy (IQR {r.noise_pct:.0f}% of the median)"
-                       for r in (one, most) if r.noisy]
         if dims and splits(dims) and not bound:
             doubts.append(f"a GEMM with an output of at least {LARGE_GEMM_DIM} x {LARGE_GEMM_DIM} and K >= "
                           f"{LARGE_GEMM_DIM} (M={dims[0]}, N={dims[1]}, K={dims[2]}) splits across threads: a flat "
@@ -212,8 +209,8 @@ def sequential_operator(report: Report) -> list[Finding]:
             "median_us_1_thread": round(one.median_us, 1), f"median_us_{n}_threads": round(most.median_us, 1),
             "threads": n, "speedup": round(speedup, 3), "parallel_efficiency": round(speedup / n, 3),
             "noise_pct_1_thread": one.noise_pct, f"noise_pct_{n}_threads": most.noise_pct,
-            "threshold_speedup": line, "reference_speedup": most.reference_speedup,
-            "paired_turns": min(len(one.turns_us), len(most.turns_us)) if paired is not None else 0, "speedup_noise": round(rel, 3), "share_pct": round(share, 1),
+            "threshold_speedup": SEQUENTIAL_MAX_SPEEDUP, "reference_speedup": most.reference_speedup,
+            "paired_turns": pairs, "speedup_noise": round(rel, 3), "share_pct": round(share, 1),
             "gb_per_s_1_thread": round(bandwidth, 2) if bandwidth else None,
             "roof_gb_per_s": roof, "bandwidth_fraction": round(fraction, 3) if fraction is not None else None,
             "threshold_bandwidth_fraction": BANDWIDTH_BOUND_FRACTION,

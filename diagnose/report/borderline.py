@@ -39,11 +39,17 @@ MEDIAN_CI_IQR = 1.82  # 1.96 x 0.93: the 95% half-width of a median of n samples
 RUN_NOISE_MIN = TIE_SHARE  # 10%: a share's relative spread from run to run on a quiet machine (module docstring)
 
 
+def median_halfwidth(spread: float, n: int) -> float:
+    """The 95% half-width of a median of n samples whose IQR is `spread` (in the samples' unit): MEDIAN_CI_IQR x
+    spread / sqrt(n)."""
+    return MEDIAN_CI_IQR * spread / math.sqrt(n)
+
+
 def noise(report: Report) -> float:
     """The relative half-width of a window aggregate's interval in this run: the 95% interval of the window's
-    median step from its steps' spread (MEDIAN_CI_IQR x IQR / median / sqrt(n)), at least RUN_NOISE_MIN."""
+    median step from its steps' spread (median_halfwidth of IQR / median), at least RUN_NOISE_MIN."""
     it = report.run.iterations
-    spread = MEDIAN_CI_IQR * it.iqr_over_median / math.sqrt(it.n) if it and it.n and it.n >= 4 else 0.0
+    spread = median_halfwidth(it.iqr_over_median, it.n) if it and it.n and it.n >= 4 else 0.0
     return max(RUN_NOISE_MIN, float(spread))
 
 

@@ -66,8 +66,8 @@ def test_paired_turns_give_the_speedup_its_noise_where_the_rows_iqrs_do_not():
     rep = _report(sum(ones) / len(ones) * 1e3, sum(twos) / len(twos) * 1e3, reference_speedup=1.6, **flags)
     rep.microbenchmarks[0] = dataclasses.replace(rep.microbenchmarks[0], turns_us=[t * 1e3 for t in ones], **flags)
     rep.microbenchmarks[1] = dataclasses.replace(rep.microbenchmarks[1], turns_us=[t * 1e3 for t in twos])
-    rel, paired = speedup_noise(rep.microbenchmarks[0], rep.microbenchmarks[1])
-    assert paired is not None and paired < 0.1 and rel == 0.1  # the floor: the pairs agree
+    rel, paired, pairs = speedup_noise(rep.microbenchmarks[0], rep.microbenchmarks[1])
+    assert paired is not None and paired < 0.1 and rel == 0.1 and pairs == 14  # the floor: the pairs agree
     (f,) = sequential_operator(rep)
     assert f.severity == "high" and not f.doubts  # 1.03x, 0.94-1.13x: under the line, the rows' IQRs no doubt
     assert f.evidence["paired_turns"] == 14 and f.evidence["reference_speedup"] == 1.6
