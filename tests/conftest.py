@@ -264,6 +264,12 @@ def first_workload_finding(findings: list[dict]) -> tuple[int, dict]:
     return i, f
 
 
+def expected_stake(f: dict) -> float:
+    """The rank's measure of a finding in report.json: time at stake x its confidence (findings/stake.py
+    expected)."""
+    return (f["stake"]["pct"] or 0.0) * f["stake"]["confidence"]
+
+
 def rule_findings(report: dict, rule) -> list:
     """What `rule` (a findings function: Report -> list[Finding]) makes of the report's own numbers, loaded back:
     the test of a measured verdict that holds on any machine (the report's finding follows from its numbers)."""

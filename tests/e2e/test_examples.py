@@ -1,7 +1,7 @@
 """Accuracy: the real `diagnose` on every example finds its planted problem, and nothing on the control.
 
 One full run per example (all layers but where a comment says why; micro-benchmarks only where the
-diagnosis needs them). examples/README.md lists what each diagnosis should say.
+diagnosis needs them); sequential_sort.py's run is test_microbench_layer.py's, which checks the same. examples/README.md lists what each diagnosis should say.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import (EXAMPLES, NO_DOCTOR, assert_trial_follows_the_rule, line_of, rule_findings, run_cli,
-                      trial_could_win, workload_findings)
+from conftest import (EXAMPLES, NO_DOCTOR, assert_trial_follows_the_rule, expected_stake, line_of, rule_findings,
+                      run_cli, trial_could_win, workload_findings)
 
 from diagnose.doctor.trials import THREAD_CHECKS
-from diagnose.findings import microbench, operators
+from diagnose.findings import operators
 
 USABLE = len(os.sched_getaffinity(0))
 FEW_CPUS = USABLE <= 4  # the thread examples oversubscribe machines with <= 4 CPUs
@@ -44,9 +44,7 @@ CASES = [
     ("contiguous_copies.py", [], "copy_overhead",
      lambda f: f["location"] in (_line("contiguous_copies.py", "copy 1"), _line("contiguous_copies.py", "copy 2"))
      and f["severity"] == "high"),
-    # six steps of ~0.4 s: --skip-steps 1 gives the loop detector's window five of them (the thread findings need 0.5 s)
-    ("sequential_sort.py", ["--microbench-budget", "20", "--skip-steps", "1"], "sequential_operator",
-     lambda f: f["op"] == "aten::sort" and f["location"] == _line("sequential_sort.py", "torch.sort(")),
+    # sequential_sort.py's diagnosis is test_microbench_layer.py's: one run of its 4M sort serves both
     # steps of ~0.84 GiB each, counted by the loop detector, which finds the loop during step 1 to 3 (it waits to
     # tell the step loop from the repeats inside it): ten steps leave a window of at least 1 s, 5 steps, 4.2 GiB.
     # Every layer but the doctor: its allocator trials (nine fresh runs of these 0.84 GiB steps, 46 of this
@@ -61,12 +59,10 @@ CASES = [
 # +-20%, so a trial that finds no gain makes the finding low, and other findings may come first
 NOT_NECESSARILY_FIRST = {"allocation_churn.py", "too_many_threads.py"}
 THREAD_CASES = {"too_many_threads.py", "dataloader_contention.py", "multiprocess_pools.py"}
-MEASURED_ALONE = {"sequential_operator"}  # kinds a micro-benchmark decides: doubted when its timing was noisy
-# kinds whose presence follows a measured number near the rule's line on some machines or loads (a 4M sort's
-# 2-thread speedup against 1.25x, 1.20-1.45x on the Xeon; the churn's allocation rate against 1 GiB/s, which the
-# machine's load sets): the test asks that the report has the finding exactly when the rule makes it of its numbers
-RULE_DECIDES = {"sequential_operator": (microbench.sequential_operator, lambda f: f.op == "aten::sort"),
-                "memory_churn": (operators.memory_churn, lambda f: True)}
+# kinds whose presence follows a measured number near the rule's line on some machines or loads (the churn's
+# allocation rate against 1 GiB/s, which the machine's load sets): the test asks that the report has the finding
+# exactly when the rule makes it of its numbers
+RULE_DECIDES = {"memory_churn": (operators.memory_churn, lambda f: True)}
 
 
 def _follows_its_trial(f: dict) -> bool:
@@ -81,12 +77,6 @@ def _follows_its_trial(f: dict) -> bool:
     if t["verdict"] in ("no gain", "slower"):
         return f["severity"] == "low" and f["stake"]["pct"] == 0.0
     return bool(t["reason"])
-
-
-def _expected(f: dict) -> float:
-    """The rank's measure: time at stake x its confidence (findings/stake.py expected)."""
-    pct = f["stake"]["pct"]
-    return (pct or 0.0) * f["stake"]["confidence"]
 
 
 def _flat(findings: list[dict]) -> list[dict]:
@@ -123,17 +113,9 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
     found = [g for g in _flat(report["findings"]) if g["kind"] == kind]
     rule, wanted = RULE_DECIDES.get(kind, (None, None))
     if rule is not None and not [f for f in rule_findings(report, rule) if wanted(f)]:
-        # the rule makes none of this run's numbers (a sort that gained more than 1.25x from a second thread here,
-        # a churn under its rate line): then there is none, noticed or doubted
+        # the rule makes none of this run's numbers (a churn under its rate line): then there is none, noticed or
+        # doubted
         assert not found and not [n for n in report["not_confirmed"] if n["finding"]["kind"] == kind], found
-        return
-    if not found and kind in MEASURED_ALONE:
-        # a micro-benchmark noisy or contended in this run is doubted: no finding, but listed as not confirmed with
-        # its doubt and the command that measures it again (findings/verdict.py), the honest outcome on a shared
-        # machine: sequential_sort's sort measured 1.17x (0.99-1.39x) with IQRs of 10% and 15% in one serial run
-        doubted = [n for n in report["not_confirmed"] if n["finding"]["kind"] == kind]
-        assert doubted and all(n["finding"]["doubts"] and n["reproduce"] for n in doubted), report["findings"]
-        assert any(check(n["finding"]) for n in doubted), doubted
         return
     assert found, [(f["kind"], f["severity"], f["title"]) for f in report["findings"]]
     assert any(check(f) for f in found), found
@@ -144,7 +126,7 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
         # 20-27% operator row), and the CI caught that order once
         i, f = next((i, f) for i, f in enumerate(report["findings"]) if any(g["kind"] == kind for g in _flat([f])))
         assert f["severity"] in ("medium", "high"), f
-        assert all(_expected(g) >= _expected(f) - 0.01 for g in report["findings"][:i]), report["findings"][:i + 1]
+        assert all(expected_stake(g) >= expected_stake(f) - 0.01 for g in report["findings"][:i]), report["findings"][:i + 1]
 
 
 def test_the_control_has_no_finding_above_low(tmp_path):
