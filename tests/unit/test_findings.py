@@ -402,3 +402,25 @@ def test_the_data_wait_share_is_judged_on_its_interval():
     assert near.severity == "low" and (near.borderline.threshold, near.borderline.would_be) == (25.0, "medium")
     (clear,) = data_wait(at(60.0))
     assert clear.severity == "high" and clear.borderline is None
+
+
+def test_memory_churn_names_inference_mode_only_where_autograd_built_graphs_no_backward_used():
+    from diagnose.report.model import Autograd
+
+    gib = 1 << 30
+    churn = report(row("aten::addmm", 95), row("aten::empty", 5, source="m.py:9", mem=6 * gib),
+                   memory={"allocated_bytes": 6 * gib, "allocations": 50_000})
+    text = "torch.inference_mode() for inference"
+
+    def suggestion(autograd):
+        churn.autograd = autograd
+        (f,) = [f for f in findings.derive(churn) if f.kind == "memory_churn"]
+        return f.suggestion
+
+    assert text in suggestion(None)  # the pass did not say: the advice stays, as for any loop
+    assert text in suggestion(Autograd(calls=100, recording_calls=80, backward_ops=0))  # graphs nobody used
+    # already under inference_mode (examples/autocast_weights.py), or training: nothing to add there
+    assert text not in suggestion(Autograd(calls=100, recording_calls=0, backward_ops=0, grad_mode_off_calls=100))
+    assert text not in suggestion(Autograd(calls=100, recording_calls=80, backward_ops=40))
+    assert "out= arguments and in-place operators" in suggestion(Autograd(calls=100, recording_calls=0,
+                                                                          backward_ops=0))
