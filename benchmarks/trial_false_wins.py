@@ -9,8 +9,7 @@ that very function, with real passes: each pass is a fork of this process
 (torch imported, no op run before forking, as the fork server does), which
 runs a step of torch work through the default window (DEFAULT_SKIP_STEPS
 warm-up steps, then DEFAULT_STEPS timed ones, perf_counter around each step)
-and hands back the step times and its pace readings (diagnose/pace.py, read at
-the last warm-up step and after the window), what a trial pass hands back.
+and hands back the step times, the same list a trial pass hands back.
 
 Every trial has three sides, run in the rule's interleaved rounds: the
 baseline, an A/A variant (the very same step) and a planted variant (the
@@ -95,33 +94,6 @@ def _step_times(n: int, units: int) -> list[float]:
     return out
 
 
-def _pass(n: int, units: int) -> dict:
-    """A trial pass as the runner makes one (Overrides.pace): _step_times's steps, and the pace reference read at
-    the last warm-up step's start and after the window (diagnose/pace.py)."""
-    from diagnose.pace import Pace
-
-    torch.set_num_threads(1)
-    pace = Pace(torch)
-    torch.manual_seed(0)
-    a, b = torch.randn(n, n), torch.randn(n, n) / math.sqrt(n)
-    out, readings = [], []
-    for i in range(DEFAULT_SKIP_STEPS + DEFAULT_STEPS):
-        if i == DEFAULT_SKIP_STEPS - 1:
-            readings.append(pace.read())
-        t = time.perf_counter()
-        for _ in range(units):
-            torch.tanh(a @ b)
-        if i >= DEFAULT_SKIP_STEPS:
-            out.append(time.perf_counter() - t)
-    readings.append(pace.read())
-    return {"times": out, "pace_s": readings}
-
-
-def _times(recorded: dict, paced: bool = True) -> "trials_mod.PassTimes":
-    """A recorded pass as run_trials takes it; `paced=False` leaves its pace readings out (judged as timed)."""
-    return trials_mod.PassTimes(recorded["times"], recorded.get("pace_s", []) if paced else [])
-
-
 def _calibrate(step_ms: float, n: int) -> int:
     def unit_s() -> float:
         _step_times(n, 5)
@@ -156,17 +128,15 @@ def one_trial(n: int, units: int, record: list) -> dict[str, tuple[str, int]]:
     """One run_trials call with the baseline, an A/A side and the planted side; every pass recorded."""
     sides = {"baseline": units, "a_a": units, "planted": round(units / (1 + PLANTED))}
 
-    def run(name: str, env: dict[str, str], overrides: Overrides) -> trials_mod.PassTimes | str:
+    def run(name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
         side = name.split("-", 2)[2]
-        out = _in_fork(lambda: _pass(n, sides[side]))
-        if isinstance(out, str):
-            return out
-        record.append({"pass": name, "side": side, **out})
-        return _times(out)
+        out = _in_fork(lambda: _step_times(n, sides[side]))
+        record.append({"pass": name, "side": side, "times": out})
+        return out
 
     variants = [trials_mod.Variant("a_a", "bench", "the same step"),
                 trials_mod.Variant("planted", "bench", f"{PLANTED:.0%} faster")]
-    return {t.name: (t.verdict, t.rounds, t.paced) for t in trials_mod.run_trials(variants, run)}
+    return {t.name: (t.verdict, t.rounds) for t in trials_mod.run_trials(variants, run)}
 
 
 def collect(trials: int, sizes: list[float]) -> dict:
@@ -187,9 +157,8 @@ def collect(trials: int, sizes: list[float]) -> dict:
                 for i in range(trials):
                     record: list = []
                     got = one_trial(n, units, record)
-                    cond["trials"].append({"verdicts": {k: v for k, (v, _, _) in got.items()},
-                                           "rounds": {k: r for k, (_, r, _) in got.items()},
-                                           "paced": {k: x for k, (_, _, x) in got.items()}, "passes": record})
+                    cond["trials"].append({"verdicts": {k: v for k, (v, _) in got.items()},
+                                           "rounds": {k: r for k, (_, r) in got.items()}, "passes": record})
                     load.append(os.getloadavg()[0])
                 busy1, total1 = _busy_cpus()
                 cond["busy_cpus"] = round((busy1 - busy0) / (total1 - total0) * (os.cpu_count() or 1), 2)
@@ -201,32 +170,36 @@ def collect(trials: int, sizes: list[float]) -> dict:
     return data
 
 
-def rejudge(data: dict, extended: int = trials_mod.EXTENDED_ROUNDS, paced: bool = True) -> None:
+def rejudge(data: dict, extended: int = trials_mod.EXTENDED_ROUNDS) -> None:
     """Today's rule on the saved passes: each trial's verdicts again, replayed through run_trials with the recorded
     passes (a pass the replay asks for and the recording lacks, a round past those recorded, fails that side).
-    `extended`: the rounds an undecided trial runs to (trials.ROUNDS: never run on); `paced=False`: the passes'
-    pace readings left out (every trial judged as timed)."""
+    `extended`: the rounds an undecided trial runs to (trials.ROUNDS: never run on)."""
     for cond in data["conditions"]:
         for tr in cond["trials"]:
-            recorded = {p["pass"]: p for p in tr["passes"]}
+            recorded = {p["pass"]: p["times"] for p in tr["passes"]}
 
-            def run(name: str, env: dict[str, str], overrides: Overrides) -> trials_mod.PassTimes | str:
-                return _times(recorded[name], paced) if name in recorded else "not recorded"
+            def run(name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
+                return recorded.get(name, "not recorded")
 
             variants = [trials_mod.Variant("a_a", "bench", "the same step"),
                         trials_mod.Variant("planted", "bench", f"{PLANTED:.0%} faster")]
             out = trials_mod.run_trials(variants, run, extended=extended)
             tr["verdicts"] = {t.name: t.verdict for t in out}
             tr["rounds"] = {t.name: t.rounds for t in out}
-            tr["paced"] = {t.name: t.paced for t in out}
 
 
-def as_timed(data: dict) -> dict:
-    """The same passes judged without their pace readings: every trial as timed (the rule before the pace)."""
+def three_rounds(data: dict) -> dict:
+    """The same passes judged by the rule before the minimum effect and the extended rounds: three rounds, the
+    pooled rule alone."""
     import copy
 
     old = copy.deepcopy(data)
-    rejudge(old, paced=False)
+    min_effect = trials_mod.MIN_EFFECT
+    trials_mod.MIN_EFFECT = 0.0
+    try:
+        rejudge(old, extended=trials_mod.ROUNDS)
+    finally:
+        trials_mod.MIN_EFFECT = min_effect
     return old
 
 
@@ -249,23 +222,18 @@ def _effect(cond: dict) -> tuple[float, float]:
     return statistics.median(ratios), statistics.median(steps)
 
 
-def _floor(cond: dict, paced: bool = False) -> float | None:
-    """The median over trials of the baseline's pass-to-pass floor, as timed or on the pace (None: no readings)."""
+def _floor(cond: dict) -> float:
     floors = []
     for tr in cond["trials"]:
-        base = [_times(p) for p in tr["passes"] if p["side"] == "baseline"]
-        every = [_times(p) for p in tr["passes"]]
-        if not paced:
-            floors.append(trials_mod.noise_floor([b.times for b in base]))
-        elif all(x.pace for x in every):
-            floors.append(trials_mod.noise_floor(trials_mod.on_pace(base, every)))
-    return statistics.median(floors) if floors else None
+        base = [p["times"] for p in tr["passes"] if p["side"] == "baseline"]
+        floors.append(trials_mod.noise_floor(base))
+    return statistics.median(floors)
 
 
 def report(data: dict) -> str:
     rows = []
     met = True
-    before = as_timed(data)["conditions"]
+    before = three_rounds(data)["conditions"]
     for cond, old in zip(data["conditions"], before):
         old_wins = sum(t["verdicts"]["a_a"] == "win" for t in old["trials"])
         old_found = sum(t["verdicts"]["planted"] == "win" for t in old["trials"])
@@ -280,12 +248,9 @@ def report(data: dict) -> str:
         ext = {side: sum(t.get("rounds", {}).get(side, 0) > trials_mod.ROUNDS for t in cond["trials"])
                for side in ("a_a", "planted")}
         load = f"{cond['loadavg'][0]:.1f}-{cond['loadavg'][1]:.1f}" if cond.get("loadavg") else "-"
-        paced = sum(bool(t.get("paced", {}).get("planted")) for t in cond["trials"])
-        on_pace = _floor(cond, paced=True)
-        floors = f"{100 * _floor(cond):.1f}% / " + (f"{100 * on_pace:.1f}%" if on_pace is not None else "-")
         rows.append(f"| {cond['step_ms']:g} ms ({step * 1e3:.2f} ms measured) | {work:.3f}x "
                     f"| {'hog on one CPU' if cond['hog'] else 'no hog'} | {cond['busy_cpus']:.2f} | {load} "
-                    f"| {aa} ({aa_win} win) / {n} | {found} / {n} | {effect:.3f}x | {floors} | {paced} / {n} "
+                    f"| {aa} ({aa_win} win) / {n} | {found} / {n} | {effect:.3f}x | {100 * _floor(cond):.1f}% "
                     f"| {ext['a_a']} / {ext['planted']} | {'met' if ok else 'missed'} | {old_wins} / {old_found} |")
     when = (f"- When: {data['when']}; machine: {data['machine']}, {data['cpus']} logical CPUs, {data['usable']} "
             f"usable; {data['platform']}; Python {data['python']}, torch {data['torch']}. Took {data['took_s']} s.")
@@ -297,8 +262,6 @@ def report(data: dict) -> str:
               f"measurement: a fork of a process with torch imported runs {data['window'][0]} warm-up steps and "
               f"times {data['window'][1]} (the default window); a step is a chain of `tanh(a @ b)` on one thread, "
               "calibrated to the step size (two threads on this loaded machine made 20 ms steps take 50-800 ms). "
-              "Each pass reads the pace reference (diagnose/pace.py) at its last warm-up step and after its window, "
-              "as a trial pass does, and a trial is judged on the pace where that steadies its baseline (`paced`). "
               f"{trials_mod.ROUNDS} rounds a trial in the rule's alternating order, run on to "
               f"{trials_mod.EXTENDED_ROUNDS} for a side they call a win (its size) or cannot decide (the rule's own "
               "choice).")
@@ -308,16 +271,14 @@ def report(data: dict) -> str:
     legend = ("- A/A called = a verdict other than \"no gain\" for the A/A side (win or slower; the wins in "
               "brackets); found = the planted side called a win. Targets: A/A called a win in at most 1 of 40, the "
               "planted change found in at least 38 of 40, per condition. Step, planted speedup and noise floor are "
-              "the rule's own (each pass's lower-quartile step; medians over trials); the floor as timed and on "
-              "the pace. Paced: the trials whose planted side was judged on the pace. Run on: the trials whose A/A "
-              "or planted side ran on (a win, or the first rounds could not decide). The last column judges the "
-              "same passes as timed (their pace readings left out): the rule before the pace.")
+              "the rule's own (each pass's lower-quartile step; medians over trials). Run on: the trials whose A/A "
+              "or planted side ran on (a win, or the first rounds could not decide). The last column judges the same passes with the "
+              "rule before the minimum effect and the extended rounds: three rounds, pooled, no minimum.")
     lines = [
         HEADING, "", when, method, load, legend, "",
         ("| step | planted work ratio | condition | busy CPUs | load average | A/A called | planted 1.15x found | planted "
-         "speedup measured | noise floor (as timed / paced) | paced | run on (A/A / planted) | targets "
-         "| as timed: A/A wins / found |"),
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+         "speedup measured | noise floor | run on (A/A / planted) | targets | 3 rounds alone: A/A wins / found |"),
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
         *rows, "",
         f"- Verdict: {'every condition met both targets' if met else 'NOT every condition met its targets'}.", "",
         ("- Reproduce: `.venv/bin/python benchmarks/trial_false_wins.py --write benchmarks/RESULTS.md` "

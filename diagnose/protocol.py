@@ -77,7 +77,6 @@ class Overrides:
     dataloader_workers: int | None = None  # every DataLoader gets this many workers (runner._pin_workers)
     flush_denormal: bool = False  # torch.set_flush_denormal(True) before the target runs
     what_if: WhatIfSpec | None = None
-    pace: bool = False  # read the pace reference (diagnose/pace.py) before the window and after it: a trial pass
 
 
 @dataclass(frozen=True)
@@ -288,9 +287,6 @@ class PassResult:
     not_recorded: list[StartedProcess] = field(default_factory=list)
     ranks_reported: int | None = None  # a torchrun pass's merged result: ranks that wrote a result
     memory: MemoryReadings | None = None  # the uninstrumented pass's memory readings at the window's end
-    # Overrides.pace: the pace reference's readings, seconds a sweep (diagnose/pace.py): before the window (at the
-    # last warm-up step's start, or before function mode's measured calls) and after it
-    pace_s: list[float] = field(default_factory=list)
 
     @property
     def measured_s(self) -> list[float]:

@@ -290,7 +290,6 @@ class Run:
         self.whatif = None  # a what-if pass's variant (diagnose/whatif/child.py)
         self.script_length: tuple[int | None, str] | None = None  # the memory layer's (total steps, how read)
         self.child: children.ChildPass | None = None  # in a process the target forked during an operator pass
-        self.pace = None  # a trial pass's pace reference (diagnose/pace.py; Overrides.pace)
 
     def record_exit(self, code: int, kind: str, message: str | None) -> None:
         self.result.exit_code = code
@@ -331,10 +330,6 @@ class Run:
             self.whatif.install()
         if overrides.dataloader_workers is not None:
             applied.dataloader_workers = _pin_workers(overrides.dataloader_workers)
-        if overrides.pace:  # a trial pass (doctor/trials.py paced): its buffers made now, outside every step
-            from diagnose.pace import Pace  # trial passes only
-
-            self.pace = Pace(torch)
         if spec.layer is not None:
             self.recorder = get_layer(spec.layer).recorder(spec)
             self.recorder.prepare()  # hooks and modes in place before the target compiles anything
@@ -355,7 +350,6 @@ class Run:
             if i == window.skip - 1 and self.recorder is not None:
                 self.recorder.last_warmup_step()
             func()
-        self._read_pace()
         self._start(record=True)
         times = self.result.iteration_s
         for _ in range(window.steps):
@@ -365,7 +359,6 @@ class Run:
             if self.recorder is not None:
                 self.recorder.step()
         self._stop_clock()
-        self._read_pace()
 
     def _run_script(self, torch, script: str) -> None:
         window = self.spec.window
@@ -373,7 +366,7 @@ class Run:
         self.clock = StepClock(FULL_RUN if full_run else window,
                                on_begin=None if full_run else self._begin_window,
                                on_end=None if full_run else self._end_window,
-                               on_last_warmup=self._last_warmup_step if self.recorder or self.pace else None,
+                               on_last_warmup=self.recorder.last_warmup_step if self.recorder else None,
                                agreement=_agreement(self.spec))
         self.clock.keep_inputs = self.baseline
         if self.baseline and self.spec.memory:  # the memory layer's RSS at every step boundary (layers/memory/)
@@ -450,20 +443,8 @@ class Run:
             self.recording = True
         self._start_clock()
 
-    def _last_warmup_step(self) -> None:
-        """The last skipped step begins: the recorder's cue, and the pace's first reading (this step is not timed:
-        the reading costs the window nothing)."""
-        if self.recorder is not None:
-            self.recorder.last_warmup_step()
-        self._read_pace()
-
-    def _read_pace(self) -> None:
-        if self.pace is not None:
-            self.result.pace_s.append(round(self.pace.read(), 9))
-
     def _end_window(self) -> None:
         self._stop_clock()
-        self._read_pace()  # after the window's last step: nothing timed runs before the target goes on
         self._stop_recorder()
         self._write(final=False)  # a checkpoint: the measurement survives a hang at exit
 

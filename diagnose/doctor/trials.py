@@ -68,15 +68,6 @@ false wins and power benchmarks/trial_false_wins.py measures. Asking the sign te
 there: on a Xeon VM whose passes ran 1.5x slower now and then (a 5-10% pass-to-pass floor, 2026-11-28), a
 real 1.15x was found in 28-35 of 40 trials a condition where the first rounds' rule found it in 32-36.
 
-Every pass reads the pace reference (diagnose/pace.py, Overrides.pace) at its last warm-up step and after its
-window. Where the baseline's passes divided by their pace spread less than as timed (`paced`), every side is
-judged on its steps so divided, in units of the trial's median reading (`on_pace`): all the rules above, the
-floor, the interval and the rounds, then see the work without the vCPU state each fresh process happened to run
-in. One-thread steps of 2 ms on an Intel Xeon VM spread 10-30% from pass to pass as timed and 5-11% on the pace
-(benchmarks/trial_pace.py); steps on two threads spread 3-5% as timed and no less on a one-thread reference,
-which the baseline's own floors then say. The choice is made on the baseline alone, which the change does not
-touch, so an A/A pair gains nothing from it.
-
 A paired round cancels the machine's slow drift that widens the pooled floor: on a VM whose idle CPU comes
 and goes, 20 ms steps had an 18% pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40
 trials. A trial with no round more than MIN_EFFECT faster costs nothing more (on the 12-round passes 0-2
@@ -110,7 +101,7 @@ import random
 import shlex
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from diagnose.config import FIRST_TRIAL_ROUNDS, TRIAL_ROUNDS
 from diagnose.doctor.environment import BLAS_CHECK, BLAS_VARIABLE_FACT
@@ -320,22 +311,6 @@ def noise_floor(base: list[list[float]]) -> float:
     return math.expm1(statistics.median(logs)) if logs else 0.0
 
 
-def paced(base: list[PassTimes], variant: list[PassTimes]) -> bool:
-    """Whether a trial judges its sides on their steps divided by each pass's pace (module docstring): every pass
-    read the pace, and the baseline's passes so divided spread less from pass to pass (noise_floor) than as
-    timed. Decided on the baseline alone, which the change does not touch."""
-    if len(base) < 2 or any(p.pace is None for p in base + variant):
-        return False
-    return noise_floor(on_pace(base, base)) < noise_floor([p.times for p in base])
-
-
-def on_pace(passes: list[PassTimes], every: list[PassTimes]) -> list[list[float]]:
-    """Each pass's times divided by its pace, in units of the median pace of `every` (the trial's passes, both
-    sides: the ratio between the sides is the pace-free one, the times still read as seconds)."""
-    unit = statistics.median(p.pace for p in every)
-    return [[t * unit / p.pace for t in p.times] for p in passes]
-
-
 def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per_round: list[float],
           unchanged: NoEffect | None = None, extended: bool = False, won_first: bool = False) -> Trial:
     """Fill the trial's numbers and verdict from the baseline's and the variant's passes (module docstring); a
@@ -413,23 +388,8 @@ def ruled_out(trial: Trial) -> bool:
 
 # ---------------------------------------------------------------- running
 
-@dataclass
-class PassTimes:
-    """One pass as a trial sees it: its step (or call) times, and its pace reference's readings (diagnose/pace.py;
-    none where the pass took none)."""
-
-    times: list[float]
-    pace_s: list[float] = field(default_factory=list)
-
-    @property
-    def pace(self) -> float | None:
-        """The pass's pace: the geometric mean of its readings (before and after the window), None without one."""
-        readings = [x for x in self.pace_s if x > 0]
-        return math.exp(statistics.fmean(math.log(x) for x in readings)) if readings else None
-
-
-# (pass name, environment at launch, overrides) -> the pass's times, or why it measured none
-RunWorkload = Callable[[str, dict[str, str], Overrides], "PassTimes | str"]
+# (pass name, environment at launch, overrides) -> the pass's step (or call) times, or why it measured none
+RunWorkload = Callable[[str, dict[str, str], Overrides], "list[float] | str"]
 Rerun = Callable[[str, dict[str, str], Overrides], "PassResult | str"]
 
 
@@ -444,14 +404,14 @@ class Counted:
     kind: str = "doctor"
     done: int = 0
 
-    def __call__(self, name: str, env: dict[str, str], overrides: Overrides) -> PassTimes | str:
+    def __call__(self, name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
         self.done += 1
         if self.on_trial:
             self.on_trial(self.done, self.total, self.kind, f"trial {name}")
         out = self.rerun(name, env, overrides)
         if isinstance(out, str):
             return out
-        return PassTimes(out.measured_s, list(out.pace_s)) if out.measured_s else "the pass measured no step"
+        return out.measured_s or "the pass measured no step"
 
     def more(self, passes: int) -> None:
         self.total += passes
@@ -476,8 +436,8 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     False: a win would change nothing done with it (the what-if layer: its outputs do not match), so it is not
     run on."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
-    base: dict[int, PassTimes] = {}  # round -> the baseline's pass
-    passes: dict[str, dict[int, PassTimes]] = {v.name: {} for v in variants}
+    base: dict[int, list[float]] = {}  # round -> the baseline's pass
+    passes: dict[str, dict[int, list[float]]] = {v.name: {} for v in variants}
     # every side starts alike: all in fresh interpreters when one needs an environment at launch, else all
     # forked from the fork server (diagnose/forkserver.py)
     fresh = any(v.env for v in variants)
@@ -485,15 +445,14 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
 
     def play(r: int, playing: list[Variant]) -> None:
         sides: list[Variant | None] = [None, *playing]
-        got: dict[str, PassTimes] = {}
+        got: dict[str, list[float]] = {}
         for v in (sides if r % 2 == 0 else sides[::-1]):
             if v is not None and trials[v.name].verdict == "failed":
                 continue
             name = "baseline" if v is None else v.name
             env = {"DIAGNOSE_TRIAL": name, **(v.env if v else {})} if fresh else {}
-            # every side reads the pace reference (`paced`)
-            out = run(pass_name(r, name), env, replace(v.overrides if v else baseline, pace=True))
-            if isinstance(out, str) or not out.times:
+            out = run(pass_name(r, name), env, v.overrides if v else baseline)
+            if isinstance(out, str) or not out:
                 if v is None:  # without the baseline this round compares nothing
                     return
                 trials[v.name].verdict, trials[v.name].reason = "failed", out or "the pass measured no step"
@@ -505,17 +464,8 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                 if v.name in got:
                     passes[v.name][r] = got[v.name]
 
-    def sides(v: Variant) -> tuple[list[list[float]], list[list[float]], bool]:
-        """The baseline's and the variant's passes, round by round, on the pace or as timed (`paced`)."""
-        rs = sorted(passes[v.name])
-        b, w = [base[r] for r in rs], [passes[v.name][r] for r in rs]
-        if paced(b, w):
-            return on_pace(b, b + w), on_pace(w, b + w), True
-        return [p.times for p in b], [p.times for p in w], False
-
     def ratios(v: Variant) -> list[float]:  # baseline / variant, round by round
-        b, w, _ = sides(v)
-        return [step_of(x) / step_of(y) for x, y in zip(b, w)]
+        return [step_of(base[r]) / step_of(passes[v.name][r]) for r in sorted(passes[v.name])]
 
     def decide(v: Variant, won_first: bool = False) -> Trial:
         t = trials[v.name]
@@ -527,10 +477,8 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
             return t
         if v.name not in no_effects:
             no_effects[v.name] = unchanged(v) if unchanged else None
-        b, w, t.paced = sides(v)
-        t.unpaced_noise_floor_pct = (round(100.0 * noise_floor([base[r].times for r in sorted(mine)]), 1)
-                                     if t.paced else None)
-        return judge(t, b, w, ratios(v), no_effects[v.name], extended=max(mine) >= rounds, won_first=won_first)
+        return judge(t, [base[r] for r in sorted(mine)], [mine[r] for r in sorted(mine)], ratios(v),
+                     no_effects[v.name], extended=max(mine) >= rounds, won_first=won_first)
 
     for r in range(rounds):
         play(r, variants)

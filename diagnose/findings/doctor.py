@@ -90,8 +90,8 @@ def environment(report: Report) -> list[Finding]:
             evidence = {
                 "check": name, "facts": _facts(check),
                 "trials": [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
-                            "noise_floor_pct": t.noise_floor_pct, "paced": t.paced, "verdict": t.verdict,
-                            "rounds": t.rounds, "method": t.method}
+                            "noise_floor_pct": t.noise_floor_pct, "verdict": t.verdict, "rounds": t.rounds,
+                            "method": t.method}
                            for t in tried],
             }
             stake = measured(best, f"measured: 1 - 1/speedup of the step with {best.name}, "

@@ -179,8 +179,8 @@ def _trial_evidence(trial: Trial) -> dict[str, Any]:
     return {"name": trial.name, "change": trial.change, "verdict": trial.verdict, "rounds": trial.rounds,
             "baseline_step_s": trial.baseline_step_s, "variant_step_s": trial.variant_step_s,
             "speedup": trial.speedup, "ci_low": trial.ci_low, "ci_high": trial.ci_high,
-            "noise_floor_pct": trial.noise_floor_pct, "paced": trial.paced, "method": trial.method,
-            "reason": trial.reason, "capped": trial.capped}
+            "noise_floor_pct": trial.noise_floor_pct, "method": trial.method, "reason": trial.reason,
+            "capped": trial.capped}
 
 
 def _outcome(trial: Trial) -> str:

@@ -34,8 +34,7 @@ def what_if(report: Report) -> list[Finding]:
         title = f"Measured: {v.name} makes your step {t.speedup:.2f}x faster{interval}, {outputs}"
         suggestion = v.trial.change[:1].upper() + v.trial.change[1:] + "."
         evidence = {"variant": v.name, "why": v.why, "speedup": t.speedup, "ci_low": t.ci_low, "ci_high": t.ci_high,
-                    "noise_floor_pct": t.noise_floor_pct, "paced": t.paced, "rounds": t.rounds,
-                    "baseline_step_s": t.baseline_step_s,
+                    "noise_floor_pct": t.noise_floor_pct, "rounds": t.rounds, "baseline_step_s": t.baseline_step_s,
                     "variant_step_s": t.variant_step_s, "max_abs_diff": v.outputs.max_abs_diff,
                     "rel_diff": v.outputs.rel_diff, "tolerance": v.outputs.tolerance}
         stake = measured(t, f"measured: 1 - 1/speedup of the step with {v.name}, {t.rounds} "

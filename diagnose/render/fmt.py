@@ -311,16 +311,7 @@ def _trial_cells(t) -> tuple[str, ...]:
     speedup = f"{t.speedup:.2f}x" + (" (median round)" if t.method == "rounds" else "") if t.speedup else "-"
     return (duration(t.baseline_step_s), duration(t.variant_step_s), speedup,
             f"{t.ci_low:.2f}-{t.ci_high:.2f}x" if t.ci_low is not None else "-",
-            _floor_cell(t), str(t.rounds))
-
-
-def _floor_cell(t) -> str:
-    """A trial's noise floor; on the pace (trials.paced), with the floor as timed beside it."""
-    if t.noise_floor_pct is None:
-        return "-"
-    paced = f" on the pace ({t.unpaced_noise_floor_pct:.1f}% as timed)" if t.paced and t.unpaced_noise_floor_pct \
-        is not None else ""
-    return f"{t.noise_floor_pct:.1f}%{paced}"
+            f"{t.noise_floor_pct:.1f}%" if t.noise_floor_pct is not None else "-", str(t.rounds))
 
 
 def what_if_rows(report: Report) -> list[tuple[str, ...]]:

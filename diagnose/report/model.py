@@ -339,10 +339,6 @@ class Trial:
     ci_low: float | None = None  # 95% interval of the speedup
     ci_high: float | None = None  # its upper end; None (as ci_low) when a pass had fewer than two steps
     noise_floor_pct: float | None = None  # same-setting variation between passes
-    # judged on the pace: each pass's steps divided by its pace reference's reading (diagnose/pace.py), because the
-    # baseline's passes spread less so (doctor/trials.py `paced`); the speedup, interval and floor are those
-    paced: bool = False
-    unpaced_noise_floor_pct: float | None = None  # paced: the baseline's floor as timed, beside the paced one
     # how the verdict was reached (diagnose/doctor/trials.py): "pooled" (the first rounds: the pooled steps, their
     # bootstrap interval, the noise floor, every round agreeing) or "rounds" (the first rounds could not tell, or
     # called a win, so it ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high)

@@ -70,7 +70,7 @@ def test_rounds_interleave_and_a_failing_variant_does_not_stop_the_others():
         calls.append(side)
         if times[side] is None:
             return "the pass ended with status failed"
-        return T.PassTimes(_steps(times[side], seed=len(calls)))
+        return _steps(times[side], seed=len(calls))
 
     variants = [T.Variant("good", "page_faults", "G", {"X": "1"}), T.Variant("broken", "page_faults", "B")]
     out = {t.name: t for t in T.run_trials(variants, run, rounds=3)}
@@ -84,7 +84,7 @@ def test_rounds_interleave_and_a_failing_variant_does_not_stop_the_others():
 
 def test_a_script_without_steps_gives_no_interval_and_needs_every_round():
     def run(name, env, options):
-        return T.PassTimes([2.0] if env["DIAGNOSE_TRIAL"] == "baseline" else [1.0])
+        return [2.0] if env["DIAGNOSE_TRIAL"] == "baseline" else [1.0]
 
     (t,) = T.run_trials([T.Variant("v", "page_faults", "V", {"A": "1"})], run, rounds=3, extended=3)
     assert t.verdict == "win" and t.ci_low is None and t.speedup == 2.0
@@ -261,14 +261,13 @@ def test_sides_without_a_launch_environment_all_run_forked():
 
     def run(name, env, options):
         seen.append((name, env, options))
-        return T.PassTimes(_steps(0.1, seed=len(seen)))
+        return _steps(0.1, seed=len(seen))
 
     T.run_trials([T.flush_denormal_variant()], run, rounds=2)
     assert [n for n, _, _ in seen] == ["trial-0-baseline", "trial-0-flush_denormal", "trial-1-flush_denormal",
                                        "trial-1-baseline"]
     assert all(env == {} for _, env, _ in seen)  # {}: the re-run may fork from the fork server
     assert [o.flush_denormal for _, _, o in seen] == [False, True, True, False]
-    assert all(o.pace for _, _, o in seen)  # every side reads the pace reference (trials.paced)
 
 
 def test_a_change_that_provably_changes_nothing_is_no_gain_whatever_the_timings():
@@ -285,7 +284,7 @@ def test_a_change_that_provably_changes_nothing_is_no_gain_whatever_the_timings(
     times = {"baseline": 0.1, "jemalloc": 0.05, "flush_denormal": 0.05}
 
     def run(name, env, options):
-        return T.PassTimes(_steps(times[name.split("-", 2)[2]], seed=len(name)))
+        return _steps(times[name.split("-", 2)[2]], seed=len(name))
 
     out = {t.name: t for t in T.run_trials([T.Variant("jemalloc", "page_faults", "j", {"A": "1"}),
                                             T.flush_denormal_variant()], run,
@@ -393,7 +392,7 @@ def _rounds_run(ratios: dict[str, list[float]], seen: list[str]):
         seen.append(name)
         r, side = int(name.split("-")[1]), name.split("-", 2)[2]
         step = 0.1 if side == "baseline" else 0.1 / ratios[side][r]
-        return T.PassTimes([step] * 8)
+        return [step] * 8
     return run
 
 
@@ -516,43 +515,3 @@ def test_a_change_that_changes_nothing_is_not_run_on():
     none = NoEffect("no page faults", "fewer than 1 a step")
     (t,) = T.run_trials([T.Variant("v", "page_faults", "V")], _rounds_run(ratios, seen), unchanged=lambda v: none)
     assert t.rounds == T.ROUNDS and t.verdict == "no gain" and t.no_effect == none and len(seen) == 6
-
-
-def _paced_run(speedup: float, states: list[float], pace_follows: bool = True):
-    """A workload whose passes each run in a vCPU state (a factor on every time in the pass, from `states` in
-    turn): the variant `speedup` x faster; the pace reading follows the state, or not."""
-    seen: list[str] = []
-
-    def run(name, env, options):
-        assert options.pace
-        state = states[len(seen) % len(states)]
-        seen.append(name)
-        step = 0.01 if name.endswith("baseline") else 0.01 / speedup
-        return T.PassTimes(_steps(step * state, seed=len(seen), spread=0.01),
-                           [2e-4 * (state if pace_follows else 1.0)] * 2)
-
-    return run
-
-
-def test_passes_in_slow_vcpu_states_are_judged_on_their_pace():
-    # passes alternately in a fast and a 1.5x slower state (benchmarks/trial_pace.py: one-thread steps on a Xeon
-    # VM): as timed, the baseline's floor is ~40% and a real 1.15x cannot be told from it; on the pace it is a win
-    states = [1.0, 1.5, 1.0, 1.0, 1.5, 1.5, 1.0, 1.5, 1.0]
-    (t,) = T.run_trials([T.Variant("v", "c", "V")], _paced_run(1.15, states), rounds=3, extended=3)
-    assert t.paced and t.unpaced_noise_floor_pct > 30 and t.noise_floor_pct < 3, t
-    assert t.verdict == "win" and 1.12 < t.speedup < 1.18, t
-    # seconds still: the pace's unit is the passes' median reading, so the steps read as the fast state's or
-    # the slow one's, not as a ratio
-    assert 0.009 < t.baseline_step_s < 0.016
-    # the same passes with readings that do not follow the state: judged as timed, and no win claimed
-    (t,) = T.run_trials([T.Variant("v", "c", "V")], _paced_run(1.15, states, pace_follows=False), rounds=3,
-                        extended=3)
-    assert not t.paced and t.unpaced_noise_floor_pct is None and t.verdict != "win", t
-
-
-def test_a_pass_without_a_pace_reading_leaves_the_trial_as_timed():
-    b = [T.PassTimes([0.01] * 8, [2e-4]), T.PassTimes([0.015] * 8, [3e-4])]
-    w = [T.PassTimes([0.009] * 8, [2e-4]), T.PassTimes([0.013] * 8)]
-    assert not T.paced(b, w)
-    assert T.paced(b, w[:1] + [T.PassTimes([0.013] * 8, [3e-4])])
-    assert abs(T.PassTimes([0.01], [1e-4, 4e-4]).pace - 2e-4) < 1e-12  # the readings' geometric mean
