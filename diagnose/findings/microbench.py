@@ -99,6 +99,7 @@ from diagnose.findings.suggestions import (
     bandwidth_text,
     matmul_dims,
     suggestion_for,
+    under_dropout,
     weight_init_row,
 )
 from diagnose.report import borderline
@@ -254,10 +255,12 @@ def sequential_operator(report: Report) -> list[Finding]:
         else:
             title = f"{op} at {shapes} does not speed up with threads: {times}"
             advice = suggestion_for(report, op, one.input_shapes, one.dtypes, one.source)
+            # a dropout's mask is a layer of the model's forward: nothing to move aside or split
+            overlap = "" if under_dropout(report, op, one.input_shapes) else (
+                " Or overlap it with other work (torch.jit.fork, or move it into a DataLoader worker), or split it "
+                "into independent pieces that run in parallel.")
             suggestion = (f"While {short} runs, {n - 1} of the {n} CPUs idle: the kernel is sequential at this "
-                          f"shape. {advice} Or overlap it with other work (torch.jit.fork, or move it into a "
-                          f"DataLoader worker), or split it into independent pieces that run in parallel. "
-                          f"{reproducer}")
+                          f"shape. {advice}{overlap} {reproducer}")
         out.append(Finding(kind="sequential_operator", severity=severity, title=title, op=op or None,
                            location=one.source, evidence=evidence, suggestion=suggestion,
                            layer="microbench", stake=operator_stake(report, evidence["share_pct"]),

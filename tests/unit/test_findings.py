@@ -424,3 +424,18 @@ def test_memory_churn_names_inference_mode_only_where_autograd_built_graphs_no_b
     assert text not in suggestion(Autograd(calls=100, recording_calls=80, backward_ops=40))
     assert "out= arguments and in-place operators" in suggestion(Autograd(calls=100, recording_calls=0,
                                                                           backward_ops=0))
+
+
+def test_a_random_draw_under_a_dropout_is_named_as_the_models_dropout():
+    from diagnose.findings.suggestions import suggestion_for
+
+    mask = row("aten::bernoulli_", 30, source="m.py:12", called_by={"aten::dropout": 3000.0})
+    drawn = row("aten::normal_", 30, source="m.py:14", called_by={"": 3000.0})
+    rep = report(row("aten::addmm", 40), mask, drawn)
+    text = suggestion_for(rep, "aten::bernoulli_", [[64, 64]], ["float"])
+    # BERT training (benchmarks/targets/bert_train.py): its dropouts' bernoulli_ was the first finding, told to
+    # "draw once outside the loop and reuse", which a model's dropout cannot
+    assert text.startswith("Dropout's mask") and "p=0" in text and "--what-if compile" in text
+    assert "Draw once outside the loop" not in text
+    # a draw the user's code makes itself keeps the generic advice
+    assert suggestion_for(rep, "aten::normal_", [[64, 64]], ["float"]).startswith("Random number generation")
