@@ -98,6 +98,7 @@ from diagnose.findings.suggestions import (
     MATMUL,
     bandwidth_text,
     matmul_dims,
+    op_class,
     suggestion_for,
     under_dropout,
     weight_init_row,
@@ -232,9 +233,12 @@ def sequential_operator(report: Report) -> list[Finding]:
         if bound:
             title = (f"{op} at {shapes} is limited by memory bandwidth, not threads: one thread already moves "
                      f"{bandwidth:.3g} GB/s, {fraction:.0%} of the {roof:.3g} GB/s this machine streams; {times}")
+            # a copy's fewer bytes are no copy: its cause's own change (autocast's cast: the weights converted
+            # once, not "a smaller dtype", which is what the cast makes)
+            fewer = (suggestion_for(report, op, one.input_shapes, one.dtypes, one.source) if op_class(op) == "copy"
+                     else bandwidth_text(dims, one.input_shapes, one.dtypes))
             suggestion = (f"More threads cannot read memory faster: {short} moves at one thread "
-                          f"{fraction:.0%} of what {n} threads stream here. "
-                          + bandwidth_text(dims, one.input_shapes, one.dtypes) + " " + reproducer)
+                          f"{fraction:.0%} of what {n} threads stream here. {fewer} {reproducer}")
         elif skinny:
             m_, n_, k_ = dims
             title = (f"{op} at {shapes} is a skinny matrix product (M={m_}, N={n_}, K={k_}) that runs on one thread"

@@ -207,3 +207,18 @@ def test_a_flat_large_gemm_is_doubted_a_flat_skinny_one_is_not():
     # a sort is not a GEMM: its shape says nothing about threads
     (h,) = sequential_operator(_report(444_400, 440_000))
     assert h.severity == "high" and "gemm_mnk" not in h.evidence
+
+
+def test_a_bandwidth_bound_copy_is_told_its_causes_change_not_a_smaller_dtype():
+    # examples/autocast_weights.py: autocast's cast of a [4096,1024] weight to bfloat16 moved 26.4 GB/s on one
+    # thread of a 33.4 GB/s roof; "use a smaller dtype (bfloat16)" was its advice, the very cast it makes
+    rep = _gemm([2, 256], [256, 8000], 226.0, 233.0, share=13.1, roof_gb_per_s=38.6)
+    shapes = [[4096, 1024], [4096, 1024]]
+    rep.operators = [OperatorRow(name="aten::copy_", input_shapes=shapes, dtypes=["c10::BFloat16", "float"], calls=6,
+                                 self_cpu_us=1e6, total_cpu_us=1e6, self_pct=13.1, source="model.py:10",
+                                 called_by={"aten::contiguous": 1e6})]
+    for row in rep.microbenchmarks:
+        row.op, row.input_shapes, row.dtypes = "aten::copy_", shapes, ["c10::BFloat16", "float"]
+    (f,) = sequential_operator(rep)
+    assert f.evidence["cause"] == "memory_bandwidth"
+    assert "smaller dtype" not in f.suggestion and ".contiguous()" in f.suggestion, f.suggestion
