@@ -371,8 +371,8 @@ def memory_churn(report: Report) -> list[Finding]:
     location = tied_first(ranked, by_location.__getitem__, lambda k: k)[0] if ranked else None
     top_ops = sorted((r for r in report.operators if r.cpu_memory_bytes > 0), key=lambda r: -r.cpu_memory_bytes)[:3]
     where = f", most of it at {location}" if location else ""
-    reuse = "Reuse buffers instead of allocating per step: out= arguments and in-place operators, tensors created " \
-            "once outside the loop"
+    reuse = ("Reuse buffers instead of allocating per step: out= arguments and in-place operators, tensors created "
+             "once outside the loop")
     graphs = report.autograd
     if graphs is None or (graphs.recording_calls and not graphs.backward_ops):
         # autograd built graphs that no backward used (or the pass did not say): its saved tensors are churn

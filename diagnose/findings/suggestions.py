@@ -39,6 +39,7 @@ from diagnose.opkinds import (  # noqa: F401 - the rules import the table's name
     LOW_PRECISION,
     MATMUL,
     QUANTIZED_CLASSES,
+    RNG,
     is_compute,
     low_precision,
     op_class,
@@ -302,9 +303,7 @@ def suggestion_for(report: Report, name: str, input_shapes=None, dtypes=None, so
     return " ".join(parts)
 
 
-DROPOUTS = {f"aten::{n}" for n in ("dropout", "dropout_", "native_dropout", "feature_dropout", "feature_dropout_",
-                                   "alpha_dropout", "alpha_dropout_", "feature_alpha_dropout",
-                                   "feature_alpha_dropout_")}
+DROPOUTS = {f"aten::{n}" for n in RNG if "dropout" in n}  # the random-number operators that are a dropout
 
 
 def under_dropout(report: Report, name: str, input_shapes) -> bool:

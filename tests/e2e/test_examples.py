@@ -1,7 +1,8 @@
 """Accuracy: the real `diagnose` on every example finds its planted problem, and nothing on the control.
 
 One full run per example (all layers but where a comment says why; micro-benchmarks only where the
-diagnosis needs them); sequential_sort.py's run is test_microbench_layer.py's, which checks the same. examples/README.md lists what each diagnosis should say.
+diagnosis needs them); sequential_sort.py's run is test_microbench_layer.py's, which checks the same.
+examples/README.md lists what each diagnosis should say.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def test_example_gets_its_diagnosis(script, args, kind, check, tmp_path):
         # 20-27% operator row), and the CI caught that order once
         i, f = next((i, f) for i, f in enumerate(report["findings"]) if any(g["kind"] == kind for g in _flat([f])))
         assert f["severity"] in ("medium", "high"), f
-        assert all(expected_stake(g) >= expected_stake(f) - 0.01 for g in report["findings"][:i]), report["findings"][:i + 1]
+        assert all(expected_stake(g) >= expected_stake(f) - 0.01 for g in report["findings"][:i]), \
+            report["findings"][:i + 1]
 
 
 def test_the_control_has_no_finding_above_low(tmp_path):

@@ -211,7 +211,8 @@ def test_a_flat_large_gemm_is_doubted_a_flat_skinny_one_is_not():
 
 def test_a_bandwidth_bound_copy_is_told_its_causes_change_not_a_smaller_dtype():
     # examples/autocast_weights.py: autocast's cast of a [4096,1024] weight to bfloat16 moved 26.4 GB/s on one
-    # thread of a 33.4 GB/s roof; "use a smaller dtype (bfloat16)" was its advice, the very cast it makes
+    # thread of a 33.4 GB/s roof; "use a smaller dtype (bfloat16)" was its advice, the very cast it makes. Any
+    # copy gets its cause's change: here a .contiguous() copy's
     rep = _gemm([2, 256], [256, 8000], 226.0, 233.0, share=13.1, roof_gb_per_s=38.6)
     shapes = [[4096, 1024], [4096, 1024]]
     rep.operators = [OperatorRow(name="aten::copy_", input_shapes=shapes, dtypes=["c10::BFloat16", "float"], calls=6,
