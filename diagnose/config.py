@@ -97,6 +97,9 @@ class SweepOptions:
 # and a win (for its size) or a no gain those rounds cannot decide runs on to --trial-rounds
 FIRST_TRIAL_ROUNDS = 3
 TRIAL_ROUNDS = 9
+# a finding is high from this share of the step at stake (findings/stake.py's severity lines); a won trial whose
+# first rounds put its saving well above it does not run on for its size (doctor/trials.settled_win)
+HIGH_MIN_PCT = 20.0
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class TrialOptions:
     """--trial-rounds (Config.trials): the doctor's and the what-if's trials."""
 
     rounds: int = option(TRIAL_ROUNDS, "--trial-rounds", "trials (doctor, what-if): the most interleaved rounds a "
-                         f"trial runs; a win (for its size) and a no gain its first {FIRST_TRIAL_ROUNDS} rounds "
+                         f"trial runs; a win (for its size, unless settled) and a no gain its first {FIRST_TRIAL_ROUNDS} rounds "
                          f"cannot decide run on to N ({{default}}; {FIRST_TRIAL_ROUNDS}: never, and the report marks "
                          "it capped)", metavar="N", minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
 

@@ -67,6 +67,13 @@ on, and it stays a win while that median is beyond MIN_EFFECT: the decision is t
 false wins and power benchmarks/trial_false_wins.py measures. Asking the sign test as well cost detections
 there: on a Xeon VM whose passes ran 1.5x slower now and then (a 5-10% pass-to-pass floor, 2026-11-28), a
 real 1.15x was found in 28-35 of 40 trials a condition where the first rounds' rule found it in 32-36.
+A win so large that no size nine rounds could plausibly give it changes its severity (`settled_win`) stops
+at its first rounds: the low end of their interval, discounted by the most three agreeing rounds have
+overstated a win (FEW_ROUNDS_OVERSTATED: conv_nchw's 1.71x against 1.21x), still saves HIGH_MIN_PCT of the
+step, the share from which a finding is high (a script without steps, whose passes give one time each: its
+slowest round). examples/allocation_churn.py's jemalloc and glibc thresholds each won 4.8-6.4x on nine rounds,
+and a diagnosis of that 0.35 s script took 112-143 s (50 s stopping at three); examples/attention.py's won
+2.2-2.6x, 96-105 s (38 s). Both on a 2-CPU AMD EPYC, 2026-12-02.
 
 A paired round cancels the machine's slow drift that widens the pooled floor: on a VM whose idle CPU comes
 and goes, 20 ms steps had an 18% pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40
@@ -103,7 +110,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from diagnose.config import FIRST_TRIAL_ROUNDS, TRIAL_ROUNDS
+from diagnose.config import FIRST_TRIAL_ROUNDS, HIGH_MIN_PCT, TRIAL_ROUNDS
 from diagnose.doctor.environment import BLAS_CHECK, BLAS_VARIABLE_FACT
 from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
@@ -115,6 +122,12 @@ ROUNDS = FIRST_TRIAL_ROUNDS
 # compare.ROUNDS_ADVISED
 EXTENDED_ROUNDS = TRIAL_ROUNDS
 MIN_EFFECT = 0.05  # the least change a trial calls (module docstring): 5% faster or slower
+# the most three agreeing rounds have overstated a win (module docstring, `settled_win`): examples/conv_nchw.py's
+# jemalloc won 1.71x (1.42-1.84x) on three rounds, and 1.21x (1.13-1.29x) on nine in a run of the same hour
+FEW_ROUNDS_OVERSTATED = 1.71 / 1.21
+# the low end of a decided win's first-rounds interval from which it stops there (`settled_win`): 1.77x, a saving of
+# HIGH_MIN_PCT of the step (1.25x) times FEW_ROUNDS_OVERSTATED
+SETTLED_SPEEDUP = FEW_ROUNDS_OVERSTATED / (1.0 - HIGH_MIN_PCT / 100.0)
 NOISE_MARGIN = 2.0  # a change must beat the baseline's pass-to-pass spread this many times over (log scale)
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -360,14 +373,26 @@ def decided_win(trial: Trial) -> bool:
     return trial.verdict == "win" and (trial.ci_low is None or trial.ci_low >= 1.0 / (1.0 - MIN_EFFECT))
 
 
+def settled_win(trial: Trial, per_round: list[float]) -> bool:
+    """A decided win whose first rounds settle its size (module docstring): the low end of their interval and
+    their slowest round (a script without steps has no interval, only its rounds) are at least SETTLED_SPEEDUP,
+    so discounted by FEW_ROUNDS_OVERSTATED it still saves HIGH_MIN_PCT of the step, and no size more rounds
+    could plausibly measure would change its finding's severity."""
+    low = min([*per_round, *([trial.ci_low] if trial.ci_low is not None else [])], default=0.0)
+    return decided_win(trial) and low >= SETTLED_SPEEDUP
+
+
 def runs_on(trial: Trial, per_round: list[float]) -> bool:
     """After the first rounds, whether a trial runs on to more rounds (module docstring): a win, for its size (a
-    finding's severity is judged on it, and three rounds can agree by chance) or, when its interval reaches
-    under a saving of MIN_EFFECT, for its verdict; or a "no gain" without a structural reason and with a round
-    more than MIN_EFFECT faster (the rounds do not rule out a change worth recommending)."""
+    finding's severity is judged on it, and three rounds can agree by chance) unless its first rounds settle it
+    (`settled_win`), or, when its interval reaches under a saving of MIN_EFFECT, for its verdict; or a "no gain"
+    without a structural reason and with a round more than MIN_EFFECT faster (the rounds do not rule out a
+    change worth recommending)."""
     if trial.no_effect is not None:
         return False
-    return trial.verdict == "win" or (trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round))
+    if trial.verdict == "win":
+        return not settled_win(trial, per_round)
+    return trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round)
 
 
 def could_win(trial: Trial) -> bool:

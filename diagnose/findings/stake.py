@@ -112,6 +112,7 @@ import dataclasses
 
 from diagnose import budget as budget_mod
 from diagnose.compare import MIN_FLOOR_PCT
+from diagnose.config import HIGH_MIN_PCT
 from diagnose.report import borderline
 from diagnose.report.model import Borderline, Finding, Report, Stake, StepBudget, Trial, saving_pct
 
@@ -126,7 +127,6 @@ UPPER_BOUND = "an upper bound"  # in the basis of a Stake with upper_bound: says
 UPPER_BOUND_FACTOR = 0.5
 DOUBTED_FACTOR = 0.5
 MEDIUM_MIN_PCT = MIN_FLOOR_PCT
-HIGH_MIN_PCT = 20.0
 UNKNOWN = Stake(pct=None, basis="unknown")
 
 

@@ -287,10 +287,12 @@ def trial_rule() -> str:
     return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
             f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; a win runs on "
             f"to {trials_rule.EXTENDED_ROUNDS} rounds for its size (its median round and a sign-test interval; it stays "
-            f"a win while that median is {trials_rule.MIN_EFFECT:.0%} faster), and one those rounds cannot decide runs "
-            f"on and is judged on them (the median, its sign-test interval above 1x), unless --trial-rounds set fewer "
-            f"(a trial that bound stopped says so); the steps before and after pool every pass's steps (their lower "
-            f"quartile), so a speedup marked \"median round\" need not be their ratio")
+            f"a win while that median is {trials_rule.MIN_EFFECT:.0%} faster) unless its interval's low end and "
+            f"slowest round are at least {trials_rule.SETTLED_SPEEDUP:.2f}x (more rounds could not take it under the "
+            f"saving of a high finding), and one those rounds cannot decide runs on and is judged on them (the median, "
+            f"its sign-test interval above 1x), unless --trial-rounds set fewer (a trial that bound stopped says so); "
+            f"the steps before and after pool every pass's steps (their lower quartile), so a speedup marked \"median "
+            f"round\" need not be their ratio")
 
 
 def doctor_trial_rows(report: Report) -> list[tuple[str, ...]]:

@@ -341,7 +341,8 @@ class Trial:
     noise_floor_pct: float | None = None  # same-setting variation between passes
     # how the verdict was reached (diagnose/doctor/trials.py): "pooled" (the first rounds: the pooled steps, their
     # bootstrap interval, the noise floor, every round agreeing) or "rounds" (the first rounds could not tell, or
-    # called a win, so it ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high)
+    # called a win, so it ran on: the median round ratio as the speedup, its sign-test interval as ci_low/ci_high); a
+    # win whose first rounds' interval starts at trials.SETTLED_SPEEDUP or more stops there, "pooled"
     method: str = "pooled"
     # it would have run on (trials.runs_on: the first rounds could not decide it, or called a win) and --trial-rounds
     # kept it at its first rounds: its verdict and size are theirs, which a longer trial might have changed
