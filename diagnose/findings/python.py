@@ -74,8 +74,9 @@ def python_overhead(report: Report) -> list[Finding]:
         location, line_calls = _busiest_line(row)
         out.append(Finding(
             kind="python_overhead", severity=severity, layer="python",
-            title=f"{row.function}() spends {share:.0f}% of the run in Python and in "
-                  f"{row.tiny_calls} tiny calls it makes one at a time, at {location}",
+            title=f"{row.function}() spends {share:.0f}% of the run in Python "
+                  + (f"and in {row.tiny_calls} tiny calls it makes one at a time" if row.tiny_calls else "itself")
+                  + f", at {location}",
             op=row.operators[0].op if row.operators else None,
             location=location,
             evidence={

@@ -93,6 +93,16 @@ def test_python_overhead_thresholds(share, severity):
     if found:
         assert found[0].evidence["share_pct"] == pytest.approx(100 * share)
         assert found[0].evidence["tiny_calls"] == 5000
+        assert "in Python and in 5000 tiny calls it makes one at a time, at m.py:3" in found[0].title
+
+
+def test_python_overhead_without_tiny_calls_says_python_itself():
+    # examples/allocation_churn.py's step() read "spends 24% of the run in Python and in 0 tiny calls it makes one
+    # at a time": its Python time is its own, with no tiny call to name
+    report = _report(loop_overhead_s=2.5)
+    report.python_hotspots[0].tiny_calls = 0
+    [found] = python_overhead(report)
+    assert found.title == "loop() spends 25% of the run in Python itself, at m.py:3", found.title
 
 
 def test_python_overhead_points_at_the_busiest_line_inside_the_function():
