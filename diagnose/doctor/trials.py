@@ -496,6 +496,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
         t = trials[v.name]
         mine = passes[v.name]
         t.rounds = len(mine)
+        t.round_ratios = [round(r, 4) for r in ratios(v)]
         if t.verdict != "failed" and not mine:
             t.verdict, t.reason = "failed", "no round measured both the baseline and this change"
         if t.verdict == "failed":

@@ -331,6 +331,9 @@ class Trial:
     change: str  # the exact change: a launch line (`LD_PRELOAD=... python train.py`) or a line of code
     env: dict[str, str] = field(default_factory=dict)  # environment the variant ran with
     rounds: int = 0  # rounds of interleaved passes (each round: the baseline and every variant once)
+    # baseline / variant in each round, in the order they ran (each side's step: its pass's lower quartile): the
+    # first 3 (config.FIRST_TRIAL_ROUNDS) decide, the rest are a run-on's: what the verdict and size rest on
+    round_ratios: list[float] = field(default_factory=list)
     # a side's step (or call) time: the lower quartile of its passes' steps (a shared CPU adds waits to some of
     # them; diagnose/doctor/trials.py), baseline passes
     baseline_step_s: float | None = None

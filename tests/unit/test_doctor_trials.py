@@ -486,6 +486,8 @@ def test_a_win_its_first_rounds_put_far_above_the_high_line_stops_there():
     assert huge.verdict == "win" and huge.ci_low >= T.SETTLED_SPEEDUP and T.settled_win(huge, [5.2, 5.4, 5.5]), huge
     assert huge.rounds == T.ROUNDS and huge.method == "pooled" and not huge.capped, huge
     assert agree.ci_low < T.SETTLED_SPEEDUP and agree.rounds == T.EXTENDED_ROUNDS and agree.method == "rounds", agree
+    # each round's ratio is kept, in the order the rounds ran: the first three decided, the rest ran on
+    assert huge.round_ratios == [5.2, 5.4, 5.5] and agree.round_ratios == ratios["agree"], (huge, agree)
     # only the baseline and the unsettled win ran on
     assert extra == [(T.EXTENDED_ROUNDS - T.ROUNDS) * 2] and "trial-3-huge" not in seen and "trial-8-agree" in seen
     assert fmt._trial_verdict(huge) == "win: recommended"
