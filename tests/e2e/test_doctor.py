@@ -11,6 +11,8 @@ fresh 64 MiB temporaries, a 5x signal, is asserted as a measured outcome.
 
 from __future__ import annotations
 
+import math
+
 from conftest import EXAMPLES, assert_trial_follows_the_rule, doctor_finding_expected, line_of, run_cli
 
 from diagnose.render import fmt
@@ -119,11 +121,32 @@ def test_the_control_gets_checks_but_no_trial_and_no_doctor_finding(tmp_path):
     assert "Environment doctor" in run_cli("--load", str(tmp_path / "r" / "report.json")).stdout
 
 
+def _subnormal_loop_steps(seconds: float = 2.0) -> int:
+    """How many iterations make examples/subnormal_loop.py's loop run about `seconds` on this CPU (at least its
+    own 60). A CPU that takes a microcode assist on subnormals runs a step in ~0.1 s; one that handles them at
+    full speed (an AMD EPYC with AVX-512, 2026-12-02) in ~2.5 ms, and its 60 steps ended in 0.15 s, before the loop
+    detector's first pass takes a loop (loops.DISCOVER_S, 0.25 s): no steps at all."""
+    import time  # noqa: PLC0415 - only this test times a step before diagnosing
+
+    import torch  # noqa: PLC0415 - the example's own step, timed in this process
+
+    w = torch.randn(1024, 1024) * 3e-38 * 0.03
+    x, h = torch.randn(64, 1024), torch.zeros(64, 1024)
+    h = torch.tanh(h @ w + x)
+    start = time.perf_counter()
+    for _ in range(5):
+        h = torch.tanh(h @ w + x)
+    step_s = (time.perf_counter() - start) / 5
+    return max(60, math.ceil(seconds / step_s))
+
+
 def test_subnormal_weights_in_a_loop_without_modules_are_found_and_tried(tmp_path):
     # examples/subnormal_loop.py: no nn.Module holds the weight, so the uninstrumented pass scans the tensors in
-    # the step loop's variables (diagnose/loops.py), and the operator pass the inputs of every call
+    # the step loop's variables (diagnose/loops.py), and the operator pass the inputs of every call. Its loop runs
+    # long enough for the loop detector on any CPU (_subnormal_loop_steps); every pass after the first ends after
+    # its window, so a long loop costs only the first
     report, checks, trials = _diagnose(tmp_path, "--layers", "operators,doctor", "--skip-steps", "2", "--steps", "4",
-                                       "examples/subnormal_loop.py")
+                                       "examples/subnormal_loop.py", "--", "--steps", str(_subnormal_loop_steps()))
     example = EXAMPLES / "subnormal_loop.py"
     loop = f"examples/subnormal_loop.py:{line_of(example, 'for _ in range(args.steps)')}"
     assert report["steps"]["detector"] == "loop" and loop in report["steps"]["detail"], report["steps"]
