@@ -107,8 +107,8 @@ class TrialOptions:
     """--trial-rounds (Config.trials): the doctor's and the what-if's trials."""
 
     rounds: int = option(TRIAL_ROUNDS, "--trial-rounds", "trials (doctor, what-if): the most interleaved rounds a "
-                         f"trial runs; a win (for its size, unless settled) and a no gain its first {FIRST_TRIAL_ROUNDS} rounds "
-                         f"cannot decide run on to N ({{default}}; {FIRST_TRIAL_ROUNDS}: never, and the report marks "
+                         f"trial runs; a win (for its size, unless settled) and a no gain its first "
+                         f"{FIRST_TRIAL_ROUNDS} rounds cannot decide run on to N ({{default}}; {FIRST_TRIAL_ROUNDS}: never, and the report marks "
                          "it capped)", metavar="N", minimum=FIRST_TRIAL_ROUNDS, what="a number of rounds")
 
 

@@ -495,15 +495,16 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     def decide(v: Variant, won_first: bool = False) -> Trial:
         t = trials[v.name]
         mine = passes[v.name]
+        per_round = ratios(v)
         t.rounds = len(mine)
-        t.round_ratios = [round(r, 4) for r in ratios(v)]
+        t.round_ratios = [round(r, 4) for r in per_round]  # shown; judged on the unrounded ones
         if t.verdict != "failed" and not mine:
             t.verdict, t.reason = "failed", "no round measured both the baseline and this change"
         if t.verdict == "failed":
             return t
         if v.name not in no_effects:
             no_effects[v.name] = unchanged(v) if unchanged else None
-        return judge(t, [base[r] for r in sorted(mine)], [mine[r] for r in sorted(mine)], ratios(v),
+        return judge(t, [base[r] for r in sorted(mine)], [mine[r] for r in sorted(mine)], per_round,
                      no_effects[v.name], extended=max(mine) >= rounds, won_first=won_first)
 
     for r in range(rounds):
