@@ -27,6 +27,12 @@ bytes and time against the step.
   calls too) when its interval lies above 0 and it rises by
   GROW_MIN_PCT, whatever its later half does. Only sites
   that grow either way are kept (report.operator_summary.trends).
+- `step_work(sites, times)`: the same sites' steps taken together: whether
+  every site ran the same calls on the same input bytes in every step (the
+  work did not change), and `drift` fitted to the calls' time per step and
+  to the step's time outside them. A script's drift is more work (calls,
+  bytes) or more time between the calls (a Python list scanned each step);
+  the same calls on the same bytes taking longer is the machine's.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import math
 import statistics
 from typing import Any
 
-from diagnose.report.model import SiteTrend, StepDrift, TrendSlope
+from diagnose.report.model import SiteTrend, StepDrift, StepWork, TrendSlope
 
 DRIFT_MIN_PCT = 10.0  # the line's rise over the window, of the median step
 GROW_MIN_PCT = 10.0  # a site's bytes or time: the line's rise over the window, of their mean
@@ -158,6 +164,25 @@ def site_trends(sites: list[dict[str, Any]]) -> list[SiteTrend]:
             time_slope=_rounded(by_time) if by_time else None, bytes_grow=grow, time_grows=slower))
     out.sort(key=lambda t: -t.share_pct)
     return out
+
+
+def step_work(sites: list[dict[str, Any]], times: list[float]) -> StepWork | None:
+    """The operator pass's window call by call (report.model.StepWork): whether every site ran the same calls on
+    the same input bytes each step, and the fit of its calls' time per step (and of the time outside them, when
+    `times`, the pass's step times, are the same steps). None without sites or with fewer than MIN_STEPS."""
+    if not sites or len(sites[0]["steps"]) < MIN_STEPS:
+        return None
+    n = len(sites[0]["steps"])
+    if any(len(site["steps"]) != n for site in sites):
+        return None
+    same = all(len({(int(acc[1]), int(acc[2])) for acc in site["steps"]}) == 1 for site in sites)
+    in_calls = [sum(float(site["steps"][i][0]) for site in sites) for i in range(n)]
+    calls = drift(in_calls)
+    if calls is None:
+        return None
+    outside = drift([max(0.0, t - c) for t, c in zip(times, in_calls)]) if len(times) == n else None
+    return StepWork(same_work=same, sites=len(sites), calls_per_step=sum(int(site["steps"][0][2]) for site in sites),
+                    calls=calls, outside=outside)
 
 
 def _rounded(fit: TrendSlope, digits: int = 9) -> TrendSlope:

@@ -41,7 +41,15 @@
   whose time grew is inside that pass's steps, so it does not lift the doubt:
   examples/rng_setup.py drifted +15% on an idle machine, its operator pass
   +2% (at most +5%), with two sites growing by 0.5 µs a step of the 4 µs
-  rise.
+  rise. And when the operator pass's steps did the same work each step
+  (report.steps.instrumented_work: every call site the same calls on the
+  same input bytes) and the calls' own time rose (its interval above 0, by
+  at least DRIFT_CORROBORATION of the pass's step rise in percent): more
+  work each step is more calls, more bytes, or more time between the calls
+  (Python); the same calls on the same bytes running slower is the
+  machine's load or clock (a CI run of examples/rng_setup.py, a fixed
+  inference batch: +24% over 151 steps in both passes, every site's time up
+  with its inputs unchanged).
 """
 
 from __future__ import annotations
@@ -149,6 +157,25 @@ def not_in_the_operator_pass(report: Report, d: StepDrift) -> str | None:
     return None
 
 
+def the_same_work_slower(report: Report) -> str | None:
+    """Why the drift is not confirmed as the script's: in the operator pass every call site ran the same calls on
+    the same input bytes each step (report.steps.instrumented_work), and the calls' own time rose beyond its
+    noise, in percent of its median at least DRIFT_CORROBORATION of the pass's step (the rise is in the same work,
+    not between the calls): the same work taking longer is the machine's load or clock. None otherwise."""
+    steps = report.steps
+    work = steps.instrumented_work if steps else None
+    op = steps.instrumented_drift if steps else None
+    if work is None or op is None or not work.same_work or work.calls.slope.ci_low <= 0:
+        return None
+    if op.change_pct <= 0 or work.calls.change_pct < DRIFT_CORROBORATION * op.change_pct:
+        return None  # the rise is outside the calls (Python between them): that can be more work each step
+    return (f"the operator pass's steps did the same work each step (the same {work.calls_per_step} calls at "
+            f"{work.sites} call sites on the same input bytes), and those calls took longer ({work.calls.change_pct:+.0f}% "
+            f"over the window, the pass's step {op.change_pct:+.0f}%): the same work running slower is the machine's "
+            "load or clock, not the script doing more each step (or values that became slower to compute: "
+            "subnormals, which --doctor looks for)")
+
+
 def step_drift(report: Report) -> list[Finding]:
     d = report.steps.drift if report.steps else None
     if d is None or not d.drifts:
@@ -170,6 +197,9 @@ def step_drift(report: Report) -> list[Finding]:
     unseen = not_in_the_operator_pass(report, d)
     if unseen:  # a growing site's time is inside the operator pass's steps, which did not rise with these
         doubts.append(unseen)
+    slower = the_same_work_slower(report)
+    if slower:  # the same calls on the same bytes, each step: no more work, the machine ran it slower
+        doubts.append(slower)
     return [Finding(
         kind="step_drift",
         severity="high" if d.change_pct >= DRIFT_HIGH_PCT else "medium",

@@ -181,6 +181,20 @@ class StepDrift:
 
 
 @dataclass
+class StepWork:
+    """The operator pass's steps of the window, call by call (trends.step_work): whether each step did the same
+    work, and where the step's time rose, in its calls or between them. A drift of the script's work shows as
+    more calls or bytes, or as more time outside the calls (Python); the same calls on the same bytes taking
+    longer is the machine's load or clock (findings/trends.py step_drift)."""
+
+    same_work: bool  # every call site ran the same number of calls on the same tensor input bytes in every step
+    sites: int  # call sites (user line, library line, module, torch function) in the window
+    calls_per_step: int  # all sites' calls in the window's first step
+    calls: StepDrift  # the sites' calls' time per step (Python call to return) against the step
+    outside: StepDrift | None = None  # the step's time outside those calls; None: the step times did not match
+
+
+@dataclass
 class SiteTrend:
     """A call site (user line, library line, module, torch function) whose input bytes or time grew step over step
     in the operator pass's window (trends.py)."""
@@ -226,6 +240,8 @@ class Steps:
     # the same fit over the operator pass's steps of the same window: a drift of the script's work shows in both
     # passes, a machine's load rarely at the same steps (findings/trends.py step_drift); None: not measured
     instrumented_drift: StepDrift | None = None
+    # the operator pass's steps call by call: the same work each step, and whether its calls' time rose
+    instrumented_work: StepWork | None = None
     # how the steps were found and measured: no step found, a window shorter or longer than --steps, ...
     notes: list[str] = field(default_factory=list)
 

@@ -116,3 +116,42 @@ def test_a_drift_the_operator_pass_neither_contradicts_nor_replicates_is_doubted
     report.steps.instrumented_drift = rising
     (f,) = step_drift(report)
     assert f.doubts == [], f.doubts
+
+
+def test_the_same_work_running_slower_is_doubted_and_more_work_or_more_python_is_not():
+    """findings/trends.py step_drift: a CI run of examples/rng_setup.py (a fixed inference batch) drifted +24% in
+    both passes, every site's time rising with its calls and input bytes unchanged: the same work running slower,
+    the machine's. A site whose input grows (more work), or a step whose rise is outside its calls (a Python list
+    scanned each step, the calls flat), is not doubted that way."""
+    from diagnose.findings.trends import step_drift
+    from diagnose.report.model import Report, Steps, TargetInfo
+    from diagnose.trends import step_work
+
+    n = 30
+    base = [0.010 + 0.0001 * i for i in range(n)]  # uninstrumented: +29%
+    op_times = [0.012 + 0.00012 * i for i in range(n)]  # the operator pass's steps rise with it
+
+    def site(function, seconds, nbytes, calls=1):
+        return {"source": "m.py:9", "library": None, "module": None, "function": function,
+                "steps": [[seconds(i), nbytes(i), calls] for i in range(n)]}
+
+    slower = [site("linear", lambda i: 0.008 + 0.0001 * i, lambda i: 4096, 3),
+              site("cat", lambda i: 0.002 + 0.00002 * i, lambda i: 1024)]
+    grows = [site("linear", lambda i: 0.008 + 0.0001 * i, lambda i: 4096 + 512 * i, 3),
+             site("cat", lambda i: 0.002 + 0.00002 * i, lambda i: 1024)]
+    python = [site("linear", lambda i: 0.008, lambda i: 4096, 3), site("cat", lambda i: 0.002, lambda i: 1024)]
+    for sites, doubted in ((slower, True), (grows, False), (python, False)):
+        work = step_work(sites, op_times)
+        assert work.sites == 2 and work.calls_per_step == 4 and work.outside is not None, work
+        assert work.same_work == (sites is not grows), work
+        report = Report(target=TargetInfo(script="m.py"), steps=Steps(
+            window_s=base, drift=drift(base), instrumented_drift=drift(op_times), instrumented_work=work))
+        (f,) = step_drift(report)
+        assert bool(f.doubts) == doubted, (sites[0]["function"], f.doubts)
+        if doubted:
+            assert "same 4 calls at 2 call sites" in f.doubts[0] and "machine" in f.doubts[0], f.doubts
+    # the rise outside the calls: the Python between them rose, its calls flat
+    work = step_work(python, op_times)
+    assert work.calls.slope.ci_low <= 0 < work.outside.change_pct, work
+    short = {"source": "m.py:9", "library": None, "module": None, "function": "cat", "steps": [[0.001, 1, 1]] * 5}
+    assert step_work([], op_times) is None and step_work([short], op_times[:5]) is None  # no sites; 5 steps

@@ -195,6 +195,8 @@ def _instrumented_run(report: Report, outcome) -> None:
         report.run.instrumented_iterations = iteration_stats(times)
         if report.steps is not None and report.steps.window_s and not recorded:
             report.steps.instrumented_drift = trends.drift(times)
+            if outcome.ranks is None:  # one process's call sites (a torchrun pass's ranks are not merged here)
+                report.steps.instrumented_work = trends.step_work((res.raw or {}).get("sites") or [], times)
     raw = res.raw or {}
     if "input_scan" in raw:
         report.doctor = report.doctor or Doctor()

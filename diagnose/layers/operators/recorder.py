@@ -47,7 +47,11 @@ from diagnose.usercode import UserCode
 # Calls that never run an operator; skipping them keeps the mode cheap.
 _NO_OP_CALLS = frozenset(
     {"__get__", "__set__", "size", "dim", "stride", "numel", "__len__", "is_contiguous",
-     "data_ptr", "element_size", "__hash__", "__repr__", "__format__", "storage_offset"}
+     "data_ptr", "element_size", "__hash__", "__repr__", "__format__", "storage_offset",
+     # a record_function span's ends (torch.profiler's step marks among them): markers, not the step's work; as
+     # call sites, one or two a step as the mark fell, they made each step's work look different
+     "_record_function_enter", "_record_function_enter_new", "_record_function_exit",
+     "_record_function_exit._RecordFunction"}
 )
 
 
