@@ -60,6 +60,10 @@ that the two never contradict:
   compute kernel's hot_operator, where a healthy model spends its time;
   undersubscription from serial work, whose cause the python and operators
   findings name).
+Each line is judged on the stake's interval (report/borderline.py): its
+milder end, borderline when the other end's severity differs; a stake from
+trials that ran their nine rounds (`on_point`) on its point, their median,
+borderline when an end of the interval is across a line.
 A finding without a stake keeps its rule's severity. `rule_severity` and
 `severity_basis` say when the stake changed it. `--fail-on` reads the
 settled severity.
@@ -172,7 +176,16 @@ def measured(trial: Trial, basis: str) -> Stake:
     low, high = _gain(trial.ci_low), _gain(trial.ci_high)
     if pct is None or low is None or high is None:
         return Stake(pct=pct, basis=basis)
-    return Stake(pct=pct, basis=basis, low=min(low, pct), high=max(high, pct))
+    return Stake(pct=pct, basis=basis, low=min(low, pct), high=max(high, pct), on_point=on_point([trial]))
+
+
+def on_point(trials: list[Trial]) -> bool:
+    """Whether a stake from these trials is judged on its point (settle): every one ran its rounds (doctor/trials.py
+    `method` "rounds": the median of nine rounds, not three), so the point moves less from run to run than the
+    ends of its sign-test interval, the second-slowest and second-fastest round. examples/conv_nchw.py's jemalloc
+    over five runs: medians a saving of 24-31%, above the 20% a high finding needs in every run; low ends 13-26%,
+    high in two runs and medium in three (benchmarks/RESULTS.md, gallery set O)."""
+    return bool(trials) and all(t.method == "rounds" for t in trials)
 
 
 def unsure_stake(estimate: Stake, trials: list[Trial]) -> Stake:
@@ -189,6 +202,7 @@ def unsure_stake(estimate: Stake, trials: list[Trial]) -> Stake:
     reach = max(_gain(t.ci_high) or 0.0 for t in told)
     pct = round(max(low, min(float(estimate.pct), reach)), 2)
     return dataclasses.replace(estimate, pct=pct, low=round(low, 2), high=round(max(reach, pct), 2),
+                               on_point=on_point(told),
                                basis=f"{estimate.basis}; the trials could not tell, so judged on their intervals "
                                      f"({low:.3g}-{reach:.3g}% saved)")
 
@@ -236,7 +250,7 @@ def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | 
 def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
     both ends of the stake's interval: the milder end's severity, borderline when the other end's differs
-    (report/borderline.py). A stake its rule gave no interval gets borderline.RUN_NOISE_MIN's, the least
+    (report/borderline.py); a stake `on_point` on its point, borderline when an end's differs. A stake its rule gave no interval gets borderline.RUN_NOISE_MIN's, the least
     run-to-run spread of a time measured here, not the run's own noise: the steps' spread is not a cProfile
     share's (a loaded run's steps spread 86%, which made a python_overhead at 93% borderline), while
     contiguous_copies' page-fault stake came out 14-21% over five quiet runs, medium in one of them."""
@@ -252,12 +266,16 @@ def settle(finding: Finding) -> Finding:
         finding.stake = dataclasses.replace(finding.stake, low=round(lo, 2), high=round(hi, 2))
     low = finding.stake.low * factor if finding.stake.low is not None else value
     high = finding.stake.high * factor if finding.stake.high is not None else value
-    severity, basis = _bounded(low, rule, finding)
-    worse, _ = _bounded(high, rule, finding)
+    # judged on the milder end, or on the point (Stake.on_point), the other end's severity shown
+    judged = value if finding.stake.on_point else low
+    severity, basis = _bounded(judged, rule, finding)
+    other = high if _bounded(high, rule, finding)[0] != severity else low
+    worse, _ = _bounded(other, rule, finding)
     if finding.borderline is not None and _bounded(high, finding.borderline.would_be, finding)[0] == severity:
         finding.borderline = None  # the rule's other end would be bounded back to this severity
     if worse != severity and (finding.borderline is None or severity != rule):  # the rule's own number first
-        line = HIGH_MIN_PCT if low < HIGH_MIN_PCT <= high else MEDIUM_MIN_PCT
+        a, b = sorted((judged, other))
+        line = HIGH_MIN_PCT if a < HIGH_MIN_PCT <= b else MEDIUM_MIN_PCT
         finding.borderline = Borderline(measure="expected time at stake", value=round(value, 3), low=round(low, 3),
                                         high=round(high, 3), threshold=line, unit="% of wall time", would_be=worse)
     if severity != rule:

@@ -746,6 +746,9 @@ class Stake:
     # point estimate
     low: float | None = None
     high: float | None = None
+    # severity judged on pct itself, the interval shown beside it (findings/stake.settle): a trial's median of
+    # nine rounds, which moves less from run to run than its interval's ends, two of those rounds
+    on_point: bool = False
 
     @property
     def expected_pct(self) -> float | None:
@@ -757,7 +760,8 @@ class Stake:
 class Borderline:
     """A finding whose measured number straddles one of its severity's thresholds within this run's noise
     (diagnose/report/borderline.py): it takes the milder severity, the same in every run, and says what the
-    other end of the interval would make it."""
+    other end of the interval would make it; a stake judged on its point (Stake.on_point: a trial's median of
+    nine rounds) takes the point's, and says what the end across the line would make it."""
 
     measure: str  # what was compared: "share of operator CPU time", "% of this machine's roof", ...
     value: float  # as measured
@@ -765,7 +769,7 @@ class Borderline:
     high: float
     threshold: float  # the line inside the interval
     unit: str  # "%", "GiB/s"
-    would_be: str  # the severity at the interval's other end
+    would_be: str  # the severity at the interval's other end (the worse one, unless the stake is judged on its point)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ built in code; tests/e2e/test_doctor.py runs them for real."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 
 import pytest
@@ -228,9 +230,14 @@ def test_a_warning_whose_trials_could_not_tell_keeps_the_checks_estimate():
     assert [t["name"] for t in faults.evidence["trials"]] == ["jemalloc"]
     assert blas.stake.pct is None and blas.severity == "low" and "could not tell" in blas.stake.basis
     (settled,) = [f for f in derive(r) if f.kind == "page_faults"]
-    # 12.4% of the step by the check, 0-17.6% saved by the interval: low, and medium at the interval's high end
-    assert (settled.stake.pct, settled.stake.low, settled.stake.high) == (12.4, 0.0, 17.63)
-    assert settled.severity == "low" and settled.borderline.would_be == "medium"
+    # 12.4% of the step by the check, 0-17.6% saved by the nine rounds' interval: medium on its point (a trial that
+    # ran its rounds, findings/stake.on_point), low at the interval's low end, which the borderline names
+    assert (settled.stake.pct, settled.stake.low, settled.stake.high) == (12.4, 0.0, 17.63) and settled.stake.on_point
+    assert settled.severity == "medium" and settled.borderline.would_be == "low" and settled.borderline.threshold == 5
+    # the same interval from three rounds (a capped trial) is judged on its low end: low, borderline medium
+    r.doctor.trials[0] = dataclasses.replace(unsure, method="pooled", rounds=3)
+    (settled,) = [f for f in derive(r) if f.kind == "page_faults"]
+    assert settled.severity == "low" and settled.borderline.would_be == "medium" and not settled.stake.on_point
     # a could-not-tell whose interval shows a saving worth a medium at its low end stays medium
     r.doctor.trials[0] = Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", rounds=9, speedup=1.04,
                                ci_low=1.06, ci_high=1.3, verdict="no gain", method="rounds")
@@ -256,6 +263,28 @@ def test_a_measured_wins_severity_is_judged_on_its_interval_not_its_point():
     for f in (judged(1.583, 1.193, 1.79), judged(1.236, 1.209, 1.78)):
         assert f.severity == "medium" and f.borderline.would_be == "high" and f.borderline.threshold == 20.0
         assert f.stake.low < 20.0 <= f.stake.high
+
+
+def test_a_win_that_ran_its_rounds_is_judged_on_its_median_the_interval_beside_it():
+    # examples/conv_nchw.py's jemalloc over five runs of nine rounds (gallery set O): medians 1.32-1.41x, a saving
+    # of 24-31%, above the 20% line in every run; sign-test low ends 1.11-1.35x (the second-slowest round), 13-26%:
+    # judged on them it was high in two runs and medium in three. On the median: high in all five, borderline
+    # medium where the low end is under the line
+    def judged(speedup, low, high):
+        r = _report(faults=0)
+        r.doctor.checks = [DoctorCheck("page_faults", "warn", "Many faults", suggestion="reuse")]
+        r.doctor.trials = [Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", rounds=9, speedup=speedup,
+                                 ci_low=low, ci_high=high, verdict="win", method="rounds")]
+        (f,) = [f for f in derive(r) if f.kind == "page_faults"]
+        return f
+
+    near, clear = judged(1.32, 1.11, 1.52), judged(1.41, 1.35, 1.6)
+    assert near.severity == clear.severity == "high" and near.stake.on_point and clear.borderline is None
+    assert near.borderline.would_be == "medium" and near.borderline.threshold == 20.0
+    assert near.borderline.low < 20.0 <= near.borderline.value
+    # a median under the line is medium, and its high end above it says so
+    under = judged(1.2, 1.08, 1.4)
+    assert under.severity == "medium" and under.borderline.would_be == "high"
 
 
 def test_sides_without_a_launch_environment_all_run_forked():
