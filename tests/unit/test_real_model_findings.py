@@ -9,7 +9,7 @@ import pytest
 
 from diagnose import budget, findings
 from diagnose.findings.python import step_at_roofs
-from diagnose.report import io
+from diagnose.report import borderline, io
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "findings"
 
@@ -115,16 +115,24 @@ def test_any_kernel_below_its_roof_in_an_oversubscribed_run_is_a_symptom_unless_
     assert soft.evidence.get("cause") is None and soft.severity == "low" and soft.borderline.would_be == "high"
     assert soft.borderline.measure == "share of operator CPU time"
     # a kernel slow alone too keeps its verdict there, graded by its efficiency alone (the kernel's own; its time in
-    # the model is the waiting's too): the K=8 mm at 4.7% of the roof in the model, had it run 2.5 ms alone
+    # the model is the waiting's too): the K=8 mm at 4.7% of the roof in the model, had it run 3 ms alone
     slow = io.load(DATA / "dataloader_contention_report.json")
     mm = next(o for o in slow.efficiency.operators if o.name == "aten::mm")
     for row in slow.microbenchmarks:
         if row.op == "aten::mm" and row.input_shapes == mm.input_shapes and row.threads == mm.threads:
-            row.median_us, row.iqr_us = 2500.0, 50.0
+            row.median_us, row.iqr_us = 3000.0, 50.0
     [f] = [p for p in _with_also(findings.derive(slow)) if p.op == "aten::mm" and p.kind == "low_efficiency"]
-    alone_pct = mm.efficiency_pct * mm.us_per_call / 2500.0  # 23%: under the 25% medium line by more than its noise
-    assert f.severity == "medium" and f.evidence["graded_by"] == "alone", f
+    alone_pct = mm.efficiency_pct * mm.us_per_call / 3000.0  # 19%: under the 25% medium line by more than its noise
+    assert alone_pct * (1 + borderline.RUN_NOISE_MIN) < 25.0
+    assert f.severity == "medium" and f.evidence["graded_by"] == "alone" and f.borderline is None, f
     assert f.evidence["efficiency_pct_alone"] == round(alone_pct, 3) and "graded by its time alone" in f.title
+    # at 2.5 ms alone, 23% of the roof, 20.8-25.2% within the noise: across the line, so low, borderline medium,
+    # and its 34% at stake does not raise it (findings/stake.py: a rule's borderline low is its own judgement)
+    for row in slow.microbenchmarks:
+        if row.op == "aten::mm" and row.input_shapes == mm.input_shapes and row.threads == mm.threads:
+            row.median_us = 2500.0
+    [f] = [p for p in _with_also(findings.derive(slow)) if p.op == "aten::mm" and p.kind == "low_efficiency"]
+    assert f.severity == "low" and f.borderline.would_be == "medium" and f.stake.expected_pct >= 20, f
 
 
 @pytest.mark.parametrize("name", ["bert_infer", "resnet_train", "gpt2_generate"])
