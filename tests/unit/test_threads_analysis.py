@@ -616,3 +616,18 @@ def test_while_the_threads_are_oversubscribed_only_the_trials_that_answer_it_run
     DoctorLayer().derive(DerivedContext(config=Config(), rerun=rerun), rep, str(tmp_path))
     assert [t.verdict for t in rep.doctor.trials if t.check == "page_faults"] != ["deferred"] * len(later)
     assert any(not name.endswith("baseline") for name in ran)
+
+
+def test_a_target_that_ended_before_a_second_sample_skips_the_layer_and_says_how_to_get_it(tmp_path):
+    """make demo on a fast Xeon (2026-12-02): the row loop ended before the sampler's second sample, and the layer
+    read "threads failed". Nothing failed: there was nothing to measure, and a longer run gets it."""
+    from diagnose.layers.threads import RECORDING, ThreadsLayer
+    from diagnose.report.model import Report, TargetInfo
+
+    recording.save(recording.Recording(format=recording.FORMAT, root_pid=1), str(tmp_path / RECORDING))
+    status = ThreadsLayer().analyse(None, Report(target=TargetInfo(script="m.py")), str(tmp_path))
+    assert status.status == "skipped" and "ended before the sampler" in status.reason, status
+    assert any("a longer run" in n for n in status.notes), status.notes
+    # a sampler that wrote nothing did fail
+    status = ThreadsLayer().analyse(None, Report(target=TargetInfo(script="m.py")), str(tmp_path / "none"))
+    assert status.status == "failed" and "wrote no recording" in status.reason

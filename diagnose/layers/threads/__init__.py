@@ -91,7 +91,9 @@ class ThreadsLayer(Layer):
                  "no oversubscription or idle-CPU verdict from so few samples; "
                  "a longer run (more iterations or steps) gets one")
         if threads.mean_runnable is None:
-            return LayerStatus("failed", threads.reason or "too few samples to measure anything",
+            # a target that ended before the sampler's second sample: nothing failed, there was nothing to measure
+            return LayerStatus("skipped" if threads.reason else "failed",
+                               threads.reason or "too few samples to measure anything",
                                notes=[short] if seconds < MIN_DURATION_S else [])
         status = LayerStatus("ok")
         if threads.health and threads.health.unreadable_files:
