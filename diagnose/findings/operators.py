@@ -430,11 +430,11 @@ def _faults_covered(report: Report) -> bool:
     allocator trial won on its page faults and the operator pass's allocations a step are at least the pages
     those faults bring in a step (PAGE_BYTES a fault): the allocations can hold every faulted page."""
     best = report.doctor.best_win("page_faults") if report.doctor else None
-    share = fault_share(report)
-    steps = report.steps.window_steps if report.steps and report.target.mode != "function" else report.target.iters
-    if best is None or share is None or not steps:
+    faults, _ = report.faults_per_step()  # uninstrumented: the faults the trials' steps had
+    steps = report.profiled_steps()  # what the operator pass's allocations were counted over
+    if best is None or faults is None or not steps:
         return False
-    return (report.operator_summary.memory.allocated_bytes or 0) / steps >= share[1] * PAGE_BYTES
+    return (report.operator_summary.memory.allocated_bytes or 0) / steps >= faults * PAGE_BYTES
 
 
 def _churn_stake(report: Report) -> tuple[Stake, bool, Finding | None]:

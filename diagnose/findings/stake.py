@@ -260,10 +260,11 @@ def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | 
 def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
     both ends of the stake's interval: the milder end's severity, borderline when the other end's differs
-    (report/borderline.py); a stake `on_point` on its point, borderline when an end's differs. A stake its rule gave no interval gets borderline.RUN_NOISE_MIN's, the least
-    run-to-run spread of a time measured here, not the run's own noise: the steps' spread is not a cProfile
-    share's (a loaded run's steps spread 86%, which made a python_overhead at 93% borderline), while
-    contiguous_copies' page-fault stake came out 14-21% over five quiet runs, medium in one of them."""
+    (report/borderline.py); a stake `on_point` on its point, borderline when an end's differs. A stake its rule
+    gave no interval gets borderline.RUN_NOISE_MIN's, the least run-to-run spread of a time measured here, not
+    the run's own noise: the steps' spread is not a cProfile share's (a loaded run's steps spread 86%, which made
+    a python_overhead at 93% borderline), while contiguous_copies' page-fault stake came out 14-21% over five
+    quiet runs, medium in one of them."""
     if finding.stake is None:
         return finding
     factor, why = confidence(finding)
@@ -279,8 +280,8 @@ def settle(finding: Finding) -> Finding:
     # judged on the milder end, or on the point (Stake.on_point), the other end's severity shown
     judged = value if finding.stake.on_point else low
     severity, basis = _bounded(judged, rule, finding)
-    other = high if _bounded(high, rule, finding)[0] != severity else low
-    worse, _ = _bounded(other, rule, finding)
+    at_high, _ = _bounded(high, rule, finding)
+    other, worse = (high, at_high) if at_high != severity else (low, _bounded(low, rule, finding)[0])
     if finding.borderline is not None and _bounded(high, finding.borderline.would_be, finding)[0] == severity:
         finding.borderline = None  # the rule's other end would be bounded back to this severity
     if worse != severity and (finding.borderline is None or severity != rule):  # the rule's own number first

@@ -170,8 +170,9 @@ def the_same_work_slower(report: Report) -> str | None:
     if op.change_pct <= 0 or work.calls.change_pct < DRIFT_CORROBORATION * op.change_pct:
         return None  # the rise is outside the calls (Python between them): that can be more work each step
     return (f"the operator pass's steps did the same work each step (the same {work.calls_per_step} calls at "
-            f"{work.sites} call sites on the same input bytes), and those calls took longer ({work.calls.change_pct:+.0f}% "
-            f"over the window, the pass's step {op.change_pct:+.0f}%): the same work running slower is the machine's "
+            f"{work.sites} call sites on the same input bytes), and those calls took longer "
+            f"({work.calls.change_pct:+.0f}% over the window, the pass's step {op.change_pct:+.0f}%): the same work "
+            "running slower is the machine's "
             "load or clock, not the script doing more each step (or values that became slower to compute: "
             "subnormals, which --doctor looks for)")
 

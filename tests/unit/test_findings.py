@@ -456,6 +456,8 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
                      memory={"allocated_bytes": 10 * allocated_per_step, "allocations": 40})
         rep.run.wall_s = 0.6  # 10 steps of 60 ms: 48 MiB a step is 0.78 GiB/s, under the 1 GiB/s line by its noise
         rep.run.iterations = IterationStats(n=10, median_s=0.06, q1_s=0.06, q3_s=0.06, min_s=0.06, max_s=0.06)
+        rep.run.instrumented_iterations = IterationStats(n=10, median_s=0.15, q1_s=0.15, q3_s=0.15, min_s=0.15,
+                                                         max_s=0.15)  # the operator pass's steps: its bytes' span
         rep.steps = Steps(detector="loop", window_first=6, window_last=15)
         rep.run.minor_faults = 60_000  # 6000 a step: 23 MiB of fresh pages, 10% of the step at 1 µs a fault
         rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=10.0)], trials=[
