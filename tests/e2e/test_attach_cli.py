@@ -17,7 +17,7 @@ import pytest
 
 from diagnose.findings.verdict import MACHINE_KINDS  # about the shared machine, not the workload
 from diagnose.tools import pyspy
-from tests.conftest import DIAGNOSE, EXAMPLES, REPO, CliRun, assert_one_line_error
+from tests.conftest import DIAGNOSE, EXAMPLES, REPO, CliRun, assert_one_line_error, line_of
 
 READY_TIMEOUT_S = 90.0
 
@@ -116,7 +116,9 @@ def test_attach_sees_numpy_outside_torch_at_its_line(tmp_path):
     found = [f for f in report["findings"] if f["kind"] == "outside_torch"]
     assert found and found[0]["evidence"]["library"] == "numpy", report["findings"]
     line = int(found[0]["location"].rsplit(":", 1)[1])
-    assert found[0]["location"].startswith("examples/numpy_augment.py:") and 20 <= line <= 31  # augment()/batch()
+    # a numpy line of augment() (its FFTs) or batch() (np.stack of the images, which led in one CI run)
+    first, last = (line_of(EXAMPLES / "numpy_augment.py", needle) for needle in ("def augment(", "np.stack(images)"))
+    assert found[0]["location"].startswith("examples/numpy_augment.py:") and first <= line <= last, found[0]
 
 
 def test_attach_to_a_healthy_mlp_finds_nothing_above_low(tmp_path):
