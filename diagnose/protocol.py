@@ -22,7 +22,8 @@ from typing import Any
 
 from diagnose.config import DEFAULT_SKIP_STEPS, DEFAULT_STEPS, CallgraphOptions, OperatorsOptions
 from diagnose.report import io as report_io
-from diagnose.report.model import Compile, GraphBreakAt, IterationStats, ProcessFacts, StartedProcess, ThreadCall
+from diagnose.report.model import (Compile, GraphBreakAt, IterationStats, ProcessFacts, PythonThread,
+                                   StartedProcess, ThreadCall)
 
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
@@ -278,6 +279,7 @@ class PassResult:
     raw_error: str | None = None  # the layer's recorder failed: why
     applied: Applied = field(default_factory=Applied)
     thread_calls: list[ThreadCall] = field(default_factory=list)  # the uninstrumented pass's set_num_threads calls
+    python_threads: list[PythonThread] = field(default_factory=list)  # the threads it started (threading)
     process: ProcessFacts | None = None  # the uninstrumented pass's readings at the window's end (doctor)
     process_error: str | None = None  # why those readings failed
     rank: RankIdentity | None = None  # a torchrun rank's identity

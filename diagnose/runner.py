@@ -34,6 +34,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -45,7 +46,8 @@ from diagnose.doctor.environment import CpuStat, read_own_cpu_stat
 from diagnose.layers import get as get_layer
 from diagnose.protocol import PassResult, PassSpec, PinnedThreads, PinnedWorkers, TorchInfo, WindowSpec
 from diagnose.report import io as report_io
-from diagnose.report.model import Compile, GraphBreak, ProcessFacts, Recompile, SubnormalScan, ThreadCall
+from diagnose.report.model import (Compile, GraphBreak, ProcessFacts, PythonThread, Recompile, SubnormalScan,
+                                   ThreadCall)
 from diagnose.stall import STACKS_FILE
 from diagnose.steps import StepClock, WindowComplete
 from diagnose.usercode import UserCode
@@ -137,6 +139,38 @@ def _record_thread_calls(torch, usercode: UserCode, calls: list[ThreadCall]) -> 
         real_init(self, *args, **kwargs)
 
     DataLoader.__init__ = init
+
+
+MAX_PYTHON_THREADS = 256  # a script that starts a thread per batch is cut here; the rest count as unnamed threads
+OWN_THREAD_PREFIX = "diagnose-"  # diagnose's own threads in the target (loops.py, children.py) are not the target's
+
+
+def _record_python_threads(usercode: UserCode, started: list[PythonThread]) -> None:
+    """Uninstrumented pass: note in `started` each thread the target starts with Python's threading (a producer
+    thread, a ThreadPoolExecutor's workers): its kernel tid, name, the function it runs and the user's line that
+    started it. /proc names such a thread like its process, as it does OpenMP's workers, so without this the thread
+    sampler counts a busy Python thread in torch's intra-op pool (layers/threads/analysis.pool_of).
+
+    One wrapper around Thread.start, after which the thread's native_id is set (start waits until the thread
+    runs); forked children (DataLoader workers) are not recorded.
+    """
+    owner, real_start = os.getpid(), threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        func = getattr(thread, "_target", None)  # before the start: run() deletes it when the thread ends
+        if func is None and type(thread).run is not threading.Thread.run:  # a subclass's own run()
+            func = type(thread).run
+        real_start(thread)
+        if os.getpid() != owner or len(started) >= MAX_PYTHON_THREADS or thread.name.startswith(OWN_THREAD_PREFIX):
+            return
+        code = getattr(func, "__code__", None)
+        defined_at = (f"{usercode.display(code.co_filename)}:{code.co_firstlineno}"
+                      if code is not None and usercode.is_user(code.co_filename) else None)
+        started.append(PythonThread(pid=owner, tid=thread.native_id or 0, name=thread.name,
+                                    target=getattr(func, "__qualname__", None), defined_at=defined_at,
+                                    started_at=usercode.location(sys._getframe(1))))
+
+    threading.Thread.start = start
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sizes its intra-op pool from these at import
@@ -321,6 +355,7 @@ class Run:
             _follow_thread_variables(torch, usercode, calls)  # first: it applies a count with torch's own call
             if calls is not None:
                 _record_thread_calls(torch, usercode, calls)
+                _record_python_threads(usercode, self.result.python_threads)
         if overrides.flush_denormal:  # a doctor trial (diagnose/doctor/trials.py)
             applied.flush_denormal = bool(torch.set_flush_denormal(True))
         if overrides.what_if is not None:  # a what-if pass (diagnose/whatif/): seeded, the variant applied

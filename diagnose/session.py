@@ -332,7 +332,7 @@ def apply_outcome(report: Report, outcome: PassOutcome) -> None:
 
 
 def apply_baseline(report: Report, outcome: PassOutcome) -> None:
-    """The uninstrumented pass's timings, page faults, process readings and thread calls."""
+    """The uninstrumented pass's timings, page faults, process readings, thread calls and Python threads."""
     report.run.pass_s = round(outcome.elapsed_s, 3)
     res = outcome.result
     if res is None:
@@ -342,9 +342,10 @@ def apply_baseline(report: Report, outcome: PassOutcome) -> None:
     report.run.minor_faults = res.minor_faults
     if res.process is not None:
         report.doctor = Doctor(process=res.process)
-    if res.thread_calls:
+    if res.thread_calls or res.python_threads:
         report.threads = report.threads or Threads()
         report.threads.thread_calls = list(res.thread_calls)
+        report.threads.python_threads = list(res.python_threads)
     memory.from_baseline(report, res)  # the RSS at every step boundary, and the memory there is
 
 

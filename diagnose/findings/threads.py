@@ -75,8 +75,10 @@ from diagnose.doctor.trials import THREAD_TRIAL, could_win, ruled_out
 from diagnose.findings.stake import UPPER_BOUND, measured, unsure_stake
 from diagnose.report import borderline
 from diagnose.report.model import (
+    BusyThread,
     DoctorCheck,
     Finding,
+    PythonThread,
     Report,
     Stake,
     ThreadCall,
@@ -124,6 +126,16 @@ def _process_evidence(procs: list[ThreadProcess]) -> list[dict[str, Any]]:
             for p in procs[:PROCESSES_IN_EVIDENCE]]
 
 
+def _thread_names(pairs: list[tuple[PythonThread, BusyThread]], most: int = 2) -> str:
+    """'producer(), started at train.py:27, 0.93 CPUs; ...' for the busiest `most` of the target's Python threads."""
+    names = []
+    for p, b in pairs[:most]:
+        what = f"{p.target}()" if p.target else p.name
+        names.append(what + (f", started at {p.started_at}" if p.started_at else "")
+                     + (f", {b.cpu_used:.2f} CPUs" if b.cpu_used is not None else ""))
+    return "; ".join(names) + (f"; {len(pairs) - most} more" if len(pairs) > most else "")
+
+
 def _sweep_note(t: Threads) -> str:
     rec = t.sweep.recommendation if t.sweep else None
     if not rec or not rec.code:
@@ -142,10 +154,22 @@ def cause_call(t: Threads, kinds: tuple[str, ...], wrong) -> ThreadCall | None:
     return (direct or calls)[-1] if calls else None
 
 
+def _python_cpus(t: Threads, pid: int | None = None) -> float:
+    """CPUs the target's own busy Python threads used on average (Threads.busy_python)."""
+    return sum(b.cpu_used or 0.0 for _, b in t.busy_python(pid))
+
+
+def threads_left(report: Report, t: Threads, pid: int | None = None) -> int:
+    """Intra-op threads that fit beside the target's own busy Python threads: the usable CPUs less the CPUs those
+    threads used, rounded (a producer thread busy 0.9 of a CPU takes one; a logger at 0.02 none), at least 1."""
+    return max(1, _usable(report, t) - int(_python_cpus(t, pid) + 0.5))
+
+
 def configured_threads_fix(report: Report) -> tuple[str, int] | None:
     """(finding kind, intra-op threads to try) when undersubscription or oversubscription is raised and its
-    cause is the intra-op count the target configured: below the usable CPUs while they sit idle, or above them
-    in one process. The doctor's one-point trial measures that setting; None: no such finding or cause."""
+    cause is the intra-op count the target configured: below the usable CPUs while they sit idle, or above what
+    fits in one process (the usable CPUs less those its own busy Python threads use, threads_left). The doctor's
+    one-point trial measures that setting; None: no such finding or cause."""
     t = report.threads
     intra = report.machine.intra_op_threads
     if t is None or intra is None:
@@ -153,8 +177,10 @@ def configured_threads_fix(report: Report) -> tuple[str, int] | None:
     usable = _usable(report, t)
     if undersubscribed(report) and intra < usable:
         return "undersubscription", usable
-    if oversubscribed(report) is not None and intra > usable and len(_compute_processes(t)) <= 1:
-        return "oversubscription", usable
+    if oversubscribed(report) is not None and len(_compute_processes(t)) <= 1:
+        left = threads_left(report, t)
+        if intra > left:
+            return "oversubscription", left
     return None
 
 
@@ -331,9 +357,18 @@ def oversubscription(report: Report) -> list[Finding]:
         intra = sum(pools[k].active_threads for k in ("main", "intra_op") if k in pools)
         inter = pools["inter_op"].active_threads if "inter_op" in pools else 0
         env_omp = report.machine.threading_env.get("OMP_NUM_THREADS")
-        evidence.update(cause="one_process", pid=proc.pid if proc else None, intra_op_active_threads=intra,
-                        inter_op_active_threads=inter, recommended_threads=usable)
+        # the target's own Python threads (a producer thread): /proc alone would have put them in torch's pool
+        pid = proc.pid if proc else None
+        own, left = t.busy_python(pid), threads_left(report, t, pid)
+        evidence.update(cause="one_process", pid=pid, intra_op_active_threads=intra,
+                        inter_op_active_threads=inter, recommended_threads=left)
         pool = f"{intra} busy intra-op threads" + (f" and {inter} inter-op threads" if inter else "")
+        if own:
+            evidence.update(python_threads=[{"name": p.name, "target": p.target, "started_at": p.started_at,
+                                             "cpu_used": b.cpu_used} for p, b in own],
+                            python_cpus=round(_python_cpus(t, pid), 2))
+            pool += (f" beside {len(own)} busy Python thread{'s' if len(own) > 1 else ''} of its own "
+                     f"({_thread_names(own)})")
         title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: one process runs {pool}; threads "
                  f"waited {100 * share:.0f}% of their runnable time" if runnable > usable else
                  f"one process runs {pool} on {usable} usable CPUs; they waited {100 * share:.0f}% of their "
@@ -342,19 +377,29 @@ def oversubscription(report: Report) -> list[Finding]:
                  if env_omp and env_omp.isdigit() and int(env_omp) > usable else "")
         suggestion = (f"Use at most one thread per usable CPU: torch.set_num_threads({usable}) (or remove a "
                       f"hard-coded larger value; torch's default counts CPUs the affinity/cgroup may not give)."
-                      + where
-                      + (" Inter-op work runs beside it: torch.set_num_interop_threads(1) before any parallel work."
-                         if inter else "")
-                      + _sweep_note(t))
+                      if not own else
+                      f"The target's own Python thread{'s' if len(own) > 1 else ''} used "
+                      f"{_python_cpus(t, pid):.1f} of the {usable} CPUs beside torch's {intra} intra-op threads: "
+                      + (f"give torch the rest, torch.set_num_threads({left}), so torch's threads and yours fit the "
+                         f"CPUs." if left < usable else
+                         "too little for a CPU of its own, enough to make one of torch's threads wait whenever it "
+                         "runs. Keep its work light, or measure whether fewer intra-op threads pay."))
+        suggestion += (where
+                       + (" Inter-op work runs beside it: torch.set_num_interop_threads(1) before any parallel work."
+                          if inter else "")
+                       + _sweep_note(t))
     location = None
     if evidence["cause"] == "one_process" or evidence.get("ranks"):
-        limit = usable if evidence["cause"] == "one_process" else evidence["fair_share_threads"]
+        one = evidence["cause"] == "one_process"
+        limit = evidence["recommended_threads"] if one else evidence["fair_share_threads"]
         # a rank's own variable is torchrun's to set: only its set_num_threads call is the rank's line
-        kinds = THREAD_COUNT_CALLS if evidence["cause"] == "one_process" else ("set_num_threads",)
+        kinds = THREAD_COUNT_CALLS if one else ("set_num_threads",)
         call = cause_call(t, kinds, lambda n: n > limit)
         if call is not None:  # the target's own line that asked for more threads than CPUs
             location = call.location
             evidence["thread_call"] = dataclasses.asdict(call)
+        elif one and evidence.get("python_threads"):  # else the line that started the busiest Python thread
+            location = evidence["python_threads"][0]["started_at"]
     elif evidence["cause"] == "dataloader_workers":
         call = cause_call(t, ("DataLoader",), lambda n: n > 0)
         if call is not None:  # the DataLoader whose workers compete with the main pool

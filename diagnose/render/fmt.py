@@ -244,6 +244,11 @@ def threads_lines(report: Report) -> list[str]:
         lines.append(f"{who} pid {p.pid}: {p.max_threads} threads ({pools}), "
                      f"{active} active; runnable {p.mean_runnable or 0:.2f}, CPUs {p.cpu_used or 0:.2f}, "
                      f"wait {100 * (p.wait_share or 0):.0f}%")
+    for p, b in t.busy_python()[:4]:  # /proc names them like their process: the target said which they are
+        lines.append(f"Python thread {p.name!r}" + (f" runs {p.target}()" if p.target else "")
+                     + (f" ({p.defined_at})" if p.defined_at else "")
+                     + (f", started at {p.started_at}" if p.started_at else "")
+                     + f": {b.cpu_used or 0:.2f} CPUs")
     health = t.health
     if health is not None and health.overhead_cpu_share is not None:
         lines.append(f"sampler cost {100 * health.overhead_cpu_share:.2f}% of one CPU; "

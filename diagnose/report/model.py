@@ -1620,8 +1620,8 @@ class Distributed:
 
 @dataclass
 class PoolStats:
-    """One thread pool of a process, or of the whole tree: main, intra_op, inter_op, dataloader_pin, other
-    (layers/threads/analysis.py says how a thread's name gives its pool)."""
+    """One thread pool of a process, or of the whole tree: main, intra_op, inter_op, dataloader_pin, python, other
+    (layers/threads/analysis.py says how a thread's name, or the target's own account, gives its pool)."""
 
     threads: int = 0  # threads of the pool seen over the run
     active_threads: int = 0  # threads that used >= 1% of a CPU over the run (analysis.ACTIVE_MIN_CPUS)
@@ -1672,7 +1672,7 @@ class BusyThread:
 
     pid: int  # its process's id
     tid: int  # its thread id
-    pool: str  # main, intra_op, inter_op, dataloader_pin or other (from its name)
+    pool: str  # main, intra_op, inter_op, dataloader_pin, python or other (analysis.pool_of)
     cpu_used: float | None = None  # CPUs it used on average (its CPU time / Threads.duration_s)
     cpus: list[int] = field(default_factory=list)  # CPUs it was seen running on
     cpu_samples: int = 0  # samples that read its CPU
@@ -1742,6 +1742,20 @@ class ThreadCall:
     call: str
     threads: int  # the count it passed: threads, or for a DataLoader its num_workers
     location: str | None = None  # file.py:LINE in the user's code
+
+
+@dataclass
+class PythonThread:
+    """A thread the target started with Python's threading (uninstrumented pass, runner._record_python_threads):
+    /proc names such a thread like its process, as it does OpenMP's workers, so only the target can say which
+    of its threads are its own."""
+
+    pid: int  # the process that started it (the target's)
+    tid: int  # its native (kernel) thread id: the sampler's tid
+    name: str  # threading's name: Thread-1 (producer), ThreadPoolExecutor-0_0
+    target: str | None = None  # the function it runs (qualified name), when it was given one
+    defined_at: str | None = None  # file.py:LINE of that function, when it is the user's
+    started_at: str | None = None  # file.py:LINE in the user's code that started it
 
 
 @dataclass
@@ -1855,8 +1869,16 @@ class Threads:
     # the threading settings, each with what it implies on this machine (environment.audit)
     environment: list[EnvSetting] = field(default_factory=list)
     thread_calls: list[ThreadCall] = field(default_factory=list)  # the target's own thread-count calls
+    python_threads: list[PythonThread] = field(default_factory=list)  # threads the target started (pool "python")
     sweep: Sweep | None = None  # --sweep
     node_rank: int | None = None  # a merged multi-node report: the node whose threads these are
+
+    def busy_python(self, pid: int | None = None) -> list[tuple[PythonThread, BusyThread]]:
+        """The Python threads the target started that did work (of process `pid`, else any), busiest first."""
+        started = {(p.pid, p.tid): p for p in self.python_threads}
+        pairs = [(started[(b.pid, b.tid)], b) for b in self.busy_threads
+                 if (b.pid, b.tid) in started and (pid is None or b.pid == pid)]
+        return sorted(pairs, key=lambda pair: -(pair[1].cpu_used or 0.0))
 
 
 @dataclass

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, line_of, run_cli
 
 sys.path.insert(0, str(REPO / "tests" / "data" / "processes"))
 from cases import CASES, judge  # noqa: E402
@@ -94,3 +94,27 @@ def test_a_model_called_from_worker_threads_has_its_operators_recorded_per_threa
     assert len({t for t in threads if t and t.startswith("ThreadPoolExecutor")}) >= 2, threads
     folded = (tmp_path / "r" / "stacks.folded").read_text().splitlines()
     assert all(line.startswith(("thread ", "main thread", "an unnamed thread")) for line in folded), folded[:5]
+
+
+@pytest.mark.parallel_safe  # structure only: which pool a thread is in, not how long it waited
+def test_a_python_thread_the_target_starts_is_its_own_pool_not_torchs(tmp_path):
+    """/proc names a thread started with Python's threading like its process, as it does OpenMP's workers: a busy
+    numpy producer thread was counted in torch's intra-op pool, and an oversubscription title blamed three busy
+    intra-op threads. The uninstrumented pass records the threads the target starts; the sampler's tids meet them."""
+    script = REPO / "tests" / "data" / "processes" / "producer_thread.py"
+    run = run_cli("--force", "--layers", "threads", str(script.relative_to(REPO)), outdir=tmp_path / "r")
+    assert run.code == 0 and run.stdout.startswith("done\n"), run.stderr[-2000:]
+    t = run.report["threads"]
+    (started,) = t["python_threads"]
+    assert started["name"].startswith("Thread-") and started["target"] == "produce"
+    assert started["defined_at"] == f"tests/data/processes/producer_thread.py:{line_of(script, 'def produce(')}"
+    assert started["started_at"] == f"tests/data/processes/producer_thread.py:{line_of(script, '.start()')}"
+    target = t["processes"][0]
+    assert target["role"] == "target" and target["pid"] == started["pid"] and target["threads"].get("python") == 1
+    # it ran numpy all along: a busy thread, in its own pool (the threshold is 1% of a CPU)
+    (busy,) = [b for b in t["busy_threads"] if b["tid"] == started["tid"]]
+    assert busy["pool"] == "python", t["busy_threads"]
+    assert f"Python thread {started['name']!r} runs produce()" in (tmp_path / "r" / "report.md").read_text()
+    for f in run.report["findings"]:  # whether the threads queued is the machine's: if they did, the thread is named
+        if f["kind"] == "oversubscription" and f["evidence"]["cause"] == "one_process":
+            assert f["evidence"]["python_threads"][0]["name"] == started["name"], f

@@ -187,6 +187,10 @@ def test_pools_and_roles_from_names_seen_in_real_runs():
     assert pool_of("PTThreadPool", 12, 10, "python") == "inter_op"
     assert pool_of("pt_data_pin", 13, 10, "python") == "dataloader_pin"
     assert pool_of("QueueFeeder", 14, 10, "python") == "other"
+    # a thread the target started with threading is named like its process: only the target's own account
+    # (runner._record_python_threads) tells it from an OpenMP worker
+    assert pool_of("python", 15, 10, "python", frozenset({(10, 15)})) == "python"
+    assert pool_of("python", 15, 11, "python", frozenset({(10, 15)})) == "intra_op"
     spawn = ["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
              "--multiprocessing-fork"]
     tracker = ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(4)"]
@@ -351,6 +355,38 @@ def test_a_pool_larger_than_the_cpus_that_queues_in_bursts_is_oversubscription()
     # waiting without more runnable threads or busy threads than CPUs is not oversubscription
     assert kinds(with_threads(threads_of(runqueue_wait_share=0.5, mean_runnable=2.0,
                                          processes=_two_busy_threads()))) == []
+
+
+def test_a_busy_python_thread_of_the_target_is_named_and_leaves_torch_the_other_cpus():
+    # a producer thread doing numpy work beside torch's 2 intra-op threads on 2 CPUs (a training loop fed through
+    # a queue): /proc alone counted it in torch's pool and the title blamed 3 busy intra-op threads
+    t = threads_of(runqueue_wait_share=0.3, mean_runnable=2.8, cpu_used=1.95,
+                   processes=[{"pid": 1, "role": "target", "name": "python", "compute": True, "cpu_used": 1.95,
+                               "mean_runnable": 2.8, "threads": {"main": 1, "intra_op": 1, "python": 1},
+                               "active_threads": {"main": 1, "intra_op": 1, "python": 1},
+                               "pools": {"main": {"active_threads": 1}, "intra_op": {"active_threads": 1},
+                                         "python": {"active_threads": 1}}}],
+                   busy_threads=[{"pid": 1, "tid": 1, "pool": "main", "cpu_used": 0.6},
+                                 {"pid": 1, "tid": 3, "pool": "python", "cpu_used": 0.88},
+                                 {"pid": 1, "tid": 2, "pool": "intra_op", "cpu_used": 0.47}],
+                   python_threads=[{"pid": 1, "tid": 3, "name": "Thread-1 (producer)", "target": "producer",
+                                    "defined_at": "train.py:14", "started_at": "train.py:27"},
+                                   {"pid": 1, "tid": 4, "name": "Thread-2 (log)", "target": "log"}])
+    rep = with_threads(t, intra=2)
+    (f,) = findings(rep)
+    assert (f.kind, f.evidence["cause"], f.evidence["intra_op_active_threads"]) == ("oversubscription", "one_process", 2)
+    assert "2 busy intra-op threads beside 1 busy Python thread of its own (producer(), started at train.py:27, " \
+           "0.88 CPUs)" in f.title
+    # it used 0.88 of a CPU: torch gets the other one; the line that started the thread is the finding's
+    assert f.evidence["recommended_threads"] == 1 and "torch.set_num_threads(1)" in f.suggestion
+    assert f.location == "train.py:27" and f.evidence["python_threads"][0]["name"] == "Thread-1 (producer)"
+    # the doctor measures that count, as it does a configured count above the CPUs
+    assert rules.configured_threads_fix(rep) == ("oversubscription", 1)
+    # a thread that barely ran takes no CPU from torch
+    idle = dataclasses.replace(t, busy_threads=[dataclasses.replace(b, cpu_used=0.02) if b.pool == "python" else b
+                                                for b in t.busy_threads])
+    (g,) = findings(with_threads(idle, intra=2))
+    assert g.evidence["recommended_threads"] == 2 and rules.configured_threads_fix(with_threads(idle, intra=2)) is None
 
 
 @pytest.mark.parametrize("share, severity, would_be", [(0.2, "low", "medium"), (0.32, "medium", "high"),

@@ -24,7 +24,7 @@ from diagnose import markers
 from diagnose.findings.threads import MIN_DURATION_S
 from diagnose.layers.base import Layer, last_line, stop_observer
 from diagnose.layers.threads import analysis, environment, recording
-from diagnose.report.model import LayerStatus, Report
+from diagnose.report.model import LayerStatus, Report, Threads
 
 RECORDING = "threads-recording.json"
 SAMPLER_LOG = "sampler.log"
@@ -81,10 +81,11 @@ class ThreadsLayer(Layer):
             log = last_line(os.path.join(workdir, SAMPLER_LOG), "")
             return LayerStatus("failed", "the thread sampler wrote no recording" + (f": {log}" if log else ""))
         usable = report.machine.usable_cpus or os.cpu_count() or 1
-        threads = analysis.analyse(recording.load(path), usable)
+        # the uninstrumented pass recorded the target's thread-count calls and the Python threads it started
+        own = report.threads or Threads()
+        threads = analysis.analyse(recording.load(path), usable, own.python_threads)
         threads.environment = environment.audit(report.machine, processes=threads.compute_processes or 1)
-        if report.threads is not None:  # the uninstrumented pass recorded the target's thread-count calls
-            threads.thread_calls = report.threads.thread_calls
+        threads.thread_calls, threads.python_threads = own.thread_calls, own.python_threads
         report.threads = threads
         seconds = threads.duration_s or 0
         short = (f"the run lasted {seconds} s, under the {MIN_DURATION_S} s the thread findings need: "

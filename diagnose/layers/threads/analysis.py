@@ -33,9 +33,12 @@ pt_data_worker), "mp_worker" (multiprocessing spawn/forkserver child),
 Threads get a pool from their name (`task/<tid>/comm`):
 - "main": the process's first thread (tid == pid);
 - "inter_op": PTThreadPool; "dataloader_pin": pt_data_pin;
+- "python": a thread the target started with Python's threading (a producer
+  thread, a ThreadPoolExecutor's workers), by its (pid, tid) as the target
+  recorded it (runner._record_python_threads): /proc names it like its
+  process, as it does OpenMP's workers;
 - "intra_op": named like their process: OpenMP, MKL and OpenBLAS workers
-  inherit the process name (as do unnamed Python threads, which /proc
-  cannot tell apart);
+  inherit the process name;
 - "other": any other name.
 A thread is "active" when it used at least ACTIVE_MIN_CPUS of a CPU on
 average over the run: pools often hold idle threads (a second OpenMP team
@@ -73,15 +76,16 @@ cpu_used are None, processes is empty, and `reason` says why.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from diagnose import procfs
 from diagnose.layers.threads.recording import Health, Process, Recording, Snapshot, Thread, ThreadRow
-from diagnose.report.model import (BusyThread, OtherProcess, PoolStats, ProcessTimeline, SamplerHealth,
-                                   ThreadProcess, Threads, ThreadTimeline)
+from diagnose.report.model import (BusyThread, OtherProcess, PoolStats, ProcessTimeline, PythonThread,
+                                   SamplerHealth, ThreadProcess, Threads, ThreadTimeline)
 
 ROLES = ("target", "dataloader_worker", "mp_worker", "helper", "child")
-POOLS = ("main", "intra_op", "inter_op", "dataloader_pin", "other")
+POOLS = ("main", "intra_op", "inter_op", "dataloader_pin", "python", "other")
 ACTIVE_MIN_CPUS = 0.01  # a thread that used >= 1% of a CPU over the run is active
 COMPUTE_MIN_CPUS = 0.1  # a process using >= 0.1 CPU on average (or wanting >= 0.2) does compute
 COMPUTE_MIN_RUNNABLE = 0.2
@@ -107,9 +111,14 @@ def role_of(process: Process, root_pid: int) -> str:
     return "child"
 
 
-def pool_of(thread_comm: str, tid: int, pid: int, process_comm: str) -> str:
+def pool_of(thread_comm: str, tid: int, pid: int, process_comm: str, python: frozenset[tuple[int, int]] = frozenset()
+            ) -> str:
+    """A thread's pool (the module docstring); `python`: the (pid, tid) of the threads the target started with
+    Python's threading, which /proc alone would put in the intra-op pool."""
     if tid == pid:
         return "main"
+    if (pid, tid) in python:
+        return "python"
     if thread_comm == "PTThreadPool":
         return "inter_op"
     if thread_comm == "pt_data_pin":
@@ -180,8 +189,9 @@ class _ProcessSums:
     cpus_allowed: set[str] = field(default_factory=set)
 
 
-def analyse(recording: Recording, usable_cpus: int) -> Threads:
-    """The report's `threads` section (module docstring); units in the field names, CPUs as counts."""
+def analyse(recording: Recording, usable_cpus: int, python_threads: Sequence[PythonThread] = ()) -> Threads:
+    """The report's `threads` section (module docstring); units in the field names, CPUs as counts.
+    `python_threads`: the threads the target said it started (runner._record_python_threads), pool "python"."""
     snapshots = recording.snapshots
     health_in = recording.health
     if len(snapshots) < 2 or snapshots[-1].t_s <= snapshots[0].t_s:
@@ -198,6 +208,7 @@ def analyse(recording: Recording, usable_cpus: int) -> Threads:
     schedstat = _schedstat_available(threads)
     values = _Values(schedstat, ticks_per_s)
     root_pid = recording.root_pid
+    python = frozenset((p.pid, p.tid) for p in python_threads)
 
     # ---- per thread totals, pools, per process sums
     base = [values.of(th.first) if th.in_first_snapshot else _ZERO for th in threads]
@@ -207,7 +218,7 @@ def analyse(recording: Recording, usable_cpus: int) -> Threads:
         cpu, runnable, wait, nvcsw = _sub(values.of(th.last), b)
         runnable, wait = _wait_from(cpu, runnable, wait, schedstat)
         p = per_proc[th.process]
-        pool = pool_of(th.comm, th.tid, th.pid, processes[th.process].comm)
+        pool = pool_of(th.comm, th.tid, th.pid, processes[th.process].comm, python)
         p.cpu += cpu
         p.runnable += runnable
         p.wait += wait
