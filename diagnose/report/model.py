@@ -1874,10 +1874,11 @@ class Threads:
     node_rank: int | None = None  # a merged multi-node report: the node whose threads these are
 
     def busy_python(self, pid: int | None = None) -> list[tuple[PythonThread, BusyThread]]:
-        """The Python threads the target started that did work (of process `pid`, else any), busiest first."""
+        """The Python threads the target started that did work, in the "python" pool (not torch's own, such as
+        DataLoader's pin-memory thread), of process `pid` or any, busiest first."""
         started = {(p.pid, p.tid): p for p in self.python_threads}
         pairs = [(started[(b.pid, b.tid)], b) for b in self.busy_threads
-                 if (b.pid, b.tid) in started and (pid is None or b.pid == pid)]
+                 if b.pool == "python" and (b.pid, b.tid) in started and (pid is None or b.pid == pid)]
         return sorted(pairs, key=lambda pair: -(pair[1].cpu_used or 0.0))
 
 

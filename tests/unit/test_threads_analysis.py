@@ -191,6 +191,7 @@ def test_pools_and_roles_from_names_seen_in_real_runs():
     # (runner._record_python_threads) tells it from an OpenMP worker
     assert pool_of("python", 15, 10, "python", frozenset({(10, 15)})) == "python"
     assert pool_of("python", 15, 11, "python", frozenset({(10, 15)})) == "intra_op"
+    assert pool_of("pt_data_pin", 15, 10, "python", frozenset({(10, 15)})) == "dataloader_pin"  # torch names it
     spawn = ["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
              "--multiprocessing-fork"]
     tracker = ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(4)"]

@@ -117,12 +117,12 @@ def pool_of(thread_comm: str, tid: int, pid: int, process_comm: str, python: fro
     Python's threading, which /proc alone would put in the intra-op pool."""
     if tid == pid:
         return "main"
-    if (pid, tid) in python:
-        return "python"
     if thread_comm == "PTThreadPool":
         return "inter_op"
-    if thread_comm == "pt_data_pin":
+    if thread_comm == "pt_data_pin":  # a Python thread too (DataLoader's pin-memory thread), named by torch
         return "dataloader_pin"
+    if (pid, tid) in python:
+        return "python"
     if thread_comm == process_comm:
         return "intra_op"
     return "other"
