@@ -103,7 +103,7 @@ def test_a_python_thread_the_target_starts_is_its_own_pool_not_torchs(tmp_path):
     intra-op threads. The uninstrumented pass records the threads the target starts; the sampler's tids meet them."""
     script = REPO / "tests" / "data" / "processes" / "producer_thread.py"
     run = run_cli("--force", "--layers", "threads", str(script.relative_to(REPO)), outdir=tmp_path / "r")
-    assert run.code == 0 and run.stdout.startswith("done\n"), run.stderr[-2000:]
+    assert run.code == 0, run.stderr[-2000:]  # (the pass may end the script once its window of steps is measured)
     t = run.report["threads"]
     (started,) = t["python_threads"]
     assert started["name"].startswith("Thread-") and started["target"] == "produce"
