@@ -359,14 +359,14 @@ def oversubscription(report: Report) -> list[Finding]:
         env_omp = report.machine.threading_env.get("OMP_NUM_THREADS")
         # the target's own Python threads (a producer thread): /proc alone would have put them in torch's pool
         pid = proc.pid if proc else None
-        own, left = t.busy_python(pid), threads_left(report, t, pid)
+        own, left, python_cpus = t.busy_python(pid), threads_left(report, t, pid), _python_cpus(t, pid)
         evidence.update(cause="one_process", pid=pid, intra_op_active_threads=intra,
                         inter_op_active_threads=inter, recommended_threads=left)
         pool = f"{intra} busy intra-op threads" + (f" and {inter} inter-op threads" if inter else "")
         if own:
             evidence.update(python_threads=[{"name": p.name, "target": p.target, "started_at": p.started_at,
                                              "cpu_used": b.cpu_used} for p, b in own],
-                            python_cpus=round(_python_cpus(t, pid), 2))
+                            python_cpus=round(python_cpus, 2))
             pool += (f" beside {len(own)} busy Python thread{'s' if len(own) > 1 else ''} of its own "
                      f"({_thread_names(own)})")
         title = (f"{runnable:.1f} threads wanted the {usable} usable CPUs: one process runs {pool}; threads "
@@ -379,7 +379,7 @@ def oversubscription(report: Report) -> list[Finding]:
                       f"hard-coded larger value; torch's default counts CPUs the affinity/cgroup may not give)."
                       if not own else
                       f"The target's own Python thread{'s' if len(own) > 1 else ''} used "
-                      f"{_python_cpus(t, pid):.1f} of the {usable} CPUs beside torch's {intra} intra-op threads: "
+                      f"{python_cpus:.1f} of the {usable} CPUs beside torch's {intra} intra-op threads: "
                       + (f"give torch the rest, torch.set_num_threads({left}), so torch's threads and yours fit the "
                          f"CPUs." if left < usable else
                          "too little for a CPU of its own, enough to make one of torch's threads wait whenever it "

@@ -375,7 +375,8 @@ def test_a_busy_python_thread_of_the_target_is_named_and_leaves_torch_the_other_
                                    {"pid": 1, "tid": 4, "name": "Thread-2 (log)", "target": "log"}])
     rep = with_threads(t, intra=2)
     (f,) = findings(rep)
-    assert (f.kind, f.evidence["cause"], f.evidence["intra_op_active_threads"]) == ("oversubscription", "one_process", 2)
+    assert (f.kind, f.evidence["cause"], f.evidence["intra_op_active_threads"]) == (
+        "oversubscription", "one_process", 2)
     assert "2 busy intra-op threads beside 1 busy Python thread of its own (producer(), started at train.py:27, " \
            "0.88 CPUs)" in f.title
     # it used 0.88 of a CPU: torch gets the other one; the line that started the thread is the finding's
