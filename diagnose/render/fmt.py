@@ -478,7 +478,9 @@ def roofs_line(report: Report) -> str | None:
         return None
     roofs = e.roofs
     cached = " (cached probe; `diagnose probe --refresh` re-measures)" if e.peaks.cached else ""
-    return (f"roofs at {roofs.threads} threads: fp32 GEMM {roofs.gflops_per_s} GFLOP/s, memory "
+    raised = (f" (raised from the probe's {roofs.probed_gflops_per_s} to what {roofs.raised_by} reached)"
+              if roofs.raised_by else "")
+    return (f"roofs at {roofs.threads} threads: fp32 GEMM {roofs.gflops_per_s} GFLOP/s{raised}, memory "
             f"{roofs.gb_per_s} GB/s, ridge {roofs.ridge_flop_per_byte} FLOP/byte{cached}")
 
 

@@ -1290,6 +1290,10 @@ class Roofs:
     gb_per_s: float | None  # memory roof: copy/triad
     ridge_flop_per_byte: float | None  # their ratio: at or right of it an operator is compute-bound
     llc_bytes: int | None = None  # last-level cache: a memory-bound row whose bytes fit may beat the DRAM roof
+    # the probe's GEMM peak when a kernel of the run was measured faster (roofline.fastest_kernel); None: not raised
+    probed_gflops_per_s: float | None = None
+    # that kernel: "aten::mm [256, 1024]x[1024, 1024] micro-benchmarked alone at 2 threads"
+    raised_by: str | None = None
 
 
 @dataclass

@@ -48,6 +48,30 @@ def test_roofs_at_the_runs_threads():
     assert roofline.roofs(PEAKS, 8, 2).threads == 2  # oversubscribed: the usable CPUs are the roof
 
 
+def test_a_kernel_measured_faster_than_the_probe_raises_the_compute_roof_and_says_which():
+    # a probe caught in a slow stretch: 80 GFLOP/s at 1 thread, where an fp32 mm ran 96 alone at 1 thread (an EPYC:
+    # 68.6 probed, a [4096,2048]x[2048,512] mm 79 alone); its rate is what this machine does, so it is the roof
+    shapes = [[4096, 2048], [2048, 512]]
+    alone = [MicrobenchRow(op="aten::mm", input_shapes=shapes, dtypes=["float", "float"], threads=1,
+                           median_us=1.0, iqr_us=0.0, gflops_per_s=96.0),
+             MicrobenchRow(op="aten::mm", input_shapes=shapes, dtypes=["float", "float"], threads=2,
+                           median_us=1.0, iqr_us=0.0, gflops_per_s=150.0),  # under the 2-thread peak: no raise
+             MicrobenchRow(op="aten::mm", input_shapes=shapes, dtypes=["c10::BFloat16"] * 2, threads=1,
+                           median_us=1.0, iqr_us=0.0, gflops_per_s=900.0)]  # bf16 (AMX) outruns fp32 by design
+    r = row("aten::mm", shapes, 100_000, 40.0, calls=1)  # 8.6 GFLOP/s in the operator pass
+    roof, (placed,) = roofline.analyse([r], [Work(flops=2 * 4096 * 2048 * 512, bytes=10 ** 7)], PEAKS, 1, 2, alone)
+    assert (roof.gflops_per_s, roof.probed_gflops_per_s) == (96.0, 80.0)
+    assert roof.raised_by == "aten::mm [4096, 2048]x[2048, 512] micro-benchmarked alone at 1 thread"
+    assert placed.roof_gflops_per_s == 96.0 and roof.ridge_flop_per_byte == 6.0
+    # at 2 threads the best kernel (150) is under the probe's 160: the probe stands, and nothing is named
+    roof2, _ = roofline.analyse([r], [Work(flops=2 * 4096 * 2048 * 512, bytes=10 ** 7)], PEAKS, 2, 2, alone)
+    assert (roof2.gflops_per_s, roof2.probed_gflops_per_s, roof2.raised_by) == (160.0, None, None)
+    # the operator pass's own rate counts too: 0.1 GFLOP in 0.5 ms is 200 GFLOP/s
+    fast = row("aten::addmm", [[64], [64, 1024], [1024, 781]], 500.0, 40.0, calls=1)
+    roof3, _ = roofline.analyse([fast], [Work(flops=10 ** 8, bytes=10 ** 6)], PEAKS, 2, 2)
+    assert roof3.gflops_per_s == 200.0 and roof3.raised_by.endswith("in the operator pass")
+
+
 def test_compute_bound_placement():
     # 10 calls of a 1 GFLOP matmul in 0.1 s: 100 GFLOP/s against a 160 roof
     r = row("aten::mm", [[1024, 1024], [1024, 512]], 100_000, 40.0)

@@ -59,7 +59,8 @@ class EfficiencyLayer(Layer):
         works = _estimate_work(rows, workdir, tick, t0, server)
         peaks = _peaks(report, workdir, tick, t0, server)
         m = report.machine
-        roofs, placed = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus)
+        roofs, placed = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus,
+                                         report.microbenchmarks)
         overhead = report.run.overhead_ratio
         report.efficiency = Efficiency(
             peaks=peaks, roofs=roofs, operators=placed,
@@ -74,6 +75,11 @@ class EfficiencyLayer(Layer):
         for o in placed:
             if o.efficiency_pct is None:
                 status.notes.append(f"{o.name} {o.input_shapes}: no efficiency ({o.reason or 'no work estimate'})")
+        if roofs.raised_by:
+            status.notes.append(f"the compute roof is {roofs.gflops_per_s:.4g} GFLOP/s, what {roofs.raised_by} "
+                                f"reached: the probe's fp32 GEMM peak, {roofs.probed_gflops_per_s:.4g}, is lower than "
+                                "a kernel this machine ran, so it was measured low (a busy or slow stretch of the "
+                                "CPUs); `diagnose probe --refresh` on a quiet machine measures it again")
         if peaks.cached:
             status.notes.append(f"machine peaks from the cache ({peaks.cache_path}, measured "
                                 f"{peaks.measured_at}); `diagnose probe --refresh` measures again")

@@ -8,7 +8,14 @@ Contract
 - `roofs(peaks, threads, usable)` -> model.Roofs: the compute roof is the
   best fp32 GEMM GFLOP/s the probe measured at <= the run's intra-op threads
   (capped at the usable CPUs), the memory roof the best copy/triad GB/s
-  likewise; the ridge point is their ratio (FLOP/byte).
+  likewise; the ridge point is their ratio (FLOP/byte). A roof is what this
+  machine was measured to do, so an fp32 kernel of the run measured faster
+  (`fastest_kernel`: micro-benchmarked alone, or in the operator pass, at <=
+  those threads) raises the compute roof to its rate, and `Roofs.raised_by`
+  names it beside the probe's figure: a probe caught in a slow stretch of a
+  vCPU, or run at a square shape slower than the run's, is low (a cached
+  132.5 GFLOP/s on an EPYC beside a [256,1024]x[1024,1024] mm at 143-162 alone
+  read as "1.4x faster than this machine's roof").
 - `place(row, work, roofs)` -> model.RooflineRow: achieved GFLOP/s = FLOPs x
   calls / self time and GB/s = bytes x calls / self time (self CPU time of the instrumented
   operator pass, so the numbers carry that pass's overhead); intensity =
@@ -73,12 +80,40 @@ def select_rows(operators: list[Any]) -> list[Any]:
     return out
 
 
-def roofs(peaks: Peaks, threads: int | None, usable: int | None) -> Roofs:
+def roof_threads(peaks: Peaks, threads: int | None, usable: int | None) -> int:
+    """The run's intra-op threads (else the usable CPUs), capped at the usable CPUs, at least 1."""
     usable = usable or (peaks.key.usable_cpus if peaks.key else None) or 1
-    t = max(1, min(threads or usable, usable))
+    return max(1, min(threads or usable, usable))
+
+
+def fastest_kernel(rows: list[Any], works: list[Work], alone: list[Any], threads: int) -> tuple[float, str] | None:
+    """(GFLOP/s, what ran at it) of the fastest fp32 kernel this run measured at <= `threads`: the micro-benchmark's
+    rows (`alone`, report.microbenchmarks) and the operator pass's rows with a FLOP count. Only fp32: a bfloat16 GEMM
+    on AMX outruns the fp32 roof by design."""
+    best: tuple[float, str] | None = None
+    for r in alone:
+        if r.gflops_per_s and r.threads <= threads and set(r.dtypes) == {"float"}:
+            shapes = "x".join(str(s) for s in r.input_shapes)
+            cand = (float(r.gflops_per_s), f"{r.op} {shapes} micro-benchmarked alone at {r.threads} "
+                                           f"thread{'s' if r.threads != 1 else ''}")
+            best = max(best, cand) if best else cand
+    for r, w in zip(rows, works):
+        if w.flops and r.self_cpu_us > 0 and r.calls and tensor_dtypes(r.input_shapes, r.dtypes) == {"float"}:
+            shapes = "x".join(str(s) for s in r.input_shapes)
+            cand = (w.flops * r.calls / (r.self_cpu_us / 1e6) / 1e9, f"{r.name} {shapes} in the operator pass")
+            best = max(best, cand) if best else cand
+    return best
+
+
+def roofs(peaks: Peaks, threads: int | None, usable: int | None, fastest: tuple[float, str] | None = None) -> Roofs:
+    t = roof_threads(peaks, threads, usable)
     flops, bw = peaks.gemm_peak(t), peaks.bandwidth_peak(t)
+    probed, raised_by = None, None
+    if flops and fastest and fastest[0] > flops:
+        probed, raised_by, flops = flops, fastest[1], _sig(fastest[0])
     return Roofs(threads=t, gflops_per_s=flops, gb_per_s=bw,
-                 ridge_flop_per_byte=round(flops / bw, 3) if flops and bw else None, llc_bytes=peaks.llc_bytes)
+                 ridge_flop_per_byte=round(flops / bw, 3) if flops and bw else None, llc_bytes=peaks.llc_bytes,
+                 probed_gflops_per_s=probed, raised_by=raised_by)
 
 
 def _sig(x: float | None, digits: int = 4) -> float | None:
@@ -170,6 +205,8 @@ def _roof_note(kinds: set[str]) -> str | None:
 
 
 def analyse(rows: list[Any], works: list[Work], peaks: Peaks, threads: int | None,
-            usable: int | None) -> tuple[Roofs, list[RooflineRow]]:
-    roof = roofs(peaks, threads, usable)
+            usable: int | None, alone: list[Any] = ()) -> tuple[Roofs, list[RooflineRow]]:
+    """The roofs (raised by the fastest fp32 kernel measured, `fastest_kernel`) and every row placed under them."""
+    fastest = fastest_kernel(rows, works, list(alone), roof_threads(peaks, threads, usable))
+    roof = roofs(peaks, threads, usable, fastest)
     return roof, [place(r, w, roof) for r, w in zip(rows, works)]
