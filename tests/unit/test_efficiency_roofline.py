@@ -12,7 +12,7 @@ from diagnose.budget import DEFAULT_COSTS
 from diagnose.findings.efficiency import low_efficiency
 from diagnose.findings.suggestions import matmul_dims
 from diagnose.layers.efficiency import roofline
-from diagnose.render import plots
+from diagnose.render import fmt, plots
 from diagnose.report import io as report_io
 from diagnose.report.model import (
     Efficiency,
@@ -66,10 +66,13 @@ def test_a_kernel_measured_faster_than_the_probe_raises_the_compute_roof_and_say
     # at 2 threads the best kernel (150) is under the probe's 160: the probe stands, and nothing is named
     roof2, _ = roofline.analyse([r], [Work(flops=2 * 4096 * 2048 * 512, bytes=10 ** 7)], PEAKS, 2, 2, alone)
     assert (roof2.gflops_per_s, roof2.probed_gflops_per_s, roof2.raised_by) == (160.0, None, None)
-    # the operator pass's own rate counts too: 0.1 GFLOP in 0.5 ms is 200 GFLOP/s
+    # the operator pass's own rate counts too, when torch's FlopCounter counted its FLOPs: 0.1 GFLOP in 0.5 ms is
+    # 200 GFLOP/s; an estimate (a pointwise kernel's FLOPs per element) does not raise a GEMM's roof
     fast = row("aten::addmm", [[64], [64, 1024], [1024, 781]], 500.0, 40.0, calls=1)
-    roof3, _ = roofline.analyse([fast], [Work(flops=10 ** 8, bytes=10 ** 6)], PEAKS, 2, 2)
+    roof3, _ = roofline.analyse([fast], [Work(flops=10 ** 8, flops_source="flop_counter", bytes=10 ** 6)], PEAKS, 2, 2)
     assert roof3.gflops_per_s == 200.0 and roof3.raised_by.endswith("in the operator pass")
+    roof4, _ = roofline.analyse([fast], [Work(flops=10 ** 8, flops_source="estimate", bytes=10 ** 6)], PEAKS, 2, 2)
+    assert roof4.gflops_per_s == 160.0 and roof4.raised_by is None
 
 
 def test_compute_bound_placement():
@@ -395,3 +398,15 @@ def test_a_kernels_internal_copy_gets_no_low_efficiency_but_a_users_copy_does():
         if row.name == "aten::copy_" and row.input_shapes[0] == [1024, 1024]:
             row.called_by = {"": row.self_cpu_us}
     assert [f for f in low_efficiency(r) if f.op == "aten::copy_"]
+
+
+def test_a_raised_roof_is_printed_beside_the_probes_figure():
+    # every renderer prints fmt.roofs_line: the roof a kernel raised says from what, and by which kernel
+    rep = report_io.load(str(Path(__file__).parents[1] / "data" / "findings" / "resnet_train_window_report.json"))
+    roofs = rep.efficiency.roofs
+    assert "raised" not in fmt.roofs_line(rep)
+    roofs.probed_gflops_per_s, roofs.raised_by = roofs.gflops_per_s, "aten::mm [4, 8]x[8, 2] in the operator pass"
+    roofs.gflops_per_s = round(roofs.probed_gflops_per_s * 1.1, 1)
+    line = fmt.roofs_line(rep)
+    assert (f"fp32 GEMM {roofs.gflops_per_s} GFLOP/s (raised from the probe's {roofs.probed_gflops_per_s} to what "
+            "aten::mm [4, 8]x[8, 2] in the operator pass reached)") in line

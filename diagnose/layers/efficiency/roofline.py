@@ -88,8 +88,8 @@ def roof_threads(peaks: Peaks, threads: int | None, usable: int | None) -> int:
 
 def fastest_kernel(rows: list[Any], works: list[Work], alone: list[Any], threads: int) -> tuple[float, str] | None:
     """(GFLOP/s, what ran at it) of the fastest fp32 kernel this run measured at <= `threads`: the micro-benchmark's
-    rows (`alone`, report.microbenchmarks) and the operator pass's rows with a FLOP count. Only fp32: a bfloat16 GEMM
-    on AMX outruns the fp32 roof by design."""
+    rows (`alone`, report.microbenchmarks) and the operator pass's rows whose FLOPs torch's FlopCounter counted (not
+    a pointwise or softmax estimate). Only fp32: a bfloat16 GEMM on AMX outruns the fp32 roof by design."""
     best: tuple[float, str] | None = None
     for r in alone:
         if r.gflops_per_s and r.threads <= threads and set(r.dtypes) == {"float"}:
@@ -98,7 +98,8 @@ def fastest_kernel(rows: list[Any], works: list[Work], alone: list[Any], threads
                                            f"thread{'s' if r.threads != 1 else ''}")
             best = max(best, cand) if best else cand
     for r, w in zip(rows, works):
-        if w.flops and r.self_cpu_us > 0 and r.calls and tensor_dtypes(r.input_shapes, r.dtypes) == {"float"}:
+        counted = w.flops and w.flops_source == "flop_counter"
+        if counted and r.self_cpu_us > 0 and r.calls and tensor_dtypes(r.input_shapes, r.dtypes) == {"float"}:
             shapes = "x".join(str(s) for s in r.input_shapes)
             cand = (w.flops * r.calls / (r.self_cpu_us / 1e6) / 1e9, f"{r.name} {shapes} in the operator pass")
             best = max(best, cand) if best else cand
