@@ -399,7 +399,7 @@ def memory_churn(report: Report) -> list[Finding]:
         kind="memory_churn",
         severity=severity,
         title=(f"{allocated / GIB:.1f} GiB allocated in {wall:.2f} s ({rate / GIB:.1f} GiB/s"
-               + (f", {turnover:.0f}x the {peak / MIB:.0f} MiB ever alive at once" if turnover else "")
+               + (f", {turnover:.0f}x the {peak / MIB:.0f} MiB of it alive at once" if turnover else "")
                + f"){where}{measured_fix}"),
         op=top_ops[0].name if top_ops else None,
         location=location,
