@@ -186,8 +186,9 @@ def roofline_png(report: Report, path: str) -> str | None:
                 alpha=0.6, label=f"{frac:.0%} of the roof (low_efficiency below)")
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
     to_px = ax.transData.transform
+    raised = f" (a kernel of the run; probed {roofs.probed_gflops_per_s:.3g})" if roofs.raised_by else ""
     ax.annotate(f"fp32 GEMM peak {peak:.3g} GFLOP/s at {roofs.threads} thread"
-                f"{'s' if roofs.threads != 1 else ''}", xy=(x_hi, peak), fontsize=9, ha="right",
+                f"{'s' if roofs.threads != 1 else ''}{raised}", xy=(x_hi, peak), fontsize=9, ha="right",
                 xytext=(-6, 5), textcoords="offset points")
     ax.annotate(f"ridge {ridge:.2g} FLOP/B", xy=(ridge, y_hi), fontsize=8, color="grey", ha="left", va="top",
                 xytext=(4, -6), textcoords="offset points")
