@@ -60,6 +60,7 @@ Contract
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from diagnose.opkinds import ATEN, NOT_KERNELS, WRAPPER_SELF_FRACTION, no_verdict, tensor_dtypes
@@ -86,24 +87,27 @@ def roof_threads(peaks: Peaks, threads: int | None, usable: int | None) -> int:
     return max(1, min(threads or usable, usable))
 
 
-def fastest_kernel(rows: list[Any], works: list[Work], alone: list[Any], threads: int) -> tuple[float, str] | None:
+def _gflops(flops: int, row: Any) -> float:
+    """A row's achieved GFLOP/s: `flops` a call x its calls / its self CPU time (> 0)."""
+    return flops * row.calls / (row.self_cpu_us / 1e6) / 1e9
+
+
+def fastest_kernel(rows: list[Any], works: list[Work], alone: Sequence[Any],
+                   threads: int) -> tuple[float, str] | None:
     """(GFLOP/s, what ran at it) of the fastest fp32 kernel this run measured at <= `threads`: the micro-benchmark's
     rows (`alone`, report.microbenchmarks) and the operator pass's rows whose FLOPs torch's FlopCounter counted (not
     a pointwise or softmax estimate). Only fp32: a bfloat16 GEMM on AMX outruns the fp32 roof by design."""
-    best: tuple[float, str] | None = None
-    for r in alone:
-        if r.gflops_per_s and r.threads <= threads and set(r.dtypes) == {"float"}:
-            shapes = "x".join(str(s) for s in r.input_shapes)
-            cand = (float(r.gflops_per_s), f"{r.op} {shapes} micro-benchmarked alone at {r.threads} "
-                                           f"thread{'s' if r.threads != 1 else ''}")
-            best = max(best, cand) if best else cand
-    for r, w in zip(rows, works):
-        counted = w.flops and w.flops_source == "flop_counter"
-        if counted and r.self_cpu_us > 0 and r.calls and tensor_dtypes(r.input_shapes, r.dtypes) == {"float"}:
-            shapes = "x".join(str(s) for s in r.input_shapes)
-            cand = (w.flops * r.calls / (r.self_cpu_us / 1e6) / 1e9, f"{r.name} {shapes} in the operator pass")
-            best = max(best, cand) if best else cand
-    return best
+    def kernel(op: str, shapes: list[Any], where: str) -> str:
+        return f"{op} {'x'.join(str(s) for s in shapes)} {where}"
+
+    ran = [(float(r.gflops_per_s), kernel(r.op, r.input_shapes, f"micro-benchmarked alone at {r.threads} "
+                                                                 f"thread{'s' if r.threads != 1 else ''}"))
+           for r in alone if r.gflops_per_s and r.threads <= threads and set(r.dtypes) == {"float"}]
+    ran += [(_gflops(w.flops, r), kernel(r.name, r.input_shapes, "in the operator pass"))
+            for r, w in zip(rows, works)
+            if w.flops and w.flops_source == "flop_counter" and r.self_cpu_us > 0 and r.calls
+            and tensor_dtypes(r.input_shapes, r.dtypes) == {"float"}]
+    return max(ran, default=None)
 
 
 def roofs(peaks: Peaks, threads: int | None, usable: int | None, fastest: tuple[float, str] | None = None) -> Roofs:
@@ -145,7 +149,7 @@ def place(row: Any, work: Work, roof: Roofs) -> RooflineRow:
         out.achieved_gb_per_s = _sig(nbytes * row.calls / seconds / 1e9)
     peak, bw, ridge = roof.gflops_per_s, roof.gb_per_s, roof.ridge_flop_per_byte
     if flops:
-        achieved = flops * row.calls / seconds / 1e9
+        achieved = _gflops(flops, row)
         out.achieved_gflops_per_s = _sig(achieved)
         if nbytes:
             intensity = flops / nbytes
@@ -206,8 +210,8 @@ def _roof_note(kinds: set[str]) -> str | None:
 
 
 def analyse(rows: list[Any], works: list[Work], peaks: Peaks, threads: int | None,
-            usable: int | None, alone: list[Any] = ()) -> tuple[Roofs, list[RooflineRow]]:
+            usable: int | None, alone: Sequence[Any] = ()) -> tuple[Roofs, list[RooflineRow]]:
     """The roofs (raised by the fastest fp32 kernel measured, `fastest_kernel`) and every row placed under them."""
-    fastest = fastest_kernel(rows, works, list(alone), roof_threads(peaks, threads, usable))
+    fastest = fastest_kernel(rows, works, alone, roof_threads(peaks, threads, usable))
     roof = roofs(peaks, threads, usable, fastest)
     return roof, [place(r, w, roof) for r, w in zip(rows, works)]
