@@ -78,8 +78,9 @@ class EfficiencyLayer(Layer):
         if roofs.raised_by:
             status.notes.append(f"the compute roof is {roofs.gflops_per_s:.4g} GFLOP/s, what {roofs.raised_by} "
                                 f"reached: the probe's fp32 GEMM peak, {roofs.probed_gflops_per_s:.4g}, is lower than "
-                                "a kernel this machine ran, so it was measured low (a busy or slow stretch of the "
-                                "CPUs); `diagnose probe --refresh` on a quiet machine measures it again")
+                                "a kernel this machine ran (its square GEMMs run slower than this shape here, or it "
+                                "was measured in a busy or slow stretch of the CPUs; `diagnose probe --refresh` on a "
+                                "quiet machine measures it again)")
         if peaks.cached:
             status.notes.append(f"machine peaks from the cache ({peaks.cache_path}, measured "
                                 f"{peaks.measured_at}); `diagnose probe --refresh` measures again")
