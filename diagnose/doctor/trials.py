@@ -74,6 +74,13 @@ step, the share from which a finding is high (a script without steps, whose pass
 slowest round). examples/allocation_churn.py's jemalloc and glibc thresholds each won 4.8-6.4x on nine rounds,
 and a diagnosis of that 0.35 s script took 112-143 s (50 s stopping at three); examples/attention.py's won
 2.2-2.6x, 96-105 s (38 s). Both on a 2-CPU AMD EPYC, 2026-12-02.
+Where a check's changes are alternatives, one of which is applied (the doctor's allocators: `one_per_check`),
+only the surest of its decided wins runs on (report/model.surest after the first rounds); the others keep their
+first rounds' verdict and size, marked `led_by` it, and the finding, the launch line and the step budget take
+the one that ran on. Their size would serve nothing: they are not recommended beside it. The what-if layer's
+changes combine, and each of its wins runs on. examples/conv_nchw.py, both allocators winning (2-CPU AMD
+EPYC, 2026-12-03): the doctor took 145 s with both running on, 114 s with the surest alone (171 s and 135 s
+the whole diagnosis); its finding stayed high.
 
 A paired round cancels the machine's slow drift that widens the pooled floor: on a VM whose idle CPU comes
 and goes, 20 ms steps had an 18% pass-to-pass floor, which hid a real 1.15x from the pooled rule in 28 of 40
@@ -451,7 +458,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                baseline: Overrides = Overrides(),
                unchanged: Callable[[Variant], NoEffect | None] | None = None,
                extended: int = EXTENDED_ROUNDS, more: Callable[[int], None] | None = None,
-               may_win: Callable[[Variant], bool] | None = None) -> list[Trial]:
+               may_win: Callable[[Variant], bool] | None = None, one_per_check: bool = False) -> list[Trial]:
     """Interleaved rounds of the baseline and every variant; `run(name, env, options)` gives a pass's step
     times, or a one-line reason when the pass failed (that variant is then `failed`, the others go on).
     `baseline`: the unchanged side's overrides (the what-if passes' seed and output capture). `unchanged`:
@@ -459,7 +466,9 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     A variant the first `rounds` cannot decide, or call a win, runs on to `extended` rounds with the baseline
     (module docstring); `more(n)` hears of those n extra passes before they run; `may_win(v)`, asked first,
     False: a win would change nothing done with it (the what-if layer: its outputs do not match), so it is not
-    run on."""
+    run on. `one_per_check`: the variants of one check are alternatives, one of which is applied (the doctor's
+    allocators exclude each other), so of the wins the first rounds decided only each check's surest runs on for
+    its size; the others keep their first rounds' verdict and size, `led_by` naming it (module docstring)."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: dict[int, list[float]] = {}  # round -> the baseline's pass
     passes: dict[str, dict[int, list[float]]] = {v.name: {} for v in variants}
@@ -516,9 +525,18 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
         for v in pending:
             trials[v.name].capped = True
     elif pending:
+        won = {v.name for v in pending if decided_win(trials[v.name])}  # they run on for their size
+        if one_per_check:
+            for check in {trials[n].check for n in won}:
+                rivals = [trials[n] for n in sorted(won) if trials[n].check == check]
+                lead = surest(rivals)
+                for t in rivals:
+                    if t is not lead and lead is not None:
+                        t.led_by = lead.name
+                        won.discard(t.name)
+            pending = [v for v in pending if trials[v.name].led_by is None]
         if more:
             more((extended - rounds) * (len(pending) + 1))
-        won = {v.name for v in pending if decided_win(trials[v.name])}  # they run on for their size
         for r in range(rounds, extended):
             play(r, pending)
         for v in pending:

@@ -65,7 +65,8 @@ class DoctorLayer(Layer):
         total = trials_mod.ROUNDS * (len(variants) + 1)
         run = trials_mod.Counted(context.rerun, total, context.on_trial)
         ran = trials_mod.run_trials(variants, run, more=run.more, extended=context.config.trials.rounds,
-                                    unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks))
+                                    unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks),
+                                    one_per_check=True)  # a check's changes are alternatives (allocators)
         doctor.trials = ran + deferred
         doctor.launch = trials_mod.launch_line(doctor.trials, command)
         return status

@@ -366,6 +366,10 @@ class Trial:
     # it would have run on (trials.runs_on: the first rounds could not decide it, or called a win) and --trial-rounds
     # kept it at its first rounds: its verdict and size are theirs, which a longer trial might have changed
     capped: bool = False
+    # a win of the first rounds that did not run on for its size because another change of its check, an
+    # alternative to it (the doctor's allocators exclude each other), was the surest after those rounds and ran on in
+    # its place (trials.run_trials `one_per_check`): that change's name. Its verdict and size are its first rounds'
+    led_by: str | None = None
     # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped", "deferred" (not run
     # while the threads were oversubscribed: trials.defer)
     verdict: str = "skipped"
@@ -394,8 +398,11 @@ def surest(trials: list[Trial]) -> Trial | None:
     another win that stays clear of it: examples/conv_nchw.py's glibc thresholds 1.47x (0.96-1.57x) beside
     jemalloc's 1.36x (1.10-1.60x). Chosen by speedup, the first made the finding it leads low, at the low end
     of its interval, where the second measured a saving of 9% or more (2026-11-28). A trial without an
-    interval (a script without steps: every round faster) counts its speedup."""
+    interval (a script without steps: every round faster) counts its speedup. A win that another change of its
+    check led (`led_by`: it did not run on) is taken only when no win that ran on is left: its interval is its
+    first rounds', which three agreeing rounds can overstate (doctor/trials.py FEW_ROUNDS_OVERSTATED)."""
     wins = [t for t in trials if t.verdict == "win" and t.speedup]
+    wins = [t for t in wins if t.led_by is None] or wins  # a win that ran on for its size before one that did not
     return max(wins, key=lambda t: (t.ci_low if t.ci_low is not None else t.speedup, t.speedup)) if wins else None
 
 

@@ -26,6 +26,7 @@ from diagnose.report.model import (
     SubnormalScan,
     TargetInfo,
     Trial,
+    surest,
 )
 
 
@@ -497,6 +498,39 @@ def test_every_win_runs_on_and_its_size_is_judged_on_its_rounds():
     (won,) = T.run_trials([T.Variant("agree", "c", "A")], _rounds_run(ratios, []), extended=T.ROUNDS)
     assert won.verdict == "win" and won.method == "pooled" and won.rounds == T.ROUNDS and won.capped, won
     assert fmt._trial_verdict(won) == "win: recommended (its size from 3 rounds: --trial-rounds stopped it)"
+
+
+def test_of_a_checks_alternatives_only_the_surest_win_runs_on_for_its_size():
+    # the doctor's allocators exclude each other: where two won on their first rounds, the surest (model.surest: the
+    # higher low end of its interval) runs on, and the other keeps its first rounds' verdict and size, marked led_by
+    # it; a change of another check, and a no gain of the same check its rounds cannot decide, run on as before.
+    # examples/conv_nchw.py: both allocators won 1.41-1.47x on nine rounds each
+    ratios = {"jemalloc": [1.50, 1.55, 1.60] + [1.4] * 6, "glibc": [1.30, 1.52, 1.45] + [1.45] * 6,
+              "open": [1.15, 0.97, 1.20] + [1.1] * 6, "other": [1.40, 1.45, 1.50] + [1.3] * 6}
+    checks = {"jemalloc": "page_faults", "glibc": "page_faults", "open": "page_faults", "other": "denormals"}
+    seen: list[str] = []
+    extra: list[int] = []
+    out = {t.name: t for t in T.run_trials([T.Variant(n, checks[n], n) for n in ratios], _rounds_run(ratios, seen),
+                                           more=extra.append, one_per_check=True)}
+    jemalloc, glibc, other, open_ = out["jemalloc"], out["glibc"], out["open"], out["other"]
+    assert jemalloc.rounds == T.EXTENDED_ROUNDS and jemalloc.method == "rounds" and jemalloc.led_by is None, jemalloc
+    assert glibc.verdict == "win" and glibc.rounds == T.ROUNDS and glibc.method == "pooled", glibc
+    # led: its first rounds' interval starts under jemalloc's slowest first round
+    assert glibc.led_by == "jemalloc" and glibc.ci_low < min(ratios["jemalloc"][:3]), (glibc, jemalloc)
+    assert other.rounds == T.EXTENDED_ROUNDS and other.led_by is None, other
+    assert open_.rounds == T.EXTENDED_ROUNDS and open_.led_by is None, open_
+    assert extra == [(T.EXTENDED_ROUNDS - T.ROUNDS) * 4] and "trial-3-glibc" not in seen, (extra, seen)
+    # the finding and the launch line take the one that ran on, even beside a first-rounds interval reaching higher
+    assert surest([glibc, jemalloc]) is jemalloc
+    glibc.ci_low = 9.0
+    assert surest([glibc, jemalloc]) is jemalloc
+    assert fmt._trial_verdict(glibc) == "win: recommended (its size from 3 rounds: jemalloc led its check and ran on)"
+    # a led win is taken when the one that ran on fell under the least effect there
+    jemalloc.verdict = "no gain"
+    assert surest([glibc, jemalloc]) is glibc
+    # without one_per_check (the what-if layer's changes combine), every decided win runs on
+    out = {t.name: t for t in T.run_trials([T.Variant(n, checks[n], n) for n in ratios], _rounds_run(ratios, []))}
+    assert out["glibc"].rounds == T.EXTENDED_ROUNDS and out["glibc"].led_by is None, out["glibc"]
 
 
 def test_a_win_its_first_rounds_put_far_above_the_high_line_stops_there():
