@@ -67,8 +67,12 @@ def loud(report: dict) -> list[tuple]:
 def no_memory_growth(report: dict) -> None:
     """Warm-up is not growth (issue 28): a real model's memory settles before or inside the window (optimizer
     state, caches, a generate loop's KV cache started over for each prompt), so torch's live bytes do not grow
-    through it and no memory_growth is raised."""
-    assert not [f for f in report["findings"] if f["kind"] == "memory_growth"], report["findings"]
+    through it and no memory_growth is raised on them. glibc's heap is another matter: its regimes differ from
+    process to process (doctor/workload.py), and examples/resnet_train.py's RSS grew 1.53 MiB a step through one
+    clean clone's window (cc193, 2026-12-03; flat in the four before) with torch's live bytes flat, a low finding
+    that says so (7.67 MiB more by its last step): a measurement, not warm-up taken for growth."""
+    grown = [f for f in report["findings"] if f["kind"] == "memory_growth"]
+    assert all(f["severity"] == "low" and f["evidence"]["torch_bytes_flat"] for f in grown), grown
     mem = report["memory"]
     assert mem is not None and mem["allocator"] is not None and not mem["allocator"]["continues"], mem["allocator"]
 
