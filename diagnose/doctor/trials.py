@@ -121,7 +121,7 @@ from diagnose.config import FIRST_TRIAL_ROUNDS, HIGH_MIN_PCT, TRIAL_ROUNDS
 from diagnose.doctor.environment import BLAS_CHECK, BLAS_VARIABLE_FACT
 from diagnose.doctor.workload import FAULTS_PER, SUBNORMALS_FACT
 from diagnose.protocol import Overrides, PassResult
-from diagnose.report.model import DoctorCheck, NoEffect, Trial, surest
+from diagnose.report.model import BaselinePass, DoctorCheck, NoEffect, Trial, surest
 from microbench.stats import sign_test_ci
 
 ROUNDS = FIRST_TRIAL_ROUNDS
@@ -435,6 +435,7 @@ class Counted:
     on_trial: Callable[..., None] | None
     kind: str = "doctor"
     done: int = 0
+    baselines: list[BaselinePass] = field(default_factory=list)  # what each baseline pass measured
 
     def __call__(self, name: str, env: dict[str, str], overrides: Overrides) -> list[float] | str:
         self.done += 1
@@ -443,10 +444,16 @@ class Counted:
         out = self.rerun(name, env, overrides)
         if isinstance(out, str):
             return out
+        if name.endswith(f"-{BASELINE}") and out.iteration_s:
+            steps = out.iteration_s
+            self.baselines.append(BaselinePass(name, len(steps), round(statistics.median(steps), 6), out.minor_faults))
         return out.measured_s or "the pass measured no step"
 
     def more(self, passes: int) -> None:
         self.total += passes
+
+
+BASELINE = "baseline"  # the unchanged side's name in its passes' names (`pass_name`)
 
 
 def pass_name(round_index: int, side: str) -> str:
@@ -483,7 +490,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
         for v in (sides if r % 2 == 0 else sides[::-1]):
             if v is not None and trials[v.name].verdict == "failed":
                 continue
-            name = "baseline" if v is None else v.name
+            name = BASELINE if v is None else v.name
             env = {"DIAGNOSE_TRIAL": name, **(v.env if v else {})} if fresh else {}
             out = run(pass_name(r, name), env, v.overrides if v else baseline)
             if isinstance(out, str) or not out:
@@ -492,8 +499,8 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                 trials[v.name].verdict, trials[v.name].reason = "failed", out or "the pass measured no step"
                 continue
             got[name] = out
-        if "baseline" in got:
-            base[r] = got["baseline"]
+        if BASELINE in got:
+            base[r] = got[BASELINE]
             for v in playing:
                 if v.name in got:
                     passes[v.name][r] = got[v.name]

@@ -68,5 +68,8 @@ class DoctorLayer(Layer):
                                     unchanged=lambda v: trials_mod.no_effect(v.check, doctor.checks),
                                     one_per_check=True)  # a check's changes are alternatives (allocators)
         doctor.trials = ran + deferred
+        doctor.baselines = run.baselines
+        if doctor.baselines:  # the page-fault check reads its share over them too (doctor/workload.py)
+            doctor.checks = run_checks(report)
         doctor.launch = trials_mod.launch_line(doctor.trials, command)
         return status

@@ -439,6 +439,18 @@ class ProcessFacts:
 
 
 @dataclass
+class BaselinePass:
+    """One baseline pass of the doctor's trials: the uninstrumented workload again in a process of its own, the
+    same window (diagnose/doctor/trials.py Counted). Beside the uninstrumented pass, what the checks read of
+    the workload's processes: glibc's heap and the CPU a process runs on differ from one process to the next."""
+
+    name: str  # the pass: "trial-4-baseline"
+    steps: int  # the window's steps (function mode: measured calls)
+    median_s: float  # their median time
+    minor_faults: int | None = None  # its minor page faults over the window (/proc/self/stat); None: not read
+
+
+@dataclass
 class Doctor:
     """The environment doctor: checks from /proc, sysfs and the profile, and the measured trials."""
 
@@ -448,6 +460,9 @@ class Doctor:
     # the trials run: for checks that warned, every one with --doctor; [] when none ran
     trials: list[Trial] = field(default_factory=list)
     launch: str | None = None  # the launch line with every winning change, None when none won
+    # the trials' baseline passes, in the order they ran ([] when no trial ran): the page-fault check's share is
+    # read over them and the uninstrumented pass (doctor/workload.py)
+    baselines: list[BaselinePass] = field(default_factory=list)
 
     def best_win(self, check: str) -> Trial | None:
         """The winning trial of `check`'s suggestion that `surest` picks, None when none won (the one choice the

@@ -4,17 +4,19 @@ built in code; tests/e2e/test_doctor.py runs them for real."""
 from __future__ import annotations
 
 import dataclasses
-
 import random
+import statistics
 
 import pytest
 
 from diagnose.doctor import trials as T
-from diagnose.doctor.workload import check_denormals, check_page_faults
+from diagnose.doctor.workload import BORDERLINE_FACT, check_denormals, check_page_faults
 from diagnose.findings import derive
 from diagnose.findings.doctor import environment
+from diagnose.protocol import Overrides, PassResult
 from diagnose.render import fmt
 from diagnose.report.model import (
+    BaselinePass,
     Doctor,
     DoctorCheck,
     IterationStats,
@@ -168,6 +170,43 @@ def test_page_faults_warn_from_their_estimated_share_and_name_the_big_outputs():
     assert "aten::mul outputs of 64 MiB at t.py:5" in c.summary
     assert check_page_faults(_report(faults=20 * 100)).status == "ok"
     assert check_page_faults(_report(faults=None)).status == "skipped"
+
+
+def test_the_page_fault_share_is_read_over_every_process_the_trials_ran():
+    # examples/transpose_copy.py on a 2-CPU AMD EPYC: about 6,600 faults a step, a step of 93 ms on a fast vCPU and
+    # 130 ms on a slow one, so one process's share fell either side of the 5% line (medium in three runs of five).
+    # Over the trials' baseline passes too, the share is their median with its 95% sign-test interval
+    r = _report(faults=20 * 6600, median_s=0.130)  # the uninstrumented pass on a slow vCPU: 5.1%
+    alone = check_page_faults(r)
+    assert alone.status == "warn" and alone.at_stake_pct == 5.1, alone
+    steps = [0.093, 0.130, 0.097, 0.099, 0.128, 0.095, 0.092, 0.131, 0.097]
+    r.doctor.baselines = [BaselinePass(f"trial-{i}-baseline", 20, s, 20 * 6600) for i, s in enumerate(steps)]
+    c = check_page_faults(r)
+    facts = {f.name: f.value for f in c.facts}
+    shares = sorted([5.077] + [100 * 6600e-6 / s for s in steps])
+    assert c.status == "warn" and c.at_stake_pct == round(statistics.median(shares), 1) == 6.7, c
+    assert "(median of 10 processes)" in c.summary and BORDERLINE_FACT not in facts, c
+    # ten processes: the 2nd and 9th shares bound the median at 95%; both clear the line here
+    assert facts["that share over the 10 processes"] == f"{shares[1]:.1f}-{shares[8]:.1f}" == "5.1-7.1", facts
+    assert facts["first process: faults per step"] == 6600 and facts["minor page faults per step"] == 6600
+    # fewer than six processes give no sign-test interval: the shares' range, which straddles the line: borderline
+    r.doctor.baselines = [BaselinePass(f"trial-{i}-baseline", 20, s, 20 * 6600) for i, s in enumerate([0.093, 0.135])]
+    facts = {f.name: f.value for f in check_page_faults(r).facts}
+    assert facts[BORDERLINE_FACT] == "4.9-7.1", facts
+    # processes that fault less put the share under the line: the check no longer warns
+    r.doctor.baselines = [BaselinePass(f"trial-{i}-baseline", 20, 0.1, 20 * 2000) for i in range(9)]
+    assert check_page_faults(r).status == "ok"
+    # a baseline pass that read no faults is left out
+    r.doctor.baselines = [BaselinePass("trial-0-baseline", 20, 0.1, None)]
+    assert check_page_faults(r).at_stake_pct == alone.at_stake_pct
+
+
+def test_the_doctor_keeps_each_baseline_pass_a_trial_ran():
+    passes = {"trial-0-baseline": PassResult(name="b", iteration_s=[0.1, 0.3, 0.2], minor_faults=60),
+              "trial-0-jemalloc": PassResult(name="j", iteration_s=[0.1, 0.1], minor_faults=5)}
+    run = T.Counted(lambda name, env, o: passes[name], total=2, on_trial=None)
+    assert run("trial-0-baseline", {}, Overrides()) == [0.1, 0.3, 0.2] and run("trial-0-jemalloc", {}, Overrides())
+    assert run.baselines == [BaselinePass("trial-0-baseline", 3, 0.2, 60)]
 
 
 def test_denormals_warn_on_a_subnormal_tensor_only():
@@ -363,7 +402,6 @@ def test_the_doctor_layer_asks_each_trial_whether_its_change_changes_nothing(tmp
     from diagnose.config import Config
     from diagnose.layers.base import DerivedContext
     from diagnose.layers.doctor import DoctorLayer
-    from diagnose.protocol import PassResult
 
     r = _report(faults=0)  # no fault in the steps: every allocator trial is structurally "no gain"
     r.doctor.process.subnormal_scope = "parameters and buffers of MLP"
