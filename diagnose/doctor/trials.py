@@ -540,7 +540,6 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
                 for t in rivals:
                     if t is not lead and lead is not None:
                         t.led_by = lead.name
-                        won.discard(t.name)
             pending = [v for v in pending if trials[v.name].led_by is None]
         if more:
             more((extended - rounds) * (len(pending) + 1))

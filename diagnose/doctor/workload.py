@@ -169,15 +169,7 @@ def check_page_faults(report: Report) -> DoctorCheck:
     plain, other = per, call_graph_faults(report)
     per, source = _larger(plain, other)
     share = 100.0 * per * FAULT_US * 1e-6 / median_s
-    facts = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", source),
-             Fact("minor page faults per second", round(per / median_s), "faults/s", source),
-             Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",
-                  f"{FAULT_US:g} µs per fault (diagnose/doctor/workload.py)"),
-             Fact("allocator", allocator, "", "/proc/self/maps" if allocator else "not read")]
-    if other is not None:
-        facts += [Fact(f"uninstrumented pass: faults per {unit}", round(plain), "faults", PAGE_FAULTS_SOURCE),
-                  Fact(f"call-graph pass: faults per {unit}", round(other), "faults",
-                       "/proc/self/stat minflt, call-graph pass")]
+    first, first_source = per, source
     # the line against the share's interval: over the processes that ran the steps uninstrumented where the trials
     # ran some (`across_processes`), else from this run's noise (report/borderline.py); a share whose interval
     # reaches the line warns, borderline when it straddles, and the trials measure it, in every run alike
@@ -186,17 +178,22 @@ def check_page_faults(report: Report) -> DoctorCheck:
         low, high = borderline.interval(share, borderline.noise(report))
         where_from = "this run's noise (report/borderline.py)"
     else:
-        first, (per, share, low, high, n) = per, spread
+        per, share, low, high, n = spread
         where_from = f"the median's 95% interval over {n} processes"
         source = f"median over {n} processes: the uninstrumented pass and the trials' baseline passes"
-        facts[0:3] = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", source),
-                      Fact("minor page faults per second", round(per / median_s), "faults/s",
-                           f"{source}, over the uninstrumented pass's median {unit}"),
-                      Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",
-                           f"{FAULT_US:g} µs per fault (diagnose/doctor/workload.py), {source}"),
-                      Fact(f"that share over the {n} processes", f"{low:.1f}-{high:.1f}", "%", where_from),
-                      Fact(f"first process: faults per {unit}", round(first), "faults", PAGE_FAULTS_SOURCE
-                           if first == plain else CALL_GRAPH_SOURCE)]
+    rate_of = f", over the uninstrumented pass's median {unit}" if spread else ""
+    facts = [Fact(f"{FAULTS_PER}{unit}", round(per), "faults", source),
+             Fact("minor page faults per second", round(per / median_s), "faults/s", source + rate_of),
+             Fact(f"estimated share of the {unit} spent faulting in fresh pages", round(share, 1), "%",
+                  f"{FAULT_US:g} µs per fault (diagnose/doctor/workload.py)" + (f", {source}" if spread else ""))]
+    if spread is not None:
+        facts += [Fact(f"that share over the {n} processes", f"{low:.1f}-{high:.1f}", "%", where_from),
+                  Fact(f"first process: faults per {unit}", round(first), "faults", first_source)]
+    facts.append(Fact("allocator", allocator, "", "/proc/self/maps" if allocator else "not read"))
+    if other is not None:
+        facts += [Fact(f"uninstrumented pass: faults per {unit}", round(plain), "faults", PAGE_FAULTS_SOURCE),
+                  Fact(f"call-graph pass: faults per {unit}", round(other), "faults",
+                       "/proc/self/stat minflt, call-graph pass")]
     big = sorted((r for r in report.operators if r.calls and r.cpu_memory_bytes / r.calls >= MMAP_THRESHOLD_BYTES),
                  key=lambda r: -r.cpu_memory_bytes)[:3]
     for r in big:
