@@ -451,7 +451,10 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
 
     mib = 1 << 20
 
-    def churn(allocated_per_step):
+    won = Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="win", speedup=1.11, ci_low=1.09, ci_high=1.12,
+                rounds=9, method="rounds")
+
+    def churn(allocated_per_step, trial=won):
         rep = report(row("aten::addmm", 90), row("aten::tanh", 10, source="m.py:46", mem=10 * allocated_per_step),
                      memory={"allocated_bytes": 10 * allocated_per_step, "allocations": 40})
         rep.run.wall_s = 0.6  # 10 steps of 60 ms: 48 MiB a step is 0.78 GiB/s, under the 1 GiB/s line by its noise
@@ -460,9 +463,7 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
                                                          max_s=0.15)  # the operator pass's steps: its bytes' span
         rep.steps = Steps(detector="loop", window_first=6, window_last=15)
         rep.run.minor_faults = 60_000  # 6000 a step: 23 MiB of fresh pages, 10% of the step at 1 µs a fault
-        rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=10.0)], trials=[
-            Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="win", speedup=1.11, ci_low=1.09, ci_high=1.12,
-                  rounds=9, method="rounds")])
+        rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=10.0)], trials=[trial])
         fs = findings.derive(rep)
         return [f for f in fs if f.kind == "memory_churn"], [f for f in fs if f.kind == "page_faults"]
 
@@ -473,3 +474,14 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
     # name, and the doctor's finding stands alone
     none, (alone,) = churn(16 * mib)
     assert none == [] and alone.severity == "medium" and alone.location is None
+    # trials that could not tell (examples/transpose_copy.py on an EPYC, one run of five: a 5-7% effect against a 14%
+    # floor): the doctor's finding stands on the check's estimate, and the same fresh pages are still the churn's at
+    # its line, not page_faults at none (one cause, one name whichever way the trials went)
+    unsure = Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="no gain", speedup=1.04, ci_low=0.97,
+                   ci_high=1.12, rounds=9, method="rounds")
+    (held,), alone = churn(48 * mib, unsure)
+    assert held.location == "m.py:46" and not alone and "page_faults" in [a.kind for a in held.also]
+    assert held.severity == next(a for a in held.also if a.kind == "page_faults").severity
+    assert "not measured" in held.stake.basis and "measured 1." not in held.title
+    none, (alone,) = churn(16 * mib, unsure)
+    assert none == [] and alone.location is None
