@@ -4,6 +4,12 @@
     .venv/bin/python benchmarks/gallery_flips.py [--runs 5] [--only mlp.py,...] [--write benchmarks/RESULTS.md]
         [--keep DIR]   keep each run's report (DIR/<example>-<run>/report.json)
         [--analyse DIR]   re-judge kept reports with the rules as they are now (no run): the same table
+        [--resume DIR]   go on with a --keep directory: the runs it holds are read, the others run
+
+The whole gallery (about 40 examples, ~5 h on 2 CPUs) does not fit in one sitting. To measure it at one commit
+over several, run it from a worktree of that commit (`git worktree add /tmp/g <commit>`, then
+`.venv/bin/python /tmp/g/benchmarks/gallery_flips.py --keep DIR` from /work/main's venv) and `--resume DIR`
+later: DIR records the commit it was kept at and refuses to mix in runs of another.
 
 Each run is a plain `diagnose examples/X.py` (default layers, HF_HUB_OFFLINE=1), as a user runs it, one after
 the other. A run's verdict is its set of findings at medium or high: (kind, severity, location), as the report
@@ -40,6 +46,16 @@ from diagnose.machine import cpu_model, usable_cpus  # noqa: E402
 HEADING = "## Verdicts from run to run on the gallery (issue 34)"
 ARGS = {"ddp_train.py": ["--nproc-per-node", "2"]}  # how the gallery's README runs it
 TARGET = 4  # of 5 runs with the most common set
+COMMIT_FILE = "commit"  # in a --keep directory: the commit its runs were made at
+
+
+def commit() -> str:
+    """The commit the gallery runs from (REPO's HEAD), marked dirty when its tree has changes."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    return head + ("-dirty" if dirty else "")
 
 
 def gallery() -> list[str]:
@@ -118,6 +134,7 @@ def main() -> None:
     parser.add_argument("--write", help="replace this benchmark's section of RESULTS.md")
     parser.add_argument("--keep", help="keep each run's report in this directory (it must not exist)")
     parser.add_argument("--analyse", help="re-judge the reports --keep kept there with today's rules; run nothing")
+    parser.add_argument("--resume", help="a --keep directory to go on with: its kept runs are read, the rest run")
     args = parser.parse_args()
     examples = [e for e in gallery() if not args.only or e in args.only.split(",")]
     started = time.monotonic()
@@ -139,18 +156,30 @@ def main() -> None:
             most = max(most, len(paths))
         args.runs = most  # the table's "of N": the most runs any example kept
     else:
-        keep = Path(args.keep) if args.keep else None
-        if keep is not None:
+        keep = Path(args.resume or args.keep) if args.resume or args.keep else None
+        if args.resume:
+            kept_at = (keep / COMMIT_FILE).read_text().strip() if (keep / COMMIT_FILE).exists() else None
+            if kept_at != commit():
+                sys.exit(f"gallery_flips: {keep} was kept at {kept_at}, this tree is {commit()}: the runs would mix "
+                         "two commits (run from a worktree of that commit)")
+        elif keep is not None:
             keep.mkdir(parents=True)  # never into a directory that holds something already
+            (keep / COMMIT_FILE).write_text(commit() + "\n")
         with tempfile.TemporaryDirectory(prefix="diagnose-flips-") as tmp:
             for example in examples:
                 reports, took = [], []
                 for r in range(args.runs):
-                    rep, t = run_once(example, (keep or Path(tmp)) / f"{Path(example).stem}-{r}")
+                    out = (keep or Path(tmp)) / f"{Path(example).stem}-{r}"
+                    if args.resume and (out / "report.json").exists():  # kept by an earlier sitting
+                        reports.append(json.loads((out / "report.json").read_text()))
+                        print(f"{example} run {r + 1}: {sorted(verdict(reports[-1]))} (kept)", file=sys.stderr,
+                              flush=True)
+                        continue
+                    rep, t = run_once(example, out)
                     reports.append(rep)
                     took.append(t)
                     print(f"{example} run {r + 1}: {sorted(verdict(rep))} ({t:.0f} s)", file=sys.stderr, flush=True)
-                rows.append(row(example, reports, sum(took) / len(took)))
+                rows.append(row(example, reports, sum(took) / len(took) if took else float("nan")))
     need = round(TARGET * args.runs / 5)
     lines = [HEADING, "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_model()}, "
