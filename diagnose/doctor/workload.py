@@ -60,7 +60,7 @@ import statistics
 
 from diagnose.doctor.environment import classify
 from diagnose.report import borderline
-from diagnose.report.model import DoctorCheck, Fact, Report
+from diagnose.report.model import BaselinePass, DoctorCheck, Fact, Report
 from microbench.stats import sign_test_ci
 
 FAULT_US = 1.0
@@ -134,6 +134,22 @@ def pass_faults(report: Report) -> tuple[float, float, int] | None:
     return float(real), float(run.instrumented_minor_faults), 1
 
 
+def _baselines(report: Report) -> list[BaselinePass]:
+    """The doctor trials' baseline passes that counted their faults over steps (Doctor.baselines)."""
+    return [b for b in (report.doctor.baselines if report.doctor else [])
+            if b.minor_faults is not None and b.steps and b.median_s]
+
+
+def judged_faults(report: Report) -> float | None:
+    """The minor page faults per step (or measured call) check_page_faults judges: the median over the processes
+    that ran the steps uninstrumented (`across_processes`) where the trials ran baseline passes, else the larger of
+    the uninstrumented and call-graph passes' (`real_faults`); None without the uninstrumented pass's count."""
+    real = real_faults(report)
+    if real is None:
+        return None
+    return statistics.median([real[0]] + [b.minor_faults / b.steps for b in _baselines(report)])
+
+
 def across_processes(report: Report, per: float, share: float) -> tuple[float, float, float, float, int] | None:
     """(minor faults per step or call, % of it faulting, that share's low and high end, processes) over the
     uninstrumented pass's process (`per` and `share`: its reading, or the call-graph pass's count where larger)
@@ -144,8 +160,7 @@ def across_processes(report: Report, per: float, share: float) -> tuple[float, f
     4.4-6.9% of it over five runs on a 2-CPU AMD EPYC (2026-12-02), medium or low by the run; over ten
     processes (their faults 4,064-6,931 a step, their steps 80-131 ms) the median read 5.3-5.7% in three runs
     (2026-12-03)."""
-    runs = [b for b in (report.doctor.baselines if report.doctor else [])
-            if b.minor_faults is not None and b.steps and b.median_s]
+    runs = _baselines(report)
     if not runs:
         return None
     faults = [per] + [b.minor_faults / b.steps for b in runs]

@@ -447,14 +447,14 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
     1 GiB/s line the churn starts at within the noise, and 16-25 MiB of fresh pages faulted in a step, which
     jemalloc's 1.09-1.12x win measured. By its rate the churn was there (low, borderline) or not from run to run, and
     the doctor's finding stood alone at no line when it was not; the measured win is the churn's time either way."""
-    from diagnose.report.model import Doctor, DoctorCheck, IterationStats, Steps, Trial
+    from diagnose.report.model import BaselinePass, Doctor, DoctorCheck, IterationStats, Steps, Trial
 
     mib = 1 << 20
 
     won = Trial("jemalloc", "page_faults", "LD_PRELOAD=j", verdict="win", speedup=1.11, ci_low=1.09, ci_high=1.12,
                 rounds=9, method="rounds")
 
-    def churn(allocated_per_step, trial=won):
+    def churn(allocated_per_step, trial=won, baselines=()):
         rep = report(row("aten::addmm", 90), row("aten::tanh", 10, source="m.py:46", mem=10 * allocated_per_step),
                      memory={"allocated_bytes": 10 * allocated_per_step, "allocations": 40})
         rep.run.wall_s = 0.6  # 10 steps of 60 ms: 48 MiB a step is 0.78 GiB/s, under the 1 GiB/s line by its noise
@@ -463,7 +463,8 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
                                                          max_s=0.15)  # the operator pass's steps: its bytes' span
         rep.steps = Steps(detector="loop", window_first=6, window_last=15)
         rep.run.minor_faults = 60_000  # 6000 a step: 23 MiB of fresh pages, 10% of the step at 1 µs a fault
-        rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=10.0)], trials=[trial])
+        rep.doctor = Doctor(checks=[DoctorCheck("page_faults", "warn", "faults", at_stake_pct=10.0)], trials=[trial],
+                            baselines=list(baselines))
         fs = findings.derive(rep)
         return [f for f in fs if f.kind == "memory_churn"], [f for f in fs if f.kind == "page_faults"]
 
@@ -485,3 +486,11 @@ def test_a_measured_allocator_win_keeps_the_churn_under_its_rate_line_where_its_
     assert "not measured" in held.stake.basis and "measured 1." not in held.title
     none, (alone,) = churn(16 * mib, unsure)
     assert none == [] and alone.location is None
+    # the faults the doctor's finding holds are the median over the processes the trials ran (4000 a step here, 16
+    # MiB), not the first process's 6000: 20 MiB allocated a step holds them (examples/growing_cache.py: 2.0 MiB
+    # allocated, its first process faulting in 2 KiB more, the median of ten half as much)
+    others = [BaselinePass(f"trial-{i}-baseline", steps=10, median_s=0.06, minor_faults=40_000) for i in range(4)]
+    none, (alone,) = churn(20 * mib)
+    assert none == [] and alone.location is None
+    (held,), alone = churn(20 * mib, baselines=others)
+    assert held.location == "m.py:46" and not alone
