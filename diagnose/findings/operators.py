@@ -121,6 +121,9 @@ CHURN_MIN_BYTES = 256 * MIB
 CHURN_RATES = ((8 * GIB, "high"), (2 * GIB, "medium"), (1 * GIB, "low"))
 CHURN_MIN_SPAN_S = 0.01
 PAGE_BYTES = 4096  # a minor fault brings in one base page (x86-64, aarch64's default)
+# the share of a step's faulted pages that may lie outside torch's allocations while these still hold them
+# (_faults_covered): the interpreter's own pages, and a count that differs from process to process by up to 2x
+FAULTS_OUTSIDE = 0.1
 CHURN_SPAN_MIN_OPERATOR_SHARE = 0.5
 AUTOGRAD_MIN_SHARE = 0.5
 AUTOGRAD_MIN_CALLS = 20
@@ -431,17 +434,19 @@ def memory_churn(report: Report) -> list[Finding]:
 
 def _faults_covered(report: Report) -> bool:
     """Under the rate's first line, the churn is still the cause of the doctor's page_faults finding (module
-    docstring), which it takes (_churn_stake), when the operator pass's allocations a step are at least the pages
-    those faults bring in a step (PAGE_BYTES a fault): the allocations can hold every faulted page. The faults are
-    the ones that finding holds (workload.judged_faults: the median over the processes the trials ran, where they
-    ran): examples/growing_cache.py allocates 2.0 MiB a step, and its first process faulted in 2.0 MiB (512.5
-    faults) a step, 2 KiB more than the allocations, where the median of ten processes was 265 faults; read on
-    the first process alone, the churn let the same page_faults finding stand at no line in one run of five."""
+    docstring), which it takes (_churn_stake), when the operator pass's allocations a step can hold the pages
+    those faults bring in a step (PAGE_BYTES a fault), to within FAULTS_OUTSIDE: a process's faults include
+    pages outside torch's allocations (the interpreter's own), and the count moves by far more from one process
+    to the next. The faults are the ones that finding holds (workload.judged_faults: the median over the processes
+    the trials ran, where they ran). examples/growing_cache.py allocates 2.0 MiB (512 pages) a step, and its
+    processes fault in 265 or 512.07-512.5 pages a step; compared with no margin, on one process or on the median,
+    the same page_faults finding stood alone at no line in one run of five, by a fraction of a page."""
     faults = judged_faults(report)
     steps = report.profiled_steps()  # what the operator pass's allocations were counted over
     if faults is None or not steps:
         return False
-    return (report.operator_summary.memory.allocated_bytes or 0) / steps >= faults * PAGE_BYTES
+    allocated = (report.operator_summary.memory.allocated_bytes or 0) / steps
+    return allocated >= (1.0 - FAULTS_OUTSIDE) * faults * PAGE_BYTES
 
 
 def _churn_stake(report: Report) -> tuple[Stake, bool, Finding | None]:
