@@ -77,7 +77,12 @@ and a diagnosis of that 0.35 s script took 112-143 s (50 s stopping at three); e
 Where a check's changes are alternatives, one of which is applied (the doctor's allocators: `one_per_check`),
 only the surest of its decided wins runs on (report/model.surest after the first rounds); the others keep their
 first rounds' verdict and size, marked `led_by` it, and the finding, the launch line and the step budget take
-the one that ran on. Their size would serve nothing: they are not recommended beside it. The what-if layer's
+the one that ran on. Their size would serve nothing: they are not recommended beside it. Where none of a check's
+alternatives won on its first rounds and more than one could not tell, only the one whose median round was
+fastest runs on (ties: the first listed), the others led by it: both allocators answer one question (what the
+fresh pages cost, kept for reuse), and the one run on answers it. A Whisper transcription loop (1.8 s steps,
+a pass of 45-60 s: 2-CPU AMD EPYC, 2026-12-03) ran both allocators on from 3 rounds to 9, 27 passes and 24 of
+its 27 minutes, for 1.08x and 1.08x; with one, 21 passes. The what-if layer's
 changes combine, and each of its wins runs on. examples/conv_nchw.py, both allocators winning (2-CPU AMD
 EPYC, 2026-12-03): the doctor took 145 s with both running on, 114 s with the surest alone (171 s and 135 s
 the whole diagnosis); its finding stayed high.
@@ -474,8 +479,9 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     (module docstring); `more(n)` hears of those n extra passes before they run; `may_win(v)`, asked first,
     False: a win would change nothing done with it (the what-if layer: its outputs do not match), so it is not
     run on. `one_per_check`: the variants of one check are alternatives, one of which is applied (the doctor's
-    allocators exclude each other), so of the wins the first rounds decided only each check's surest runs on for
-    its size; the others keep their first rounds' verdict and size, `led_by` naming it (module docstring)."""
+    allocators exclude each other), so only one per check runs on: of the wins the first rounds decided, the
+    surest (for its size); without one, of those they could not tell, the one with the fastest median round. The
+    others keep their first rounds' verdict and size, `led_by` naming it (module docstring)."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: dict[int, list[float]] = {}  # round -> the baseline's pass
     passes: dict[str, dict[int, list[float]]] = {v.name: {} for v in variants}
@@ -533,13 +539,14 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
             trials[v.name].capped = True
     elif pending:
         won = {v.name for v in pending if decided_win(trials[v.name])}  # they run on for their size
-        if one_per_check:
-            for check in {trials[n].check for n in won}:
-                rivals = [trials[n] for n in sorted(won) if trials[n].check == check]
-                lead = surest(rivals)
-                for t in rivals:
-                    if t is not lead and lead is not None:
-                        t.led_by = lead.name
+        if one_per_check:  # one alternative of a check runs on: its surest decided win, else its likeliest
+            for check in dict.fromkeys(trials[v.name].check for v in pending):
+                rivals = [v for v in pending if trials[v.name].check == check]
+                wins = [trials[v.name] for v in rivals if v.name in won]
+                lead = surest(wins) if wins else trials[max(rivals, key=lambda v: statistics.median(ratios(v))).name]
+                for v in rivals:
+                    if trials[v.name] is not lead:
+                        trials[v.name].led_by = lead.name
             pending = [v for v in pending if trials[v.name].led_by is None]
         if more:
             more((extended - rounds) * (len(pending) + 1))

@@ -61,9 +61,12 @@ def _facts(check: DoctorCheck | None) -> dict:
 
 def _unsure(tried: list[Trial]) -> list[Trial]:
     """The trials that could not tell (trials.could_win), when none ruled out a gain (trials.ruled_out: one that
-    measured no gain with a tight interval, or a slowdown, settles the check: no finding)."""
+    measured no gain with a tight interval, or a slowdown, settles the check: no finding). An alternative another
+    change of its check led (`led_by`: that one ran on, it stayed at its first rounds) settles nothing while the
+    one that ran on could not tell: the check's question is answered by the longer trial."""
     measured_ = [t for t in tried if t.verdict in ("no gain", "slower")]
-    return measured_ if measured_ and not any(ruled_out(t) for t in measured_) else []
+    judged = [t for t in measured_ if t.led_by is None] or measured_
+    return measured_ if measured_ and not any(ruled_out(t) for t in judged) else []
 
 
 def environment(report: Report) -> list[Finding]:

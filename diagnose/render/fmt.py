@@ -275,6 +275,8 @@ def _trial_verdict(t) -> str:
         t.verdict, f"{t.verdict}" + (f" ({t.reason})" if t.reason else ""))
     if t.led_by and t.verdict == "win":  # another change of its check was the surest win and ran on in its place
         verdict += f" (its size from {t.rounds} rounds: {t.led_by} led its check and ran on)"
+    elif t.led_by and t.verdict == "no gain":  # undecided: another change of its check ran on in its place
+        return f"undecided in {t.rounds} rounds: {t.led_by} led its check and ran on"
     if t.capped:  # it would have run on, and --trial-rounds kept it at its first rounds
         if t.verdict == "no gain":  # not a measured absence of gain: the rounds did not rule one out
             return f"undecided: --trial-rounds stopped it at {t.rounds} rounds"

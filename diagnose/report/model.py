@@ -366,9 +366,11 @@ class Trial:
     # it would have run on (trials.runs_on: the first rounds could not decide it, or called a win) and --trial-rounds
     # kept it at its first rounds: its verdict and size are theirs, which a longer trial might have changed
     capped: bool = False
-    # a win of the first rounds that did not run on for its size because another change of its check, an
-    # alternative to it (the doctor's allocators exclude each other), was the surest after those rounds and ran on in
-    # its place (trials.run_trials `one_per_check`): that change's name. Its verdict and size are its first rounds'
+    # a trial that would have run on (for a win's size, or because its first rounds could not tell) and did not
+    # because another change of its check, an alternative to it (the doctor's allocators exclude each other), led the
+    # check after those rounds and ran on in its place (trials.run_trials `one_per_check`: the surest decided win,
+    # else the undecided one whose median round was fastest): that change's name. Its verdict and size are its first
+    # rounds'
     led_by: str | None = None
     # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped", "deferred" (not run
     # while the threads were oversubscribed: trials.defer)
