@@ -78,8 +78,8 @@ Where a check's changes are alternatives, one of which is applied (the doctor's 
 only the surest of its decided wins runs on (report/model.surest after the first rounds); the others keep their
 first rounds' verdict and size, marked `led_by` it, and the finding, the launch line and the step budget take
 the one that ran on. Their size would serve nothing: they are not recommended beside it. Where none of a check's
-alternatives won on its first rounds and more than one could not tell, only the one whose median round was
-fastest runs on (ties: the first listed), the others led by it: both allocators answer one question (what the
+alternatives won on its first rounds and more than one could not tell, only the likeliest runs on (`likeliest`:
+the highest low end of its first rounds' interval), the others led by it: both allocators answer one question (what the
 fresh pages cost, kept for reuse), and the one run on answers it. A Whisper transcription loop (1.8 s steps,
 a pass of 45-60 s: 2-CPU AMD EPYC, 2026-12-03) ran both allocators on from 3 rounds to 9, 27 passes and 24 of
 its 27 minutes, for 1.08x and 1.08x; with one, 21 passes. The what-if layer's
@@ -407,6 +407,15 @@ def runs_on(trial: Trial, per_round: list[float]) -> bool:
     return trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round)
 
 
+def likeliest(undecided: list[Trial]) -> Trial:
+    """Of a check's alternatives its first rounds could not decide, the one to run on (`run_trials`
+    `one_per_check`): as `surest` takes a win, the highest low end of its interval, then the larger speedup.
+    examples/transpose_copy.py (2-CPU AMD EPYC, 2026-12-03): jemalloc's rounds 1.04, 1.08 and 2.95x (1.04-2.80x)
+    beside glibc's thresholds' 1.09, 1.12 and 2.57x (0.99-1.25x); taken by the median round, glibc's ran on and
+    could not tell, where jemalloc had been faster in every round."""
+    return max(undecided, key=lambda t: (t.ci_low if t.ci_low is not None else 0.0, t.speedup or 0.0))
+
+
 def could_win(trial: Trial) -> bool:
     """A "no gain" that does not show the change gains nothing: no structural reason, and its 95% interval still
     reaches a gain worth recommending (above 1 + MIN_EFFECT). A finding that carries the trial keeps its own
@@ -480,7 +489,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
     False: a win would change nothing done with it (the what-if layer: its outputs do not match), so it is not
     run on. `one_per_check`: the variants of one check are alternatives, one of which is applied (the doctor's
     allocators exclude each other), so only one per check runs on: of the wins the first rounds decided, the
-    surest (for its size); without one, of those they could not tell, the one with the fastest median round. The
+    surest (for its size); without one, of those they could not tell, the likeliest (highest interval low end). The
     others keep their first rounds' verdict and size, `led_by` naming it (module docstring)."""
     trials = {v.name: Trial(name=v.name, check=v.check, change=v.change, env=dict(v.env)) for v in variants}
     base: dict[int, list[float]] = {}  # round -> the baseline's pass
@@ -543,7 +552,7 @@ def run_trials(variants: list[Variant], run: RunWorkload, rounds: int = ROUNDS,
             for check in dict.fromkeys(trials[v.name].check for v in pending):
                 rivals = [v for v in pending if trials[v.name].check == check]
                 wins = [trials[v.name] for v in rivals if v.name in won]
-                lead = surest(wins) if wins else trials[max(rivals, key=lambda v: statistics.median(ratios(v))).name]
+                lead = surest(wins) or likeliest([trials[v.name] for v in rivals])
                 for v in rivals:
                     if trials[v.name] is not lead:
                         trials[v.name].led_by = lead.name

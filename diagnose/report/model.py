@@ -369,7 +369,7 @@ class Trial:
     # a trial that would have run on (for a win's size, or because its first rounds could not tell) and did not
     # because another change of its check, an alternative to it (the doctor's allocators exclude each other), led the
     # check after those rounds and ran on in its place (trials.run_trials `one_per_check`: the surest decided win,
-    # else the undecided one whose median round was fastest): that change's name. Its verdict and size are its first
+    # else the likeliest undecided one, trials.likeliest): that change's name. Its verdict and size are its first
     # rounds'
     led_by: str | None = None
     # "win" (faster outside the noise: recommended), "no gain", "slower", "failed", "skipped", "deferred" (not run
