@@ -147,7 +147,12 @@ def judged_faults(report: Report) -> float | None:
     real = real_faults(report)
     if real is None:
         return None
-    return statistics.median([real[0]] + [b.minor_faults / b.steps for b in _baselines(report)])
+    return statistics.median(_per_process(real[0], _baselines(report)))
+
+
+def _per_process(per: float, runs: list[BaselinePass]) -> list[float]:
+    """Faults per step of each process that ran the steps uninstrumented: the first (`per`), then each baseline."""
+    return [per] + [b.minor_faults / b.steps for b in runs]
 
 
 def across_processes(report: Report, per: float, share: float) -> tuple[float, float, float, float, int] | None:
@@ -163,7 +168,7 @@ def across_processes(report: Report, per: float, share: float) -> tuple[float, f
     runs = _baselines(report)
     if not runs:
         return None
-    faults = [per] + [b.minor_faults / b.steps for b in runs]
+    faults = _per_process(per, runs)
     shares = [share] + [100.0 * f * FAULT_US * 1e-6 / b.median_s for f, b in zip(faults[1:], runs)]
     ci = sign_test_ci(shares)
     low, high = (ci[0], ci[1]) if ci else (min(shares), max(shares))

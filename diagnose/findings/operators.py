@@ -370,7 +370,7 @@ def memory_churn(report: Report) -> list[Finding]:
                                         [(limit / GIB, sev) for limit, sev in CHURN_RATES], "allocation rate",
                                         unit=" GiB/s")
     at_stake, decides, faults = _churn_stake(report)
-    if severity is None and not (decides and faults is not None and _faults_covered(report)):
+    if severity is None and not (decides and _faults_covered(report)):  # deciding, the doctor's finding is there
         return []
     if decides:  # the doctor's page_faults finding's time: its stake decides, as it does that finding's (stake.settle),
         severity, border = faults.severity, None  # and its rule's severity (low: its trials were deferred)
