@@ -31,9 +31,11 @@ topology, low_precision):
   fifth of the step): an unmeasured estimate does not make a medium finding
   where a trial would have measured it, and the oversubscription finding's
   fix comes first.
-- a warning whose trials ruled out a gain (no gain with a tight interval, or
-  slower) gets no finding: the doctor section lists it as tried, with no
-  gain.
+- a warning whose trials all ruled out a gain (no gain with a tight interval,
+  or slower) gets no finding: the doctor section lists it as tried, with no
+  gain. One alternative that ruled a gain out beside another that could not
+  tell settles nothing (`_unsure`): the finding stands on the estimate, the
+  title listing both.
 - the thread-count trial (check undersubscription or oversubscription) gets
   none here: it measures the threads finding's fix, and that finding carries
   it (findings/threads.py). So do blas_threads and its trial when the threads
@@ -47,7 +49,7 @@ topology, low_precision):
 from __future__ import annotations
 
 from diagnose.doctor.environment import BLAS_CHECK
-from diagnose.doctor.trials import DEFERRED, ruled_out
+from diagnose.doctor.trials import DEFERRED, could_win
 from diagnose.findings.stake import measured, unsure_stake
 from diagnose.findings.threads import blas_cause
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake, Trial
@@ -59,14 +61,33 @@ def _facts(check: DoctorCheck | None) -> dict:
     return {f.name: f.value for f in check.facts} if check else {}
 
 
-def _unsure(tried: list[Trial]) -> list[Trial]:
-    """The trials that could not tell (trials.could_win), when none ruled out a gain (trials.ruled_out: one that
-    measured no gain with a tight interval, or a slowdown, settles the check: no finding). An alternative another
-    change of its check led (`led_by`: that one ran on, it stayed at its first rounds) settles nothing while the
-    one that ran on could not tell: the check's question is answered by the longer trial."""
+def _unsure(tried: list[Trial]) -> tuple[list[Trial], list[Trial]]:
+    """(the trials that could not tell, the others measured) when the check stands on its estimate, ([], []) when
+    the trials settled it. A check is settled only when none of its alternatives could still win
+    (trials.could_win): each ruled a gain out (trials.ruled_out: no gain with a tight interval, or slower). One
+    alternative measured slower answers for itself, not for another that could not tell: examples/growing_cache.py
+    (2-CPU AMD EPYC, 2026-12-03), glibc's thresholds 0.83x (0.79-0.91x) in three rounds beside jemalloc's 0.98x
+    (0.94-1.07x) in nine, and in another run jemalloc 0.91x (0.73-0.99x) beside glibc's 1.08x (0.72-1.24x): the
+    three rounds took the finding away in two runs of five. An alternative another change
+    of its check led (`led_by`: that one ran on, it stayed at its first rounds) decides nothing while one that ran
+    on was measured: the check's question is answered by the longer trial; it is listed with what it measured."""
     measured_ = [t for t in tried if t.verdict in ("no gain", "slower")]
     judged = [t for t in measured_ if t.led_by is None] or measured_
-    return measured_ if measured_ and not any(ruled_out(t) for t in judged) else []
+    if not any(could_win(t) for t in judged):
+        return [], []
+    unsure = [t for t in judged if could_win(t)]
+    return unsure, [t for t in measured_ if t not in unsure]
+
+
+def _what(trial: Trial) -> str:
+    """What a trial that is not among a standing check's could-not-tells measured, for its title."""
+    if trial.verdict == "slower":
+        return "slower"
+    return f"undecided, {trial.led_by} ran on" if could_win(trial) else "no gain"
+
+
+def _told(trials: list[Trial]) -> str:
+    return ", ".join(f"{t.name} {t.speedup:.2f}x ({t.ci_low:.2f}-{t.ci_high:.2f}x, {t.rounds} rounds)" for t in trials)
 
 
 def environment(report: Report) -> list[Finding]:
@@ -85,7 +106,7 @@ def environment(report: Report) -> list[Finding]:
         tried = [t for t in doctor.trials if t.check == name and t.verdict != DEFERRED]
         deferred = [t for t in doctor.trials if t.check == name and t.verdict == DEFERRED]
         best = doctor.best_win(name)
-        unsure = _unsure(tried)  # [] when nothing was tried
+        unsure, others = _unsure(tried)  # [] when nothing was tried
         if best is not None:
             interval = f" (95% interval {best.ci_low:.2f}-{best.ci_high:.2f}x)" if best.ci_low is not None else ""
             lead = f"{check.summary.rstrip('.')}: " if check and check.status == "warn" else ""
@@ -107,13 +128,13 @@ def environment(report: Report) -> list[Finding]:
             pct, title = check.at_stake_pct, check.summary.rstrip(".")
             why = "not measured: the change cannot be tried from outside the script"
             if tried:
-                told = ", ".join(f"{t.name} {t.speedup:.2f}x ({t.ci_low:.2f}-{t.ci_high:.2f}x, {t.rounds} rounds)"
-                                 for t in unsure)
+                told = _told(unsure)
                 why = f"the trials could not tell: {told}"
                 title += f": tried, {told}, which neither shows a gain nor rules one out"
+                title += "".join(f"; {_told([t])} {_what(t)}" for t in others)
                 evidence["trials"] = [{"name": t.name, "speedup": t.speedup, "ci_low": t.ci_low,
                                        "ci_high": t.ci_high, "verdict": t.verdict, "rounds": t.rounds,
-                                       "method": t.method} for t in unsure]
+                                       "method": t.method, "could_win": t in unsure} for t in unsure + others]
             later = bool(deferred) and not tried  # its trials wait for the oversubscription's fix
             if later:
                 why = f"not measured: its trials were {DEFERRED}, {deferred[0].reason}"
