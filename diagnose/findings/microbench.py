@@ -69,6 +69,14 @@ the speedup itself is then uncertain:
   CPUs), or `noisy` (IQR/median high) where that noise lets the speedup's
   interval reach 1.25x (a copy at 1.01x with a 14% IQR is sequential at
   either end; doubting it made its finding come and go with the IQR);
+- a reference that did not clear the line itself (`reference_speedup` under
+  SEQUENTIAL_MAX_SPEEDUP): the perfectly parallel work timed in the same
+  turns did not speed up either, so the CPUs could not show a speedup at that
+  moment and a flat operator says nothing about its kernel.
+  examples/growing_cache.py (2-CPU AMD EPYC, 2026-12-03, one run of five):
+  tanh 1.08x beside a reference of 1.01x made a medium finding (a copy in
+  that run: 1.08x); of the 120 micro-benchmark references in 20 gallery runs
+  that day, one other was under the line (1.21x), nine in ten above 1.47x;
 - a matrix multiply that is not bandwidth-bound whose output has at least
   LARGE_GEMM_DIM x LARGE_GEMM_DIM (256 x 256) elements, in rows and columns
   of at least SKINNY_DIM, with K >= 256 (`splits`): oneDNN/MKL split such a
@@ -196,7 +204,10 @@ def sequential_operator(report: Report) -> list[Finding]:
             elif paired > borderline.RUN_NOISE_MIN:
                 doubts.append(f"its paired 1- and {most.threads}-thread turns disagree (the speedup's 95% interval "
                               f"±{100 * paired:.0f}%)")
-        if dims and splits(dims) and not bound:
+        if most.reference_speedup is not None and most.reference_speedup < SEQUENTIAL_MAX_SPEEDUP:
+            doubts.append(f"a perfectly parallel reference beside it ran {most.reference_speedup:.2f}x on {n} threads, "
+                          f"under the {SEQUENTIAL_MAX_SPEEDUP}x line itself: the CPUs could not show a speedup then")
+        elif dims and splits(dims) and not bound:
             doubts.append(f"a GEMM with an output of at least {LARGE_GEMM_DIM} x {LARGE_GEMM_DIM} and K >= "
                           f"{LARGE_GEMM_DIM} (M={dims[0]}, N={dims[1]}, K={dims[2]}) splits across threads: a flat "
                           "result says the measurement was disturbed"

@@ -99,6 +99,18 @@ def test_a_contended_or_noisy_measurement_is_only_low_and_says_why():
     assert k.severity == "high" and not k.doubts and k.evidence["speedup_noise"] == pytest.approx(0.14, abs=0.001)
 
 
+def test_a_flat_operator_beside_a_flat_reference_is_doubted():
+    # examples/growing_cache.py (2-CPU AMD EPYC, 2026-12-03, one run of five): tanh 1.08x on 2 threads beside a
+    # perfectly parallel reference of 1.01x, timed in the same turns, made a medium finding; the reference under the
+    # 1.25x line says the CPUs could not show a speedup for anything then
+    (f,) = sequential_operator(_report(444_400, 411_000, reference_speedup=1.01))
+    assert f.severity == "low" and "reference beside it ran 1.01x on 2 threads" in f.doubts[0], f.doubts
+    assert "a doubted result" in f.title and f.suggestion.startswith("Re-measure before acting")
+    # a reference that cleared the line vouches for the measurement: the flat operator is sequential
+    (g,) = sequential_operator(_report(444_400, 411_000, reference_speedup=1.3))
+    assert g.severity == "high" and not g.doubts and "the kernel is sequential" in g.suggestion
+
+
 def test_the_speedup_is_taken_at_the_usable_cpus_not_at_a_count_above_them():
     # examples/too_many_threads.py asks for 8 threads on 2 usable CPUs: its 8-thread row measures the threads
     # waiting for each other (a 512^3 GEMM 1.89 ms on 1 thread, 1.40 ms on 8, 1.45 ms on 2: 1.35x, "7 of the 8 CPUs
