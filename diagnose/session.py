@@ -10,12 +10,15 @@ the report: a layer that fails is `failed` with its reason.
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import shutil
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from diagnose import markers, output, steps as steps_mod, trends
 from diagnose.config import Config
@@ -86,6 +89,16 @@ class Window:
         seen = result.steps if result else None
         return (not self.fixed and self.spec is not None and seen is not None and seen.window_began
                 and not seen.window_steps)
+
+    def capped(self, step_s: float | None) -> "Window":
+        """The window of a re-run compared only with other re-runs (Layer.compares_reruns): its first steps up to
+        about steps.RERUN_WINDOW_S of `step_s` steps (the first pass's median), at least steps.RERUN_MIN_STEPS;
+        itself when that is all of it, without steps (the whole run), or in function mode."""
+        if self.fixed or self.spec is None or not self.expect_steps or not step_s or step_s <= 0:
+            return self
+        steps = min(self.spec.steps, max(steps_mod.RERUN_MIN_STEPS, math.ceil(steps_mod.RERUN_WINDOW_S / step_s)))
+        return self if steps == self.spec.steps else Window(replace(self.spec, steps=steps),
+                                                            expect_steps=True)
 
     def after_first(self, result: PassResult | None) -> "Window":
         if self.fixed:
@@ -167,12 +180,13 @@ class Session:
         self.server.close()
         shutil.rmtree(self.workroot, ignore_errors=True)
 
-    def spec(self, name: str, layer: str | None, overrides: Overrides = Overrides()) -> PassSpec:
-        """The PassSpec of a pass of this run, over the current window."""
-        t, c = self.target, self.config
+    def spec(self, name: str, layer: str | None, overrides: Overrides = Overrides(),
+             window: Window | None = None) -> PassSpec:
+        """The PassSpec of a pass of this run, over `window` (the current one unless given)."""
+        t, c, window = self.target, self.config, window or self.window
         return PassSpec(name=name, layer=layer, script=t.path, display_script=t.script, argv=tuple(t.argv),
-                        function=t.function, cwd=self.cwd, window=self.window.spec,
-                        expect_steps=self.window.expect_steps, operators=c.operators, callgraph=c.callgraph,
+                        function=t.function, cwd=self.cwd, window=window.spec,
+                        expect_steps=window.expect_steps, operators=c.operators, callgraph=c.callgraph,
                         overrides=overrides, distributed=self.distributed, all_threads=self.all_threads,
                         memory=c.memory)
 
@@ -269,6 +283,8 @@ class Session:
         workdir = os.path.join(self.workroot, layer.name)
         os.makedirs(workdir, exist_ok=True)
         self.progress.pass_started(index, total, layer.name, layer.description, True)
+        if layer.compares_reruns and context.rerun is not None:  # its re-runs over the capped window (Window.capped)
+            context = replace(context, rerun=self.capped_rerun())
         t0 = time.monotonic()
         try:
             status = layer.derive(context, report, workdir)
@@ -296,12 +312,30 @@ class Session:
             self.window = self.window.after_first(res)
         return res
 
-    def rerun(self, name: str, env: dict[str, str], overrides: Overrides) -> PassResult | str:
-        """DerivedContext.rerun: the uninstrumented workload again, over the same window, with `overrides`: a
-        sweep point, a doctor trial or a what-if pass. With `env` (applied at launch) a fresh interpreter, else
-        forked from the fork server. Ctrl-C propagates."""
-        outcome = run_pass(self.spec(name, None, overrides), os.path.join(self.workroot, name), passthrough=False,
-                           timeout_s=self.config.timeout_s, on_tick=self.progress.tick,
+    def capped_rerun(self) -> Callable[[str, dict[str, str], Overrides], PassResult | str]:
+        """`rerun` for a layer whose re-runs are compared only with each other (Layer.compares_reruns): over the
+        window's first steps up to about steps.RERUN_WINDOW_S (Window.capped), which report.steps records before
+        the layer runs (what-if's estimate of its passes reads it)."""
+        it, steps = self.report.run.iterations, self.report.steps
+        window = self.window.capped(it.median_s if it and it.n else None)
+        if window is self.window:
+            return self.rerun
+        if steps is not None and steps.rerun_steps is None:
+            steps.rerun_steps = window.spec.steps
+            steps.notes.append(
+                f"the re-runs compared only with each other (doctor trials, what-if passes, thread sweep points) "
+                f"measure the window's first {window.spec.steps} steps of its {self.window.spec.steps} (about "
+                f"{steps_mod.RERUN_WINDOW_S:.0f} s of {it.median_s:.3g} s steps, at least "
+                f"{steps_mod.RERUN_MIN_STEPS}): a trial's noise is its passes' spread, not the steps inside one")
+        return functools.partial(self.rerun, window=window)
+
+    def rerun(self, name: str, env: dict[str, str], overrides: Overrides,
+              window: Window | None = None) -> PassResult | str:
+        """DerivedContext.rerun: the uninstrumented workload again, over the same window (or `window`), with
+        `overrides`: a sweep point, a doctor trial, a what-if pass or a repeat. With `env` (applied at launch) a
+        fresh interpreter, else forked from the fork server. Ctrl-C propagates."""
+        outcome = run_pass(self.spec(name, None, overrides, window), os.path.join(self.workroot, name),
+                           passthrough=False, timeout_s=self.config.timeout_s, on_tick=self.progress.tick,
                            stall_after_s=self.config.stall_after_s or None, extra_env=env or None,
                            server=self.server.get() if not env else None)
         self.progress.pass_finished(name, outcome)

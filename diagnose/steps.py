@@ -61,6 +61,12 @@ PRECEDENCE = {"loop": 0, "forward": 1, "optimizer": 2, "mark_step": 3}
 # the first pass's window lasts at least this long when a layer samples it or re-runs it (session.Plan.long_window):
 # the thread findings need 0.5 s of samples
 MIN_WINDOW_S = 1.0
+# a re-run that is compared only with other re-runs (Layer.compares_reruns: doctor trials, what-if, thread sweep)
+# measures the window's first steps up to about RERUN_WINDOW_S, at least RERUN_MIN_STEPS (session.Window.capped).
+# A trial's noise is its passes' spread, not the steps inside one pass: a Whisper transcription loop (1.8-2.6 s steps,
+# 2-CPU AMD EPYC, 2026-12-03) ran 21-27 doctor passes of 45-67 s, each the 20-step window, 24 of a diagnosis's 27 min
+RERUN_WINDOW_S = 10.0
+RERUN_MIN_STEPS = 5
 TOO_FINE_S = 1e-4  # a step shorter than this (100 µs) is probably not the script's loop iteration
 KEPT_WARMUP_STEPS = 200  # per-step times kept for the skipped steps (the warm-up picture)
 MAX_WINDOW_STEP_TIMES = 100_000  # per-step times kept for the window (a --full-run of a long job)

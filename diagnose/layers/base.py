@@ -104,6 +104,9 @@ class Layer:
     # True: it samples the uninstrumented window (the thread sampler, perf, py-spy, VTune) or re-runs it as trials
     # (doctor, what-if, repeat, sweep): the first pass's window lasts at least steps.MIN_WINDOW_S when it runs
     long_window: bool = False
+    # True: its re-runs are compared only with each other (doctor trials, what-if passes, sweep points), never with
+    # the first pass: they measure the window's first steps up to about steps.RERUN_WINDOW_S (session.Window.capped)
+    compares_reruns: bool = False
     # its options: (the Config field holding them, their type from config.py); the CLI's flags come from it
     options: tuple[str, type] | None = None
 

@@ -37,6 +37,7 @@ def command_line(report: Report) -> str:
 class DoctorLayer(Layer):
     name = "doctor"
     long_window = True
+    compares_reruns = True
     description = "environment checks (allocator, page faults, denormals, OpenMP, quota, topology) and trials"
     derived = True
     options = ("trials", TrialOptions)  # the what-if layer's trials read them too

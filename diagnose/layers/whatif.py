@@ -44,6 +44,7 @@ from diagnose.whatif import outputs, variants as variants_mod
 class WhatIfLayer(Layer):
     name = "what_if"
     long_window = True
+    compares_reruns = True
     description = "code changes (inference_mode, channels_last, bf16, compile, ...) measured on your steps"
     derived = True
 
@@ -125,8 +126,13 @@ class WhatIfLayer(Layer):
 
 def _pass_seconds(report: Report) -> float:
     """One re-run's expected wall time: the uninstrumented pass's, start to exit (a re-run measures the same
-    window; without the thread sampler it is a little shorter). Set whenever the workload can be re-run."""
-    return report.run.pass_s or 0.0
+    window; without the thread sampler it is a little shorter), less the window's steps it does not measure when
+    its steps are long (steps.rerun_steps, session.Window.capped). Set whenever the workload can be re-run."""
+    s, it = report.steps, report.run.iterations
+    unmeasured = 0.0
+    if s and s.rerun_steps and s.window_first is not None and s.window_last is not None and it and it.median_s:
+        unmeasured = max(0, s.window_last - s.window_first + 1 - s.rerun_steps) * it.median_s
+    return max(0.0, (report.run.pass_s or 0.0) - unmeasured)
 
 
 def _compile_cost(infos: list[WhatIfPass | None], trial, code: UserCode) -> CompileCost:

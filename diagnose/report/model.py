@@ -244,6 +244,9 @@ class Steps:
     instrumented_work: StepWork | None = None
     # how the steps were found and measured: no step found, a window shorter or longer than --steps, ...
     notes: list[str] = field(default_factory=list)
+    # the steps each re-run compared only with other re-runs (doctor trials, what-if, sweep points) measured, the
+    # window's first ones, when fewer than the window's (steps.RERUN_WINDOW_S); None: the whole window
+    rerun_steps: int | None = None
 
     @property
     def window_steps(self) -> int:

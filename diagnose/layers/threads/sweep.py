@@ -171,6 +171,7 @@ class SweepLayer(Layer):
 
     name = "sweep"
     long_window = True
+    compares_reruns = True
     description = "the uninstrumented workload at several thread (and DataLoader worker) counts"
     derived = True
     options = ("sweep", SweepOptions)
