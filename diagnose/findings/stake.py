@@ -83,7 +83,11 @@ library model every finding sits at the user's one line that calls the model,
 and only the library line tells two places apart) become one finding,
 whichever layers raised them: the primary is the cause
 rather than the symptom (any kind before low_efficiency before hot_operator,
-then the larger expected share) among the pieces about the same time as
+then the larger expected share) among the pieces about the time that leads
+(a cause's; between two symptoms, low_efficiency and hot_operator of two
+operators of one statement, the larger expected share, then the operator's
+larger share of operator time: they are ordered by their time, not by their
+kinds) of those about the same time as
 one at the group's highest severity (autograd_in_inference and
 memory_growth, named causes, at any: a low python_overhead about another
 operator of the statement, 0.01% at stake, once led a line whose
@@ -347,6 +351,17 @@ def _same_time(a: Finding, b: Finding) -> bool:
     return a.op == b.op and (shapes_a is None or shapes_b is None or shapes_a == shapes_b)
 
 
+def _lead(f: Finding) -> tuple:
+    """Which piece's time leads a line (dedup): a named cause (tier < 0), then a cause (tier 0: memory_churn
+    before the hot_operator of the operator its fresh pages fault in), then a symptom, each by rank_key, then the
+    operator's share of operator time (evidence `share_pct`). Between two symptoms the tier orders the pieces
+    about one time, not two operators': examples/allocation_churn.py:18 (`acc + torch.relu(y)`, 2-CPU AMD EPYC, 2026-12-03) was
+    named by add's hot_operator (24% of operator time) in three runs of five and by clamp_min's low_efficiency
+    (22%) in the two where its efficiency's interval cleared the 25% line (17.5%, against 22.8-23.7% in the
+    others), both medium, both at the step budget's kernel slice."""
+    return (min(SYMPTOM_TIER.get(f.kind, 0), 1), *rank_key(f), -float(f.evidence.get("share_pct") or 0.0))
+
+
 def _fold_unplaced(findings: list[Finding]) -> list[Finding]:
     """A finding without a line whose time a line's finding holds, as its rule says by listing it in its `also`
     (memory_churn takes the doctor's page_faults finding: the fresh pages its allocations fault in), leaves the
@@ -385,7 +400,13 @@ def dedup(findings: list[Finding]) -> list[Finding]:
         # absent in the others, it renamed fresh_temporaries.py:22 low_efficiency in two runs of five
         sure = [f for f in candidates if not (f.severity == "low" and f.borderline is not None
                                           and top < SEVERITY_RANK["low"])]
-        primary = min(sure or candidates, key=lambda f: (SYMPTOM_TIER.get(f.kind, 0), *rank_key(f)))
+        # the time that leads first (a cause before a symptom; two symptoms by the larger expected share, then the
+        # operator's larger share of operator time: pieces bounded by one budget slice tie), then the cause before
+        # its symptom among the pieces about that time (_lead)
+        pool = sure or candidates
+        lead = min(pool, key=_lead)
+        primary = min([f for f in pool if _same_time(f, lead)], key=lambda f: (SYMPTOM_TIER.get(f.kind, 0),
+                                                                              *rank_key(f)))
         # every piece flat: the primary's own (a finding without a line it holds), then the others with theirs
         also = primary.also + [p for f in group if f is not primary for p in [dataclasses.replace(f, also=[]), *f.also]]
         # pieces about the same time lend stake and severity; an observation (a healthy GEMM) has nothing to fix

@@ -195,6 +195,35 @@ def test_a_borderline_low_cause_does_not_name_a_line_a_sure_symptom_makes_medium
     assert f.kind == "low_efficiency"
 
 
+def test_two_operators_symptoms_at_one_line_are_ordered_by_their_time_not_their_kinds():
+    # examples/allocation_churn.py:18, `acc = acc + torch.relu(y)` (2-CPU AMD EPYC, 2026-12-03, five runs): add's
+    # hot_operator (24% of operator time) medium in every run; clamp_min's low_efficiency medium in the two runs
+    # whose efficiency's interval cleared the 25% line (17.5%), low and borderline in three (22.8-23.7%); both
+    # bounded by the step budget's kernel slice, so one stake. Led by its tier where it was medium, clamp_min's
+    # low_efficiency renamed the line in two runs of five; the hotter operator leads, and its own pieces keep the
+    # cause before the symptom
+    hot_add = Finding("hot_operator", "medium", "add hot", "aten::add", "m.py:18", {"share_pct": 24.2}, "s",
+                      "operators", stake=Stake(11.76, "b"))
+    eff_relu = Finding("low_efficiency", "medium", "clamp_min at 17.5%", "aten::clamp_min", "m.py:18",
+                       {"share_pct": 22.2}, "s", "efficiency", stake=Stake(11.76, "b"))
+    hot_relu = Finding("hot_operator", "low", "clamp_min hot", "aten::clamp_min", "m.py:18", {"share_pct": 22.2}, "s",
+                       "operators", stake=Stake(11.76, "b"), observation=True)
+    (line,) = stake.dedup([eff_relu, hot_add, hot_relu])
+    assert (line.kind, line.op, line.severity) == ("hot_operator", "aten::add", "medium"), line
+    assert [(a.kind, a.op) for a in line.also] == [("low_efficiency", "aten::clamp_min"),
+                                                   ("hot_operator", "aten::clamp_min")]
+    # the hotter operator's own low_efficiency leads its time, as before (the cause before its symptom)
+    eff_add = dataclasses.replace(eff_relu, op="aten::add", evidence={"share_pct": 24.2})
+    (line,) = stake.dedup([eff_relu, hot_add, hot_relu, eff_add])
+    assert (line.kind, line.op) == ("low_efficiency", "aten::add"), line
+    # a cause leads a symptom of another operator with a larger stake: examples/growing_cache.py:35's memory_churn
+    # (its fresh pages, 13.9% of the step, attributed to addmm) before tanh's hot_operator (25%), where they land
+    churn = Finding("memory_churn", "medium", "fresh pages", "aten::addmm", "m.py:18", {}, "s", "memory",
+                    stake=Stake(13.9, "b"))
+    (line,) = stake.dedup([dataclasses.replace(hot_add, stake=Stake(25.0, "b")), churn])
+    assert (line.kind, line.severity) == ("memory_churn", "medium"), line
+
+
 def test_one_layers_findings_at_one_line_merge_and_findings_without_a_line_stay_separate():
     # two hot operators of one statement: one finding, the larger leading, the other under it with its own numbers
     a = Finding("hot_operator", "medium", "a", "aten::add", "m.py:3", {}, "s", "operators", stake=Stake(9.0, ""))
