@@ -355,10 +355,10 @@ def _lead(f: Finding) -> tuple:
     """Which piece's time leads a line (dedup): a named cause (tier < 0), then a cause (tier 0: memory_churn
     before the hot_operator of the operator its fresh pages fault in), then a symptom, each by rank_key, then the
     operator's share of operator time (evidence `share_pct`). Between two symptoms the tier orders the pieces
-    about one time, not two operators': examples/allocation_churn.py:18 (`acc + torch.relu(y)`, 2-CPU AMD EPYC, 2026-12-03) was
-    named by add's hot_operator (24% of operator time) in three runs of five and by clamp_min's low_efficiency
-    (22%) in the two where its efficiency's interval cleared the 25% line (17.5%, against 22.8-23.7% in the
-    others), both medium, both at the step budget's kernel slice."""
+    about one time, not two operators': examples/allocation_churn.py:18 (`acc + torch.relu(y)`, 2-CPU AMD EPYC,
+    2026-12-03) was named by add's hot_operator (24% of operator time) in three runs of five and by clamp_min's
+    low_efficiency (22%) in the two where its efficiency's interval cleared the 25% line (17.5%, against
+    22.8-23.7% in the others), both medium, both at the step budget's kernel slice."""
     return (min(SYMPTOM_TIER.get(f.kind, 0), 1), *rank_key(f), -float(f.evidence.get("share_pct") or 0.0))
 
 
