@@ -72,6 +72,20 @@ Thresholds:
   uninstrumented (a fresh 1 MiB output each call, 0.6 µs a page here); 11
   µs alone. A count rule (2x as many, and 1000 more a step) missed those
   and doubted a 5%-of-roof verdict that no fault count could explain.
+- Its output's fresh pages (the real run's faults, not only the operator
+  pass's): an operator whose output is a fresh allocation each call
+  (glibc mmaps one of 32 MiB and more) page-faults it in on first touch, and
+  that time is in its own. Its real-run faults per step, as many as its
+  outputs span landed on each call (the most it could carry), at this
+  machine's probed cost of a fresh page, are taken out of its time; when the
+  rule would not give the verdict at what is left, the kernel is not what is
+  slow: the finding is `low`, an observation (`cause` `fresh_pages`), its
+  time carried by memory_churn or the doctor's page_faults (one cause, one
+  finding), and at its line the operator's hot_operator names the finding.
+  examples/attention.py:28-29 (2-CPU AMD EPYC, 2026-12-03): the division's
+  and softmax's 32 MiB outputs, 8192 pages at 0.9 µs, 7.4 ms of their
+  7.8-14 ms a call; at 15-27% of the roof they were medium, low or absent by
+  the run, and named the line in two runs of five.
 - Time at stake: the operator's share of operator time on the wall-time
   scale (stake.operator_stake); a context finding's, the part of that share
   its context adds (1 - alone / in the model).
@@ -95,6 +109,7 @@ from diagnose.findings.threads import oversubscribed
 from diagnose.opkinds import no_verdict
 from diagnose.report import borderline
 from diagnose.report.model import Borderline, Finding, MicrobenchRow, Report, RooflineRow, Stake
+from microbench.cases import torch_dtype_name
 
 HOT_SHARE_PCT = 10.0
 MIN_US_PER_CALL = 20.0
@@ -197,9 +212,15 @@ def low_efficiency(report: Report) -> list[Finding]:
         if share_border is not None and severity != "low":  # hot only within its share's interval: low, borderline
             severity, border = "low", dataclasses.replace(share_border, would_be=severity)
         # the verdict at a time less the extra faults: the same rule, at the efficiency that time gives
-        fault_counts, fault_doubts = _fault_doubt(
-            report, op, lambda us: us > 0 and _grade(pct * op.us_per_call / us, rel)[0] is not None) \
+        def holds(us: float) -> bool:  # the rule's verdict at `us` a call
+            return us > 0 and _grade(pct * op.us_per_call / us, rel)[0] is not None
+
+        fault_counts, fault_doubts = _fault_doubt(report, op, holds) \
             if waited is None else ({}, [])  # graded alone: the operator pass's faults are not in that time
+        fresh = _fresh_output(report, op) if waited is None and not fault_doubts else None
+        if fresh is not None and not holds(op.us_per_call - fresh[1]):  # its output's first touch, not the kernel
+            out.append(_fresh_pages_finding(report, op, share, pct, *fresh))
+            continue
         if op.roof_gflops_per_s is not None:
             rate = f"{op.achieved_gflops_per_s:.3g} of {op.roof_gflops_per_s:.3g} GFLOP/s"
         else:
@@ -318,6 +339,61 @@ def _fault_doubt(report: Report, op: RooflineRow, holds: Callable[[float], bool]
              f"up to {pages:.0f} of those fresh pages a call at {fault_us:.2g} µs each ({extra_us:.0f} of its "
              f"{op.us_per_call:.0f} µs) are faults the real run does not have, and without them the rule would not "
              "give this verdict"])
+
+
+def _output_pages(op: RooflineRow) -> float | None:
+    """The pages a call's outputs span: their elements (the work estimate's output shapes) at the element size of
+    its first tensor input's dtype (a float's 32 bits: 4 bytes); None without both."""
+    dtype = next((torch_dtype_name(d) for shape, d in zip(op.input_shapes or [], op.dtypes or [])
+                  if isinstance(shape, list) and shape and torch_dtype_name(d)), None)
+    if not op.output_shapes or dtype is None:
+        return None
+    size = 1 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()) or 0) // 8
+    return sum(math.prod(s) for s in op.output_shapes) * size / PAGE_BYTES if size else None
+
+
+def _fresh_output(report: Report, op: RooflineRow) -> tuple[float, float] | None:
+    """(fresh pages a call's outputs fault in, at most; the µs they cost it) in the real run: its faults per step
+    (doctor/workload.pass_faults), as many as the operator's outputs span landed on each of its calls (the most it
+    could carry: the profiler records no faults per operator), at this machine's probed cost of a fresh page.
+    None without the counts, or when none land on it."""
+    counts, out_pages = pass_faults(report), _output_pages(op)
+    if counts is None or out_pages is None or not op.calls or not op.us_per_call:
+        return None
+    plain, _, steps = counts
+    pages = min(plain / (op.calls / steps), out_pages)
+    return (pages, pages * page_costs(report)[0]) if pages >= 1 else None
+
+
+def _fresh_pages_finding(report: Report, op: RooflineRow, share: float, pct: float, pages: float,
+                         fault_us: float) -> Finding:
+    """A kernel below its roof whose output's fresh pages account for the verdict (module docstring): `low`, its
+    time the fresh pages', which memory_churn (or the doctor's page_faults) carries."""
+    left = op.us_per_call - fault_us
+    without = pct * op.us_per_call / left if left > 0 else None
+    where = f" at {op.source}" if op.source else ""
+    # the pages' cost is an upper bound ("up to"): past the roof, the kernel would run at it
+    reach = "" if without is None else (f"; without them it would reach up to {without:.3g}% of the roof"
+                                         if without < 100 else "; without them it would run at its roof")
+    return Finding(
+        kind="low_efficiency", severity="low", layer="efficiency",
+        title=(f"{op.name} on {_shape_text(report, op)} runs at {pct:.3g}% of this machine's roof, and its output's "
+               f"fresh pages account for that: up to {pages:.0f} pages a call at {fault_us / pages:.2g} µs each "
+               f"({fault_us:.0f} of its {op.us_per_call:.0f} µs){reach}{where}"),
+        op=op.name, location=op.source,
+        evidence={"cause": "fresh_pages", "efficiency_pct": pct, "share_pct": share, "bound": op.bound,
+                  "us_per_call": op.us_per_call, "threads": op.threads, "input_shapes": op.input_shapes,
+                  "fresh_pages_per_call": round(pages), "fresh_pages_us_per_call": round(fault_us, 1),
+                  "efficiency_pct_without_fresh_pages": round(without, 3) if without is not None else None,
+                  "threshold_pct": MEDIUM_BELOW_PCT},
+        suggestion=(f"The kernel is not what is slow: each call writes a fresh output that it page-faults in on first "
+                    f"touch (see the memory_churn or page_faults finding). Write into a reused buffer (out=) or in "
+                    "place where the input is not needed again. " + suggestion_for(report, op.name, op.input_shapes,
+                                                                                   op.dtypes, op.source)).strip(),
+        stake=Stake(pct=None, basis="its output's fresh pages: the memory_churn or page_faults finding carries that "
+                                    "time"),
+        observation=True,  # the kernel is healthy: where the time goes, not what to fix at this line
+    )
 
 
 def _context_holds(us_per_call: float, alone: float) -> bool:

@@ -94,7 +94,10 @@ operator of the statement, 0.01% at stake, once led a line whose
 hot_operator was medium), never a piece `low` as borderline in a group
 above low (its number straddles the line from which it is a finding at
 all, so it is there in some runs and not in others: fresh_temporaries.py's
-low_efficiency at 27% of the roof renamed its line in two runs of five);
+low_efficiency at 27% of the roof renamed its line in two runs of five), nor
+an observation in a group with a piece that is not one (a low_efficiency
+whose output's fresh pages account for it says the kernel is not what is
+slow);
 the others go to its `also`, as they are;
 the merged severity is the group's highest (`severity_from` names the piece
 it came from when that is not the primary)
@@ -355,10 +358,10 @@ def _lead(f: Finding) -> tuple:
     """Which piece's time leads a line (dedup): a named cause (tier < 0), then a cause (tier 0: memory_churn
     before the hot_operator of the operator its fresh pages fault in), then a symptom, each by rank_key, then the
     operator's share of operator time (evidence `share_pct`). Between two symptoms the tier orders the pieces
-    about one time, not two operators': examples/allocation_churn.py:18 (`acc + torch.relu(y)`, 2-CPU AMD EPYC,
-    2026-12-03) was named by add's hot_operator (24% of operator time) in three runs of five and by clamp_min's
-    low_efficiency (22%) in the two where its efficiency's interval cleared the 25% line (17.5%, against
-    22.8-23.7% in the others), both medium, both at the step budget's kernel slice."""
+    about one time, not two operators': examples/allocation_churn.py:18
+    (`acc + torch.relu(y)`, 2-CPU AMD EPYC, 2026-12-03) was named by add's hot_operator (24% of operator time) in
+    three runs of five and by clamp_min's low_efficiency (22%) in the two where its efficiency's interval cleared
+    the 25% line (17.5%, against 22.8-23.7% in the others), both medium, both at the step budget's kernel slice."""
     return (min(SYMPTOM_TIER.get(f.kind, 0), 1), *rank_key(f), -float(f.evidence.get("share_pct") or 0.0))
 
 
@@ -398,11 +401,11 @@ def dedup(findings: list[Finding]) -> list[Finding]:
         # a piece `low` as borderline (its number straddles the line from which it is a finding at all) does not
         # name a line its other pieces make more severe: present in the runs whose interval reached the line and
         # absent in the others, it renamed fresh_temporaries.py:22 low_efficiency in two runs of five
+        # nor does an observation (what a healthy kernel costs: a low_efficiency whose output's fresh pages account
+        # for it names examples/attention.py:28 "the kernel is not what is slow" where its hot_operator is medium)
         sure = [f for f in candidates if not (f.severity == "low" and f.borderline is not None
-                                          and top < SEVERITY_RANK["low"])]
-        # the time that leads first (a cause before a symptom; two symptoms by the larger expected share, then the
-        # operator's larger share of operator time: pieces bounded by one budget slice tie), then the cause before
-        # its symptom among the pieces about that time (_lead)
+                                          and top < SEVERITY_RANK["low"]) and not observation(f)]
+        # the time that leads first (_lead), then the cause before its symptom among the pieces about that time
         pool = sure or candidates
         lead = min(pool, key=_lead)
         primary = min([f for f in pool if _same_time(f, lead)], key=lambda f: (SYMPTOM_TIER.get(f.kind, 0),
