@@ -130,8 +130,8 @@ def _pass_seconds(report: Report) -> float:
     its steps are long (steps.rerun_steps, session.Window.capped). Set whenever the workload can be re-run."""
     s, it = report.steps, report.run.iterations
     unmeasured = 0.0
-    if s and s.rerun_steps and s.window_first is not None and s.window_last is not None and it and it.median_s:
-        unmeasured = max(0, s.window_last - s.window_first + 1 - s.rerun_steps) * it.median_s
+    if s and s.rerun_steps and it and it.median_s:
+        unmeasured = max(0, s.window_steps - s.rerun_steps) * it.median_s
     return max(0.0, (report.run.pass_s or 0.0) - unmeasured)
 
 
