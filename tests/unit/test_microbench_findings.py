@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from diagnose.findings.microbench import sequential_operator, speedup_noise
+from diagnose.findings.microbench import scaled_speedup, sequential_operator, speedup_noise
 from diagnose.report.model import Efficiency, MemoryPeak, MicrobenchRow, OperatorRow, Peaks, Report, Roofs, TargetInfo
 
 
@@ -107,8 +107,40 @@ def test_a_flat_operator_beside_a_flat_reference_is_doubted():
     assert f.severity == "low" and "reference beside it ran 1.01x on 2 threads" in f.doubts[0], f.doubts
     assert "a doubted result" in f.title and f.suggestion.startswith("Re-measure before acting")
     # a reference that cleared the line vouches for the measurement: the flat operator is sequential
-    (g,) = sequential_operator(_report(444_400, 411_000, reference_speedup=1.3))
+    (g,) = sequential_operator(_report(444_400, 411_000, reference_speedup=1.9))
     assert g.severity == "high" and not g.doubts and "the kernel is sequential" in g.suggestion
+    # one that cleared it narrowly leaves little to tell apart: 1.08x of a 1.3x reference is a 1.27x scaled
+    # speedup, 1.16-1.40x with the floor, borderline
+    (h,) = sequential_operator(_report(444_400, 411_000, reference_speedup=1.3))
+    assert h.severity == "low" and not h.doubts and h.evidence["speedup_scaled"] == pytest.approx(1.27, abs=0.005)
+    assert h.borderline.would_be == "high" and h.borderline.low < 1.25 <= h.borderline.high
+
+
+def test_the_speedup_is_judged_scaled_by_the_parallel_reference_beside_it():
+    # examples/dataloader_contention.py's addmm [8,8192] x [8192,512] (2-CPU AMD EPYC, 2026-12-03, five runs): its
+    # speedup followed the reference timed in the same turns. Raw, two runs' intervals cleared the line (medium) and
+    # three straddled it (low); scaled, 1.20-1.29x, all five straddle it
+    runs = [(1.28, 1.97), (1.27, 1.96), (1.11, 1.49), (1.16, 1.56), (1.13, 1.66)]
+    raw, scaled = [], []
+    for speedup, reference in runs:
+        (f,) = sequential_operator(_report(444_400, 444_400 / speedup, share=20.0))
+        raw.append(f.severity)
+        (g,) = sequential_operator(_report(444_400, 444_400 / speedup, share=20.0, reference_speedup=reference))
+        scaled.append(g.severity)
+        assert g.evidence["speedup_scaled"] == pytest.approx(1 + (speedup - 1) / (reference - 1), abs=0.001)
+        assert g.borderline.low < 1.25 <= g.borderline.high and g.borderline.would_be == "medium"
+        assert "scaled by the parallel reference" in g.borderline.measure and "on CPUs that gave it all 2" in g.title
+    assert raw == ["low", "low", "medium", "low", "medium"] and scaled == ["low"] * 5
+    # a 4M sort at 1.05x beside a 1.59x reference: 1.08x scaled, under the line at either end of its interval
+    (s,) = sequential_operator(_report(444_400, 444_400 / 1.05, reference_speedup=1.59))
+    assert s.severity == "high" and s.borderline is None and s.evidence["speedup_scaled"] == pytest.approx(1.085, abs=0.001)
+    # its measured noise is carried through the scaling: a 1.9x reference barely moves it, a 1.3x one triples it
+    assert scaled_speedup(1.05, 0.05, 2, 1.9)[1] == pytest.approx(0.1)  # the floor
+    value, rel = scaled_speedup(1.05, 0.05, 2, 1.3)
+    # 1.05 / 1.05 scales to 1.0 and 1.05 x 1.05 to 1.34: the wider side, 1.167 / 1.0, is its noise
+    assert value == pytest.approx(7 / 6) and rel == pytest.approx(1 / 6)
+    # no reference, or one under the line (doubted): the speedup itself, on the floor
+    assert scaled_speedup(1.05, 0.02, 2, None) == (1.05, 0.1) and scaled_speedup(1.05, 0.02, 2, 1.1) == (1.05, 0.1)
 
 
 def test_the_speedup_is_taken_at_the_usable_cpus_not_at_a_count_above_them():
