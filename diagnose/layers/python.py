@@ -224,7 +224,9 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
             if nc and kinds.get(caller) == "user" and ct * 1e6 / nc < TINY_CALL_US:
                 tiny[caller][0] += ct
                 tiny[caller][1] += nc
-            elif nc and kinds.get(caller) == "user" and kinds[callee] == "torch":
+            elif nc and kinds.get(caller) == "user" and kinds[callee] in ("torch", "library"):
+                # a large call into torch or a package: the operators it runs are located at the caller's lines
+                # (their innermost user frame) but are in this call's time, not in the caller's own
                 large_torch[caller] += ct
     rows = []
     for func, (_cc, nc, tt, ct, _callers) in stats.items():
@@ -300,7 +302,9 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
     calling function's self time and would read as Python overhead. The
     operator pass knows all operator time per line of user code; per function,
     the large operators at its lines (>= TINY_CALL_US per call) minus the
-    large torch built-ins cProfile did see it call is that hidden time. Tiny
+    large calls cProfile did see it make into torch or a package (built-ins,
+    nn.Module.__call__: the operators they run are at its lines too, but in
+    their time) is that hidden time. Tiny
     hidden operators stay counted as overhead: per call, their cost is the
     dispatch from Python. Operator-pass times are scaled to the call-graph
     pass's iterations (function mode records a window) and to its pace

@@ -585,8 +585,9 @@ class PythonFunction:
     # C built-ins and library code: the user function most of its time was called through ("name at file.py:LINE"
     # of its def), following cProfile's callers; None when no user function is among them
     called_from: str | None = None
-    # user functions: large torch built-ins cProfile saw it call (s); a package's function (transformers'
-    # forward): every call into torch cProfile saw, built-ins and torch's Python layers (s)
+    # user functions: large calls (>= TINY_CALL_US each) cProfile saw it make into torch (built-ins, torch's Python
+    # layers such as nn.Module.__call__) or a package (s); a package's function (transformers' forward): every call
+    # into torch cProfile saw, built-ins and torch's Python layers (s)
     torch_calls_s: float | None = None
     # user functions: self time of the large operators (>= TINY_CALL_US a call) at its lines, in the operator
     # pass's iterations; a package's function: those whose library line is one of its lines; None: none

@@ -269,3 +269,60 @@ def test_operator_work_hidden_in_a_packages_function_goes_back_to_operators():
     correct_hidden_operators([row], summary, rep)
     assert row.hidden_operator_s == pytest.approx(0.8)  # 3.8 s at its lines, 3.0 s of them in calls it made
     assert summary.split_s.library == pytest.approx(0.7) and summary.split_s.torch == pytest.approx(4.3)
+
+
+def _stack_forward(layers, h):
+    import torch
+
+    for layer in layers:
+        h = torch.relu(layer(h))  # nn.Linear through nn.Module.__call__: torch's Python layers, not a C slot
+    return h
+
+
+def test_large_module_calls_are_not_taken_for_operator_work_hidden_in_the_callers_own_time():
+    """examples/graph_breaks.py's forward calls four nn.Linear layers. When cProfile timed those calls at 50 µs and
+    more (large), their addmm, located at forward's line, was also subtracted from forward's own time as if a C slot
+    had hidden it there: forward read 11% of the pass instead of 85-90% (gallery, one run in five)."""
+    import torch
+
+    from diagnose.layers.python import correct_hidden_operators
+
+    layers = [torch.nn.Linear(512, 512) for _ in range(4)]
+    h = torch.randn(256, 512)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    prof = cProfile.Profile()
+    try:
+        _stack_forward(layers, h)  # warm
+        prof.enable()
+        for _ in range(20):
+            _stack_forward(layers, h)
+        prof.disable()
+    finally:
+        torch.set_num_threads(threads)
+    stats = pstats.Stats(prof).stats
+    usercode, spans = UserCode(__file__), FunctionSpans()
+    rows, summary = hotspots(stats, usercode, spans)
+    (fwd,) = [r for r in rows if r.function == "_stack_forward"]
+    large = {}  # forward's calls of >= 50 µs each, by the callee's kind: (seconds, calls)
+    for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
+        for caller, (nc, _c, _t, ct) in callers.items():
+            if caller[2] == "_stack_forward" and ct * 1e6 / nc >= 50:
+                kind = classify(callee, usercode)
+                large[kind] = (large.get(kind, (0.0, 0))[0] + ct, large.get(kind, (0.0, 0))[1] + nc)
+    # each 256 x 512 x 512 product is 134 MFLOP, milliseconds on one thread: every module call is large
+    module_calls = large["library"][0]
+    assert large["library"][1] == 80 and fwd.torch_calls_s == pytest.approx(
+        sum(s for s, _n in large.values()), abs=1e-6)
+    # the operator pass saw their addmm at forward's line, as much time as the calls took
+    line = next(i for i, l in enumerate(Path(__file__).read_text().splitlines(), 1) if "through nn.Module" in l)
+    rep = Report(target=TargetInfo(script=__file__))
+    rep.operators = [OperatorRow(name="aten::addmm", input_shapes=[[512], [256, 512], [512, 512]], calls=80,
+                                 dtypes=["float"] * 3, self_pct=90.0, source=f"{__file__}:{line}",
+                                 self_cpu_us=module_calls * 1e6, total_cpu_us=module_calls * 1e6,
+                                 sources=[SourceShare(location=f"{__file__}:{line}", calls=80,
+                                                      self_cpu_us=module_calls * 1e6)])]
+    join_operators(rows, rep, spans, usercode)
+    own = fwd.loop_overhead_s
+    correct_hidden_operators(rows, summary, rep)
+    assert fwd.hidden_operator_s is None and fwd.loop_overhead_s == own  # nothing was hidden in its own time
