@@ -37,8 +37,9 @@ run's own, measures threads waiting for CPUs):
   1.20x, 8% apart, straddling in all five. Scaling the line instead, with
   the floor on the raw speedup, had made a 4M sort's interval (1.05x beside
   a 1.59x reference) straddle it; scaled, the sort reads 1.08x, 0.99-1.19x
-  with the floor, under the line. A reference under the line gets no
-  scaling: it is a doubt (below);
+  with the floor, under the line. Only a gain scales: a speedup under 1x
+  (slower on more threads) is judged as it is. A reference under the line
+  gets no scaling: it is a doubt (below);
 - the 1-thread median is >= MIN_US (200 µs): torch does not split smaller
   work across threads (grain size), which is Python/dispatch overhead's
   story (python_overhead), not a sequential kernel's;
@@ -129,8 +130,6 @@ from diagnose.report.model import PEAKS_CONTENDED_DOUBT, Finding, MicrobenchRow,
 
 SEQUENTIAL_MAX_SPEEDUP = 1.25
 PAIRED_MIN_TURNS = 4  # paired turns that give the speedup its own interval (speedup_noise)
-# the most relative noise a scaled speedup is given: a value / 2 to value x 2 interval straddles the line anyway
-MAX_SCALED_NOISE = 1.0
 SHARE_HIGH_PCT = 30.0
 SHARE_MEDIUM_PCT = 10.0
 MIN_US = 200.0  # an op shorter than this alone is too small to split across threads, not a sequential kernel
@@ -181,20 +180,20 @@ def speedup_noise(one: MicrobenchRow, most: MicrobenchRow) -> tuple[float, float
 def scaled_speedup(speedup: float, measured: float, n: int, reference: float | None) -> tuple[float, float]:
     """(the speedup judged against the line, its relative noise): `speedup` on `n` threads scaled by the perfectly
     parallel `reference` timed beside it (module docstring), with `measured`, the speedup's own relative noise
-    (paired turns, else the rows' IQRs), carried through the scaling, at least RUN_NOISE_MIN on the scaled value
-    and at most MAX_SCALED_NOISE. Unscaled (the floor on the speedup itself) without a reference or with one under
-    the line, which the rule doubts instead."""
+    (paired turns, else the rows' IQRs), carried through the scaling, at least RUN_NOISE_MIN on the scaled value.
+    Unscaled (the floor on the speedup itself) without a reference or with one under the line, which the rule
+    doubts instead."""
     if reference is None or reference < SEQUENTIAL_MAX_SPEEDUP or n < 2:
         return speedup, max(borderline.RUN_NOISE_MIN, measured)
     slope = (n - 1) / (min(reference, float(n)) - 1)
 
-    def scale(s: float) -> float:
-        return 1 + (s - 1) * slope
+    def scale(s: float) -> float:  # a gain scales; a slowdown (under 1x) is no parallel gain and stays as it is
+        return 1 + (s - 1) * slope if s > 1 else s
 
     value = scale(speedup)
     low, high = scale(speedup / (1 + measured)), scale(speedup * (1 + measured))
-    spread = max(high / value - 1, value / low - 1 if low > 0 else MAX_SCALED_NOISE)
-    return value, min(MAX_SCALED_NOISE, max(borderline.RUN_NOISE_MIN, spread))
+    spread = max(high / value - 1, value / low - 1)
+    return value, max(borderline.RUN_NOISE_MIN, spread)
 
 
 def sequential_operator(report: Report) -> list[Finding]:

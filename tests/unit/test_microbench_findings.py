@@ -140,6 +140,11 @@ def test_the_speedup_is_judged_scaled_by_the_parallel_reference_beside_it():
     value, rel = scaled_speedup(1.05, 0.05, 2, 1.3)
     # 1.05 / 1.05 scales to 1.0 and 1.05 x 1.05 to 1.34: the wider side, 1.167 / 1.0, is its noise
     assert value == pytest.approx(7 / 6) and rel == pytest.approx(1 / 6)
+    # a slowdown is no gain to scale (numpy_beside_torch's mm ran 0.53x beside a 1.45x reference: scaled as a gain,
+    # -0.05x); its interval's low end likewise
+    assert scaled_speedup(0.53, 0.05, 2, 1.45) == (0.53, 0.1)
+    value, rel = scaled_speedup(1.02, 0.2, 2, 1.5)  # the low end, 0.85x, is not scaled to 0.70x
+    assert value == pytest.approx(1.04) and rel == pytest.approx(max(1.04 / 0.85, (1 + 0.224 / 0.5) / 1.04) - 1)
     # no reference, or one under the line (doubted): the speedup itself, on the floor
     assert scaled_speedup(1.05, 0.02, 2, None) == (1.05, 0.1) and scaled_speedup(1.05, 0.02, 2, 1.1) == (1.05, 0.1)
 
