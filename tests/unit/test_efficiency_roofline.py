@@ -326,6 +326,18 @@ def test_the_grade_does_not_jump_where_the_alone_ratio_crosses_2x():
     assert "cause" not in g.evidence
 
 
+def test_a_kernel_short_alone_is_not_judged_by_its_per_call_cost_in_the_model():
+    # examples/pointwise_block.py's LayerNorm on [16, 128] (gallery, 2026-12-04): 6.7 µs alone, 17-25 µs a call in
+    # the model at 2.2-3.2% of the roof; judged (medium) only in the run whose calls passed 20 µs
+    for us in (17.3, 18.0, 24.6):
+        assert low_efficiency(_alone(eff_report(2.24, us_per_call=us), 6.7)) == []
+    # not micro-benchmarked: the time in the model is all there is to judge by
+    assert [f.severity for f in low_efficiency(eff_report(2.24, us_per_call=24.6))] == ["high"]
+    # a short kernel far longer in the model (dataloader_contention's 3 µs log_softmax, 4.6 ms a call): still judged
+    (f,) = low_efficiency(_alone(eff_report(2.24, us_per_call=4600.0), 3.0))
+    assert f.evidence["cause"] == "context" and f.severity == "medium"
+
+
 def _faulting(rep: Report, plain: float, instrumented: float, steps: int = 20) -> Report:
     rep.run.iterations = IterationStats(n=steps, median_s=0.05, q1_s=0.05, q3_s=0.05, min_s=0.05, max_s=0.05)
     rep.target.iters = steps
