@@ -7,7 +7,9 @@ for a recording shorter than MIN_DURATION_S or without its measures.
 
 Thresholds (2-CPU measurements, docs/measurements.md: healthy runs had a run-queue
 wait share <= 0.016, oversubscribed ones >= 0.33; 0.2 separates them):
-- oversubscription: runqueue_wait_share >= 0.2 and mean_runnable > usable
+- oversubscription: the threads' own wait share >= 0.2 (runqueue_wait_share
+  less the part other processes' CPUs explain, others_cpus / mean_runnable:
+  `own_wait_share`) and mean_runnable > usable
   CPUs, or the compute processes' busy threads outnumber the usable CPUs
   while the machine's other processes are too few to be the cause
   (external_contention's line): a pool that wakes together queues in
@@ -259,13 +261,26 @@ def _pools_exceed(report: Report, t: Threads) -> bool:
             and sum(_active(p) for p in _compute_processes(t)) > usable)
 
 
+def own_wait_share(t: Threads) -> float:
+    """The share of their runnable time the threads waited for a CPU their own processes held: the measured wait
+    share less the part the machine's other processes explain. Those held others_cpus of the CPUs over the same
+    window, and the threads' runnable time is mean_runnable CPUs' worth, so others_cpus / mean_runnable of it
+    waited for the others' CPUs (external_contention's time, not the pools'). examples/numpy_beside_torch.py's
+    two pools on 2 CPUs (2.85-2.97 runnable) waited 33.0-33.9% in three runs with nothing else on the machine,
+    and 40.6% and 44.4% in two where other processes held 0.23 and 0.39 CPUs: 30.7-33.9% of their own."""
+    share = float(t.runqueue_wait_share)
+    runnable = float(t.mean_runnable or 0.0)
+    return max(0.0, share - float(t.others_cpus or 0.0) / runnable) if runnable > 0 else share
+
+
 def oversubscribed(report: Report) -> float | None:
-    """The share of runnable time the threads waited for a CPU, when it makes an oversubscription finding: more
-    threads wanted a CPU than there are usable ones, on average or by the busy threads' count (_pools_exceed)."""
+    """The share of runnable time the threads waited for a CPU their own processes held (own_wait_share), when it
+    makes an oversubscription finding: more threads wanted a CPU than there are usable ones, on average or by the
+    busy threads' count (_pools_exceed)."""
     t = report.threads
     if t is None or not _measured(t):
         return None
-    share = float(t.runqueue_wait_share)
+    share = own_wait_share(t)
     if share < WAIT_SHARE_MEDIUM:
         return None
     if float(t.mean_runnable) <= _usable(report, t) and not _pools_exceed(report, t):
@@ -290,9 +305,9 @@ def oversubscription(report: Report) -> list[Finding]:
     workers = [p for p in compute if p.role == "dataloader_worker"]
     mains = [p for p in compute if p.role != "dataloader_worker"]
     evidence: dict[str, Any] = {
-        "mean_runnable": runnable, "usable_cpus": usable, "runqueue_wait_share": share,
-        "share_pct": round(100 * share, 1), "threshold_wait_share": WAIT_SHARE_HIGH if severity == "high"
-        else WAIT_SHARE_MEDIUM, "cpu_used": t.cpu_used, "others_cpus": t.others_cpus,
+        "mean_runnable": runnable, "usable_cpus": usable, "runqueue_wait_share": float(t.runqueue_wait_share),
+        "own_wait_share": round(share, 4), "share_pct": round(100 * share, 1),
+        "threshold_wait_share": WAIT_SHARE_HIGH if severity == "high" else WAIT_SHARE_MEDIUM, "cpu_used": t.cpu_used, "others_cpus": t.others_cpus,
         "method": t.method, "compute_processes": len(compute),
         "active_threads": sum(_active(p) for p in compute),
         "processes": _process_evidence(sorted(compute, key=lambda p: -(p.mean_runnable or 0))),
@@ -405,6 +420,9 @@ def oversubscription(report: Report) -> list[Finding]:
         if call is not None:  # the DataLoader whose workers compete with the main pool
             location = call.location
             evidence["thread_call"] = dataclasses.asdict(call)
+    if float(t.runqueue_wait_share) - share >= 0.01:  # other processes' CPUs explain some of the waiting
+        title += (f" (their own pools': {100 * float(t.runqueue_wait_share):.0f}% in all, with other processes on "
+                  f"{float(t.others_cpus):.2f} CPUs)")
     rec = t.sweep.recommendation if t.sweep else None
     gain = rec.gain_vs_configured_pct if rec else None
     stake = Stake(pct=round(100 * share, 1), basis=f"run-queue wait share ({UPPER_BOUND})", upper_bound=True)
