@@ -310,13 +310,9 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
     pass's iterations (function mode records a window) and to its pace
     (`pass_pace`: a pass the host slowed ran its operators slower too).
     """
-    run = report.run
-    scale = 1.0
-    if report.target.function and report.target.iters and run.instrumented_iterations:
-        scale = report.target.iters / max(1, run.instrumented_iterations.n)
     pace = pass_pace(summary, report, pass_wall_s)
     summary.operator_pace = round(pace, 3)
-    scale *= pace
+    scale = report.callgraph_scale(pace)
     moved = {"user": 0.0, "library": 0.0}
     for row in rows:
         if row.kind not in moved or not row.operators_all_s:

@@ -70,7 +70,13 @@ def grade(value: float, rel: float, levels: Sequence[tuple[float, str]], measure
     """(severity, borderline) of `value` with relative noise `rel` against `levels`, (limit, severity) pairs
     from the worst: a value at or above a limit has its severity (below it, with `lower_is_worse`). None: the
     rule reports nothing (the whole interval is short of every limit)."""
-    low, high = interval(value, rel)
+    return grade_between(value, *interval(value, rel), levels, measure, unit, lower_is_worse)
+
+
+def grade_between(value: float, low: float, high: float, levels: Sequence[tuple[float, str]], measure: str,
+                  unit: str = "%", lower_is_worse: bool = False) -> tuple[str | None, Borderline | None]:
+    """`grade` on the interval from `low` to `high`, where it is not a ratio of the value: a difference of two
+    measurements is known to their noise on either side of it alike (findings/python.py's loop overhead)."""
     mild_end, worse_end = (high, low) if lower_is_worse else (low, high)
     mild = _level(mild_end, levels, lower_is_worse)
     worse = _level(worse_end, levels, lower_is_worse)

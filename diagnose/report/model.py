@@ -602,6 +602,22 @@ class PythonFunction:
         """Its own time that is Python's: self_s less the operator work cProfile booked there."""
         return max(0.0, self.self_s - (self.hidden_operator_s or 0.0))
 
+    def moved_noise_s(self, scale: float, rel: float) -> float:
+        """The half-width of the interval of its own time left after the operator work moved out of it
+        (hidden_operator_s, layers/python.correct_hidden_operators), at relative run-to-run noise `rel`: what moves
+        is the difference of two passes' measurements, the operator pass's large operators at its lines (at
+        the call-graph pass's `scale`, Report.callgraph_scale) less the large calls cProfile saw it make, so it is
+        known to `rel` of their sum however small the difference, and at most all of its own time is in doubt.
+        examples/numpy_beside_torch.py's <module> (numpy's `raw @ projection` runs through a C slot, so its own
+        time is numpy's): 0.80 s of operators less 0.74 s of calls seen left 29% of the pass as its Python in one
+        run, 0.78 less 0.40 s left 0.3% in another, and where the calls came out larger (0.71 less 0.80 s) nothing
+        moved and 31.5% was left: the comparison is as uncertain where it moves nothing. 0 where nothing was
+        compared."""
+        if not self.hidden_operator_s and not self.operators_all_s:
+            return 0.0
+        terms = (self.operators_all_s or 0.0) * scale + (self.torch_calls_s or 0.0)
+        return min(self.self_s, rel * max(self.hidden_operator_s or 0.0, terms))
+
 
 @dataclass
 class ListInput:
@@ -2213,6 +2229,17 @@ class Report:
         """The steps (or calls) the operator pass's profiler recorded: its rows' calls and bytes are over these."""
         run = self.run
         return run.instrumented_iterations.n if run.instrumented_iterations else self.timed_steps()
+
+    def callgraph_scale(self, pace: float | None = None) -> float:
+        """Operator-pass times at the call-graph pass's scale: its iterations over the operator pass's recorded ones
+        (function mode records a window of the calls) times its pace (`pace`, else python_summary.operator_pace: the
+        host slowed that pass's operators too, layers/python.pass_pace); 1 for a script run at one pace."""
+        run, scale = self.run, 1.0
+        if self.target.function and self.target.iters and run.instrumented_iterations:
+            scale = self.target.iters / max(1, run.instrumented_iterations.n)
+        if pace is None:
+            pace = self.python_summary.operator_pace if self.python_summary else None
+        return scale * (pace or 1.0)
 
     def faults_per_step(self) -> tuple[float | None, float | None]:
         """Minor page faults per step (or measured call): uninstrumented, and in the operator pass."""

@@ -14,6 +14,7 @@ import pytest
 
 from diagnose.findings.python import python_overhead
 from diagnose.layers.python import hotspots, join_operators, classify
+from diagnose.report import borderline
 from diagnose.report.model import OperatorRow, PythonFunction, PythonSplit, PythonSummary, Report, SourceShare, \
     TargetInfo
 from diagnose.usercode import FunctionSpans, UserCode
@@ -94,6 +95,28 @@ def test_python_overhead_thresholds(share, severity):
         assert found[0].evidence["share_pct"] == pytest.approx(100 * share)
         assert found[0].evidence["tiny_calls"] == 5000
         assert "in Python and in 5000 tiny calls it makes one at a time, at m.py:3" in found[0].title
+
+
+def test_a_share_left_by_comparing_two_passes_is_judged_on_their_noise():
+    """examples/numpy_beside_torch.py's <module> (2-CPU AVX2 EPYC, 2026-12-04): its own time is numpy's `@`
+    through a C slot; the operator pass's 0.80 s of operators at its lines less the 0.74 s of calls cProfile saw
+    left 28.7% of the pass (medium on the point), where other runs of the same script left 0.3-17%."""
+    report = _report(loop_overhead_s=0.3227, total_s=1.1257)
+    row = report.python_hotspots[0]
+    row.self_s, row.operators_all_s, row.torch_calls_s, row.hidden_operator_s = 0.3748, 0.7991, 0.7447, 0.0544
+    [found] = python_overhead(report)
+    noise = borderline.RUN_NOISE_MIN * (0.7991 + 0.7447)  # 10% of the two terms compared, under its own time
+    assert found.severity == "low" and found.borderline is not None and found.borderline.would_be == "high"
+    assert found.borderline.low == pytest.approx(100 * (0.3227 - noise) / 1.1257, abs=1e-3)
+    assert found.borderline.high == pytest.approx(100 * (0.3227 + noise) / 1.1257, abs=1e-3)
+    # the same time with nothing compared: the run's noise, 26-32%, medium
+    row.operators_all_s = row.torch_calls_s = row.hidden_operator_s = None
+    [found] = python_overhead(report)
+    assert (found.severity, found.borderline) == ("medium", None)
+    # compared, with the calls seen larger: nothing moved, and the interval as wide
+    row.operators_all_s, row.torch_calls_s = 0.7136, 0.8018
+    [found] = python_overhead(report)
+    assert found.severity == "low" and found.borderline.would_be == "high"
 
 
 def test_python_overhead_without_tiny_calls_says_python_itself():

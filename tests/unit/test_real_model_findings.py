@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from diagnose import budget, findings
+from diagnose.findings import python as python_rules
 from diagnose.findings.python import step_at_roofs
 from diagnose.report import borderline, io
 
@@ -71,6 +72,30 @@ def test_resnet_training_is_not_called_framework_overhead():
     # large operator calls (a step's 229 calls average ~400 µs): far from the roofs is the operators' story
     r = derived("resnet_train")
     assert not [f for f in r.findings if f.evidence.get("cause") == "framework"]
+
+
+def test_a_step_of_small_calls_is_judged_on_its_budget_whether_or_not_a_function_passed_its_line():
+    """examples/graph_breaks.py on a 2-CPU AVX2 EPYC (2026-12-04): four Linear(256, 256) calls of 50 µs and more,
+    so the forward's loop overhead on the cProfile pass was only its own time and 9 tiny calls a step, 10.8% (low);
+    the step budget measured Python and dispatch at 23.5% of the uninstrumented step. The budget was read only
+    when no function passed 10%: this step's verdict was nothing above low here, medium in the runs whose forward
+    read 9%."""
+    r = derived("graph_breaks")
+    slices = {s.name: s.share for s in r.step_budget.slices}
+    share = 100 * (slices["python"] + slices["dispatch"])
+    line = [f for f in r.findings if f.location == "examples/graph_breaks.py:36"]
+    assert len(line) == 1, line
+    pieces = _with_also(line)
+    framework = next(f for f in pieces if f.evidence.get("cause") == "framework")
+    forward = next(f for f in pieces if f.evidence.get("function") == "forward")
+    assert framework.evidence["share_pct"] == round(share, 1)
+    # the two scales of the same Python, each graded on its own line: the function's share of its pass...
+    assert forward.evidence["share_pct"] < 20 and forward.severity == "low"
+    # ...and the step's, judged on its interval: at least medium where that interval clears 20%
+    severity, border = borderline.grade(share, borderline.noise(r), python_rules.LEVELS, "share")
+    assert framework.severity == severity and (severity, border) == ("medium", None)
+    # one finding at the line, as severe as its worse piece, led by the larger expected share (the budget's)
+    assert line[0].evidence.get("cause") == "framework" and line[0].severity == "medium"
 
 
 def _with_also(found) -> list:
