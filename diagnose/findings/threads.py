@@ -307,7 +307,8 @@ def oversubscription(report: Report) -> list[Finding]:
     evidence: dict[str, Any] = {
         "mean_runnable": runnable, "usable_cpus": usable, "runqueue_wait_share": float(t.runqueue_wait_share),
         "own_wait_share": round(share, 4), "share_pct": round(100 * share, 1),
-        "threshold_wait_share": WAIT_SHARE_HIGH if severity == "high" else WAIT_SHARE_MEDIUM, "cpu_used": t.cpu_used, "others_cpus": t.others_cpus,
+        "threshold_wait_share": WAIT_SHARE_HIGH if severity == "high" else WAIT_SHARE_MEDIUM,
+        "cpu_used": t.cpu_used, "others_cpus": t.others_cpus,
         "method": t.method, "compute_processes": len(compute),
         "active_threads": sum(_active(p) for p in compute),
         "processes": _process_evidence(sorted(compute, key=lambda p: -(p.mean_runnable or 0))),
