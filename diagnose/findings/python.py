@@ -9,7 +9,7 @@ Python relative to operators; the evidence carries that pass's slowdown.
   or where wider the noise of the operator work moved out of its own time
   (PythonFunction.moved_noise_s: a difference of two passes' measurements,
   known to the run-to-run noise of their sum). examples/numpy_beside_torch.py's
-  <module> read 29%, 17%, 0.3%, 29% and 0.2% of five runs' passes as the
+  <module> read 29%, 17%, 0.3%, 31% and 4.5% of five runs' passes as the
   operators at its lines came out above or below the calls cProfile saw it
   make: medium in two runs, nothing above low in three; on its interval
   (15-42% where it read 29%), low and borderline. Its location is the line
