@@ -28,7 +28,10 @@ probe measured (model.CallCosts; the efficiency layer's cached peaks), and carri
   call), less the data slice's share of it, less the blocks freed between operators, less the dispatch of the
   torch calls made through a C slot (`a - b`, `x[i]`: Autograd.slot_calls), which cProfile sees no call for and
   the dispatch slice counts.
-- native: C built-ins outside torch (numpy, PIL, tokenizers, ...), by library, corrected likewise.
+- native: C built-ins outside torch (numpy, PIL, tokenizers, ...) and numerical packages' Python code, by
+  library, corrected likewise; with numpy's array operations that ran through C slots in the user's own lines
+  (`raw @ projection`: cProfile sees no call there), which the call-graph pass's sampling of the user's own time
+  found at lines with no torch operator (layers/python.py OwnTimeSampler, PythonFunction.numpy_s).
 - data: time inside DataLoader iterators (the step clock's data wait).
 - waiting: blocking built-ins cProfile saw (sleep, locks, pipe and socket reads, waiting for a child).
 - unexplained: the step less all of the above, always shown; negative when the slices overlap (then the
@@ -189,14 +192,24 @@ def of(report: Report) -> StepBudget | None:
         # likewise a share of that pass's own step, carried over to the uninstrumented one
         py_pace = step_s / (py.wall_s / py_n) if py.wall_s else 1.0
         keep = (timed - added) / timed * py_pace if timed else 0.0
-        # outside torch: C built-ins, and the library code of numerical packages (numpy, PIL, ...) by their files
+        # outside torch: C built-ins (split.builtin), the library code of numerical packages (numpy, PIL, ...) by
+        # their files (split.library: moved here), and numpy's array operations in user functions' own time (the
+        # python layer moved them to split.builtin: PythonFunction.numpy_s), by library
         by_lib: dict[str, float] = {}
+        callers: dict[str, tuple[float, str]] = {}  # library -> (its largest piece's s, where it was called from)
+        in_libraries = 0.0  # split.library's part
         for f in report.python_hotspots:
             lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None
-            if lib is not None or f.kind == "builtin":
-                key = lib or "other built-ins"
-                by_lib[key] = by_lib.get(key, 0.0) + f.self_s
-        in_libraries = sum(v for k, v in by_lib.items() if k != "other built-ins")
+            s, at = f.self_s, f.called_from
+            if f.kind == "user" and f.numpy_s:
+                lib, s, at = "numpy", f.numpy_s, f"{f.function} at {f.numpy_at}"
+            elif lib is None and f.kind != "builtin":
+                continue
+            key = lib or "other built-ins"
+            by_lib[key] = by_lib.get(key, 0.0) + s
+            in_libraries += s if f.kind == "library" else 0.0
+            if lib and at and s > callers.get(lib, (0.0, ""))[0]:
+                callers[lib] = (s, at)
         python_s = max(0.0, split.user + split.library - in_libraries) * keep / py_n
         native_s = (split.builtin + in_libraries) * keep / py_n
         wait_s = split.wait * py_pace / py_n
@@ -227,7 +240,8 @@ def of(report: Report) -> StepBudget | None:
         # what cProfile measured before the operators and frees were moved out of it: each moved term is known to
         # the run-to-run noise, so the rest is known to that noise of the whole (allocation_churn's 207 ms of
         # Python less 125 ms of operators and 62 ms of frees left 0-23 ms from run to run)
-        gross_s = (split.user + split.library + (py.hidden_operator_s or 0.0)) * keep / py_n
+        gross_s = ((split.user + split.library + (py.hidden_operator_s or 0.0) + (py.numpy_s or 0.0))
+                   * keep / py_n)
         slices["python"] = BudgetSlice(
             "python", python_s, basis + " (your functions and other Python code)" + (
                 f", less the {1e3 * freed_python:.3g} ms of blocks freed between operators (the allocator's)"
@@ -239,15 +253,10 @@ def of(report: Report) -> StepBudget | None:
                         location=f.location if f.kind == "user" else None)
              for f in sorted(users, key=lambda f: -f.python_s)[:TOP]],
             noise_share=round(RUN_NOISE_MIN * gross_s / step_s, 4) if gross_s > 1.01 * python_s else None)
-        callers = {}
-        for f in sorted(report.python_hotspots, key=lambda f: -f.self_s):
-            lib = _library(f.function, f.location) if f.kind in ("builtin", "library") else None
-            if lib and lib not in callers and f.called_from:
-                callers[lib] = f.called_from
         slices["native"] = BudgetSlice(
             "native", native_s, basis + " (outside torch: numerical libraries' code, numpy, PIL, tokenizers, ..., "
             "and other C built-ins)",
-            [BudgetItem(label=lib, s=s * keep / py_n, location=callers.get(lib))
+            [BudgetItem(label=lib, s=s * keep / py_n, location=callers[lib][1] if lib in callers else None)
              for lib, s in sorted(by_lib.items(), key=lambda kv: -kv[1])[:TOP]])
         if split.wait:
             slices["waiting"] = BudgetSlice("waiting", wait_s, "blocking built-ins in the call-graph pass: sleep, "

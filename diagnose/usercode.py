@@ -14,6 +14,7 @@ site-packages folder holding them (`transformers/models/bert/modeling_bert.py`).
 
 from __future__ import annotations
 
+import dis
 import importlib.util
 import os
 import sys
@@ -54,6 +55,17 @@ def _generated(filename: str) -> bool:
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
+
+# The instructions that run an operation through a C slot of its operand's type (`a - b`, `a @ b`, `x[i]`,
+# `out[i] = v`, `a < b`): cProfile sees no call there (it sees calls made by a call instruction only), so the whole
+# cost of a torch operator or numpy array operation reached this way is in the calling Python function's self time.
+# The operator pass counts its torch calls made so (Autograd.slot_calls), for the step budget (budget.py); the
+# call-graph pass samples the time its user functions' frames spend in them (layers/python.py OwnTimeSampler).
+SLOT_OPCODES = frozenset(code for name, code in dis.opmap.items()
+                         if name.startswith(("BINARY_", "UNARY_"))
+                         or name in ("STORE_SUBSCR", "STORE_SLICE", "DELETE_SUBSCR", "COMPARE_OP", "CONTAINS_OP"))
+# the instructions that call: a frame executing one is inside its callee, whose time cProfile books to the callee
+CALL_OPCODES = frozenset(code for name, code in dis.opmap.items() if name.startswith(("CALL", "PRECALL")))
 
 class UserCode:
     """Decides, per file name, whether it is the user's code (cached)."""

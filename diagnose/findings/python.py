@@ -6,15 +6,17 @@ Python relative to operators; the evidence carries that pass's slowdown.
 - A user function whose `loop_overhead_s` (its own time plus the tiny calls
   it makes directly, see layers/python.py) is >= 10% of the pass is `low`,
   >= 20% `medium`, >= 40% `high`, judged on its interval: the run's noise,
-  or where wider the noise of the operator work moved out of its own time
-  (PythonFunction.moved_noise_s: a difference of two passes' measurements,
+  or where wider the noise of the time moved out of its own time
+  (PythonFunction.moved_noise_s: where its own time was sampled, the run's
+  noise of what moved; otherwise a difference of two passes' measurements,
   known to the run-to-run noise of their sum). examples/numpy_beside_torch.py's
-  <module> read 29%, 17%, 0.3%, 31% and 4.5% of five runs' passes as the
-  operators at its lines came out above or below the calls cProfile saw it
-  make: medium in two runs, nothing above low in three; on its interval
-  (15-42% where it read 29%), low and borderline. Its location is the line
-  inside it that calls the most operators (from the operator pass), else its
-  first line.
+  <module>, compared so, read 29%, 17%, 0.3%, 31% and 4.5% of five runs'
+  passes as the operators at its lines came out above or below the calls
+  cProfile saw it make: medium in two runs, nothing above low in three.
+  Sampled (layers/python.py OwnTimeSampler), 98% of its own time was numpy's
+  (`rng.standard_normal`, `raw @ projection`): outside_torch's, not Python.
+  Its location is the line inside it that calls the most operators (from the
+  operator pass), else its first line.
 - Framework overhead, when the step's operator calls are small (the step's
   time over its calls from Python is at most SMALL_CALL_US, 100 µs;
   dispatching one costs ~5-20 µs): the step budget's Python and dispatch
@@ -92,7 +94,8 @@ def python_overhead(report: Report) -> list[Finding]:
         # graded on its interval: the run's noise, or where wider the noise of the operator time moved out of it
         # (PythonFunction.moved_noise_s: a difference of two passes' measurements, as uncertain on either side)
         low, high = borderline.interval(share, rel)
-        moved = 100.0 * row.moved_noise_s(scale, borderline.RUN_NOISE_MIN) / total_s
+        sample_s = summary.own_time.sample_s if summary.own_time else 0.0
+        moved = 100.0 * row.moved_noise_s(scale, borderline.RUN_NOISE_MIN, sample_s) / total_s
         low, high = min(low, max(0.0, share - moved)), max(high, share + moved)
         severity, border = borderline.grade_between(share, low, high, LEVELS,
                                                     f"{row.function}()'s share of the cProfile pass")

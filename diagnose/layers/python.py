@@ -17,7 +17,13 @@ reads it back with `pstats`, renders `callgraph.dot` with gprof2dot and
 - per user function, `loop_overhead_s` is its own time plus the time of the
   tiny calls (< TINY_CALL_US each, on average) it makes directly: the cost of
   driving torch one small step at a time from Python. Joined with the operator
-  pass, each user function lists the operators called from its lines.
+  pass, each user function lists the operators called from its lines;
+- beside cProfile, OwnTimeSampler samples what the user's lines do in their
+  own frames (bytecode, C slot operations, calls): cProfile books slot
+  operations (`a @ b`, torch's or numpy's) and calls it sees no call for
+  (numpy.random's Cython methods) to the calling function's own time, and the
+  samples tell operator work and numpy's work from Python, line by line
+  (correct_hidden_operators).
 
 cProfile slows Python code far more than operator code, so these shares
 overstate Python; the summary gives this pass's wall time beside the
@@ -31,6 +37,7 @@ import os
 import pstats
 import re
 import sys
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -43,13 +50,15 @@ from diagnose.report.model import (
     CallgraphSettings,
     LayerStatus,
     LineOperator,
+    OwnLine,
+    OwnTime,
     PythonFunction,
     PythonSplit,
     PythonSummary,
     Report,
 )
 from diagnose.tools import callgraph
-from diagnose.usercode import FunctionSpans, UserCode, torch_root
+from diagnose.usercode import CALL_OPCODES, SLOT_OPCODES, FunctionSpans, UserCode, torch_root
 
 PSTATS = "profile.pstats"
 DOT = "callgraph.dot"
@@ -58,6 +67,23 @@ TINY_CALL_US = 50.0
 TOP_BY_SELF = 30
 USER_MIN_CUMULATIVE_PCT = 1.0
 MAX_OPERATORS_PER_FUNCTION = 8
+# OwnTimeSampler: the main thread every 2 ms (500 a second: some 1% of a CPU for sys._current_frames and the GIL);
+# a sample stands for the time since the one before, at most OWN_SAMPLE_CAP periods (the GIL held by a C call
+# delays a sample, and that time is not the line's found after it); under OWN_MIN_SAMPLES (0.1 s of a pass), not
+# used: examples/graph_breaks.py's whole call-graph pass is 0.14 s; what moves on the samples is known to their
+# sampling error besides the run's noise (PythonFunction.moved_noise_s)
+OWN_SAMPLE_S = 0.002
+# the interpreter's switch interval while sampling (default 5 ms): Python holding the GIL yields it to the sampler
+# within this, at the instruction it is running. A Python stretch shorter than it is not sampled, and its time goes
+# to the next line that releases the GIL: tests/data/python/own_time.py's loop of 0.7 ms of Python between a numpy
+# `@` and a numpy.random call read 0% Python at 5 ms, 13% at 0.5 ms and 31% at 0.1 ms, where timed it is 33%
+OWN_SWITCH_S = 0.0001
+OWN_SAMPLE_CAP = 5
+OWN_MIN_SAMPLES = 50
+OWN_LINES_MAX = 200
+# cProfile's own cost per profiled call: 0.31 µs measured here (a trivial function called 1 M times), taken
+# x3 for what it costs real code (caches): a bound, used to tell cProfile's slowdown from a slow pass
+CPROFILE_CALL_US = 1.0
 
 
 class PythonRecorder(Recorder):
@@ -75,6 +101,8 @@ class PythonRecorder(Recorder):
     def __init__(self, spec: PassSpec):
         self.spec = spec
         self.profiler = None
+        self.sampler: OwnTimeSampler | None = None
+        self.usercode: UserCode | None = None
         self.start_frames: dict[int, Any] = {}
         self.loop_frame = None
         self.t0 = 0.0
@@ -84,9 +112,12 @@ class PythonRecorder(Recorder):
     def start(self) -> None:
         import cProfile
 
+        if self.sampler is not None:  # a window began: start over
+            self.sampler.stop()
         if sys.getprofile() is not None:
             # the script profiles itself (its own cProfile, a profiler hook): replacing its hook would change
             # what it measures and prints, so this pass records nothing and says why
+            self.sampler = None
             self.skipped = ("the script runs its own Python profiler (sys.setprofile is taken, e.g. its own "
                             "cProfile): the call-graph pass leaves it alone and records nothing")
             self.profiler = None
@@ -94,6 +125,9 @@ class PythonRecorder(Recorder):
         self.skipped = None
         self.profiler = cProfile.Profile()
         self.start_frames = _stack(sys._getframe(1)) if self.spec.mode == "script" else {}
+        self.usercode = self.usercode or UserCode(self.spec.script, cwd=self.spec.cwd)
+        self.sampler = OwnTimeSampler(self.usercode)
+        self.sampler.start()
         self.t0 = time.perf_counter()
         self.profiler.enable()
 
@@ -104,6 +138,8 @@ class PythonRecorder(Recorder):
             self.profiler, self.skipped = None, ("the script started its own Python profiler while the call-graph "
                                                  "pass recorded (e.g. its own cProfile): the pass left it alone and "
                                                  "kept nothing")
+        if self.sampler is not None:
+            self.sampler.stop()
         if self.profiler is not None:
             self.profiler.disable()
             self.wall_s = time.perf_counter() - self.t0
@@ -119,7 +155,75 @@ class PythonRecorder(Recorder):
             root = add_loop_frame(stats.stats, self.loop_frame, self.wall_s)
             self.loop_frame = None
         stats.dump_stats(os.path.join(workdir, PSTATS))
-        return {"pstats": PSTATS, "callgraph": report_io.to_dict(self.spec.callgraph), "root": root}
+        own = self.sampler.result() if self.sampler is not None else None
+        return {"pstats": PSTATS, "callgraph": report_io.to_dict(self.spec.callgraph), "root": root,
+                "own_time": report_io.to_dict(own) if own is not None else None}
+
+
+class OwnTimeSampler:
+    """Samples what the main thread's innermost frame executes while the call-graph pass records, when that frame
+    is the user's: its own bytecode (Python), a C slot operation (SLOT_OPCODES: `a @ b`, `x[i]`; cProfile sees no
+    call there, so their time is in the function's self time), or a call (CALL_OPCODES: in a C callee, whose time
+    cProfile books to the callee if it sees the call: not for a Cython method such as numpy.random's, nor for a
+    C type). A C function that releases the GIL (a torch operator, numpy's BLAS) is sampled as it runs; Python
+    holding the GIL yields it to this thread within the switch interval, which it sets to OWN_SWITCH_S while it
+    samples (the pass's other threads then switch as often: this pass is instrumented anyway, and the
+    uninstrumented and operator passes keep the default)."""
+
+    def __init__(self, usercode: UserCode, period_s: float = OWN_SAMPLE_S) -> None:
+        self.usercode, self.period_s = usercode, period_s
+        self.main = threading.get_ident()  # the thread that runs the window (start() is called on it)
+        # (filename, first line, name: cProfile's key of the function) + (line,) -> [python s, slot s, call s]
+        self.lines: dict[tuple[str, int, str, int], list[float]] = {}
+        self.samples, self.sampled_s = 0, 0.0
+        self._switch = sys.getswitchinterval()
+        self._user: dict[str, bool] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="diagnose-own-time", daemon=True)
+
+    def start(self) -> None:
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(OWN_SWITCH_S)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        sys.setswitchinterval(self._switch)
+
+    def _run(self) -> None:
+        current, clock, cap = sys._current_frames, time.perf_counter, OWN_SAMPLE_CAP * self.period_s
+        last = clock()
+        while not self._stop.wait(self.period_s):
+            frame = current().get(self.main)  # noqa: SLF001 - the main thread's innermost frame
+            now = clock()
+            weight, last = min(now - last, cap), now
+            if frame is None:
+                return
+            self.samples += 1
+            self.sampled_s += weight
+            code, lasti, line = frame.f_code, frame.f_lasti, frame.f_lineno
+            del frame  # no reference to the main thread's frame (its locals) kept between samples
+            user = self._user.get(code.co_filename)
+            if user is None:
+                user = self._user[code.co_filename] = self.usercode.is_user(code.co_filename)
+            if not user:
+                continue
+            op = code.co_code[lasti]  # f_lasti: the instruction it is executing
+            key = (code.co_filename, code.co_firstlineno, code.co_name, line or 0)
+            acc = self.lines.get(key)
+            if acc is None:
+                acc = self.lines[key] = [0.0, 0.0, 0.0]
+            acc[2 if op in CALL_OPCODES else 1 if op in SLOT_OPCODES else 0] += weight
+
+    def result(self) -> OwnTime:
+        lines = sorted(self.lines.items(), key=lambda kv: -sum(kv[1]))[:OWN_LINES_MAX]
+        return OwnTime(period_s=self.period_s, samples=self.samples, sampled_s=round(self.sampled_s, 6),
+                       numpy_loaded="numpy" in sys.modules,
+                       lines=[OwnLine(location=f"{self.usercode.display(path)}:{line}", function=name,
+                                      defined_at=f"{self.usercode.display(path)}:{first}", python_s=round(py, 6),
+                                      slot_s=round(slot, 6), call_s=round(call, 6))
+                              for (path, first, name, line), (py, slot, call) in lines])
 
 
 def _stack(frame) -> dict[int, Any]:
@@ -213,7 +317,12 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
     # Python layers such as nn.Module.__call__), whose operators are at its lines but not in its own time
     package = {f: usercode.library(f[0]) for f in stats if kinds[f] == "library"}
     into_torch: dict[tuple, float] = defaultdict(float)
+    # C functions each function called directly (cProfile's "~" entries): their time, with cProfile's cost on each
+    c_calls: dict[tuple, float] = defaultdict(float)
     for callee, (_cc, _nc, _tt, _ct, callers) in stats.items():
+        if callee[0] == "~":
+            for caller, (nc, _c, _t, ct) in callers.items():
+                c_calls[caller] += ct + nc * CPROFILE_CALL_US / 1e6
         if kinds[callee] == "torch" or (kinds[callee] == "library" and package[callee] is None):
             for caller, (_n, _c, _t, ct) in callers.items():
                 if package.get(caller):
@@ -248,6 +357,7 @@ def hotspots(stats: dict, usercode, spans) -> tuple[list[PythonFunction], Python
             row.loop_overhead_s = round(tt + tiny[func][0], 6)
             row.tiny_calls = tiny[func][1]
             row.torch_calls_s = round(large_torch[func], 6)
+            row.c_calls_s = round(c_calls[func], 6)
         rows.append(row)
     rows.sort(key=lambda r: -r.self_s)
     keep = rows[:TOP_BY_SELF] + [r for r in rows[TOP_BY_SELF:]
@@ -275,10 +385,6 @@ def _user_caller(func: tuple, stats: dict, kinds: dict, depth: int = 6) -> tuple
             return func
     return None
 
-
-# cProfile's own cost per profiled call: 0.31 µs measured here (a trivial function called 1 M times), taken
-# x3 for what it costs real code (caches): a bound, used to tell cProfile's slowdown from a slow pass
-CPROFILE_CALL_US = 1.0
 
 
 def pass_pace(summary: PythonSummary, report: Report, pass_wall_s: float | None) -> float:
@@ -313,18 +419,28 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
     pace = pass_pace(summary, report, pass_wall_s)
     summary.operator_pace = round(pace, 3)
     scale = report.callgraph_scale(pace)
+    own = summary.own_time if summary.own_time is not None and summary.own_time.samples >= OWN_MIN_SAMPLES else None
+    by_line = _operators_by_line(report) if own is not None else {}
     moved = {"user": 0.0, "library": 0.0}
+    native_s = 0.0
     for row in rows:
-        if row.kind not in moved or not row.operators_all_s:
+        if row.kind not in moved:
             continue
-        hidden = min(row.self_s, max(0.0, row.operators_all_s * scale - (row.torch_calls_s or 0.0)))
-        if hidden <= 0:
-            continue
-        row.hidden_operator_s = round(hidden, 6)
-        if row.kind == "user":
-            row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden), 6)
-        moved[row.kind] += hidden
+        hidden, native = _hidden_and_native(row, own, by_line, scale, numpy=bool(
+            own is not None and own.numpy_loaded and report.operators))
+        if hidden > 0:
+            row.hidden_operator_s = round(hidden, 6)
+            moved[row.kind] += hidden
+        if native > 0:
+            row.numpy_s = round(native, 6)
+            native_s += native
+        if row.kind == "user" and hidden + native > 0:
+            row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden - native), 6)
     moved["library"] += _move_below_python(rows, report, scale)
+    if native_s:
+        summary.split_s.user = round(max(0.0, summary.split_s.user - native_s), 6)
+        summary.split_s.builtin = round(summary.split_s.builtin + native_s, 6)
+        summary.numpy_s = round(native_s, 6)
     if sum(moved.values()) and summary.total_s:
         split = summary.split_s
         split.user = round(max(0.0, split.user - moved["user"]), 6)
@@ -334,6 +450,55 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
         summary.operator_share = round(split.torch / summary.total_s, 4)
         summary.python_share = round(1 - (split.torch + split.wait) / summary.total_s, 4)
         summary.hidden_operator_s = round(moved, 6)
+
+
+def _operators_by_line(report: Report) -> dict[str, tuple[float, float]]:
+    """Per user line ("file.py:LINE"), the operator pass's self time (s) of every operator called from it, and of
+    the large ones (>= TINY_CALL_US a call)."""
+    out: dict[str, tuple[float, float]] = {}
+    for op in report.operators:
+        for share in op.sources:
+            if share.location:
+                every, large = out.get(share.location, (0.0, 0.0))
+                s = share.self_cpu_us / 1e6
+                out[share.location] = (every + s, large + (s if share.calls and share.self_cpu_us / share.calls
+                                                            >= TINY_CALL_US else 0.0))
+    return out
+
+
+def _hidden_and_native(row: PythonFunction, own: OwnTime | None, by_line: dict[str, tuple[float, float]],
+                       scale: float, numpy: bool) -> tuple[float, float]:
+    """(operator work, numpy's work) in a function's own time (seconds of the call-graph pass).
+
+    Unsampled (a package's function, or too few samples): the large operators at its lines (operator pass, at
+    this pass's `scale`) less the large calls cProfile saw it make into torch, a difference of two passes'
+    measurements. Sampled (OwnTimeSampler, user functions): what its frame spent in C slot operations, line by
+    line: at a line with torch operators, up to their large ones' time is theirs; at a line where the operator
+    pass recorded none, with numpy loaded (`numpy`), it is numpy's (`raw @ projection` on arrays), as are the
+    calls sampled there that cProfile saw no call for (`rng.standard_normal(...)`, a Cython method: the
+    function's sampled calls beyond those cProfile saw, at most those made at such lines), kept on the row as
+    numpy_s and numpy_at. The rest of its own time is Python."""
+    if own is None or row.kind != "user":
+        if not row.operators_all_s:
+            return 0.0, 0.0
+        return min(row.self_s, max(0.0, row.operators_all_s * scale - (row.torch_calls_s or 0.0))), 0.0
+    lines = [line for line in own.lines if line.function == row.function and line.defined_at == row.location]
+    row.slot_s = round(sum(line.slot_s for line in lines), 6)
+    hidden = min(row.self_s, sum(min(line.slot_s, by_line[line.location][1] * scale)
+                                 for line in lines if line.location in by_line))
+    if not numpy:
+        return hidden, 0.0
+    # calls cProfile saw no call for: the time sampled in calls from its frame (a Python callee has its own frame)
+    # beyond that of the C functions cProfile saw it call, with the cost cProfile adds to each (c_calls_s)
+    unseen = max(0.0, sum(line.call_s for line in lines) - (row.c_calls_s or 0.0))
+    outside = [line for line in lines if line.location not in by_line]  # no torch operator there
+    calls = sum(line.call_s for line in outside)
+    share = min(1.0, unseen / calls) if calls else 0.0
+    foreign = {line.location: line.slot_s + line.call_s * share for line in outside}
+    native = min(max(0.0, row.self_s - hidden), sum(foreign.values()))
+    if native > 0:
+        row.numpy_at = max(foreign, key=lambda k: foreign[k])
+    return hidden, native
 
 
 def _move_below_python(rows: list[PythonFunction], report: Report, scale: float) -> float:
@@ -446,6 +611,8 @@ class PythonLayer(Layer):
         usercode = UserCode(script)
         spans = FunctionSpans()
         rows, summary = hotspots(stats, usercode, spans)
+        if raw.get("own_time"):
+            summary.own_time = report_io.typed(OwnTime, raw["own_time"])
         join_operators(rows, report, spans, usercode)
         wall = outcome.result.wall_s if outcome.result else None
         correct_hidden_operators(rows, summary, report, wall)

@@ -202,10 +202,12 @@ def python_split_line(report: Report) -> str | None:
     if s is None or not s.total_s:
         return None
     split, total = s.split_s, s.total_s
+    numpy = s.numpy_s or 0.0  # numpy's work in the user's own lines, sampled: in split.builtin
     parts = ", ".join(f"{label} {100 * seconds / total:.0f}%"
                       for seconds, label in ((split.user, "your code"), (split.library, "library Python"),
-                                             (split.builtin, "other built-ins"), (split.wait, "waiting"))
-                      if label != "waiting" or seconds)
+                                             (numpy, "numpy in your lines (sampled)"),
+                                             (split.builtin - numpy, "other built-ins"), (split.wait, "waiting"))
+                      if label not in ("waiting", "numpy in your lines (sampled)") or seconds)
     line = f"operators (torch built-ins) {100 * s.operator_share:.0f}% vs Python {100 * s.python_share:.0f}% ({parts})"
     ratio = s.overhead_ratio
     if ratio:

@@ -596,23 +596,39 @@ class PythonFunction:
     # scripted module's forward in nn.Module's call frames), moved to python_summary's torch time, and for user
     # functions out of loop_overhead_s; None: none
     hidden_operator_s: float | None = None
+    # user functions, where the call-graph pass sampled its own time (python_summary.own_time): the time its own
+    # frame spent in C slot operations (a @ b, x + y, x[i], out[i] = v) at its lines; None: not sampled
+    slot_s: float | None = None
+    # user functions: time in the C functions cProfile saw it call directly, with cProfile's cost on each call
+    c_calls_s: float | None = None
+    # sampled user functions, at lines where the operator pass recorded no torch operator, with numpy loaded: its
+    # own time in C slot operations (`raw @ projection`) and in calls cProfile saw no call for (numpy.random's
+    # Cython methods): numpy's work, moved to python_summary's builtin time (the step budget's native slice)
+    numpy_s: float | None = None
+    numpy_at: str | None = None  # "file.py:LINE" of the line holding most of numpy_s
 
     @property
     def python_s(self) -> float:
-        """Its own time that is Python's: self_s less the operator work cProfile booked there."""
-        return max(0.0, self.self_s - (self.hidden_operator_s or 0.0))
+        """Its own time that is Python's: self_s less the operator work cProfile booked there, and less numpy's
+        (numpy_s)."""
+        return max(0.0, self.self_s - (self.hidden_operator_s or 0.0) - (self.numpy_s or 0.0))
 
-    def moved_noise_s(self, scale: float, rel: float) -> float:
+    def moved_noise_s(self, scale: float, rel: float, sample_s: float = 0.0) -> float:
         """The half-width of the interval of its own time left after the operator work moved out of it
-        (hidden_operator_s, layers/python.correct_hidden_operators), at relative run-to-run noise `rel`: what moves
-        is the difference of two passes' measurements, the operator pass's large operators at its lines (at
-        the call-graph pass's `scale`, Report.callgraph_scale) less the large calls cProfile saw it make, so it is
-        known to `rel` of their sum however small the difference, and at most all of its own time is in doubt.
-        examples/numpy_beside_torch.py's <module> (numpy's `raw @ projection` runs through a C slot, so its own
-        time is numpy's): 0.80 s of operators less 0.74 s of calls seen left 29% of the pass as its Python in one
-        run, 0.78 less 0.40 s left 0.3% in another, and where the calls came out larger (0.71 less 0.80 s) nothing
-        moved and 31.5% was left: the comparison is as uncertain where it moves nothing. 0 where nothing was
-        compared."""
+        (hidden_operator_s, layers/python.correct_hidden_operators), at relative run-to-run noise `rel`. Where its
+        own time was sampled (slot_s), what moved (hidden_operator_s, numpy_s) is a measured part of it, known to
+        `rel` of itself and to the sampling error of the samples it holds (`sample_s` each: sqrt(k) of k
+        samples). Otherwise what moves is the difference of two passes' measurements, the operator pass's large
+        operators at its lines (at the call-graph pass's `scale`, Report.callgraph_scale) less the large calls
+        cProfile saw it make, so it is known to `rel` of their sum however small the difference, and at most all
+        of its own time is in doubt. examples/numpy_beside_torch.py's <module> before it was sampled (numpy's
+        `raw @ projection` runs through a C slot, so its own time is numpy's): 0.80 s of operators less 0.74 s of
+        calls seen left 29% of the pass as its Python in one run, 0.78 less 0.40 s left 0.3% in another, and where
+        the calls came out larger (0.71 less 0.80 s) nothing moved and 31.5% was left: the comparison is as
+        uncertain where it moves nothing. 0 where nothing was compared."""
+        if self.slot_s is not None:  # sampled: what moved is a measured part of its own time, not a difference
+            moved = (self.hidden_operator_s or 0.0) + (self.numpy_s or 0.0)
+            return min(self.self_s, rel * moved + (moved * sample_s) ** 0.5)
         if not self.hidden_operator_s and not self.operators_all_s:
             return 0.0
         terms = (self.operators_all_s or 0.0) * scale + (self.torch_calls_s or 0.0)
@@ -1161,6 +1177,37 @@ class StartedProcess:
 
 
 @dataclass
+class OwnLine:
+    """One line of the user's code, by what its own frame was executing when the call-graph pass sampled the
+    main thread (layers/python.py OwnTimeSampler); seconds of that pass."""
+
+    location: str  # "file.py:LINE"
+    function: str  # the function whose frame ran it, as cProfile names it ("<module>" at module scope)
+    defined_at: str  # "file.py:LINE" of that function's first line (its python_hotspots row's location)
+    python_s: float  # its own bytecode
+    slot_s: float  # a C slot operation (a @ b, x + y, x[i], out[i] = v): work cProfile sees no call for
+    call_s: float = 0.0  # a call it makes (in the callee, which cProfile books to the callee when it sees the call)
+
+
+@dataclass
+class OwnTime:
+    """Where the user's functions spend their own time, sampled beside cProfile in the call-graph pass
+    (layers/python.py OwnTimeSampler): cProfile's self time cannot tell a line's Python from the C slot
+    operations it runs, which is torch's operator work or numpy's."""
+
+    period_s: float  # the sampling period asked
+    samples: int  # samples of the main thread taken
+    sampled_s: float  # the time they stand for (each the time since the one before, capped at a few periods)
+    numpy_loaded: bool  # numpy was imported when the pass ended
+    lines: list[OwnLine] = field(default_factory=list)  # by own time, largest first (layers/python.OWN_LINES_MAX)
+
+    @property
+    def sample_s(self) -> float:
+        """The time one sample stands for, on average."""
+        return self.sampled_s / self.samples if self.samples else 0.0
+
+
+@dataclass
 class LineOperator:
     """An operator (name, shapes) called from one line of a user function, per the operator pass."""
 
@@ -1209,6 +1256,9 @@ class PythonSummary:
     # operator work moved from user and package functions' self time (and nn.Module call frames', for a scripted
     # module's forward) to split_s.torch
     hidden_operator_s: float | None = None
+    # numpy's work moved from user functions' self time to split_s.builtin (PythonFunction.numpy_s)
+    numpy_s: float | None = None
+    own_time: OwnTime | None = None  # the user functions' own time, sampled by line; None: not sampled
     wall_s: float | None = None  # this pass's wall time over the measured span
     # its process's minor page faults over that span: a second sample of the workload's heap, without an
     # allocating profiler (doctor/workload.call_graph_faults); None: not read

@@ -32,6 +32,35 @@ def test_numpy_augmentation_is_the_native_slice_and_a_finding_at_its_line(tmp_pa
     assert lines[head + 1].startswith("step budget: step ")  # the first thing the summary says
 
 
+# what each line's samples were doing is the instruction its frame ran, which load cannot change: it only thins them
+@pytest.mark.parallel_safe
+def test_numpys_work_in_the_scripts_own_lines_is_sampled_and_named_not_called_python(tmp_path):
+    # examples/numpy_beside_torch.py at module scope: `rng.standard_normal(...)`, a Cython method cProfile sees no
+    # call for, and `raw @ projection`, a C slot; both read as <module>'s own time, 29% of the pass as Python
+    # 20 steps of ~30 ms: some 300 samples at 2 ms, three times the 100 the split needs
+    run = run_cli("--layers", "operators,python", "--skip-steps", "2", "--steps", "20",
+                  "examples/numpy_beside_torch.py", "--", "--steps", "22", outdir=tmp_path / "r")
+    assert run.code == 0, run.stderr[-2000:]
+    r = run.report
+    script = EXAMPLES / "numpy_beside_torch.py"
+    at = {tag: f"examples/numpy_beside_torch.py:{line_of(script, text)}"
+          for tag, text in (("random", "rng.standard_normal((1024"), ("matmul", "raw @ projection"))}
+    own = r["python_summary"]["own_time"]
+    assert own["numpy_loaded"] and own["samples"] >= 100, own
+    lines = {line["location"]: line for line in own["lines"]}
+    assert lines[at["random"]]["call_s"] > 0 and lines[at["matmul"]]["slot_s"] > 0, own["lines"][:4]
+    module = next(f for f in r["python_hotspots"] if f["function"] == "<module>")
+    assert module["numpy_s"] > 0 and module["numpy_at"] in at.values(), module
+    assert r["python_summary"]["numpy_s"] == module["numpy_s"]
+    b = r["step_budget"]
+    assert abs(sum(s["s"] for s in b["slices"]) - b["step_s"]) < 1e-6
+    native = next(s for s in b["slices"] if s["name"] == "native")
+    numpy = next(i for i in native["items"] if i["label"] == "numpy")
+    assert numpy["location"] == f"<module> at {module['numpy_at']}", native["items"]
+    report_md = (tmp_path / "r" / "report.md").read_text()
+    assert "numpy in your lines (sampled)" in report_md
+
+
 # counts of calls and the budget's arithmetic: nothing here depends on how busy the CPUs are
 @pytest.mark.parallel_safe
 def test_a_row_loops_calls_through_c_slots_are_counted_and_their_dispatch_counted_once(tmp_path):

@@ -292,3 +292,40 @@ def test_a_full_run_is_budgeted_as_the_run_it_recorded_not_as_a_step():
         assert abs(a.share - b.share) <= 0.005, (a.name, a.share, b.share)
     assert any(n.startswith("--full-run: every pass recorded the whole script, set-up included") for n in run.notes)
     assert fmt.budget_line(dataclasses.replace(report, step_budget=run)).startswith("run ")
+
+
+def test_numpys_work_in_the_users_own_lines_is_the_native_slice_not_python():
+    # examples/numpy_beside_torch.py: `rng.standard_normal(...)` (a Cython method: cProfile sees no call) and
+    # `raw @ projection` (a C slot) at module scope read as <module>'s own time, 29% of the pass as Python; the
+    # call-graph pass's samples of its own lines put them in numpy's (layers/python.py OwnTimeSampler)
+    report = _loaded(DATA / "findings" / "numpy_beside_torch_report.json")
+    module = next(f for f in report.python_hotspots if f.function == "<module>")
+    assert module.numpy_s > 0.5 * module.self_s, module  # the step's numpy is most of the module's own time
+    lines = {line.location: line for line in report.python_summary.own_time.lines}
+    assert module.numpy_at in lines and module.numpy_at.endswith((":36", ":37"))
+    torch_lines = {share.location for op in report.operators for share in op.sources}
+    assert module.numpy_at not in torch_lines
+    b = budget.of(report)
+    native, python = _slice(b, "native"), _slice(b, "python")
+    item = next(i for i in native.items if i.label == "numpy")
+    assert item.location == f"<module> at {module.numpy_at}"
+    # numpy's built-ins cProfile saw (`astype`) and its work in the module's own lines, each counted once
+    seen = sum(f.self_s for f in report.python_hotspots if f.kind == "builtin" and "numpy" in f.function)
+    py = report.python_summary
+    per = native.s / py.split_s.builtin  # the pass's seconds carried to the step (keep / steps)
+    assert item.s == pytest.approx((seen + module.numpy_s) * per, rel=1e-3)
+    assert abs(sum(s.s for s in b.slices) - b.step_s) < 1e-6
+    # as the module's own time (unsampled), the same seconds are Python's, as they read before
+    undone = report_io.load(str(DATA / "findings" / "numpy_beside_torch_report.json"))
+    m = next(f for f in undone.python_hotspots if f.function == "<module>")
+    undone.python_summary.split_s.user += m.numpy_s
+    undone.python_summary.split_s.builtin -= m.numpy_s
+    m.numpy_s = m.numpy_at = None
+    before = budget.of(undone)
+    assert _slice(before, "python").s == pytest.approx(python.s + module.numpy_s * per, rel=0.02)
+    assert not any(i.label == "numpy" and i.s > 0.5 * item.s for i in _slice(before, "native").items)
+    # outside_torch follows from the item: a finding at numpy's line when its share is clear of the 10% line
+    report.step_budget = b
+    found = [f for f in findings.settled(report) if f.kind == "outside_torch" and f.evidence["library"] == "numpy"]
+    if item.share >= 0.10 * 1.3:
+        assert found and found[0].location == module.numpy_at and found[0].severity in ("medium", "high"), found

@@ -98,9 +98,10 @@ def test_python_overhead_thresholds(share, severity):
 
 
 def test_a_share_left_by_comparing_two_passes_is_judged_on_their_noise():
-    """examples/numpy_beside_torch.py's <module> (2-CPU AVX2 EPYC, 2026-12-04): its own time is numpy's `@`
-    through a C slot; the operator pass's 0.80 s of operators at its lines less the 0.74 s of calls cProfile saw
-    left 28.7% of the pass (medium on the point), where other runs of the same script left 0.3-17%."""
+    """examples/numpy_beside_torch.py's <module> (2-CPU AVX2 EPYC, 2026-12-04) before its own time was sampled
+    (as a package's function still is): its own time is numpy's; the operator pass's 0.80 s of operators at its
+    lines less the 0.74 s of calls cProfile saw left 28.7% of the pass (medium on the point), where other runs of
+    the same script left 0.3-17%."""
     report = _report(loop_overhead_s=0.3227, total_s=1.1257)
     row = report.python_hotspots[0]
     row.self_s, row.operators_all_s, row.torch_calls_s, row.hidden_operator_s = 0.3748, 0.7991, 0.7447, 0.0544
@@ -349,3 +350,102 @@ def test_large_module_calls_are_not_taken_for_operator_work_hidden_in_the_caller
     own = fwd.loop_overhead_s
     correct_hidden_operators(rows, summary, rep)
     assert fwd.hidden_operator_s is None and fwd.loop_overhead_s == own  # nothing was hidden in its own time
+
+
+OWN_TIME = DATA / "own_time.py"
+
+
+def test_the_sampler_tells_a_lines_python_from_its_c_slots_and_its_calls():
+    """Real numpy on this thread, the sampler on its own, as the call-graph pass runs them: numpy's `a @ b` (a C slot
+    that releases the GIL) is sampled as slot time, a pure Python loop as Python (the GIL is yielded to the sampler
+    at the loop's backward jump), and numpy.random's Cython method, which cProfile sees no call for, as a call."""
+    from diagnose.layers.python import OwnTimeSampler
+
+    ns = runpy.run_path(str(OWN_TIME), run_name="own_time")
+    sampler = OwnTimeSampler(UserCode(str(OWN_TIME)))
+    sampler.start()
+    ns["work"](0.8)
+    sampler.stop()
+    own = sampler.result()
+    assert own.numpy_loaded and own.samples >= 20, own.samples
+    assert 0 < own.sampled_s <= 0.8 + 0.1
+    source = OWN_TIME.read_text().splitlines()
+    by_line = {int(line.location.rpartition(":")[2]): line for line in own.lines}
+    assert {line.function for line in own.lines} == {"work"}
+    assert {line.defined_at for line in own.lines} == {f"{UserCode(str(OWN_TIME)).display(str(OWN_TIME))}:9"}
+
+    def line_of(tag):
+        return next(i for i, text in enumerate(source, 1) if f"# {tag}" in text)
+
+    slot, python, call = by_line[line_of("SLOT")], by_line[line_of("PYTHON")], by_line[line_of("CALL")]
+    # each line's time is mostly of its kind (the kind of a sample is the instruction its frame executes, which
+    # load cannot change; load only thins the samples)
+    assert slot.slot_s > 2 * (slot.python_s + slot.call_s), slot
+    assert python.python_s > 2 * (python.slot_s + python.call_s), python
+    assert call.call_s > 2 * (call.python_s + call.slot_s), call
+
+
+def _numpy_module(self_s=0.6, c_calls_s=0.01):
+    """<module> of examples/numpy_beside_torch.py as a sampled call-graph pass saw it (2026-12-04, AVX2 EPYC):
+    line 36 `raw = rng.standard_normal(...)`, a Cython call; 37 `raw @ projection`, a C slot; 38 and 40 torch."""
+    from diagnose.report.model import OwnLine, OwnTime
+
+    row = PythonFunction(function="<module>", location="m.py:1", kind="user", calls=1, self_s=self_s,
+                         cumulative_s=2.5, self_pct=20.0, cumulative_pct=100.0, loop_overhead_s=self_s, tiny_calls=20,
+                         torch_calls_s=1.4, operators_all_s=1.6, c_calls_s=c_calls_s)
+    lines = [OwnLine("m.py:36", "<module>", "m.py:1", python_s=0.0, slot_s=0.0, call_s=0.27),
+             OwnLine("m.py:37", "<module>", "m.py:1", python_s=0.002, slot_s=0.22, call_s=0.002),
+             OwnLine("m.py:38", "<module>", "m.py:1", python_s=0.004, slot_s=0.0, call_s=0.0),
+             OwnLine("m.py:40", "<module>", "m.py:1", python_s=0.0, slot_s=0.05, call_s=0.0),
+             OwnLine("m.py:5", "helper", "m.py:4", python_s=0.0, slot_s=0.3, call_s=0.0)]  # another function's
+    ops = [OperatorRow(name="aten::addmm", input_shapes=[[512]], dtypes=[], calls=20, self_cpu_us=8e5,
+                       total_cpu_us=8e5, self_pct=50, source="m.py:38", sources=[SourceShare("m.py:38", 20, 8e5)]),
+           OperatorRow(name="aten::mul", input_shapes=[[512]], dtypes=[], calls=20, self_cpu_us=3e4,
+                       total_cpu_us=3e4, self_pct=2, source="m.py:40", sources=[SourceShare("m.py:40", 20, 3e4)])]
+    summary = PythonSummary(total_s=2.5, calls=4000, split_s=PythonSplit(torch=1.9, user=0.55, builtin=0.05),
+                            own_time=OwnTime(period_s=0.002, samples=1200, sampled_s=2.4, numpy_loaded=True,
+                                             lines=lines))
+    return row, summary, Report(target=TargetInfo(script="m.py"), operators=ops)
+
+
+def test_a_functions_own_time_is_split_by_what_its_lines_were_sampled_doing():
+    from diagnose.layers.python import correct_hidden_operators
+
+    row, summary, report = _numpy_module()
+    correct_hidden_operators([row], summary, report)
+    # the slot time at a line with large torch operators is theirs, up to their time: 0.05 s sampled, 0.03 s there
+    assert row.slot_s == pytest.approx(0.27) and row.hidden_operator_s == pytest.approx(0.03)
+    # numpy's: the slot at 37 (no torch operator), and at 36 the calls sampled beyond the C calls cProfile saw
+    # (0.272 s sampled, 0.01 s seen), at most those at lines with no torch operator (0.272 s)
+    unseen = 0.272 - 0.01
+    assert row.numpy_s == pytest.approx(0.22 + 0.002 * unseen / 0.272 + 0.27 * unseen / 0.272, abs=1e-6)
+    assert row.numpy_at == "m.py:36"
+    assert row.python_s == pytest.approx(0.6 - 0.03 - row.numpy_s)
+    assert row.loop_overhead_s == pytest.approx(0.6 - 0.03 - row.numpy_s, abs=1e-6)
+    assert summary.numpy_s == row.numpy_s
+    assert summary.split_s.user == pytest.approx(0.55 - 0.03 - row.numpy_s, abs=1e-6)  # both moved out
+    assert summary.split_s.builtin == pytest.approx(0.05 + row.numpy_s, abs=1e-6)
+    # what moved is a measured part of its own time: its noise is 10% of it, not of the two passes' terms compared
+    moved = 0.03 + row.numpy_s
+    assert row.moved_noise_s(1.0, 0.1) == pytest.approx(0.1 * moved)
+    # and to the sampling error of the samples it holds: sqrt(k) samples of k, at 2 ms each
+    assert row.moved_noise_s(1.0, 0.1, summary.own_time.sample_s) == pytest.approx(
+        0.1 * moved + (moved / 0.002) ** 0.5 * 0.002, rel=1e-6)
+
+
+def test_without_numpy_or_enough_samples_nothing_is_named_numpys():
+    from diagnose.layers.python import OWN_MIN_SAMPLES, correct_hidden_operators
+
+    row, summary, report = _numpy_module()
+    summary.own_time.numpy_loaded = False  # slot time outside torch with no numpy: left as the function's own
+    correct_hidden_operators([row], summary, report)
+    assert row.numpy_s is None and row.hidden_operator_s == pytest.approx(0.03) and summary.split_s.builtin == 0.05
+    row, summary, report = _numpy_module()
+    report.operators = []  # no operator pass: no line is known to be torch's or not
+    correct_hidden_operators([row], summary, report)
+    assert row.numpy_s is None
+    row, summary, report = _numpy_module()
+    summary.own_time.samples = OWN_MIN_SAMPLES - 1  # too few samples: the two passes compared, as before
+    correct_hidden_operators([row], summary, report)
+    assert row.slot_s is None and row.numpy_s is None
+    assert row.hidden_operator_s == pytest.approx(min(0.6, 1.6 - 1.4))

@@ -24,7 +24,6 @@ torch is loaded (efficiency/work.py).
 from __future__ import annotations
 
 import dataclasses
-import dis
 import json
 import os
 import sys
@@ -42,7 +41,7 @@ from diagnose.layers.operators.kineto import SOURCE_PREFIX, THREAD_PREFIX, Label
 from diagnose.modulehooks import set_up
 from diagnose.protocol import PassSpec
 from diagnose.report.model import Work
-from diagnose.usercode import UserCode
+from diagnose.usercode import SLOT_OPCODES, UserCode
 
 # Calls that never run an operator; skipping them keeps the mode cheap.
 _NO_OP_CALLS = frozenset(
@@ -55,13 +54,6 @@ _NO_OP_CALLS = frozenset(
 )
 
 
-# The instructions that reach a torch call through a C slot of the tensor's type (`a - b`, `x[i]`, `out[i] = v`,
-# `a < b`): cProfile sees no call there (it sees calls made by a call instruction only), so such a call's whole cost
-# is in the calling Python function's self time. Counted per recorded call (Autograd.slot_calls) by the instruction
-# its frame is executing, for the step budget (budget.py).
-SLOT_OPCODES = frozenset(code for name, code in dis.opmap.items()
-                         if name.startswith(("BINARY_", "UNARY_"))
-                         or name in ("STORE_SUBSCR", "STORE_SLICE", "DELETE_SUBSCR", "COMPARE_OP", "CONTAINS_OP"))
 
 
 # The operator pass's event budget: recording stops after config.MAX_RECORDED_CALLS torch calls from Python, or
