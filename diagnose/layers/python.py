@@ -160,6 +160,19 @@ class PythonRecorder(Recorder):
                 "own_time": report_io.to_dict(own) if own is not None else None}
 
 
+_SWITCH_BEFORE: float | None = None  # the switch interval a running OwnTimeSampler replaced
+
+
+def _restore_switch_in_child() -> None:
+    """A process the script forks while the sampler runs (a DataLoader worker) has no sampler: it gets the
+    interpreter's switch interval back."""
+    if _SWITCH_BEFORE is not None:
+        sys.setswitchinterval(_SWITCH_BEFORE)
+
+
+os.register_at_fork(after_in_child=_restore_switch_in_child)
+
+
 class OwnTimeSampler:
     """Samples what the main thread's innermost frame executes while the call-graph pass records, when that frame
     is the user's: its own bytecode (Python), a C slot operation (SLOT_OPCODES: `a @ b`, `x[i]`; cProfile sees no
@@ -182,14 +195,17 @@ class OwnTimeSampler:
         self._thread = threading.Thread(target=self._run, name="diagnose-own-time", daemon=True)
 
     def start(self) -> None:
-        self._switch = sys.getswitchinterval()
+        global _SWITCH_BEFORE
+        self._switch = _SWITCH_BEFORE = sys.getswitchinterval()
         sys.setswitchinterval(OWN_SWITCH_S)
         self._thread.start()
 
     def stop(self) -> None:
+        global _SWITCH_BEFORE
         self._stop.set()
         self._thread.join(timeout=1.0)
         sys.setswitchinterval(self._switch)
+        _SWITCH_BEFORE = None
 
     def _run(self) -> None:
         current, clock, cap = sys._current_frames, time.perf_counter, OWN_SAMPLE_CAP * self.period_s

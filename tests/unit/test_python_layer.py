@@ -449,3 +449,26 @@ def test_without_numpy_or_enough_samples_nothing_is_named_numpys():
     correct_hidden_operators([row], summary, report)
     assert row.slot_s is None and row.numpy_s is None
     assert row.hidden_operator_s == pytest.approx(min(0.6, 1.6 - 1.4))
+
+
+def test_the_sampler_sets_the_switch_interval_only_in_its_own_process_and_while_it_runs():
+    import os
+    import sys
+
+    from diagnose.layers.python import OWN_SWITCH_S, OwnTimeSampler
+
+    before = sys.getswitchinterval()
+    sampler = OwnTimeSampler(UserCode(str(OWN_TIME)))
+    sampler.start()
+    try:
+        assert sys.getswitchinterval() == pytest.approx(OWN_SWITCH_S)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a process the script forks (a DataLoader worker): no sampler there, the interval it had
+            os.write(write, repr(sys.getswitchinterval()).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert float(os.read(read, 64)) == pytest.approx(before)
+    finally:
+        sampler.stop()
+    assert sys.getswitchinterval() == pytest.approx(before)
