@@ -148,10 +148,12 @@ def main() -> None:
              f"- When: {started:%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, {usable_cpus()[0]} usable CPUs; "
              f"{platform.platform()}; Python {platform.python_version()}, torch {torch.__version__}.",
              f"- `benchmarks/own_time_overhead.py --rounds {args.rounds}`: each workload over a fixed number of "
-             f"iterations (~{args.work_s:g} s a block), alone and with the sampler, ABBA; the median of sampled/alone with a "
-             "bootstrap 95% interval. Target: under 3% of the step (the call-graph pass is instrumented anyway: "
+             f"iterations (~{args.work_s:g} s a block), alone and with the sampler, ABBA; the median of "
+             "sampled/alone with a bootstrap 95% interval. Target: under 3% of the step (the call-graph pass is "
+             "instrumented anyway: "
              "cProfile costs 1.1-2x).", "",
-             "| workload | what runs beside it | iterations a block | step | sampled / alone, median | 95% interval | min / max |",
+             "| workload | what runs beside it | iterations a block | step | sampled / alone, median | 95% interval "
+             "| min / max |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for name, period, iters, step_ms, med, lo, hi, mn, mx in rows:
         lines.append(f"| {name} | {_label(period)} | {iters} | {step_ms:.2f} ms | {100 * (med - 1):+.2f}% | "
