@@ -80,6 +80,10 @@ OWN_SAMPLE_S = 0.002
 OWN_SWITCH_S = 0.0001
 OWN_SAMPLE_CAP = 5
 OWN_MIN_SAMPLES = 50
+# while the main thread used under OWN_IDLE_CPU of a CPU since the last sample (blocked), the period doubles up to
+# OWN_IDLE_S: a script hung under this pass must look idle to the stall detector (stall.py, 2% of a CPU)
+OWN_IDLE_CPU = 0.05
+OWN_IDLE_S = 0.1
 OWN_LINES_MAX = 200
 # cProfile's own cost per profiled call: 0.31 µs measured here (a trivial function called 1 M times), taken
 # x3 for what it costs real code (caches): a bound, used to tell cProfile's slowdown from a slow pass
@@ -208,14 +212,30 @@ class OwnTimeSampler:
         _SWITCH_BEFORE = None
 
     def _run(self) -> None:
-        current, clock, cap = sys._current_frames, time.perf_counter, OWN_SAMPLE_CAP * self.period_s
+        current, clock = sys._current_frames, time.perf_counter
+        try:  # the main thread's own CPU clock: a blocked main thread is not sampled at full rate
+            cpu_clock = time.pthread_getcpuclockid(self.main)
+            cpu_last = time.clock_gettime(cpu_clock)
+        except (AttributeError, OSError):
+            cpu_clock, cpu_last = None, 0.0
+        period = self.period_s
         last = clock()
-        while not self._stop.wait(self.period_s):
+        while not self._stop.wait(period):
             frame = current().get(self.main)  # noqa: SLF001 - the main thread's innermost frame
             now = clock()
-            weight, last = min(now - last, cap), now
+            elapsed = now - last
+            weight, last = min(elapsed, OWN_SAMPLE_CAP * period), now
             if frame is None:
                 return
+            if cpu_clock is not None:
+                try:
+                    cpu = time.clock_gettime(cpu_clock)
+                except OSError:  # the main thread is gone
+                    return
+                # back off while the main thread waits (a hang, a queue): a blocked script must not look busy
+                # to the stall detector (stall.py: 2% of a CPU), as loops.py's finder backs off
+                idle, cpu_last = cpu - cpu_last < OWN_IDLE_CPU * elapsed, cpu
+                period = min(2 * period, OWN_IDLE_S) if idle else self.period_s
             self.samples += 1
             self.sampled_s += weight
             code, lasti, line = frame.f_code, frame.f_lasti, frame.f_lineno

@@ -483,3 +483,20 @@ def test_the_line_named_for_numpys_time_is_the_largest_or_the_first_of_those_wit
     assert _first_of_the_largest({"m.py:36": 0.19, "m.py:37": 0.16}, 0.002) == "m.py:36"
     # a line clearly larger is named, wherever it is
     assert _first_of_the_largest({"m.py:36": 0.05, "m.py:37": 0.30}, 0.002) == "m.py:37"
+
+
+def test_the_sampler_backs_off_while_the_main_thread_waits():
+    """A script blocked under the call-graph pass (a hang, a queue read) must look idle to the stall detector
+    (stall.py: under 2% of a CPU): at 2 ms the sampler would take 500 samples a second of the wait."""
+    import threading
+
+    from diagnose.layers.python import OwnTimeSampler
+
+    sampler = OwnTimeSampler(UserCode(str(OWN_TIME)))
+    sampler.start()
+    threading.Event().wait(1.0)
+    sampler.stop()
+    own = sampler.result()
+    # doubling from 2 ms to 100 ms: some 15 samples in the second (a loaded machine only stretches the waits)
+    assert 1 <= own.samples <= 40, own.samples
+    assert own.sampled_s <= 1.1
