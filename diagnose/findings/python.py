@@ -91,8 +91,9 @@ def python_overhead(report: Report) -> list[Finding]:
         share = 100.0 * loop / total_s
         if share < LEVELS[-1][0]:
             continue
-        # graded on its interval: the run's noise, or where wider the noise of the operator time moved out of it
-        # (PythonFunction.moved_noise_s: a difference of two passes' measurements, as uncertain on either side)
+        # graded on its interval: the run's noise, or where wider the noise of the time moved out of it
+        # (PythonFunction.moved_noise_s: sampled, what moved and its sampling error; else a difference of two
+        # passes' measurements, as uncertain on either side)
         low, high = borderline.interval(share, rel)
         sample_s = summary.own_time.sample_s if summary.own_time else 0.0
         moved = 100.0 * row.moved_noise_s(scale, borderline.RUN_NOISE_MIN, sample_s) / total_s

@@ -67,7 +67,8 @@ TINY_CALL_US = 50.0
 TOP_BY_SELF = 30
 USER_MIN_CUMULATIVE_PCT = 1.0
 MAX_OPERATORS_PER_FUNCTION = 8
-# OwnTimeSampler: the main thread every 2 ms (500 a second: some 1% of a CPU for sys._current_frames and the GIL);
+# OwnTimeSampler: the main thread every 2 ms (500 a second: +3.5-5.8% of a step, about cProfile's own cost on the
+# same steps, benchmarks/own_time_overhead.py);
 # a sample stands for the time since the one before, at most OWN_SAMPLE_CAP periods (the GIL held by a C call
 # delays a sample, and that time is not the line's found after it); under OWN_MIN_SAMPLES (0.1 s of a pass), not
 # used: examples/graph_breaks.py's whole call-graph pass is 0.14 s; what moves on the samples is known to their
@@ -488,6 +489,12 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
         summary.hidden_operator_s = round(moved, 6)
 
 
+def _large(calls: int, self_cpu_us: float) -> bool:
+    """An operator pass's share of calls that are large: TINY_CALL_US or more a call (the tiny ones are the cost of
+    driving torch from Python, and stay its)."""
+    return bool(calls) and self_cpu_us / calls >= TINY_CALL_US
+
+
 def _operators_by_line(report: Report) -> dict[str, tuple[float, float]]:
     """Per user line ("file.py:LINE"), the operator pass's self time (s) of every operator called from it, and of
     the large ones (>= TINY_CALL_US a call)."""
@@ -497,8 +504,7 @@ def _operators_by_line(report: Report) -> dict[str, tuple[float, float]]:
             if share.location:
                 every, large = out.get(share.location, (0.0, 0.0))
                 s = share.self_cpu_us / 1e6
-                out[share.location] = (every + s, large + (s if share.calls and share.self_cpu_us / share.calls
-                                                            >= TINY_CALL_US else 0.0))
+                out[share.location] = (every + s, large + (s if _large(share.calls, share.self_cpu_us) else 0.0))
     return out
 
 
@@ -599,7 +605,7 @@ def join_operators(rows: list[PythonFunction], report: Report, spans=None, userc
             if inside:
                 found.append(LineOperator(op=op.name, input_shapes=op.input_shapes, location=location,
                                           calls=share.calls, self_cpu_us=share.self_cpu_us))
-                if share.calls and share.self_cpu_us / share.calls >= TINY_CALL_US:
+                if _large(share.calls, share.self_cpu_us):
                     row.operators_all_s = (row.operators_all_s or 0.0) + share.self_cpu_us / 1e6
         found.sort(key=lambda o: -o.self_cpu_us)
         row.operators = found[:MAX_OPERATORS_PER_FUNCTION]
@@ -610,7 +616,7 @@ def _join_package_operators(rows: list[PythonFunction], report: Report, usercode
     for op in report.operators:
         for share in op.modules:
             path, _, line = (share.library_line or "").rpartition(":")
-            if path and line.isdigit() and share.calls and share.self_cpu_us / share.calls >= TINY_CALL_US:
+            if path and line.isdigit() and _large(share.calls, share.self_cpu_us):
                 by_line[path].append((int(line), share.self_cpu_us / 1e6))
     for row in rows:
         if row.kind != "library" or row.end_line is None:

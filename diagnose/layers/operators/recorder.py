@@ -54,8 +54,6 @@ _NO_OP_CALLS = frozenset(
 )
 
 
-
-
 # The operator pass's event budget: recording stops after config.MAX_RECORDED_CALLS torch calls from Python, or
 # once the process grew by MAX_RECORDING_GROWTH_BYTES while recording (checked every 1024 calls), so that a script
 # without steps, recorded whole, stays bounded. The growth is mostly glibc heap fragmentation: the profiler's
