@@ -465,11 +465,13 @@ def correct_hidden_operators(rows: list[PythonFunction], summary: PythonSummary,
             continue
         hidden, native = _hidden_and_native(row, own, by_line, scale, numpy=bool(
             own is not None and own.numpy_loaded and report.operators))
+        # to the microsecond first: the difference of two equal sums of seconds can come out 1e-17, not 0
+        hidden, native = round(hidden, 6), round(native, 6)
         if hidden > 0:
-            row.hidden_operator_s = round(hidden, 6)
+            row.hidden_operator_s = hidden
             moved[row.kind] += hidden
         if native > 0:
-            row.numpy_s = round(native, 6)
+            row.numpy_s = native
             native_s += native
         if row.kind == "user" and hidden + native > 0:
             row.loop_overhead_s = round(max(0.0, (row.loop_overhead_s or 0.0) - hidden - native), 6)
