@@ -319,11 +319,11 @@ def _alone(report: Report, op: RooflineRow) -> float | None:
 
 
 def _alone_noise(report: Report, op: RooflineRow) -> float:
-    """The relative noise of the alone measurement (its IQR over its median), at least borderline.RUN_NOISE_MIN: the
+    """The relative noise of the alone measurement (its IQR over its median), at least borderline.floor: the
     run's own step spread is not the micro-benchmark's (an oversubscribed run's steps spread far wider)."""
     row = _alone_row(report, op)
     spread = (row.iqr_us or 0.0) / row.median_us if row else 0.0
-    return max(borderline.RUN_NOISE_MIN, spread)
+    return max(borderline.floor(report), spread)
 
 
 def _fault_doubt(report: Report, op: RooflineRow, holds: Callable[[float], bool]) -> tuple[dict[str, Any], list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from diagnose.doctor import trials as trials_rule
+from diagnose.report import borderline
 from diagnose.report import sampled as sampled_views
 from diagnose.report.model import Borderline, Finding, IterationStats, Report
 
@@ -486,8 +487,12 @@ def roofs_line(report: Report) -> str | None:
     cached = " (cached probe; `diagnose probe --refresh` re-measures)" if e.peaks.cached else ""
     raised = (f" (raised from the probe's {roofs.probed_gflops_per_s} to what {roofs.raised_by} reached)"
               if roofs.raised_by else "")
+    spread = e.peaks.process_spread
+    spread_text = (f"; processes spread {spread.spread_pct:g}% on the same work ({spread.processes} forked by the "
+                   f"probe{', contended: not used' if spread.contended else ''}), the floor of a finding's interval "
+                   f"is {100 * borderline.floor(report):.3g}%" if spread is not None else "")
     return (f"roofs at {roofs.threads} threads: fp32 GEMM {roofs.gflops_per_s} GFLOP/s{raised}, memory "
-            f"{roofs.gb_per_s} GB/s, ridge {roofs.ridge_flop_per_byte} FLOP/byte{cached}")
+            f"{roofs.gb_per_s} GB/s, ridge {roofs.ridge_flop_per_byte} FLOP/byte{cached}{spread_text}")
 
 
 def counters_lines(report: Report) -> list[str]:

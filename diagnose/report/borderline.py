@@ -17,14 +17,17 @@ ratio (never below 0, however noisy the run). Every number graded here is an agg
 (a share of the operator pass's time, an operator's mean call, faults per step over the window's median step),
 so its noise is the precision of such an aggregate, not the spread of one step: the 95% interval of the window's
 median step, MEDIAN_CI_IQR x the uninstrumented steps' IQR over their median / sqrt(steps) (a median of n
-samples has a standard error of about 0.93 IQR / sqrt(n); x 1.96), at least RUN_NOISE_MIN. Judged on one
+samples has a standard error of about 0.93 IQR / sqrt(n); x 1.96), at least `floor`. Judged on one
 step's spread (the IQR itself), one run of examples/autocast_weights.py whose 35 steps spread 72% read its
 cast's 47% share of operator time as 28-81%, "medium, borderline high", where the four runs beside it, their
 steps spreading 6-57%, read 42-49% high. The floor is the run-to-run spread of equal work measured where
 nothing else ran: the two identical `.contiguous()` lines of
 examples/contiguous_copies.py summed 184 and 161 ms in one run and the other way round in the next (13%
 apart, benchmarks/RESULTS.md "gallery flips"), and report/rows.py's TIE_SHARE, the least two lines' times
-may differ by and be called tied, is the same number.
+may differ by and be called tied, is the same number. Where the probe measured this machine's processes
+spreading wider (`floor`: model.ProcessSpread, forked processes timing the same step), that is the floor: a
+vCPU's speed state lasts seconds and a process keeps its vCPU, so on some hosts two runs read a share or a call
+time 17-31% apart (benchmarks/RESULTS.md, gallery set W) where each run's own steps say 10%.
 """
 
 from __future__ import annotations
@@ -45,12 +48,22 @@ def median_halfwidth(spread: float, n: int) -> float:
     return MEDIAN_CI_IQR * spread / math.sqrt(n)
 
 
+def floor(report: Report) -> float:
+    """The least relative noise of a window aggregate measured in one process: this machine's process-to-process
+    spread as the probe measured it (model.ProcessSpread, not when contended), where wider than RUN_NOISE_MIN."""
+    eff = report.efficiency
+    spread = eff.peaks.process_spread if eff is not None else None
+    if spread is None or spread.contended:
+        return RUN_NOISE_MIN
+    return max(RUN_NOISE_MIN, spread.spread_pct / 100)
+
+
 def noise(report: Report) -> float:
     """The relative half-width of a window aggregate's interval in this run: the 95% interval of the window's
-    median step from its steps' spread (median_halfwidth of IQR / median), at least RUN_NOISE_MIN."""
+    median step from its steps' spread (median_halfwidth of IQR / median), at least `floor`."""
     it = report.run.iterations
     spread = median_halfwidth(it.iqr_over_median, it.n) if it and it.n and it.n >= 4 else 0.0
-    return max(RUN_NOISE_MIN, float(spread))
+    return max(floor(report), float(spread))
 
 
 def interval(value: float, rel: float) -> tuple[float, float]:

@@ -1345,6 +1345,33 @@ class CallCosts:
 
 
 @dataclass
+class SpreadGroup:
+    """One number of the probe's process-spread step (probe.SPREAD_GROUPS) over its processes."""
+
+    name: str  # "gemm share", "pointwise share", "copy share" (of the step) or "gemm call" (its mean, µs)
+    what: str  # the operator it is of, in words
+    low: float  # the least any process measured
+    high: float  # the most any process measured
+    spread_pct: float  # the 95% half-width of one process's value, as a ratio less 1, in %: exp(1.96 sd(logs)) - 1
+
+
+@dataclass
+class ProcessSpread:
+    """How far one process's measurement of the same work lands from another's on this machine (the probe,
+    diagnose/layers/efficiency/probe.py measure_process_spread): the floor of the interval a window aggregate (an
+    operator's share, a mean call) is judged on, where it is wider than report/borderline.RUN_NOISE_MIN."""
+
+    processes: int  # forked one after another, each timing the same step
+    threads: int  # torch's intra-op threads in each (its default)
+    window_s: float  # each one's timed window
+    groups: list[SpreadGroup] = field(default_factory=list)
+    spread_pct: float = 0.0  # the largest of the groups' spreads
+    contended: bool = False  # other processes took CPUs meanwhile: not used as a floor
+    measure_s: float | None = None  # what measuring it took
+    method: str = ""  # how, in words
+
+
+@dataclass
 class Peaks:
     """This machine's measured peaks (diagnose/layers/efficiency/probe.py): the probe's result as it caches it
     (a JSON file per machine key), plus whether this report took it from that cache."""
@@ -1363,6 +1390,7 @@ class Peaks:
     cached: bool = False  # this report read it from the cache instead of measuring
     cache_path: str | None = None  # the cache file (None: not cached, e.g. a contended probe)
     call_costs: CallCosts | None = None  # per-call costs (cache format 2 on); None in older files
+    process_spread: ProcessSpread | None = None  # cache format 5 on; None in older files or where not measured
 
     def gemm_peak(self, threads: int) -> float | None:
         """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""

@@ -12,9 +12,13 @@ from diagnose.findings.operators import HOT_HIGH_PCT
 from diagnose.render import fmt
 from diagnose.report import borderline
 from diagnose.report.model import (
+    Efficiency,
     Finding,
     IterationStats,
+    Peaks,
+    ProcessSpread,
     Report,
+    Roofs,
     Run,
     Stake,
     TargetInfo,
@@ -63,6 +67,39 @@ def test_the_noise_is_the_window_medians_interval_at_least_the_run_to_run_floor(
     assert borderline.noise(r) == borderline.RUN_NOISE_MIN
     # a loaded run's steps spread 86%: the interval divides by 1.86, it never reaches 0 nor below
     assert borderline.interval(10.0, 0.86) == pytest.approx((10.0 / 1.86, 18.6))
+
+
+def _spread(pct: float, contended: bool = False) -> Efficiency:
+    peaks = Peaks(process_spread=ProcessSpread(processes=8, threads=2, window_s=0.3, spread_pct=pct,
+                                               contended=contended))
+    return Efficiency(peaks=peaks, roofs=Roofs(threads=2, gflops_per_s=None, gb_per_s=None, ridge_flop_per_byte=None))
+
+
+def test_the_floor_is_this_machines_measured_process_spread_where_wider_than_ten_percent():
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
+    assert borderline.floor(r) == borderline.RUN_NOISE_MIN  # no probe: the 10% assumed
+    r.efficiency = _spread(4.0)
+    assert borderline.floor(r) == borderline.RUN_NOISE_MIN  # a host whose processes agree within 4%: 10% still
+    r.efficiency = _spread(25.0)
+    assert borderline.floor(r) == borderline.noise(r) == pytest.approx(0.25)
+    r.efficiency = _spread(25.0, contended=True)  # others took the CPUs while it was measured: not used
+    assert borderline.noise(r) == borderline.RUN_NOISE_MIN
+
+
+def test_a_hot_operator_near_its_line_is_borderline_where_processes_spread_wider_than_the_run():
+    # 12% of operator time: clear of the 10% line on the 10% floor (10.9-13.2%), medium; where the probe measured
+    # processes spreading 25% on the same work, 9.6-15%: low, borderline medium, whichever side a run lands on
+    def hot(spread_pct: float | None) -> Finding:
+        r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0, instrumented_wall_s=1.0))
+        r.operators = [row("aten::addmm", 88.0, source="m.py:2"), row("aten::tanh", 12.0)]
+        if spread_pct is not None:
+            r.efficiency = _spread(spread_pct)
+        return next(f for f in findings.derive(r) if f.op == "aten::tanh")
+
+    assert hot(None).severity == "medium" and hot(None).borderline is None
+    wide = hot(25.0)
+    assert wide.severity == "low" and wide.borderline.would_be == "medium"
+    assert (wide.borderline.low, wide.borderline.high) == (pytest.approx(9.6), pytest.approx(15.0))
 
 
 def _at_stake(pct: float, severity: str) -> Finding:

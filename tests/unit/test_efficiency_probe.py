@@ -93,6 +93,14 @@ def test_quick_probe_measures_real_peaks_and_caches_them(tmp_path):
     # EPYC), against a warm 64 MiB fill of ~3 ms; giving 16k pages back is never free either
     assert all(p["fault_us"] > 0.05 and p["free_us"] > 0 for p in costs["pages"]), costs["pages"]
     assert costs["measure_s"] > 0 and costs["dispatch_us"] > 0 and costs["profiler_self_us"] > 0
+    # the same step in four forked processes, one after another: each number's least and most, and its spread
+    spread = report_io.typed(Peaks, out).process_spread
+    assert spread.processes == probe.SPREAD_PROCESSES["quick"] and spread.threads >= 1
+    assert [g.name for g in spread.groups] == [name for name, _ in probe.SPREAD_GROUPS]
+    shares = [g for g in spread.groups if g.name.endswith("share")]
+    assert all(0 < g.low <= g.high < 1 for g in shares), shares
+    assert sum(g.low for g in shares) <= 1 <= sum(g.high for g in shares)  # each process's three shares sum to 1
+    assert spread.spread_pct == max(g.spread_pct for g in spread.groups) >= 0
     if out["contended"]:  # other processes held the CPUs: used once, never cached
         assert out["cache_path"] is None and not list(tmp_path.iterdir())
     else:

@@ -72,6 +72,10 @@ class EfficiencyLayer(Layer):
         if peaks.contended:
             status.notes.append("other processes took CPUs while the peaks were measured: the roofs are low, "
                                 "so efficiencies read high; run `diagnose probe --refresh` on a quiet machine")
+        if peaks.process_spread is not None and peaks.process_spread.contended:
+            status.notes.append("other processes took CPUs while the probe measured how far processes spread, so "
+                                "findings judge their numbers on the 10% floor instead; `diagnose probe --refresh` "
+                                "on a quiet machine measures it")
         for o in placed:
             if o.efficiency_pct is None:
                 status.notes.append(f"{o.name} {o.input_shapes}: no efficiency ({o.reason or 'no work estimate'})")

@@ -15,14 +15,23 @@ Contract
   the same thread counts; GB/s = 1e9 bytes/s of the median call. Write-
   allocate traffic is not counted (STREAM's convention), so the real bus
   traffic is a little higher. The roof is the better of copy and triad.
-- Everything runs in this process, which is its own (the layer starts it as
-  a subprocess: it changes torch's thread count). Total ~3-5 s on 2 cores
-  plus torch's import; quick mode ~1-2 s.
+- Process to process (first, before this process starts torch's threads):
+  8 processes forked one after another (4 quick) each time the same step, a
+  small GEMM, a pointwise op and a copy, for 0.3 s (0.15 s quick) at
+  torch's default threads. Each number's spread (the three shares of the
+  step, the GEMM's mean call) is exp(1.96 sd of its logs) - 1, the 95%
+  half-width of one process's value; the largest is the floor of the
+  interval findings judge a share or a call time on (report/borderline.py),
+  where it is wider than the 10% assumed without it.
+- Everything else runs in this process, which is its own (the layer starts
+  it as a subprocess: it changes torch's thread count). Total ~6-8 s on 2
+  cores plus torch's import; quick mode ~2-3 s.
 - Cache: one JSON file per machine key (CPU model, usable CPUs, torch
   version) in $DIAGNOSE_CACHE_DIR, else $XDG_CACHE_HOME/diagnose, else
   ~/.cache/diagnose. `--refresh` measures again and replaces it. A probe
   during which other processes took CPUs our threads needed (/proc/stat busy
-  time minus our own) is marked `contended` and used once, never cached.
+  time minus our own) is marked `contended` and used once, never cached; a
+  contended process spread alone is cached, marked, and not used as a floor.
   Reading the
   cache (`cached_peaks`) needs no torch, so a report with warm cache pays
   nothing here.
@@ -30,7 +39,9 @@ Contract
 Output (`--json`, and the cache file): {"key": {...}, "measured_at", "mode":
 "full"|"quick", "gemm_fp32": [{"threads", "n", "gflops_per_s", "calls",
 "median_s", "iqr_pct"}], "memory": [{"threads", "array_mib", "copy_gb_per_s",
-"triad_gb_per_s", "gb_per_s"}], "loadavg_1m", "probe_s"}: plain JSON, readable
+"triad_gb_per_s", "gb_per_s"}], "call_costs": {...}, "process_spread": {"processes", "threads",
+"window_s", "groups": [{"name", "what", "low", "high", "spread_pct"}], "spread_pct", "contended"} or null,
+"loadavg_1m", "probe_s"}: plain JSON, readable
 without diagnose. A report holds it typed, as report.model.Peaks (with
 `cached` and `cache_path` added); its `gemm_peak`/`bandwidth_peak` read it.
 """
@@ -40,6 +51,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -52,7 +64,9 @@ from diagnose.report.model import Peaks
 from microbench.machine import cpu_snapshot, others_cpus
 
 CACHE_ENV = "DIAGNOSE_CACHE_DIR"
-CACHE_FORMAT = 4  # bump when the file's meaning changes: older files are then re-measured (2: call_costs; 3: pages; 4: the fastest loop)
+# bump when the file's meaning changes: older files are then re-measured (2: call_costs; 3: pages; 4: the fastest
+# loop; 5: process_spread)
+CACHE_FORMAT = 5
 GEMM_SIZES = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 MODES = {
     # target seconds per GEMM call, seconds of repeats, min repeats, array MiB floor
@@ -300,6 +314,101 @@ def measure_call_costs(torch, calls: int = 4000, threads: tuple[int, ...] = (1,)
                       f"{PAGE_ROUNDS}"}
 
 
+SPREAD_PROCESSES = {"full": 8, "quick": 4}  # processes forked one after another, each timing the same step
+SPREAD_WINDOW_S = {"full": 0.3, "quick": 0.15}  # each one's timed window, after 20 warm-up steps
+SPREAD_Z = 1.96  # the 95% half-width of one process's value: 1.96 standard deviations of the processes' logs
+SPREAD_GROUPS = (("gemm share", "addmm [64,256] x [256,256]'s share of the step"),
+                 ("pointwise share", "tanh over [256,1024]'s share of the step"),
+                 ("copy share", "a [1024,256] transpose made contiguous: its share of the step"),
+                 ("gemm call", "addmm [64,256] x [256,256]'s mean call"))
+
+
+def _spread_step(torch, window_s: float) -> dict[str, Any]:
+    """In a forked process: a step of three operators of different kinds (a small GEMM, a pointwise op, a copy),
+    each timed, for window_s after a warm-up; their seconds, the steps, and whether others took our CPUs. Into
+    outputs allocated once: a fresh 1 MiB output's page faults came and went from process to process (a copy at
+    200-740 µs a call in one probe, within 10% in the next), the allocator's state rather than the CPU's, which
+    belongs to a workload's own allocations (the memory_churn and page-fault findings measure those)."""
+    x, w, b = torch.randn(64, 256), torch.randn(256, 256), torch.randn(256)
+    big = torch.randn(256, 1024)
+    y, z, c = torch.empty(64, 256), torch.empty(256, 1024), torch.empty(1024, 256)
+    with torch.no_grad():
+        for _ in range(20):
+            torch.addmm(b, x, w, out=y), torch.tanh(big, out=z), c.copy_(big.t())
+        before, clock = cpu_snapshot(), time.perf_counter
+        gemm = pointwise = copy = 0.0
+        steps, end = 0, clock() + window_s
+        while clock() < end:
+            t0 = clock()
+            torch.addmm(b, x, w, out=y)
+            t1 = clock()
+            torch.tanh(big, out=z)
+            t2 = clock()
+            c.copy_(big.t())
+            t3 = clock()
+            gemm, pointwise, copy, steps = gemm + t1 - t0, pointwise + t2 - t1, copy + t3 - t2, steps + 1
+    return {"gemm_s": gemm, "pointwise_s": pointwise, "copy_s": copy, "steps": steps,
+            **_contention(before, torch.get_num_threads())}
+
+
+def _forked(fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """fn's JSON result from a forked child (None if the child died or wrote nothing)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the probe
+        code = 1
+        try:
+            os.close(read)
+            os.write(write, json.dumps(fn()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None
+
+
+def _log_spread(values: list[float]) -> float:
+    """The 95% half-width of one value among `values`, as a ratio less 1: exp(SPREAD_Z x sd of their logs) - 1."""
+    logs = [math.log(v) for v in values if v > 0]
+    return math.expm1(SPREAD_Z * statistics.stdev(logs)) if len(logs) >= 3 else 0.0
+
+
+def measure_process_spread(torch, mode: str = "full") -> dict[str, Any] | None:
+    """How far one process's measurement of the same work lands from another's here (report.model.ProcessSpread):
+    SPREAD_PROCESSES forks, one after another, each timing the same step of a GEMM, a pointwise op and a copy at
+    torch's default threads. A vCPU's speed state lasts for seconds and a process keeps its vCPU
+    (benchmarks/RESULTS.md, "Trials: which vCPU a pass ran on"), so two runs of one script can read an
+    operator's share or its call time further apart than either run's own steps spread; this is that spread,
+    the floor of a window aggregate's interval (report/borderline.py). Must run before this process starts
+    torch's thread pool: a fork does not take it along."""
+    t0 = time.perf_counter()
+    window = SPREAD_WINDOW_S[mode]
+    runs = [r for r in (_forked(lambda: _spread_step(torch, window)) for _ in range(SPREAD_PROCESSES[mode])) if r]
+    runs = [r for r in runs if r["steps"] > 0 and min(r["gemm_s"], r["pointwise_s"], r["copy_s"]) > 0]
+    if len(runs) < 3:
+        return None
+    totals = [r["gemm_s"] + r["pointwise_s"] + r["copy_s"] for r in runs]
+    series = {"gemm share": [r["gemm_s"] / t for r, t in zip(runs, totals)],
+              "pointwise share": [r["pointwise_s"] / t for r, t in zip(runs, totals)],
+              "copy share": [r["copy_s"] / t for r, t in zip(runs, totals)],
+              "gemm call": [r["gemm_s"] / r["steps"] * 1e6 for r in runs]}
+    groups = [{"name": name, "what": what, "low": round(min(series[name]), 4), "high": round(max(series[name]), 4),
+               "spread_pct": round(100 * _log_spread(series[name]), 1)} for name, what in SPREAD_GROUPS]
+    return {"processes": len(runs), "threads": torch.get_num_threads(), "window_s": window, "groups": groups,
+            "spread_pct": max(g["spread_pct"] for g in groups),
+            "contended": any(r.get("contended") for r in runs),
+            "measure_s": round(time.perf_counter() - t0, 3),
+            "method": (f"{len(runs)} processes forked one after another, each timing the same step (a GEMM, a "
+                       f"pointwise op, a copy) for {window:g} s at torch's default threads; per number, "
+                       f"exp({SPREAD_Z} x the standard deviation of its logs) - 1; the spread is the largest")}
+
+
 def machine_usable() -> int:
     return machine.usable_cpus()[0]
 
@@ -317,6 +426,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
     usable = machine.usable_cpus()[0]
     before = torch.get_num_threads()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    spread = measure_process_spread(torch, mode)  # first: before this process starts torch's thread pool
     try:
         with torch.no_grad():
             n = gemm_size(torch, settings)
@@ -340,6 +450,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
         "loadavg_1m": round(load, 2) if load is not None else None,
         "contended": any(r.get("contended") for r in gemm + memory),
         "call_costs": call_costs,
+        "process_spread": spread,
         "probe_s": round(time.perf_counter() - t0, 2),
         "method": ("GEMM: torch.mm on square fp32 matrices, median call after a warm-up; memory: STREAM copy "
                    "and triad on fp32 arrays larger than the last-level cache, median call (write-allocate "
@@ -383,9 +494,18 @@ def describe(data: dict[str, Any], path: str | None = None, cached: bool | None 
     if flops and bw:
         lines.append(f"  ridge point at {usable} threads: {flops / bw:.1f} FLOP/byte (below it an operator is "
                      "memory-bound)")
+    spread = peaks.process_spread
+    if spread is not None:
+        parts = ", ".join(f"{g.name} {g.spread_pct:g}%" for g in spread.groups)
+        lines.append(f"  process to process: one process's number lands within {spread.spread_pct:g}% of another's "
+                     f"({parts}; {spread.processes} processes at {spread.threads} threads"
+                     f"{', contended: not used' if spread.contended else ''})")
     if peaks.contended:
         lines.append("  contended: other processes took CPUs during the probe, so these peaks are low; "
                      "not cached (run `diagnose probe` on a quiet machine)")
+    elif spread is not None and spread.contended:
+        lines.append("  process spread contended: other processes took CPUs while it was measured, so findings "
+                     "judge their numbers on the 10% floor (`diagnose probe --refresh` on a quiet machine)")
     if path:
         lines.append(f"  cache: {path} (diagnose probe --refresh measures again)")
     return "\n".join(lines)
