@@ -80,6 +80,11 @@ BORDERLINE_FACT = "borderline: the estimated share's interval"
 SUBNORMALS_FACT = "subnormal values"  # all values scanned below the smallest normal: flush_denormal's no_effect
 
 
+def fault_pct(faults: float, seconds: float) -> float:
+    """The % of `seconds` that `faults` minor faults take at FAULT_US a fault (each a fresh zeroed page)."""
+    return 100.0 * faults * FAULT_US * 1e-6 / seconds
+
+
 def fault_share(report: Report) -> tuple[str, float, float, float] | None:
     """(unit, minor faults per unit, median seconds of a unit, estimated % of it spent faulting in fresh pages
     at FAULT_US a fault) for the uninstrumented pass's steps, or its measured calls in function mode; None
@@ -89,7 +94,7 @@ def fault_share(report: Report) -> tuple[str, float, float, float] | None:
         return None
     per = faults / it.n
     return ("call" if report.target.mode == "function" else "step"), per, it.median_s, \
-        100.0 * per * FAULT_US * 1e-6 / it.median_s
+        fault_pct(per, it.median_s)
 
 
 def call_graph_faults(report: Report) -> float | None:
@@ -171,7 +176,7 @@ def across_processes(report: Report, per: float, share: float) -> tuple[float, f
     if not runs:
         return None
     faults = _per_process(per, runs)
-    shares = [share] + [100.0 * f * FAULT_US * 1e-6 / b.median_s for f, b in zip(faults[1:], runs)]
+    shares = [share] + [fault_pct(f, b.median_s) for f, b in zip(faults[1:], runs)]
     ci = sign_test_ci(shares)
     low, high = (ci[0], ci[1]) if ci else (min(shares), max(shares))
     return statistics.median(faults), statistics.median(shares), low, high, len(shares)
@@ -201,7 +206,7 @@ def check_page_faults(report: Report) -> DoctorCheck:
     # the largest of the processes that ran the steps without an allocating profiler (module docstring)
     plain, other = per, call_graph_faults(report)
     per, source = _larger(plain, other)
-    share = 100.0 * per * FAULT_US * 1e-6 / median_s
+    share = fault_pct(per, median_s)
     first, first_source = per, source
     # the line against the share's interval: over the processes that ran the steps uninstrumented where the trials
     # ran some (`across_processes`), else from this run's noise (report/borderline.py); a share whose interval
@@ -210,9 +215,9 @@ def check_page_faults(report: Report) -> DoctorCheck:
     if spread is None:
         low, high = borderline.interval(share, borderline.noise(report))
         where_from = "this run's noise (report/borderline.py)"
-        if other is not None and abs(plain - other) * FAULT_US * 1e-6 / median_s * 100.0 > high - share:
-            # two processes that read the heap apart: a third can land as far beyond them (`two_processes`)
-            low, high = two_processes(share, 100.0 * abs(plain - other) * FAULT_US * 1e-6 / median_s, low)
+        apart = fault_pct(abs(plain - other), median_s) if other is not None else 0.0
+        if apart > high - share:  # two processes that read the heap apart: a third can land as far beyond them
+            low, high = two_processes(share, apart, low)
             where_from = (f"the uninstrumented and call-graph passes' {plain:,.0f} and {other:,.0f} faults a {unit}, "
                           f"a third process as far beyond them")
     else:

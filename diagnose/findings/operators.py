@@ -90,7 +90,7 @@ import dataclasses
 import re
 from collections import defaultdict
 
-from diagnose.doctor.workload import FAULT_US, KEEP_PAGES, fault_share, judged_faults
+from diagnose.doctor.workload import FAULT_US, KEEP_PAGES, fault_pct, fault_share, judged_faults
 from diagnose.findings import copies
 from diagnose.findings import doctor as doctor_findings
 from diagnose.findings.stake import UPPER_BOUND, operator_stake
@@ -506,7 +506,7 @@ def _churn_stake(report: Report) -> tuple[Stake, bool, Finding | None]:
                      basis=(f"minor page faults per {unit} x {FAULT_US:g} µs over the median {unit} "
                             "(uninstrumented pass): the fresh pages the allocations fault in")), False, None
     if faults is not None and wall:  # no steps: the whole run's faults, setup's first touch of its data too
-        return Stake(pct=round(min(100.0 * faults * FAULT_US * 1e-6 / wall, 100.0), 2), upper_bound=True,
+        return Stake(pct=round(min(fault_pct(faults, wall), 100.0), 2), upper_bound=True,
                      basis=(f"minor page faults x {FAULT_US:g} µs over the run's wall time "
                             f"(uninstrumented pass; {UPPER_BOUND}: without steps, setup's first touch "
                             "of its data is counted too)")), False, None
