@@ -35,7 +35,9 @@ topology, low_precision):
   or slower) gets no finding: the doctor section lists it as tried, with no
   gain. One alternative that ruled a gain out beside another that could not
   tell settles nothing (`_unsure`): the finding stands on the estimate, the
-  title listing both.
+  title listing both. Beside one that ran its nine rounds, one that stayed at
+  its first three (none of them 5% faster) is listed too, not judged on: the
+  nine answer the check, on their point.
 - the thread-count trial (check undersubscription or oversubscription) gets
   none here: it measures the threads finding's fix, and that finding carries
   it (findings/threads.py). So do blas_threads and its trial when the threads
@@ -49,7 +51,7 @@ topology, low_precision):
 from __future__ import annotations
 
 from diagnose.doctor.environment import BLAS_CHECK
-from diagnose.doctor.trials import DEFERRED, could_win
+from diagnose.doctor.trials import DEFERRED, MIN_EFFECT, could_win
 from diagnose.findings.stake import measured, unsure_stake
 from diagnose.findings.threads import blas_cause
 from diagnose.report.model import DoctorCheck, Finding, Report, Stake, Trial
@@ -70,12 +72,19 @@ def _unsure(tried: list[Trial]) -> tuple[list[Trial], list[Trial]]:
     (0.94-1.07x) in nine, and in another run jemalloc 0.91x (0.73-0.99x) beside glibc's 1.08x (0.72-1.24x): the
     three rounds took the finding away in two runs of five. An alternative another change
     of its check led (`led_by`: that one ran on, it stayed at its first rounds) decides nothing while one that ran
-    on was measured: the check's question is answered by the longer trial; it is listed with what it measured."""
+    on was measured: the check's question is answered by the longer trial; it is listed with what it measured.
+    So is one that stayed at its first rounds because none of them was MIN_EFFECT faster (trials.runs_on) beside
+    one that ran its rounds: the stake of trials that all ran their rounds is judged on its point
+    (stake.on_point), and three rounds beside nine put it on its low end. examples/resnet_train.py (2-CPU AMD EPYC
+    with AVX-512, 2026-12-05, gallery set AA): jemalloc 1.01x (0.94-1.13x) in three rounds beside glibc's
+    thresholds 1.10x (0.91-1.16x) in nine read the check's 9.6% at its low end, 0: low, where the four runs beside
+    it were medium."""
     measured_ = [t for t in tried if t.verdict in ("no gain", "slower")]
     judged = [t for t in measured_ if t.led_by is None] or measured_
     if not any(could_win(t) for t in judged):
         return [], []
     unsure = [t for t in judged if could_win(t)]
+    unsure = [t for t in unsure if t.method == "rounds"] or unsure  # the longer trials answer the check
     return unsure, [t for t in measured_ if t not in unsure]
 
 
@@ -83,7 +92,11 @@ def _what(trial: Trial) -> str:
     """What a trial that is not among a standing check's could-not-tells measured, for its title."""
     if trial.verdict == "slower":
         return "slower"
-    return f"undecided, {trial.led_by} ran on" if could_win(trial) else "no gain"
+    if not could_win(trial):
+        return "no gain"
+    if trial.led_by:
+        return f"undecided, {trial.led_by} ran on"
+    return f"undecided in {trial.rounds} rounds, none {100 * MIN_EFFECT:g}% faster"
 
 
 def _told(trials: list[Trial]) -> str:

@@ -320,6 +320,32 @@ def test_a_warning_whose_trials_could_not_tell_keeps_the_checks_estimate():
     assert "page_faults" not in {f.kind for f in environment(r)}
 
 
+def test_a_could_not_tell_that_ran_its_rounds_answers_beside_one_that_stayed_at_three():
+    # examples/resnet_train.py (2-CPU AMD EPYC with AVX-512, 2026-12-05): jemalloc stayed at three rounds, none of
+    # them 5% faster (1.04, 1.00, 0.95), its pooled interval 0.94-1.13x still reaching a gain; glibc's thresholds ran
+    # nine, 1.10x (0.91-1.16x). Judged on both, the three rounds took the stake off its point to its low end, 0:
+    # low, where four runs beside it were medium. The nine rounds answer the check; the three are listed.
+    r = _report(faults=0)
+    r.doctor.checks = [DoctorCheck("page_faults", "warn", "Many faults.", suggestion="reuse", at_stake_pct=9.6)]
+    short = Trial("jemalloc", "page_faults", "LD_PRELOAD=j python t.py", rounds=3, speedup=1.008, ci_low=0.936,
+                  ci_high=1.133, verdict="no gain", method="pooled")
+    long_ = Trial("glibc_malloc_thresholds", "page_faults", "M=1 python t.py", rounds=9, speedup=1.103,
+                  ci_low=0.905, ci_high=1.16, verdict="no gain", method="rounds")
+    assert T.could_win(short) and T.could_win(long_)
+    r.doctor.trials = [short, long_]
+    (f,) = [f for f in derive(r) if f.kind == "page_faults"]
+    assert f.stake.on_point and (f.stake.pct, f.stake.low, f.stake.high) == (9.6, 0.0, 13.79), f.stake
+    assert f.severity == "medium" and f.borderline.would_be == "low", (f.severity, f.borderline)
+    assert "glibc_malloc_thresholds 1.10x (0.91-1.16x, 9 rounds), which neither shows" in f.title, f.title
+    assert f.title.endswith("jemalloc 1.01x (0.94-1.13x, 3 rounds) undecided in 3 rounds, none 5% faster"), f.title
+    assert [(t["name"], t["could_win"]) for t in f.evidence["trials"]] == [("glibc_malloc_thresholds", True),
+                                                                        ("jemalloc", False)]
+    # with no trial that ran its rounds, the three rounds are all there is: judged on the low end, as before
+    r.doctor.trials = [short, dataclasses.replace(long_, rounds=3, method="pooled")]
+    (f,) = [f for f in derive(r) if f.kind == "page_faults"]
+    assert not f.stake.on_point and f.severity == "low" and f.borderline.would_be == "medium"
+
+
 def test_a_measured_wins_severity_is_judged_on_its_interval_not_its_point():
     # two runs of examples/conv_nchw.py: jemalloc 1.58x (1.19-1.79x) and 1.24x (1.21-1.78x). By their points 37%
     # and 19% of the step, high and medium; by their intervals 16-44% and 17-44%: medium, borderline high, in both
