@@ -23,11 +23,14 @@ probe measured (model.CallCosts; the efficiency layer's cached peaks), and carri
   step without its allocator time. The top kernels are listed with their line and module.
 - dispatch: calling operators from Python: the operator pass's torch calls from Python x dispatch_us, plus the
   ones that recorded autograd x the extra autograd_dispatch_us - dispatch_us.
-- python: the call-graph pass's Python self time (the user's functions and other Python code; operator work
+- python: the call-graph pass's Python self time a step (the user's functions and other Python code; operator work
   reached through C slots already moved out by layers/python.py), less what cProfile added (cprofile_call_us a
   call), less the data slice's share of it, less the blocks freed between operators, less the dispatch of the
   torch calls made through a C slot (`a - b`, `x[i]`: Autograd.slot_calls), which cProfile sees no call for and
-  the dispatch slice counts.
+  the dispatch slice counts. Carried to the step by the pace of the two passes' median steps (a share of the
+  pass's mean step would take its stalls as everyone's: in examples/numpy_beside_torch.py a few steps stall 3-5x
+  on torch's threads waiting beside numpy's pool, and numpy's steady work read 29% of the step where a pass had
+  more of them, 42-44% where it had fewer); the pass's mean step where its steps were not kept.
 - native: C built-ins outside torch (numpy, PIL, tokenizers, ...) and numerical packages' Python code, by
   library, corrected likewise; with numpy's array operations that ran through C slots in the user's own lines
   (`raw @ projection`: cProfile sees no call there), which the call-graph pass's sampling of the user's own time
@@ -189,8 +192,11 @@ def of(report: Report) -> StepBudget | None:
                                          else (report.target.iters or n))
         timed = split.user + split.library + split.builtin
         added = min(timed, py.calls * costs.cprofile_call_us * 1e-6)
-        # likewise a share of that pass's own step, carried over to the uninstrumented one
-        py_pace = step_s / (py.wall_s / py_n) if py.wall_s else 1.0
+        # that pass's time a step, carried over to the uninstrumented median step by the two passes' pace: the
+        # ratio of their typical steps, each pass's median (PythonSummary.steps), where recorded; else its mean
+        py_step = (py.steps.median_s if py.steps and py.steps.n >= 4 and name != "run"
+                   else py.wall_s / py_n if py.wall_s else None)
+        py_pace = step_s / py_step if py_step else 1.0
         keep = (timed - added) / timed * py_pace if timed else 0.0
         # outside torch: C built-ins (split.builtin), the library code of numerical packages (numpy, PIL, ...) by
         # their files (split.library: moved here), and numpy's array operations in user functions' own time (the
@@ -233,8 +239,9 @@ def of(report: Report) -> StepBudget | None:
         slot_s = min(python_s - freed_python, slot_calls * costs.dispatch_us * 1e-6 * scale)
         python_kept = (python_s - freed_python - slot_s) / python_s if python_s else 0.0
         python_s -= freed_python + slot_s
-        basis = (f"the call-graph pass's self time, less cProfile's {costs.cprofile_call_us:g} µs on each of its "
-                 f"{py.calls:,} calls, as a share of that pass's step (x {py_pace:.3g} to this step)")
+        basis = (f"the call-graph pass's self time a {name}, less cProfile's {costs.cprofile_call_us:g} µs on each "
+                 f"of its {py.calls:,} calls, x {py_pace:.3g} (this {name} over that pass's "
+                 f"{'median' if py.steps and py.steps.n >= 4 and name != 'run' else 'mean'} {name})")
         users = [f for f in report.python_hotspots if f.kind == "user"
                  or (f.kind == "library" and _library(f.function, f.location) is None)]
         # what cProfile measured before the operators and frees were moved out of it: each moved term is known to

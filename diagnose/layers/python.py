@@ -44,7 +44,7 @@ from typing import Any
 
 from diagnose.config import CallgraphOptions
 from diagnose.layers.base import Layer, Recorder
-from diagnose.protocol import PassSpec
+from diagnose.protocol import PassSpec, iteration_stats
 from diagnose.report import io as report_io
 from diagnose.report.model import (
     CallgraphSettings,
@@ -671,6 +671,7 @@ class PythonLayer(Layer):
         wall = outcome.result.wall_s if outcome.result else None
         correct_hidden_operators(rows, summary, report, wall)
         summary.wall_s = wall
+        summary.steps = iteration_stats(outcome.result.iteration_s) if outcome.result else None
         summary.minor_faults = outcome.result.minor_faults if outcome.result else None
         if wall and report.run.wall_s:
             summary.overhead_ratio = round(wall / report.run.wall_s, 3)

@@ -1260,6 +1260,9 @@ class PythonSummary:
     numpy_s: float | None = None
     own_time: OwnTime | None = None  # the user functions' own time, sampled by line; None: not sampled
     wall_s: float | None = None  # this pass's wall time over the measured span
+    # its steps (or calls) over that span: their median is the pass's typical step (budget.of's pace); None: not
+    # recorded (reports before 2026-12-05, or a run without steps)
+    steps: IterationStats | None = None
     # its process's minor page faults over that span: a second sample of the workload's heap, without an
     # allocating profiler (doctor/workload.call_graph_faults); None: not read
     minor_faults: int | None = None
