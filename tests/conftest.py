@@ -210,11 +210,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 def trial_could_win(t: dict) -> bool:
     """doctor/trials.could_win on a report's trial: "no gain" with no structural reason whose interval still
-    reaches over 1 + MIN_EFFECT (it did not show the change gains nothing)."""
-    from diagnose.doctor.trials import MIN_EFFECT
+    reaches over MIN_SPEEDUP (it did not show the change gains nothing)."""
+    from diagnose.doctor.trials import MIN_SPEEDUP
 
     return (t["verdict"] == "no gain" and t.get("no_effect") is None and t.get("ci_high") is not None
-            and t["ci_high"] > 1 + MIN_EFFECT)
+            and t["ci_high"] > MIN_SPEEDUP)
 
 
 def doctor_finding_expected(tried: list[dict]) -> bool:
@@ -229,10 +229,10 @@ def doctor_finding_expected(tried: list[dict]) -> bool:
 def assert_trial_follows_the_rule(t: dict) -> None:
     """A trial's verdict is what diagnose/doctor/trials.py makes of the numbers the report shows: a structural
     no_effect first (then "no gain"); else, judged on its first rounds ("pooled"), a win (slower) only with its
-    interval above (below) 1x and its speedup beyond the noise floor NOISE_MARGIN times over and MIN_EFFECT; run
-    on to EXTENDED_ROUNDS ("rounds"), a win (slower) only with its median round beyond MIN_EFFECT and its sign-test
+    interval above (below) 1x and its speedup beyond the noise floor NOISE_MARGIN times over and MIN_SPEEDUP; run
+    on to EXTENDED_ROUNDS ("rounds"), a win (slower) only with its median round beyond MIN_SPEEDUP and its sign-test
     interval above (below) 1x (each number rounded as stored). Holds whatever this machine measured."""
-    from diagnose.doctor.trials import EXTENDED_ROUNDS, MIN_EFFECT, NOISE_MARGIN, ROUNDS
+    from diagnose.doctor.trials import EXTENDED_ROUNDS, MIN_SPEEDUP, NOISE_MARGIN, ROUNDS
 
     assert (t["rounds"], t["method"]) in ((ROUNDS, "pooled"), (EXTENDED_ROUNDS, "rounds")) or t["verdict"] in (
         "failed", "skipped"), t
@@ -240,7 +240,7 @@ def assert_trial_follows_the_rule(t: dict) -> None:
     if t["no_effect"] is not None:
         assert t["verdict"] == "no gain" and t["method"] == "pooled", t  # a structural truth is never run on
         return
-    beyond = 1 + MIN_EFFECT
+    beyond = MIN_SPEEDUP
     if t["method"] == "pooled":
         beyond = max(beyond, (1 + t["noise_floor_pct"] / 100) ** NOISE_MARGIN)
     beyond -= 0.003  # the rounding of the stored numbers

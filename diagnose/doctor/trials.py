@@ -133,7 +133,11 @@ ROUNDS = FIRST_TRIAL_ROUNDS
 # rounds for a trial the first ROUNDS cannot tell (module docstring), unless --trial-rounds says fewer;
 # compare.ROUNDS_ADVISED
 EXTENDED_ROUNDS = TRIAL_ROUNDS
-MIN_EFFECT = 0.05  # the least change a trial calls (module docstring): 5% faster or slower
+MIN_EFFECT = 0.05  # the least change a trial calls (module docstring): a saving of 5% of the step, or a 5% loss
+# ... as a speedup: 1.0526x, not 1.05x, so that a win saves at least the 5% of the step from which its finding is
+# medium (findings/stake.MEDIUM_MIN_PCT): a 1.050-1.052x win was recommended with a low finding (transpose_copy's
+# jemalloc at 1.052x, gallery set Z)
+MIN_SPEEDUP = 1.0 / (1.0 - MIN_EFFECT)
 # the most three agreeing rounds have overstated a win (module docstring, `settled_win`): examples/conv_nchw.py's
 # jemalloc won 1.71x (1.42-1.84x) on three rounds, and 1.21x (1.13-1.29x) on nine in a run of the same hour
 FEW_ROUNDS_OVERSTATED = 1.71 / 1.21
@@ -353,7 +357,7 @@ def judge(trial: Trial, base: list[list[float]], variant: list[list[float]], per
         if ci:
             trial.ci_low, trial.ci_high = round(ci[0], 3), round(ci[1], 3)
         s = trial.speedup or 1.0
-        beyond = max((1.0 + floor) ** NOISE_MARGIN, 1.0 + MIN_EFFECT)  # the smallest ratio that is not the noise
+        beyond = max((1.0 + floor) ** NOISE_MARGIN, MIN_SPEEDUP)  # the smallest ratio that is not the noise
         faster = all(r > 1.0 for r in per_round) and s > beyond and (ci is None or ci[0] > 1.0)
         slower = all(r < 1.0 for r in per_round) and 1.0 / s > beyond and (ci is None or ci[1] < 1.0)
         trial.verdict = "win" if faster else "slower" if slower else "no gain"
@@ -373,8 +377,8 @@ def by_rounds(trial: Trial, per_round: list[float], won_first: bool = False) -> 
     trial.speedup = round(median, 3)
     ci = sign_test_ci(logs, CONFIDENCE)
     trial.ci_low, trial.ci_high = (round(math.exp(ci[0]), 3), round(math.exp(ci[1]), 3)) if ci else (None, None)
-    faster = median > 1.0 + MIN_EFFECT and (won_first or (ci is not None and ci[0] > 0))
-    slower = ci is not None and ci[1] < 0 and 1.0 / median > 1.0 + MIN_EFFECT
+    faster = median > MIN_SPEEDUP and (won_first or (ci is not None and ci[0] > 0))
+    slower = ci is not None and ci[1] < 0 and 1.0 / median > MIN_SPEEDUP
     trial.verdict = "win" if faster else "slower" if slower else "no gain"
     return trial
 
@@ -382,7 +386,7 @@ def by_rounds(trial: Trial, per_round: list[float], won_first: bool = False) -> 
 def decided_win(trial: Trial) -> bool:
     """A win the first rounds decided is worth recommending: its 95% interval's low end a saving of MIN_EFFECT or
     more (or no interval: a script without steps, every round faster)."""
-    return trial.verdict == "win" and (trial.ci_low is None or trial.ci_low >= 1.0 / (1.0 - MIN_EFFECT))
+    return trial.verdict == "win" and (trial.ci_low is None or trial.ci_low >= MIN_SPEEDUP)
 
 
 def settled_win(trial: Trial, per_round: list[float]) -> bool:
@@ -404,7 +408,7 @@ def runs_on(trial: Trial, per_round: list[float]) -> bool:
         return False
     if trial.verdict == "win":
         return not settled_win(trial, per_round)
-    return trial.verdict == "no gain" and any(r > 1.0 + MIN_EFFECT for r in per_round)
+    return trial.verdict == "no gain" and any(r > MIN_SPEEDUP for r in per_round)
 
 
 def likeliest(undecided: list[Trial]) -> Trial:
@@ -418,12 +422,12 @@ def likeliest(undecided: list[Trial]) -> Trial:
 
 def could_win(trial: Trial) -> bool:
     """A "no gain" that does not show the change gains nothing: no structural reason, and its 95% interval still
-    reaches a gain worth recommending (above 1 + MIN_EFFECT). A finding that carries the trial keeps its own
+    reaches a gain worth recommending (above MIN_SPEEDUP). A finding that carries the trial keeps its own
     estimate then, rather than a stake of 0: examples/numpy_beside_torch.py's OPENBLAS_NUM_THREADS=1 measured
     1.30x (1.21-1.40) and 1.30x (1.09-1.41) in two runs of nine rounds, and 1.15x (0.95-1.40), "no gain", in a
     third: the sign test cannot tell there, which is not a measured absence of gain."""
     return (trial.verdict == "no gain" and trial.no_effect is None and trial.ci_high is not None
-            and trial.ci_high > 1.0 + MIN_EFFECT)
+            and trial.ci_high > MIN_SPEEDUP)
 
 
 def ruled_out(trial: Trial) -> bool:

@@ -296,10 +296,11 @@ def no_effect_line(t) -> str | None:
 
 def trial_rule() -> str:
     """How a trial decides (diagnose/doctor/trials.py), in the words every renderer prints."""
-    return (f"a change is recommended only when it is at least {trials_rule.MIN_EFFECT:.0%} faster, its 95% interval "
+    return (f"a change is recommended only when it saves at least {trials_rule.MIN_EFFECT:.0%} of the step "
+            f"({trials_rule.MIN_SPEEDUP:.3f}x), its 95% interval "
             f"is above 1x, it beats the noise floor and it won every one of {trials_rule.ROUNDS} rounds; a win runs on "
             f"to {trials_rule.EXTENDED_ROUNDS} rounds for its size (its median round and a sign-test interval; it stays "
-            f"a win while that median is {trials_rule.MIN_EFFECT:.0%} faster) unless its interval's low end and "
+            f"a win while that median saves {trials_rule.MIN_EFFECT:.0%}) unless its interval's low end and "
             f"slowest round are at least {trials_rule.SETTLED_SPEEDUP:.2f}x (more rounds could not take it under the "
             f"saving of a high finding), and one those rounds cannot decide runs on and is judged on them (the median, "
             f"its sign-test interval above 1x), unless --trial-rounds set fewer (a trial that bound stopped says so); "
