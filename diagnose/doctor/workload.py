@@ -151,10 +151,18 @@ def judged_faults(report: Report) -> float | None:
     """The minor page faults per step (or measured call) check_page_faults judges: the median over the processes
     that ran the steps uninstrumented (`across_processes`) where the trials ran baseline passes, else the larger of
     the uninstrumented and call-graph passes' (`real_faults`); None without the uninstrumented pass's count."""
+    judged = workload_faults(report)
+    return judged[0] if judged else None
+
+
+def workload_faults(report: Report) -> tuple[float, int] | None:
+    """(`judged_faults`, over how many processes): the workload's faults per step, one number for the doctor's check
+    and the step budget's allocator slice (budget.of)."""
     real = real_faults(report)
     if real is None:
         return None
-    return statistics.median(_per_process(real[0], _baselines(report)))
+    per = _per_process(real[0], _baselines(report))
+    return statistics.median(per), len(per)
 
 
 def _per_process(per: float, runs: list[BaselinePass]) -> list[float]:
