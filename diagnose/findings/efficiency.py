@@ -184,7 +184,7 @@ def judged(report: Report, op: RooflineRow) -> bool:
 def low_efficiency(report: Report) -> list[Finding]:
     eff = report.efficiency
     out = []
-    rel = borderline.noise(report)
+    rel, rel_time = borderline.noise(report), borderline.noise(report, "time")  # a share's, a call time's
     waited = oversubscribed(report)  # the share of runnable time threads waited for a CPU, when oversubscribed
     for op in eff.operators if eff else []:
         pct, share = op.efficiency_pct, float(op.share_pct or 0.0)
@@ -209,7 +209,7 @@ def low_efficiency(report: Report) -> list[Finding]:
         # start-up) that still ran below the medium line
         slow_alone = alone is not None and alone >= MIN_US_PER_CALL and pct * ratio < MEDIUM_BELOW_PCT
         if waited is not None and not slow_alone:
-            if _grade(pct, rel)[0] is not None:
+            if _grade(pct, rel_time)[0] is not None:
                 # its threads waited for CPUs, and nothing measured it slow without that: a symptom of the
                 # oversubscription, whose finding holds the time (module docstring)
                 out.append(_starved_finding(report, op, facts, share, waited, pct))
@@ -217,14 +217,14 @@ def low_efficiency(report: Report) -> list[Finding]:
         # slow alone under oversubscription: graded by its efficiency alone, the kernel's own (its time in the model
         # is the waiting's too: a K=8 mm at 3-4% of the roof in the model, 19% alone, read high or medium by run)
         graded = pct * ratio if waited is not None else pct
-        severity, border = _grade(graded, rel if waited is None else _alone_noise(report, op))
+        severity, border = _grade(graded, rel_time if waited is None else _alone_noise(report, op))
         if severity is None:
             continue
         if share_border is not None and severity != "low":  # hot only within its share's interval: low, borderline
             severity, border = "low", dataclasses.replace(share_border, would_be=severity)
         # the verdict at a time less the extra faults: the same rule, at the efficiency that time gives
         def holds(us: float) -> bool:  # the rule's verdict at `us` a call
-            return us > 0 and _grade(pct * op.us_per_call / us, rel)[0] is not None
+            return us > 0 and _grade(pct * op.us_per_call / us, rel_time)[0] is not None
 
         fault_counts, fault_doubts = _fault_doubt(report, op, holds) \
             if waited is None else ({}, [])  # graded alone: the operator pass's faults are not in that time
@@ -323,7 +323,7 @@ def _alone_noise(report: Report, op: RooflineRow) -> float:
     run's own step spread is not the micro-benchmark's (an oversubscribed run's steps spread far wider)."""
     row = _alone_row(report, op)
     spread = (row.iqr_us or 0.0) / row.median_us if row else 0.0
-    return max(borderline.floor(report), spread)
+    return max(borderline.floor(report, "time"), spread)
 
 
 def _fault_doubt(report: Report, op: RooflineRow, holds: Callable[[float], bool]) -> tuple[dict[str, Any], list[str]]:

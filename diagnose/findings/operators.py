@@ -366,7 +366,7 @@ def memory_churn(report: Report) -> list[Finding]:
     rate = allocated / wall
     peak = int(mem.peak_live_bytes or 0)
     turnover = allocated / peak if peak else None
-    severity, border = borderline.grade(rate / GIB, borderline.noise(report),
+    severity, border = borderline.grade(rate / GIB, borderline.noise(report, "time"),
                                         [(limit / GIB, sev) for limit, sev in CHURN_RATES], "allocation rate",
                                         unit=" GiB/s")
     at_stake, decides, faults = _churn_stake(report)

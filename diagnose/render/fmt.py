@@ -7,7 +7,7 @@ from typing import Any, Callable
 from diagnose.doctor import trials as trials_rule
 from diagnose.report import borderline
 from diagnose.report import sampled as sampled_views
-from diagnose.report.model import Borderline, Finding, IterationStats, Report
+from diagnose.report.model import Borderline, Finding, IterationStats, Peaks, Report
 
 
 def duration(seconds: float | None) -> str:
@@ -480,6 +480,21 @@ def efficiency_rows(report: Report, limit: int = 10) -> list[tuple[str, ...]]:
     return out
 
 
+def spread_source(peaks: Peaks) -> str:
+    """The process spread the floor is taken from, and where it came from, in words."""
+    hist, probe = peaks.spread_history, peaks.process_spread
+    if hist is not None:
+        return (f"{hist.spread_pct:g}% on the same work (this machine's last {hist.processes} runs' timings over "
+                f"{hist.span_h:g} h)")
+    if probe is None:
+        return "unmeasured"
+    sampled = (f"; the history has {peaks.spread_samples} of the "
+               f"{borderline.HISTORY_MIN} runs' timings it needs"
+               if peaks.spread_samples is not None else "")
+    return (f"{probe.spread_pct:g}% on the same work ({probe.processes} forked by the probe"
+            f"{', contended: not used' if probe.contended else ''}{sampled})")
+
+
 def roofs_line(report: Report) -> str | None:
     e = report.efficiency
     if e is None:
@@ -488,10 +503,10 @@ def roofs_line(report: Report) -> str | None:
     cached = " (cached probe; `diagnose probe --refresh` re-measures)" if e.peaks.cached else ""
     raised = (f" (raised from the probe's {roofs.probed_gflops_per_s} to what {roofs.raised_by} reached)"
               if roofs.raised_by else "")
-    spread = e.peaks.process_spread
-    spread_text = (f"; processes spread {spread.spread_pct:g}% on the same work ({spread.processes} forked by the "
-                   f"probe{', contended: not used' if spread.contended else ''}), the floor of a finding's interval "
-                   f"is {100 * borderline.floor(report):.3g}%" if spread is not None else "")
+    spread = borderline.process_spread(report)
+    spread_text = (f"; processes spread {spread_source(e.peaks)}, the floor of a finding's interval is "
+                   f"{100 * borderline.floor(report):.3g}% for a share, {100 * borderline.floor(report, 'time'):.3g}% "
+                   "for a time" if spread is not None else "")
     return (f"roofs at {roofs.threads} threads: fp32 GEMM {roofs.gflops_per_s} GFLOP/s{raised}, memory "
             f"{roofs.gb_per_s} GB/s, ridge {roofs.ridge_flop_per_byte} FLOP/byte{cached}{spread_text}")
 

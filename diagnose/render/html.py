@@ -473,11 +473,17 @@ def _peaks(peaks: Peaks) -> str:
     when = f" (measured {peaks.measured_at})" if peaks.measured_at else ""
     out = f"<h3>Machine peaks{_e(when)}</h3>" + _table(
         [("probe", "threads", "peak", "unit", "noise", "contended"), *rows], numeric=(1, 2, 4))
-    spread = peaks.process_spread
+    spread = peaks.spread_history or peaks.process_spread
     if spread is not None:
-        out += (f"<p>Process to process: the same step in {spread.processes} forked processes at {spread.threads} "
-                f"threads{' (contended: not used)' if spread.contended else ''}; the largest spread is the floor of "
-                "the interval a finding's share or call time is judged on.</p>")
+        if peaks.spread_history is not None:
+            out += (f"<p>Process to process: the same step timed in this machine's last {spread.processes} "
+                    f"diagnoses (one process each, the probe's own first) over {spread.span_h:g} h at "
+                    f"{spread.threads} threads; the largest spread is the floor of the interval a finding's share "
+                    "or call time is judged on.</p>")
+        else:
+            out += (f"<p>Process to process: the same step in {spread.processes} forked processes at "
+                    f"{spread.threads} threads{' (contended: not used)' if spread.contended else ''}; the largest "
+                    "spread is the floor of the interval a finding's share or call time is judged on.</p>")
         out += _table([("number", "of", "least", "most", "spread (95% of one process's value)"),
                        *[(g.name, g.what, _num(g.low), _num(g.high), f"{g.spread_pct:g}%") for g in spread.groups]],
                       numeric=(2, 3, 4))

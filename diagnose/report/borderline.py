@@ -27,18 +27,28 @@ apart, benchmarks/RESULTS.md "gallery flips"), and report/rows.py's TIE_SHARE, t
 may differ by and be called tied, is the same number. Where the probe measured this machine's processes
 spreading wider (`floor`: model.ProcessSpread, forked processes timing the same step), that is the floor: a
 vCPU's speed state lasts seconds and a process keeps its vCPU, so on some hosts two runs read a share or a call
-time 17-31% apart (benchmarks/RESULTS.md, gallery set W) where each run's own steps say 10%.
+time 17-31% apart (benchmarks/RESULTS.md, gallery set W) where each run's own steps say 10%. One probe's 8
+processes take 3 s and mostly sit in one state, so probes minutes apart read 5-32%; once the machine's spread
+history (one more process a diagnosis, the last 48 kept: layers/efficiency/probe.py) holds 16 samples, their
+spread is the floor instead, the same for every run that reads it. A share and a time have floors of their own:
+a slower vCPU slows every operator of a step, so on one EPYC the history's GEMM call spread 38-40% where the
+step's shares spread 7-23% (benchmarks/RESULTS.md, "The floor from the machine's spread history").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
-from diagnose.report.model import Borderline, Report
+from diagnose.report.model import Borderline, ProcessSpread, Report
 from diagnose.report.rows import TIE_SHARE
 
 MEDIAN_CI_IQR = 1.82  # 1.96 x 0.93: the 95% half-width of a median of n samples, in IQRs / sqrt(n)
+# uncontended timings of the probe's step in the machine's spread history (the probe's 8 and 8 runs') before their
+# spread is the floor instead of one probe's (layers/efficiency/probe.py records them)
+HISTORY_MIN = 16
+Of = Literal["share", "time"]  # the kind of number a floor is for (`floor`)
 RUN_NOISE_MIN = TIE_SHARE  # 10%: a share's relative spread from run to run on a quiet machine (module docstring)
 
 
@@ -48,22 +58,35 @@ def median_halfwidth(spread: float, n: int) -> float:
     return MEDIAN_CI_IQR * spread / math.sqrt(n)
 
 
-def floor(report: Report) -> float:
-    """The least relative noise of a window aggregate measured in one process: this machine's process-to-process
-    spread as the probe measured it (model.ProcessSpread, not when contended), where wider than RUN_NOISE_MIN."""
+def process_spread(report: Report) -> ProcessSpread | None:
+    """The process-to-process spread the floor is taken from: the machine's spread history once it holds enough
+    samples (Peaks.spread_history), else the probe's own (Peaks.process_spread), else None."""
     eff = report.efficiency
-    spread = eff.peaks.process_spread if eff is not None else None
+    if eff is None:
+        return None
+    return eff.peaks.spread_history or eff.peaks.process_spread
+
+
+def floor(report: Report, of: Of = "share") -> float:
+    """The least relative noise of a window aggregate measured in one process: this machine's process-to-process
+    spread (`process_spread`: its history over many runs, else the probe's; not when contended) of that kind of
+    number, where wider than RUN_NOISE_MIN. `of`: "share" (a share of the step or of operator time: the spread of
+    the step's shares) or "time" (a call time, a rate per second: every number's, the GEMM call's the widest,
+    since a slower vCPU slows each operator of a step alike and leaves their shares nearer)."""
+    spread = process_spread(report)
     if spread is None or spread.contended:
         return RUN_NOISE_MIN
-    return max(RUN_NOISE_MIN, spread.spread_pct / 100)
+    pct = max((g.spread_pct for g in spread.groups if of == "time" or g.name.endswith("share")),
+              default=spread.spread_pct)
+    return max(RUN_NOISE_MIN, pct / 100)
 
 
-def noise(report: Report) -> float:
+def noise(report: Report, of: Of = "share") -> float:
     """The relative half-width of a window aggregate's interval in this run: the 95% interval of the window's
-    median step from its steps' spread (median_halfwidth of IQR / median), at least `floor`."""
+    median step from its steps' spread (median_halfwidth of IQR / median), at least `floor` of that kind."""
     it = report.run.iterations
     spread = median_halfwidth(it.iqr_over_median, it.n) if it and it.n and it.n >= 4 else 0.0
-    return max(floor(report), float(spread))
+    return max(floor(report, of), float(spread))
 
 
 def interval(value: float, rel: float) -> tuple[float, float]:

@@ -1361,10 +1361,11 @@ class SpreadGroup:
 @dataclass
 class ProcessSpread:
     """How far one process's measurement of the same work lands from another's on this machine (the probe,
-    diagnose/layers/efficiency/probe.py measure_process_spread): the floor of the interval a window aggregate (an
-    operator's share, a mean call) is judged on, where it is wider than report/borderline.RUN_NOISE_MIN."""
+    diagnose/layers/efficiency/probe.py measure_process_spread; or the machine's history of such timings, one a
+    diagnosis, probe.history_spread): the floor of the interval a window aggregate (an operator's share, a mean
+    call) is judged on, where it is wider than report/borderline.RUN_NOISE_MIN."""
 
-    processes: int  # forked one after another, each timing the same step
+    processes: int  # processes that timed the same step: the probe's forks one after another, or the history's
     threads: int  # torch's intra-op threads in each (its default)
     window_s: float  # each one's timed window
     groups: list[SpreadGroup] = field(default_factory=list)
@@ -1372,6 +1373,7 @@ class ProcessSpread:
     contended: bool = False  # other processes took CPUs meanwhile: not used as a floor
     measure_s: float | None = None  # what measuring it took
     method: str = ""  # how, in words
+    span_h: float | None = None  # the history's: hours from its first sample used to its last; None: one probe's
 
 
 @dataclass
@@ -1394,6 +1396,10 @@ class Peaks:
     cache_path: str | None = None  # the cache file (None: not cached, e.g. a contended probe)
     call_costs: CallCosts | None = None  # per-call costs (cache format 2 on); None in older files
     process_spread: ProcessSpread | None = None  # cache format 5 on; None in older files or where not measured
+    # the machine's spread history (not cached with the peaks: its own file, one sample a diagnosis), once it holds
+    # probe.HISTORY_MIN uncontended samples at the run's threads: then the floor instead of process_spread
+    spread_history: ProcessSpread | None = None
+    spread_samples: int | None = None  # the history's uncontended samples at the run's threads; None: not sampled
 
     def gemm_peak(self, threads: int) -> float | None:
         """Best GEMM GFLOP/s measured at <= threads (a run with more threads can do at least that)."""

@@ -11,6 +11,7 @@ import pytest
 
 from diagnose.layers.efficiency import probe
 from diagnose.opkinds import tensor_dtypes
+from diagnose.report import borderline
 from tests.conftest import REPO, run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -53,6 +54,16 @@ def _check_efficiency(rep: dict, peaks: dict) -> list[dict]:
     assert eff["roofs"]["threads"] == min(rep["machine"]["intra_op_threads"], usable)
     assert eff["peaks"]["gemm_fp32"] == peaks["gemm_fp32"]
     assert eff["peaks"]["cached"] is True  # the fixture's probe, not a new one
+    # the run timed the probe's step once more for the machine's spread history: the probe's 8 processes and one a
+    # run since, contended ones kept and not counted; the history is the floor from HISTORY_MIN usable timings on
+    history = probe.load_history(peaks["key"], os.path.dirname(eff["peaks"]["cache_path"]))
+    assert len(history) >= probe.SPREAD_PROCESSES["full"] + 1
+    samples = eff["peaks"]["spread_samples"]
+    assert samples == sum(1 for s in history if not s.contended and s.threads == history[-1].threads)
+    hist = eff["peaks"]["spread_history"]
+    assert (hist is not None) == (samples >= borderline.HISTORY_MIN)
+    if hist is not None:
+        assert hist["processes"] == samples and hist["span_h"] >= 0
     assert "instrumented operator pass" in eff["timing"]
     ops = eff["operators"]
     assert ops and all(o["share_pct"] >= 1.0 for o in ops)

@@ -20,6 +20,7 @@ from diagnose.report.model import (
     Report,
     Roofs,
     Run,
+    SpreadGroup,
     Stake,
     TargetInfo,
 )
@@ -69,8 +70,12 @@ def test_the_noise_is_the_window_medians_interval_at_least_the_run_to_run_floor(
     assert borderline.interval(10.0, 0.86) == pytest.approx((10.0 / 1.86, 18.6))
 
 
-def _spread(pct: float, contended: bool = False) -> Efficiency:
-    peaks = Peaks(process_spread=ProcessSpread(processes=8, threads=2, window_s=0.3, spread_pct=pct,
+def _spread(pct: float, contended: bool = False, share_pct: float | None = None) -> Efficiency:
+    """A probe whose GEMM call spread pct% (and the step's shares share_pct%, else as much)."""
+    share = pct if share_pct is None else share_pct
+    groups = [SpreadGroup(name="gemm share", what="", low=0.1, high=0.1, spread_pct=share),
+              SpreadGroup(name="gemm call", what="", low=55.0, high=68.0, spread_pct=pct)]
+    peaks = Peaks(process_spread=ProcessSpread(processes=8, threads=2, window_s=0.3, groups=groups, spread_pct=pct,
                                                contended=contended))
     return Efficiency(peaks=peaks, roofs=Roofs(threads=2, gflops_per_s=None, gb_per_s=None, ridge_flop_per_byte=None))
 
@@ -185,3 +190,28 @@ def test_input_growths_share_line_is_judged_on_its_interval(share, severity):
     assert [f.severity for f in found] == ([severity] if severity else [])
     if severity == "low":
         assert found[0].borderline.would_be == "medium" and found[0].borderline.threshold == 2.0
+
+
+def test_the_machines_spread_history_is_the_floor_once_it_holds_enough_samples():
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
+    r.efficiency = _spread(5.2)  # a probe that sat in one speed state of the vCPUs
+    assert borderline.floor(r) == borderline.RUN_NOISE_MIN
+    # the machine's last 40 diagnoses timed the same step across its states: 23%, the floor for every run now
+    r.efficiency.peaks.spread_history = ProcessSpread(processes=40, threads=2, window_s=0.3, spread_pct=23.0,
+                                                      span_h=5.0)
+    assert borderline.process_spread(r) is r.efficiency.peaks.spread_history
+    assert borderline.floor(r) == pytest.approx(0.23)
+    r.efficiency = _spread(31.6)  # a probe that caught a change of state: its 31.6% until the history holds enough
+    assert borderline.floor(r) == pytest.approx(0.316)
+    r.efficiency.peaks.spread_history = ProcessSpread(processes=16, threads=2, window_s=0.3, spread_pct=23.0)
+    assert borderline.floor(r) == pytest.approx(0.23)
+
+
+def test_a_share_and_a_time_have_floors_of_their_own():
+    # a slower vCPU slows each operator of the step alike: the GEMM call spread 40%, the step's shares 14%
+    r = Report(target=TargetInfo(script="m.py"), run=Run(wall_s=1.0))
+    r.efficiency = _spread(40.0, share_pct=14.0)
+    assert borderline.floor(r) == borderline.noise(r) == pytest.approx(0.14)
+    assert borderline.floor(r, "time") == borderline.noise(r, "time") == pytest.approx(0.40)
+    r.efficiency = _spread(40.0, share_pct=4.0)  # shares that agree within 4%: the 10% assumed still holds for them
+    assert borderline.floor(r) == borderline.RUN_NOISE_MIN and borderline.floor(r, "time") == pytest.approx(0.40)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
+
+import pytest
+import torch
 
 from diagnose.layers.efficiency import probe
 from diagnose.report import io as report_io
@@ -102,11 +107,14 @@ def test_quick_probe_measures_real_peaks_and_caches_them(tmp_path):
     assert sum(g.low for g in shares) <= 1 <= sum(g.high for g in shares)  # each process's three shares sum to 1
     assert spread.spread_pct == max(g.spread_pct for g in spread.groups) >= 0
     if out["contended"]:  # other processes held the CPUs: used once, never cached
-        assert out["cache_path"] is None and not list(tmp_path.iterdir())
+        assert out["cache_path"] is None and not list(tmp_path.glob("peaks-*"))
     else:
         assert os.path.dirname(out["cache_path"]) == str(tmp_path)
         hit = probe.cached_peaks(out["key"], str(tmp_path))
         assert hit["gemm_fp32"] == out["gemm_fp32"]
+    # its processes start the machine's spread history, each marked contended or not, whether the probe is cached
+    history = probe.load_history(out["key"], str(tmp_path))
+    assert len(history) == spread.processes and all(s.steps > 0 for s in history)
 
 
 def test_cache_is_per_instruction_set(tmp_path):
@@ -115,3 +123,62 @@ def test_cache_is_per_instruction_set(tmp_path):
     probe.save_peaks(avx512, str(tmp_path))
     assert probe.cached_peaks(probe.machine_key("AMD EPYC", 4, "2.13.0", isa="avx,avx2,avx512f,fma"), str(tmp_path))
     assert probe.cached_peaks(probe.machine_key("AMD EPYC", 4, "2.13.0", isa="avx,avx2,fma"), str(tmp_path)) is None
+
+
+def _sample(at: float, gemm_us: float, threads: int = 2, contended: bool = False) -> probe.SpreadSample:
+    """A spread-step timing of 100 steps whose GEMM call took gemm_us, the tanh 300 µs and the copy 100 µs."""
+    return probe.SpreadSample(at=at, threads=threads, gemm_s=gemm_us * 1e-4, pointwise_s=0.03, copy_s=0.01,
+                              steps=100, contended=contended)
+
+
+def test_the_spread_history_keeps_the_newest_samples_and_uses_only_uncontended_ones_at_the_runs_threads(tmp_path):
+    key = probe.machine_key("Test CPU", 2, "2.13.0")
+    first = probe.record_spread(key, [_sample(i, 55.0) for i in range(40)], str(tmp_path))
+    assert len(first) == 40 and probe.load_history(key, str(tmp_path)) == first
+    # twenty more: the history keeps the newest HISTORY_KEEP, oldest first
+    kept = probe.record_spread(key, [_sample(100 + i, 68.0, contended=i % 2 == 0) for i in range(20)], str(tmp_path))
+    assert len(kept) == probe.HISTORY_KEEP and kept[0].at == 60 - probe.HISTORY_KEEP and kept[-1].at == 119
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []  # written whole, renamed
+    # another machine's key reads nothing from this file
+    assert probe.load_history(probe.machine_key("Other CPU", 2, "2.13.0"), str(tmp_path)) == []
+    spread = probe.history_spread(kept, threads=2, window_s=0.3)
+    # 28 at 55 µs and the 10 uncontended at 68 µs: contended timings and other thread counts never count
+    assert spread.processes == 38 and not spread.contended
+    call = next(g for g in spread.groups if g.name == "gemm call")
+    assert (call.low, call.high) == (55.0, 68.0)
+    assert probe.history_spread(kept, threads=1, window_s=0.3) is None  # none at 1 thread
+    few = [_sample(i, 55.0 + i % 2) for i in range(probe.HISTORY_MIN - 1)]
+    assert probe.history_spread(few, threads=2, window_s=0.3) is None  # under HISTORY_MIN: the probe's own
+    assert probe.history_spread(few + [_sample(99, 55.0)], threads=2, window_s=0.3).processes == probe.HISTORY_MIN
+
+
+def test_the_historys_spread_spans_the_machines_states_and_one_odd_sample_does_not_set_it():
+    # two speed states of a vCPU, the GEMM call 55 or 68 µs (1.24x, measured on an AVX-512 EPYC): a probe inside
+    # one state reads a spread of 0; a history across both reads them, whatever order they came in
+    states = [_sample(i, 55.0 if (i // 6) % 2 else 68.0) for i in range(48)]
+    call = next(g for g in probe.history_spread(states, 2, 0.3).groups if g.name == "gemm call")
+    logs = [math.log(55.0)] * 24 + [math.log(68.0)] * 24
+    assert call.spread_pct == pytest.approx(100 * math.expm1(1.96 * statistics.stdev(logs)), abs=0.1)
+    assert 20 < call.spread_pct < 25
+    # one 108 µs call among them (seen once in 96 processes) is left out with the lowest: the outermost 2.5% a side
+    odd = states[:47] + [_sample(47, 108.0)]
+    odd_call = next(g for g in probe.history_spread(odd, 2, 0.3).groups if g.name == "gemm call")
+    assert odd_call.high == 108.0 and odd_call.spread_pct < call.spread_pct + 1
+    untrimmed = [math.log(s.gemm_s / s.steps) for s in odd]
+    assert 100 * math.expm1(1.96 * statistics.stdev(untrimmed)) > odd_call.spread_pct + 5  # as it would have read
+
+
+def test_a_sample_of_the_spread_step_is_timed_in_its_own_process_and_added_to_the_history(tmp_path):
+    env = {**os.environ, "DIAGNOSE_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--sample-spread"]
+    outs = [report_io.typed(probe.SampledSpread, json.loads(
+        subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, timeout=120).stdout))
+        for _ in range(2)]
+    key = probe.machine_key(probe.machine.cpu_model(), probe.machine_usable(), torch.__version__, "full",
+                            probe.machine.vector_isa())
+    history = probe.load_history(key, str(tmp_path))
+    assert [s.at for s in history] == [o.sample.at for o in outs]  # both kept, in order, contended or not
+    for out in outs:
+        assert out.sample.steps > 0 and min(out.sample.gemm_s, out.sample.pointwise_s, out.sample.copy_s) > 0
+        assert out.history is None  # two samples are far from HISTORY_MIN: the probe's own spread stays the floor
+    assert outs[1].samples == sum(1 for s in history if not s.contended)

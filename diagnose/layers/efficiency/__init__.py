@@ -7,7 +7,9 @@ operator pass's process, where torch is loaded; for rows without it, e.g.
 an older report, in a subprocess, since the orchestrator never imports
 torch), gets the machine's
 peaks (probe.py: from the per-machine cache, else measured in a subprocess,
-~5 s on 2 cores) and places every row on the roofline (roofline.py). The
+~5 s on 2 cores), times the probe's process-spread step once more for the
+machine's spread history (probe.sample_spread, ~0.5 s in a helper forked from
+the run's fork server) and places every row on the roofline (roofline.py). The
 result goes to `report.efficiency` (model.Efficiency): the probe's result
 with `cached` and `cache_path` (model.Peaks), the roofs at the run's threads
 (model.Roofs), a roofline.place row per operator (model.RooflineRow), how the
@@ -58,6 +60,12 @@ class EfficiencyLayer(Layer):
         server = context.server
         works = _estimate_work(rows, workdir, tick, t0, server)
         peaks = _peaks(report, workdir, tick, t0, server)
+        sampled = _sample_spread(workdir, tick, t0, server)
+        if isinstance(sampled, str):
+            sample_note = sampled
+        else:
+            peaks.spread_history, peaks.spread_samples = sampled.history, sampled.samples
+            sample_note = None
         m = report.machine
         roofs, placed = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus,
                                          report.microbenchmarks)
@@ -76,6 +84,8 @@ class EfficiencyLayer(Layer):
             status.notes.append("other processes took CPUs while the probe measured how far processes spread, so "
                                 "findings judge their numbers on the 10% floor instead; `diagnose probe --refresh` "
                                 "on a quiet machine measures it")
+        if sample_note:  # how far the history has come is in the roofs line (render/fmt.spread_source)
+            status.notes.append(sample_note)
         for o in placed:
             if o.efficiency_pct is None:
                 status.notes.append(f"{o.name} {o.input_shapes}: no efficiency ({o.reason or 'no work estimate'})")
@@ -113,6 +123,16 @@ def _estimate_work(rows, workdir: str, tick, t0: float, server=None) -> list[Wor
          WORK_TIMEOUT_S, tick, t0, server)
     with open(out) as fh:
         return report_io.typed(list[Work], json.load(fh))
+
+
+def _sample_spread(workdir: str, tick, t0: float, server) -> probe.SampledSpread | str:
+    """One more timing of the probe's spread step for the machine's history (probe.sample_spread), or why not."""
+    cmd = [sys.executable, "-m", "diagnose.layers.efficiency.probe", "--sample-spread"]
+    try:
+        done = _run(cmd, os.path.join(workdir, "spread.log"), PROBE_TIMEOUT_S, tick, t0, server)
+        return report_io.typed(probe.SampledSpread, json.loads(done.stdout.decode()))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        return f"the spread history was not sampled ({exc}): the probe's own process spread is the floor"
 
 
 def _peaks(report: Report, workdir: str, tick, t0: float, server) -> Peaks:

@@ -1,6 +1,7 @@
 """This machine's peaks: GEMM GFLOP/s (fp32) and memory bandwidth, measured and cached.
 
     python -m diagnose.layers.efficiency.probe [--json] [--refresh] [--quick]
+    python -m diagnose.layers.efficiency.probe --sample-spread
 
 Contract
 - GEMM: `torch.mm(a, b, out=c)` on square fp32 matrices at 1 thread and at
@@ -22,7 +23,19 @@ Contract
   step, the GEMM's mean call) is exp(1.96 sd of its logs) - 1, the 95%
   half-width of one process's value; the largest is the floor of the
   interval findings judge a share or a call time on (report/borderline.py),
-  where it is wider than the 10% assumed without it.
+  where it is wider than the 10% assumed without it. Its processes are also
+  the first samples of the machine's spread history (below).
+- Spread history (`--sample-spread`, one sample a diagnosis): a vCPU's speed
+  state lasts tens of seconds, so a probe's 8 processes (3 s) mostly sit in
+  one state and read 3-7%, or 12-36% when a change of state falls inside
+  them (benchmarks/RESULTS.md, "The probe's process spread from probe to
+  probe"). Each diagnosis times the same step once more, in a process of
+  its own, and appends it to `spread-<key>.json` beside the cache (the
+  last HISTORY_KEEP samples, written under a lock and replaced atomically).
+  Once HISTORY_MIN uncontended samples at the run's threads are there,
+  their spread (the same statistic, the outermost 2.5% each side left out)
+  is the floor instead of the probe's own: it spans the machine's states
+  over the runs rather than one probe's seconds.
 - Everything else runs in this process, which is its own (the layer starts
   it as a subprocess: it changes torch's thread count). Total ~6-8 s on 2
   cores plus torch's import; quick mode ~2-3 s.
@@ -49,6 +62,7 @@ without diagnose. A report holds it typed, as report.model.Peaks (with
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import math
@@ -56,11 +70,13 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from diagnose import machine
 from diagnose.report import io as report_io
-from diagnose.report.model import Peaks
+from diagnose.report.borderline import HISTORY_MIN
+from diagnose.report.model import Peaks, ProcessSpread, SpreadGroup
 from microbench.machine import cpu_snapshot, others_cpus
 
 CACHE_ENV = "DIAGNOSE_CACHE_DIR"
@@ -97,10 +113,12 @@ def machine_key(cpu_model: str, usable_cpus: int, torch_version: str, mode: str 
             "mode": mode}
 
 
+def _digest(key: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def cache_path(key: dict[str, Any], directory: str | None = None) -> str:
-    text = json.dumps(key, sort_keys=True)
-    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
-    return os.path.join(directory or cache_dir(), f"peaks-{digest}.json")
+    return os.path.join(directory or cache_dir(), f"peaks-{_digest(key)}.json")
 
 
 def cached_peaks(key: dict[str, Any], directory: str | None = None) -> dict[str, Any] | None:
@@ -124,6 +142,83 @@ def save_peaks(peaks: dict[str, Any], directory: str | None = None) -> str:
         json.dump(peaks, fh, indent=1)
     os.replace(tmp, path)  # atomic: two probes at once leave one whole file
     return path
+
+
+# ------------------------------------------------------------------ the spread history (no torch needed)
+HISTORY_KEEP = 48  # samples kept, the newest: a few days of a user's runs, a gallery benchmark's worth
+HISTORY_TRIM = 0.025  # left out at each end before the spread: one odd sample in 48 (a 108 µs GEMM call among
+# 55 and 68 µs ones) would otherwise set the floor for the next 48 runs
+
+
+@dataclass
+class SpreadSample:
+    """One process's timing of the spread step (_spread_step), as the history file keeps it."""
+
+    at: float  # time.time() when it was taken
+    threads: int  # torch's intra-op threads it ran at
+    gemm_s: float
+    pointwise_s: float
+    copy_s: float
+    steps: int
+    contended: bool  # other processes took CPUs meanwhile: kept, never used
+    others_cpus: float | None = None
+
+
+@dataclass
+class SampledSpread:
+    """What `--sample-spread` prints (JSON) for the efficiency layer."""
+
+    sample: SpreadSample  # this diagnosis's
+    history: ProcessSpread | None  # the history's spread with it; None while under HISTORY_MIN usable samples
+    samples: int  # the history's uncontended samples at this sample's threads
+
+
+def history_path(key: dict[str, Any], directory: str | None = None) -> str:
+    return os.path.join(directory or cache_dir(), f"spread-{_digest(key)}.json")
+
+
+def load_history(key: dict[str, Any], directory: str | None = None) -> list[SpreadSample]:
+    """The machine's spread samples, oldest first ([] when there is no history or it cannot be read)."""
+    try:
+        with open(history_path(key, directory)) as fh:
+            data = json.load(fh)
+        if data.get("key") != key:
+            return []
+        return report_io.typed(list[SpreadSample], data.get("samples", []))
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+
+
+def record_spread(key: dict[str, Any], samples: list[SpreadSample], directory: str | None = None) -> list[SpreadSample]:
+    """Append samples to the machine's history and keep the newest HISTORY_KEEP: under an exclusive lock (two
+    runs at once lose no sample), written to a temporary file and renamed (a reader never sees half of one).
+    Returns the history as written."""
+    path = history_path(key, directory)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = (load_history(key, directory) + samples)[-HISTORY_KEEP:]
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"key": key, "samples": [asdict(s) for s in kept]}, fh, indent=1)
+        os.replace(tmp, path)
+    return kept
+
+
+def history_spread(samples: list[SpreadSample], threads: int, window_s: float) -> ProcessSpread | None:
+    """The spread of the uncontended samples at `threads` (spread_of), None below HISTORY_MIN of them."""
+    usable = [s for s in samples if not s.contended and s.threads == threads]
+    if len(usable) < HISTORY_MIN:
+        return None
+    spread = spread_of([asdict(s) for s in usable], threads, window_s)
+    if spread is None:
+        return None
+    spread.span_h = round((usable[-1].at - usable[0].at) / 3600, 2)
+    spread.method = (f"the last {len(usable)} uncontended timings of the probe's step at {threads} threads on this "
+                     f"machine, one a diagnosis (the probe's own first), over {spread.span_h:g} h; per number, "
+                     f"exp({SPREAD_Z} x the standard deviation of its logs, the outermost {100 * HISTORY_TRIM:g}% "
+                     "each side left out) - 1; the spread is the largest")
+    return spread
 
 
 # ------------------------------------------------------------------ summaries of a probe result
@@ -374,22 +469,17 @@ def _forked(fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _log_spread(values: list[float]) -> float:
-    """The 95% half-width of one value among `values`, as a ratio less 1: exp(SPREAD_Z x sd of their logs) - 1."""
-    logs = [math.log(v) for v in values if v > 0]
+    """The 95% half-width of one value among `values`, as a ratio less 1: exp(SPREAD_Z x sd of their logs) - 1,
+    the outermost HISTORY_TRIM of them left out at each end (none of fewer than 40)."""
+    logs = sorted(math.log(v) for v in values if v > 0)
+    cut = int(len(logs) * HISTORY_TRIM)
+    logs = logs[cut:len(logs) - cut]
     return math.expm1(SPREAD_Z * statistics.stdev(logs)) if len(logs) >= 3 else 0.0
 
 
-def measure_process_spread(torch, mode: str = "full") -> dict[str, Any] | None:
-    """How far one process's measurement of the same work lands from another's here (report.model.ProcessSpread):
-    SPREAD_PROCESSES forks, one after another, each timing the same step of a GEMM, a pointwise op and a copy at
-    torch's default threads. A vCPU's speed state lasts for seconds and a process keeps its vCPU
-    (benchmarks/RESULTS.md, "Trials: which vCPU a pass ran on"), so two runs of one script can read an
-    operator's share or its call time further apart than either run's own steps spread; this is that spread,
-    the floor of a window aggregate's interval (report/borderline.py). Must run before this process starts
-    torch's thread pool: a fork does not take it along."""
-    t0 = time.perf_counter()
-    window = SPREAD_WINDOW_S[mode]
-    runs = [r for r in (_forked(lambda: _spread_step(torch, window)) for _ in range(SPREAD_PROCESSES[mode])) if r]
+def spread_of(runs: list[dict[str, Any]], threads: int, window_s: float) -> ProcessSpread | None:
+    """How far the runs' (processes') shares of the spread step and their GEMM call spread (None: under 3 runs
+    that timed all three operators)."""
     runs = [r for r in runs if r["steps"] > 0 and min(r["gemm_s"], r["pointwise_s"], r["copy_s"]) > 0]
     if len(runs) < 3:
         return None
@@ -398,15 +488,54 @@ def measure_process_spread(torch, mode: str = "full") -> dict[str, Any] | None:
               "pointwise share": [r["pointwise_s"] / t for r, t in zip(runs, totals)],
               "copy share": [r["copy_s"] / t for r, t in zip(runs, totals)],
               "gemm call": [r["gemm_s"] / r["steps"] * 1e6 for r in runs]}
-    groups = [{"name": name, "what": what, "low": round(min(series[name]), 4), "high": round(max(series[name]), 4),
-               "spread_pct": round(100 * _log_spread(series[name]), 1)} for name, what in SPREAD_GROUPS]
-    return {"processes": len(runs), "threads": torch.get_num_threads(), "window_s": window, "groups": groups,
-            "spread_pct": max(g["spread_pct"] for g in groups),
-            "contended": any(r.get("contended") for r in runs),
-            "measure_s": round(time.perf_counter() - t0, 3),
-            "method": (f"{len(runs)} processes forked one after another, each timing the same step (a GEMM, a "
-                       f"pointwise op, a copy) for {window:g} s at torch's default threads; per number, "
-                       f"exp({SPREAD_Z} x the standard deviation of its logs) - 1; the spread is the largest")}
+    groups = [SpreadGroup(name=name, what=what, low=round(min(series[name]), 4), high=round(max(series[name]), 4),
+                          spread_pct=round(100 * _log_spread(series[name]), 1)) for name, what in SPREAD_GROUPS]
+    return ProcessSpread(processes=len(runs), threads=threads, window_s=window_s, groups=groups,
+                         spread_pct=max(g.spread_pct for g in groups),
+                         contended=any(r.get("contended") for r in runs))
+
+
+def _sample(run: dict[str, Any], threads: int) -> SpreadSample:
+    return SpreadSample(at=time.time(), threads=threads, gemm_s=run["gemm_s"], pointwise_s=run["pointwise_s"],
+                        copy_s=run["copy_s"], steps=run["steps"], contended=bool(run.get("contended")),
+                        others_cpus=run.get("others_cpus"))
+
+
+def measure_process_spread(torch, mode: str = "full", key: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """How far one process's measurement of the same work lands from another's here (report.model.ProcessSpread):
+    SPREAD_PROCESSES forks, one after another, each timing the same step of a GEMM, a pointwise op and a copy at
+    torch's default threads. A vCPU's speed state lasts for seconds and a process keeps its vCPU
+    (benchmarks/RESULTS.md, "Trials: which vCPU a pass ran on"), so two runs of one script can read an
+    operator's share or its call time further apart than either run's own steps spread; this is that spread,
+    the floor of a window aggregate's interval (report/borderline.py). With `key`, the processes also start the
+    machine's spread history (record_spread). Must run before this process starts torch's thread pool: a fork
+    does not take it along."""
+    t0 = time.perf_counter()
+    window, threads = SPREAD_WINDOW_S[mode], torch.get_num_threads()
+    runs = [r for r in (_forked(lambda: _spread_step(torch, window)) for _ in range(SPREAD_PROCESSES[mode])) if r]
+    if key is not None and runs:
+        record_spread(key, [_sample(r, threads) for r in runs])
+    spread = spread_of(runs, threads, window)
+    if spread is None:
+        return None
+    spread.measure_s = round(time.perf_counter() - t0, 3)
+    spread.method = (f"{spread.processes} processes forked one after another, each timing the same step (a GEMM, "
+                     f"a pointwise op, a copy) for {window:g} s at torch's default threads; per number, "
+                     f"exp({SPREAD_Z} x the standard deviation of its logs) - 1; the spread is the largest")
+    return asdict(spread)
+
+
+def sample_spread(directory: str | None = None) -> SampledSpread:
+    """One more process's timing of the spread step, in this process (a fresh one: the layer runs it as its own
+    helper, forked from the run's fork server, where no operator ran), appended to the machine's history."""
+    import torch  # the history itself needs no torch; the step does
+
+    key = machine_key(machine.cpu_model(), machine_usable(), torch.__version__, "full", machine.vector_isa())
+    window, threads = SPREAD_WINDOW_S["full"], torch.get_num_threads()
+    sample = _sample(_spread_step(torch, window), threads)
+    history = record_spread(key, [sample], directory)
+    usable = sum(1 for s in history if not s.contended and s.threads == threads)
+    return SampledSpread(sample=sample, history=history_spread(history, threads, window), samples=usable)
 
 
 def machine_usable() -> int:
@@ -426,7 +555,8 @@ def measure(mode: str = "full") -> dict[str, Any]:
     usable = machine.usable_cpus()[0]
     before = torch.get_num_threads()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    spread = measure_process_spread(torch, mode)  # first: before this process starts torch's thread pool
+    key = machine_key(machine.cpu_model(), usable, torch.__version__, mode, machine.vector_isa())
+    spread = measure_process_spread(torch, mode, key)  # first: before this process starts torch's thread pool
     try:
         with torch.no_grad():
             n = gemm_size(torch, settings)
@@ -441,7 +571,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
         torch.set_num_threads(before)
     return {
         "format": CACHE_FORMAT,
-        "key": machine_key(machine.cpu_model(), usable, torch.__version__, mode, machine.vector_isa()),
+        "key": key,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "mode": mode,
         "gemm_fp32": gemm,
@@ -506,6 +636,16 @@ def describe(data: dict[str, Any], path: str | None = None, cached: bool | None 
     elif spread is not None and spread.contended:
         lines.append("  process spread contended: other processes took CPUs while it was measured, so findings "
                      "judge their numbers on the 10% floor (`diagnose probe --refresh` on a quiet machine)")
+    if data.get("key") and spread is not None:
+        history = load_history(data["key"], os.path.dirname(path) if path else None)
+        hist = history_spread(history, spread.threads, SPREAD_WINDOW_S["full"])
+        if hist is not None:
+            lines.append(f"  spread history: {hist.spread_pct:g}% over this machine's last {hist.processes} timings "
+                         f"of the same step ({hist.span_h:g} h, one a diagnosis): the floor findings use")
+        else:
+            usable = sum(1 for s in history if not s.contended and s.threads == spread.threads)
+            lines.append(f"  spread history: {usable} of the {HISTORY_MIN} timings (one a diagnosis) it needs "
+                         "before it replaces the probe's spread as the floor")
     if path:
         lines.append(f"  cache: {path} (diagnose probe --refresh measures again)")
     return "\n".join(lines)
@@ -518,7 +658,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--refresh", action="store_true", help="measure again and replace the cached result")
     p.add_argument("--quick", action="store_true", help="a cheaper, less precise probe (smaller arrays and runs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (with cache_path and cached)")
+    p.add_argument("--sample-spread", action="store_true",
+                   help="time the process-spread step once in this process, add it to the machine's spread history "
+                        "and print the history's spread as JSON (what each diagnosis does)")
     args = p.parse_args(argv)
+    if args.sample_spread:
+        json.dump(asdict(sample_spread()), sys.stdout)
+        sys.stdout.write("\n")
+        return 0
     peaks, path, cached = peaks_for_this_machine(refresh=args.refresh, mode="quick" if args.quick else "full")
     if args.json:
         json.dump({**peaks, "cache_path": path, "cached": cached}, sys.stdout)
