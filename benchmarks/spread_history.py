@@ -1,6 +1,7 @@
 """The floor of a finding's interval from the machine's spread history, against one probe's.
 
-    .venv/bin/python benchmarks/spread_history.py [--samples 72] [--every 5] [--probes 4] [--write benchmarks/RESULTS.md]
+    .venv/bin/python benchmarks/spread_history.py [--samples 72] [--every 5] [--probes 4]
+        [--write benchmarks/RESULTS.md]
 
 The floor (report/borderline.floor) is how far one process's timing of the same small step (a GEMM, a pointwise
 op, a copy) lands from another's. One probe forks 8 such processes in about 3 s; a vCPU's speed state lasts tens

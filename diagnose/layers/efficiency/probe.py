@@ -185,7 +185,7 @@ def load_history(key: dict[str, Any], directory: str | None = None) -> list[Spre
         if data.get("key") != key:
             return []
         return report_io.typed(list[SpreadSample], data.get("samples", []))
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # missing, torn by hand, another shape
         return []
 
 
