@@ -44,9 +44,9 @@ from diagnose.report.borderline import HISTORY_MIN  # noqa: E402
 HEADING = "## The floor from the machine's spread history against one probe's"
 
 
-def _sample() -> probe.SpreadSample | None:
+def _sample(window_s: float = probe.SPREAD_WINDOW_S["full"]) -> probe.SpreadSample | None:
     """One process's timing of the spread step, forked from this one (which never runs an operator)."""
-    run = probe._forked(lambda: probe._spread_step(torch, probe.SPREAD_WINDOW_S["full"]))
+    run = probe._forked(lambda: probe._spread_step(torch, window_s))
     return probe._sample(run, torch.get_num_threads()) if run else None
 
 
@@ -63,15 +63,23 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=72)
     p.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     p.add_argument("--probes", type=int, default=4, help="the probe's 8 forked processes this many times")
+    p.add_argument("--long", type=float, default=0.0,
+                   help="beside each sample, one more with this window (s), in alternating order: does a longer "
+                        "window (a pass's seconds rather than the sample's 0.3) spread less?")
     p.add_argument("--write", help="replace this benchmark's section of RESULTS.md")
     args = p.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
     probe_at = {round((i + 0.5) * args.samples / args.probes) for i in range(args.probes)}
     samples: list[probe.SpreadSample] = []
+    longs: list[probe.SpreadSample] = []
     probes: list[tuple[int, object]] = []
     for i in range(args.samples):
         t0 = time.monotonic()
+        if args.long and i % 2:
+            longs.append(_sample(args.long))
         s = _sample()
+        if args.long and not i % 2:
+            longs.append(_sample(args.long))
         if s is not None:
             samples.append(s)
             print(f"{i + 1:3d}/{args.samples} GEMM call {s.gemm_s / s.steps * 1e6:6.1f} µs"
@@ -88,12 +96,19 @@ def main() -> int:
         for end in range(size, len(usable) + 1, max(HISTORY_MIN // 2, (len(usable) - size) // 4 or size)):
             spread = probe.history_spread(usable[end - size:end], threads, probe.SPREAD_WINDOW_S["full"])
             rows.append((f"history, samples {end - size + 1}-{end} ({label})", _pct(spread)))
+    if args.long:
+        long_ok = [s for s in longs if s is not None and not s.contended and s.threads == threads]
+        size = min(probe.HISTORY_KEEP, len(long_ok))
+        for end in range(size, len(long_ok) + 1, max(HISTORY_MIN // 2, (len(long_ok) - size) // 4 or size)):
+            spread = probe.history_spread(long_ok[end - size:end], threads, args.long)
+            rows.append((f"{args.long:g} s timings beside them, samples {end - size + 1}-{end}", _pct(spread)))
     rows += [(f"the probe's 8 processes, after sample {i + 1}", _pct(s)) for i, s in probes]
     text = "\n".join([
         HEADING, "",
         f"- When: {started:%Y-%m-%d %H:%M} UTC, {args.samples} samples one every {args.every:g} s; machine: "
         f"{cpu_model()}, {usable_cpus()[0]} usable CPUs; {platform.platform()}; Python {platform.python_version()}.",
-        f"- `benchmarks/spread_history.py --samples {args.samples} --every {args.every:g} --probes {args.probes}`: "
+        f"- `benchmarks/spread_history.py --samples {args.samples} --every {args.every:g} --probes {args.probes}"
+        f"{f' --long {args.long:g}' if args.long else ''}`: "
         "each sample a process of its own timing the probe's step for 0.3 s, as a diagnosis adds to the history; "
         f"{len(usable)} uncontended at {threads} threads (the rest kept and not used); GEMM call "
         f"{min(calls):.1f}-{max(calls):.1f} µs, median {statistics.median(calls):.1f}.",
