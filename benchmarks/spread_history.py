@@ -89,7 +89,7 @@ def main() -> int:
             probes.append((i, report_io.typed(probe.ProcessSpread, data) if data else None))
         time.sleep(max(0.0, args.every - (time.monotonic() - t0)))
     threads = statistics.mode(s.threads for s in samples)
-    usable = [s for s in samples if not s.contended and s.threads == threads]
+    usable = probe.usable_samples(samples, threads)
     calls = [s.gemm_s / s.steps * 1e6 for s in usable]
     rows = []
     for size, label in ((HISTORY_MIN, "first runs of a history"), (probe.HISTORY_KEEP, "a full history")):
@@ -97,7 +97,7 @@ def main() -> int:
             spread = probe.history_spread(usable[end - size:end], threads, probe.SPREAD_WINDOW_S["full"])
             rows.append((f"history, samples {end - size + 1}-{end} ({label})", _pct(spread)))
     if args.long:
-        long_ok = [s for s in longs if s is not None and not s.contended and s.threads == threads]
+        long_ok = probe.usable_samples([s for s in longs if s is not None], threads)
         size = min(probe.HISTORY_KEEP, len(long_ok))
         for end in range(size, len(long_ok) + 1, max(HISTORY_MIN // 2, (len(long_ok) - size) // 4 or size)):
             spread = probe.history_spread(long_ok[end - size:end], threads, args.long)

@@ -61,11 +61,8 @@ class EfficiencyLayer(Layer):
         works = _estimate_work(rows, workdir, tick, t0, server)
         peaks = _peaks(report, workdir, tick, t0, server)
         sampled = _sample_spread(workdir, tick, t0, server)
-        if isinstance(sampled, str):
-            sample_note = sampled
-        else:
+        if not isinstance(sampled, str):
             peaks.spread_history, peaks.spread_samples = sampled.history, sampled.samples
-            sample_note = None
         m = report.machine
         roofs, placed = roofline.analyse(rows, works, peaks, m.intra_op_threads, m.usable_cpus,
                                          report.microbenchmarks)
@@ -84,8 +81,8 @@ class EfficiencyLayer(Layer):
             status.notes.append("other processes took CPUs while the probe measured how far processes spread, so "
                                 "findings judge their numbers on the 10% floor instead; `diagnose probe --refresh` "
                                 "on a quiet machine measures it")
-        if sample_note:  # how far the history has come is in the roofs line (render/fmt.spread_source)
-            status.notes.append(sample_note)
+        if isinstance(sampled, str):  # how far the history has come is in the roofs line (fmt.spread_source)
+            status.notes.append(sampled)
         for o in placed:
             if o.efficiency_pct is None:
                 status.notes.append(f"{o.name} {o.input_shapes}: no efficiency ({o.reason or 'no work estimate'})")

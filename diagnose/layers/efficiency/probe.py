@@ -205,12 +205,17 @@ def record_spread(key: dict[str, Any], samples: list[SpreadSample], directory: s
     return kept
 
 
+def usable_samples(samples: list[SpreadSample], threads: int) -> list[SpreadSample]:
+    """The samples a floor is taken from: uncontended, at `threads`."""
+    return [s for s in samples if not s.contended and s.threads == threads]
+
+
 def history_spread(samples: list[SpreadSample], threads: int, window_s: float) -> ProcessSpread | None:
-    """The spread of the uncontended samples at `threads` (spread_of), None below HISTORY_MIN of them."""
-    usable = [s for s in samples if not s.contended and s.threads == threads]
+    """The spread of the usable samples at `threads` (spread_of), None below HISTORY_MIN of them."""
+    usable = usable_samples(samples, threads)
     if len(usable) < HISTORY_MIN:
         return None
-    spread = spread_of([asdict(s) for s in usable], threads, window_s)
+    spread = spread_of(usable, threads, window_s)
     if spread is None:
         return None
     spread.span_h = round((usable[-1].at - usable[0].at) / 3600, 2)
@@ -477,22 +482,22 @@ def _log_spread(values: list[float]) -> float:
     return math.expm1(SPREAD_Z * statistics.stdev(logs)) if len(logs) >= 3 else 0.0
 
 
-def spread_of(runs: list[dict[str, Any]], threads: int, window_s: float) -> ProcessSpread | None:
-    """How far the runs' (processes') shares of the spread step and their GEMM call spread (None: under 3 runs
+def spread_of(samples: list[SpreadSample], threads: int, window_s: float) -> ProcessSpread | None:
+    """How far the samples' (processes') shares of the spread step and their GEMM call spread (None: under 3
     that timed all three operators)."""
-    runs = [r for r in runs if r["steps"] > 0 and min(r["gemm_s"], r["pointwise_s"], r["copy_s"]) > 0]
+    runs = [r for r in samples if r.steps > 0 and min(r.gemm_s, r.pointwise_s, r.copy_s) > 0]
     if len(runs) < 3:
         return None
-    totals = [r["gemm_s"] + r["pointwise_s"] + r["copy_s"] for r in runs]
-    series = {"gemm share": [r["gemm_s"] / t for r, t in zip(runs, totals)],
-              "pointwise share": [r["pointwise_s"] / t for r, t in zip(runs, totals)],
-              "copy share": [r["copy_s"] / t for r, t in zip(runs, totals)],
-              "gemm call": [r["gemm_s"] / r["steps"] * 1e6 for r in runs]}
+    totals = [r.gemm_s + r.pointwise_s + r.copy_s for r in runs]
+    series = {"gemm share": [r.gemm_s / t for r, t in zip(runs, totals)],
+              "pointwise share": [r.pointwise_s / t for r, t in zip(runs, totals)],
+              "copy share": [r.copy_s / t for r, t in zip(runs, totals)],
+              "gemm call": [r.gemm_s / r.steps * 1e6 for r in runs]}
     groups = [SpreadGroup(name=name, what=what, low=round(min(series[name]), 4), high=round(max(series[name]), 4),
                           spread_pct=round(100 * _log_spread(series[name]), 1)) for name, what in SPREAD_GROUPS]
     return ProcessSpread(processes=len(runs), threads=threads, window_s=window_s, groups=groups,
                          spread_pct=max(g.spread_pct for g in groups),
-                         contended=any(r.get("contended") for r in runs))
+                         contended=any(r.contended for r in runs))
 
 
 def _sample(run: dict[str, Any], threads: int) -> SpreadSample:
@@ -512,9 +517,10 @@ def measure_process_spread(torch, mode: str = "full", key: dict[str, Any] | None
     does not take it along."""
     t0 = time.perf_counter()
     window, threads = SPREAD_WINDOW_S[mode], torch.get_num_threads()
-    runs = [r for r in (_forked(lambda: _spread_step(torch, window)) for _ in range(SPREAD_PROCESSES[mode])) if r]
+    runs = [_sample(r, threads) for r in (_forked(lambda: _spread_step(torch, window))
+                                          for _ in range(SPREAD_PROCESSES[mode])) if r]
     if key is not None and runs:
-        record_spread(key, [_sample(r, threads) for r in runs])
+        record_spread(key, runs)
     spread = spread_of(runs, threads, window)
     if spread is None:
         return None
@@ -530,12 +536,16 @@ def sample_spread(directory: str | None = None) -> SampledSpread:
     helper, forked from the run's fork server, where no operator ran), appended to the machine's history."""
     import torch  # the history itself needs no torch; the step does
 
-    key = machine_key(machine.cpu_model(), machine_usable(), torch.__version__, "full", machine.vector_isa())
     window, threads = SPREAD_WINDOW_S["full"], torch.get_num_threads()
     sample = _sample(_spread_step(torch, window), threads)
-    history = record_spread(key, [sample], directory)
-    usable = sum(1 for s in history if not s.contended and s.threads == threads)
-    return SampledSpread(sample=sample, history=history_spread(history, threads, window), samples=usable)
+    history = record_spread(this_machine_key(torch.__version__, "full"), [sample], directory)
+    return SampledSpread(sample=sample, history=history_spread(history, threads, window),
+                         samples=len(usable_samples(history, threads)))
+
+
+def this_machine_key(torch_version: str, mode: str) -> dict[str, Any]:
+    """machine_key for the machine this process runs on."""
+    return machine_key(machine.cpu_model(), machine_usable(), torch_version, mode, machine.vector_isa())
 
 
 def machine_usable() -> int:
@@ -555,7 +565,7 @@ def measure(mode: str = "full") -> dict[str, Any]:
     usable = machine.usable_cpus()[0]
     before = torch.get_num_threads()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    key = machine_key(machine.cpu_model(), usable, torch.__version__, mode, machine.vector_isa())
+    key = this_machine_key(torch.__version__, mode)
     spread = measure_process_spread(torch, mode, key)  # first: before this process starts torch's thread pool
     try:
         with torch.no_grad():
@@ -592,7 +602,7 @@ def peaks_for_this_machine(*, refresh: bool = False, mode: str = "full") -> tupl
     """(peaks, cache file or None when not cached, came from the cache) for the machine this process runs on."""
     import torch
 
-    key = machine_key(machine.cpu_model(), machine.usable_cpus()[0], torch.__version__, mode, machine.vector_isa())
+    key = this_machine_key(torch.__version__, mode)
     if not refresh:
         hit = cached_peaks(key)
         if hit is not None:
@@ -643,7 +653,7 @@ def describe(data: dict[str, Any], path: str | None = None, cached: bool | None 
             lines.append(f"  spread history: {hist.spread_pct:g}% over this machine's last {hist.processes} timings "
                          f"of the same step ({hist.span_h:g} h, one a diagnosis): the floor findings use")
         else:
-            usable = sum(1 for s in history if not s.contended and s.threads == spread.threads)
+            usable = len(usable_samples(history, spread.threads))
             lines.append(f"  spread history: {usable} of the {HISTORY_MIN} timings (one a diagnosis) it needs "
                          "before it replaces the probe's spread as the floor")
     if path:
