@@ -74,11 +74,12 @@ def _unsure(tried: list[Trial]) -> tuple[list[Trial], list[Trial]]:
     of its check led (`led_by`: that one ran on, it stayed at its first rounds) decides nothing while one that ran
     on was measured: the check's question is answered by the longer trial; it is listed with what it measured.
     So is one that stayed at its first rounds because none of them was MIN_EFFECT faster (trials.runs_on) beside
-    one that ran its rounds: the stake of trials that all ran their rounds is judged on its point
-    (stake.on_point), and three rounds beside nine put it on its low end. examples/resnet_train.py (2-CPU AMD EPYC
-    with AVX-512, 2026-12-05, gallery set AA): jemalloc 1.01x (0.94-1.13x) in three rounds beside glibc's
+    one that ran its rounds: the stake of trials that all ran their rounds is judged on its point between medium and
+    high (stake.on_point), and three rounds beside nine put it on its low end. examples/resnet_train.py (2-CPU
+    AMD EPYC with AVX-512, 2026-12-05, gallery set AA): jemalloc 1.01x (0.94-1.13x) in three rounds beside glibc's
     thresholds 1.10x (0.91-1.16x) in nine read the check's 9.6% at its low end, 0: low, where the four runs beside
-    it were medium."""
+    it were medium. (Since 2026-12-06 both read low, borderline medium: an interval reaching under 5% is low
+    whatever its point, stake.settle; the nine rounds still answer the title.)"""
     measured_ = [t for t in tried if t.verdict in ("no gain", "slower")]
     judged = [t for t in measured_ if t.led_by is None] or measured_
     if not any(could_win(t) for t in judged):

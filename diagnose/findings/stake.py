@@ -66,9 +66,18 @@ that the two never contradict:
   a real report, tests/data/findings/dataloader_contention_report.json,
   was raised to medium by its 34% at stake).
 Each line is judged on the stake's interval (report/borderline.py): its
-milder end, borderline when the other end's severity differs; a stake from
-trials that ran their nine rounds (`on_point`) on its point, their median,
-borderline when an end of the interval is across a line.
+milder end, borderline when the other end's severity differs. A stake from
+trials that ran their nine rounds (`on_point`) is judged on its point, their
+median, borderline when an end of the interval is across a line, but only
+between medium and high: the 5% line is where a fix can be confirmed by a
+before/after run at all, so a finding is medium only when its interval's low
+end clears it, whatever its point. examples/transpose_copy.py's jemalloc
+measured 1.05-1.08x in five runs (gallery set AC), medians 4.9-7.6% saved
+around the 5% line and every interval reaching under it: judged on the point
+it was medium in two runs and low in three; on the interval, low, borderline
+medium, in all five. The 20% line is one of size, a change no one needs a
+statistic to see, and there the median moves less from run to run than its
+order-statistic ends (examples/conv_nchw.py below).
 A finding without a stake keeps its rule's severity. `rule_severity` and
 `severity_basis` say when the stake changed it. `--fail-on` reads the
 settled severity.
@@ -196,9 +205,10 @@ def measured(trial: Trial, basis: str) -> Stake:
 
 
 def on_point(trials: list[Trial]) -> bool:
-    """Whether a stake from these trials is judged on its point (settle): every one ran its rounds (doctor/trials.py
-    `method` "rounds": the median of nine rounds, not three), so the point moves less from run to run than the
-    ends of its sign-test interval, the second-slowest and second-fastest round. examples/conv_nchw.py's jemalloc
+    """Whether a stake from these trials is judged on its point between medium and high (settle): every one ran its
+    rounds (doctor/trials.py `method` "rounds": the median of nine rounds, not three), so the point moves less from
+    run to run than the ends of its sign-test interval, the second-slowest and second-fastest round.
+    examples/conv_nchw.py's jemalloc
     over five runs: medians a saving of 24-31%, above the 20% a high finding needs in every run; low ends 13-26%,
     high in two runs and medium in three (benchmarks/RESULTS.md, gallery set O)."""
     return bool(trials) and all(t.method == "rounds" for t in trials)
@@ -267,7 +277,8 @@ def _bounded(value: float, severity: str, finding: Finding) -> tuple[str, str | 
 def settle(finding: Finding) -> Finding:
     """Record the confidence and bound the rule's severity by the expected share (module docstring), judged at
     both ends of the stake's interval: the milder end's severity, borderline when the other end's differs
-    (report/borderline.py); a stake `on_point` on its point, borderline when an end's differs. A stake its rule
+    (report/borderline.py); a stake `on_point` on its point once its low end clears the medium line (module
+    docstring), borderline when an end's differs. A stake its rule
     gave no interval gets borderline.RUN_NOISE_MIN's, the least run-to-run spread of a time measured here, not
     the run's own noise: the steps' spread is not a cProfile share's (a loaded run's steps spread 86%, which made
     a python_overhead at 93% borderline), while contiguous_copies' page-fault stake came out 14-21% over five
@@ -284,8 +295,9 @@ def settle(finding: Finding) -> Finding:
         finding.stake = dataclasses.replace(finding.stake, low=round(lo, 2), high=round(hi, 2))
     low = finding.stake.low * factor if finding.stake.low is not None else value
     high = finding.stake.high * factor if finding.stake.high is not None else value
-    # judged on the milder end, or on the point (Stake.on_point), the other end's severity shown
-    judged = value if finding.stake.on_point else low
+    # judged on the milder end, or on the point (Stake.on_point) once the milder end clears the medium line, the
+    # other end's severity shown
+    judged = value if finding.stake.on_point and low >= MEDIUM_MIN_PCT else low
     severity, basis = _bounded(judged, rule, finding)
     at_high, _ = _bounded(high, rule, finding)
     other, worse = (high, at_high) if at_high != severity else (low, _bounded(low, rule, finding)[0])

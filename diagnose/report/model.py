@@ -806,8 +806,9 @@ class Stake:
     # point estimate
     low: float | None = None
     high: float | None = None
-    # severity judged on pct itself, the interval shown beside it (findings/stake.settle): a trial's median of
-    # nine rounds, which moves less from run to run than its interval's ends, two of those rounds
+    # severity judged on pct itself between medium and high, the interval shown beside it (findings/stake.settle:
+    # medium only when low clears its 5% line): a trial's median of nine rounds, which moves less from run to run
+    # than its interval's ends, two of those rounds
     on_point: bool = False
 
     @property
