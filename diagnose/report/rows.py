@@ -128,15 +128,20 @@ def undisturbed(share: SourceShare) -> float | None:
 TIE_SHARE = 0.10  # the least two lines' times may differ by and still be tied (run-to-run noise)
 
 
+def mean_halfwidth(fastest_us: float | None, slowest_us: float | None, mean_us: float, calls: int) -> float:
+    """The relative 95% half-width of a row's mean call: twice its standard error, the per-call spread taken from
+    the row's fastest and slowest call (a range of about 4 standard deviations), at most 0.5; 0 where unknown."""
+    if not fastest_us or not slowest_us or mean_us <= 0 or calls <= 0:
+        return 0.0
+    return min(0.5, 2 * (slowest_us - fastest_us) / (4 * mean_us) / math.sqrt(calls))
+
+
 def tie_share(fastest_us: float | None, slowest_us: float | None, mean_us: float, calls: int) -> float:
     """How far apart (a share of the first) two lines' summed times of one operator row may be and still be
-    equal work: twice the standard error of the difference of two sums of `calls` calls, the per-call spread
-    taken from the row's fastest and slowest call (a range of about 4 standard deviations); at least
-    TIE_SHARE, at most 0.5. Sixteen 2048x2048 transposing copies a line, 5-16 ms a call: 18%."""
-    if not fastest_us or not slowest_us or mean_us <= 0 or calls <= 0:
-        return TIE_SHARE
-    spread = (slowest_us - fastest_us) / (4 * mean_us)
-    return min(0.5, max(TIE_SHARE, 2 * spread * math.sqrt(2 / calls)))
+    equal work: twice the standard error of the difference of two sums of `calls` calls (sqrt(2) x
+    `mean_halfwidth`); at least TIE_SHARE, at most 0.5. Sixteen 2048x2048 transposing copies a line, 5-16 ms a
+    call: 18%."""
+    return min(0.5, max(TIE_SHARE, math.sqrt(2) * mean_halfwidth(fastest_us, slowest_us, mean_us, calls)))
 
 
 def line_order(location: str | None) -> tuple:

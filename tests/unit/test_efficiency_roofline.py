@@ -369,6 +369,30 @@ def test_a_verdict_the_operator_pass_extra_faults_could_explain_is_doubted():
     assert not k.doubts, k.doubts
 
 
+def test_a_context_verdict_the_extra_faults_explain_within_its_calls_spread_is_doubted():
+    # examples/contiguous_copies.py:25 (2-CPU AMD EPYC, gallery set AC): the mul's 16 calls took 4.0-51 ms, a mean
+    # of 10.4 ms, 16.9x its 0.62 ms alone; the operator pass faulted 50.3k times a step against 25.7k in the real
+    # run. The extra faults (up to 6141 pages a call, 1 µs each without a probe) left 4.3 ms of the mean, still 2x
+    # alone: not doubted, where the four runs beside it, 4.2-5.4 ms a call with narrower spreads, were. At the low
+    # end of the mean's 95% interval from its calls' spread (half-width at most 50%: 5.2 ms) they leave nothing
+    shapes = [[2048, 2048], [2048, 1]]
+
+    def context(fastest: float, slowest: float):
+        rep = _alone(eff_report(4.81, share=19.7, us_per_call=10443.0, name="aten::mul", input_shapes=shapes,
+                                calls=16, bytes=33562624, output_shapes=[[2048, 2048]]), 619.0)
+        rep = _faulting(rep, 25743.5, 50309.0, steps=4)
+        rep.operators = [OperatorRow(name="aten::mul", input_shapes=shapes, dtypes=["float", "float"], calls=16,
+                                     self_cpu_us=16 * 10443.0, total_cpu_us=16 * 10443.0, self_pct=19.7,
+                                     source="model.py:12", min_self_us=fastest, max_self_us=slowest)]
+        (f,) = low_efficiency(rep)
+        assert f.evidence["cause"] == "context"
+        return f
+
+    wide = context(4047.4, 51178.6)
+    assert "page-faulted" in wide.doubts[0] and "5222 µs at the low end of its mean" in wide.doubts[0], wide.doubts
+    assert not context(9500.0, 11500.0).doubts  # its calls agree: the mean less the faults is still 2x alone
+
+
 def test_a_verdict_its_outputs_fresh_pages_account_for_is_the_churns_not_the_kernels():
     # examples/attention.py:28 (2-CPU AMD EPYC, 2026-12-03): the division's 32 MiB output faulted in every call
     # (24.6k faults a step in the real run, three such outputs a step), 7.4 of its 7.8-11.5 ms at the probe's 0.9 µs
